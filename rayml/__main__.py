@@ -1,0 +1,5 @@
+import sys
+
+from rayml.cli import main
+
+sys.exit(main())

@@ -1,0 +1,202 @@
+"""``rayml list | run | bench | serve | train``: the command line.
+
+Bad input (an unknown method, a bad flag, an unreachable ``--address``, an unwritable ``--out``)
+prints one line ``rayml: error: ...`` and exits with code 2, before any work or output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from rayml import registry
+
+__all__ = ["main", "SERVE_APPS"]
+
+# Short names of the Serve apps, for ``rayml serve NAME``; values are import paths.
+SERVE_APPS = {
+    "optimize": "rayml.actors.serve.optimize:app",
+}
+
+
+class UsageError(Exception):
+    """Bad input on the command line (exit code 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse prints the whole usage otherwise)
+        raise UsageError(message)
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="rayml", description="Ray-native implementations of ICML 2025 methods.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    ls = sub.add_parser("list", help="the registered methods and their status")
+    ls.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    for name, what in (("run", "the method's reproduction"), ("bench", "the method's benchmark")):
+        r = sub.add_parser(name, help=f"run {what} and print/write its result record")
+        r.add_argument("name", help="a method name, or 'all'")
+        size = r.add_mutually_exclusive_group()
+        size.add_argument("--quick", action="store_const", const="quick", dest="size",
+                          help="the quick size (well under a minute on 2 cores)")
+        size.add_argument("--size", choices=("tiny", "quick", "full"), dest="size")
+        r.add_argument("--seed", type=int, default=0)
+        r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override one setting of the config (repeatable)")
+        r.add_argument("--json", dest="json_path", metavar="PATH", help="write the record here")
+        r.add_argument("--out", dest="out_dir", metavar="DIR",
+                       help="write record.json, results.parquet and plots here")
+        r.add_argument("--address", default=None, help="Ray address: 'auto', 'host:port', 'ray://...'")
+        r.add_argument("--workers", type=int, default=None, help="at most this many Ray tasks at once")
+
+    s = sub.add_parser("serve", help="run a Serve app on the connected Ray (blocks)")
+    s.add_argument("app", help=f"one of {sorted(SERVE_APPS)} or an import path 'module:app'")
+    s.add_argument("--address", default=None)
+    s.add_argument("--port", type=int, default=8000)
+    return p
+
+
+def _print_list(as_json: bool) -> None:
+    rows = registry.METHODS
+    if as_json:
+        print(json.dumps([registry.details(m) for m in rows], indent=1))
+        return
+    print(f"{'name':20} {'status':12} {'family':12} paper")
+    for m in rows:
+        print(f"{m.name:20} {m.status:12} {m.family:12} {m.title}")
+    n = len(registry.implemented())
+    print(f"\n{len(rows)} methods: {n} implemented, {len(rows) - n} planned")
+
+
+def _print_record(record: dict) -> None:
+    print(f"{record['name']} ({record['kind']}, size={record['size']}, seed={record['seed']})")
+    print(f"  paper: {record['paper']}")
+
+    def flat(prefix, obj):
+        for k, v in obj.items():
+            key = f"{prefix}{k}"
+            if isinstance(v, dict):
+                if k == "cases":
+                    continue
+                yield from flat(f"{key}.", v)
+            else:
+                yield key, v
+
+    base = record["baselines"]
+    print("  metrics:")
+    for k, v in flat("", record["metrics"]):
+        print(f"    {k:38} {_fmt(v)}")
+    if base:
+        print("  baselines:")
+        for b, vals in base.items():
+            print(f"    {b}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in flat("", vals)))
+    _print_claims([record])
+    env = record["env"]
+    print(f"  env: {env['seconds']} s, {env['ray_nodes']} node(s), {env['cpus']} CPUs, "
+          f"{env['tasks']} Ray tasks on {env['worker_pids']} worker process(es)")
+
+
+def _fmt(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _print_claims(records: Sequence[dict]) -> None:
+    print(f"  {'method':16} {'holds':6} claim  [measured]")
+    for rec in records:
+        for c in rec["claims"]:
+            print(f"  {rec['name']:16} {str(c['holds']):6} {c['text']}  [{c['measured']}]")
+
+
+def _run_or_bench(args) -> int:
+    from rayml import experiments, runtime
+
+    fn = experiments.run if args.command == "run" else experiments.bench
+    size = args.size or "full"
+    overrides = experiments.parse_overrides(args.set)
+    if args.name == "all":
+        names = [m.name for m in registry.implemented()]
+    else:
+        m = registry.get(args.name)
+        if m.status != registry.IMPLEMENTED:
+            raise UsageError(f"method {args.name!r} is planned, not implemented yet")
+        names = [args.name]
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    records = []
+    for name in names:
+        json_path = args.json_path
+        out_dir = args.out_dir
+        if len(names) > 1:
+            json_path = None
+            out_dir = f"{args.out_dir}/{name}" if args.out_dir else None
+        rec = fn(name, size=size, seed=args.seed, overrides=overrides if len(names) == 1 else None,
+                 address=args.address, json_path=json_path, out_dir=out_dir, workers=args.workers)
+        records.append(rec)
+        _print_record(rec)
+        print()
+    if len(names) > 1:
+        print("summary:")
+        _print_claims(records)
+        if args.json_path:
+            from rayml import results
+
+            results.check_writable(args.json_path, is_dir=False)
+            results.write_json({"schema_version": 1, "kind": f"{args.command}-all", "records": records},
+                               args.json_path)
+    runtime.shutdown()
+    return 0
+
+
+def _serve(args) -> int:
+    import time
+
+    from ray import serve
+
+    from rayml import runtime
+
+    target = SERVE_APPS.get(args.app, args.app)
+    if ":" not in target:
+        raise UsageError(f"app {args.app!r}: expected one of {sorted(SERVE_APPS)} or 'module:app'")
+    import importlib
+
+    module, _, attr = target.partition(":")
+    try:
+        app = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"app {args.app!r}: cannot import {target} ({exc})") from None
+    runtime.connect(args.address)
+    serve.start(http_options={"host": "127.0.0.1", "port": args.port})
+    serve.run(app, name=args.app.replace(":", "-").replace(".", "-"), route_prefix="/")
+    print(f"serving {target} on http://127.0.0.1:{args.port}/ (Ctrl-C to stop)", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        serve.shutdown()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``rayml`` command; returns the exit code."""
+    from rayml.runtime import ConnectError
+
+    try:
+        args = _build_parser().parse_args(argv)
+        if args.command == "list":
+            _print_list(args.json)
+            return 0
+        if args.command in ("run", "bench"):
+            return _run_or_bench(args)
+        return _serve(args)
+    except (UsageError, ConnectError, ValueError, KeyError) as exc:
+        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        print(f"rayml: error: {msg}".splitlines()[0], file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""Reproductions: one module per method, each exposing ``EXPERIMENT`` (an ``Experiment``).
+
+``run(name, ...)`` and ``bench(name, ...)`` are what ``rayml run`` / ``rayml bench`` call; they
+return the result record of ``rayml.results`` (and write it where asked).
+
+Examples:
+    >>> from rayml import experiments
+    >>> record = experiments.run("gs-poweropt", size="tiny", seed=0)   # doctest: +SKIP
+    >>> record["claims"][0]["holds"]                                   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from rayml import registry, results, runtime
+from rayml.results import Claim
+
+__all__ = ["Experiment", "Outcome", "SIZES", "run", "bench", "resolve_config", "parse_overrides"]
+
+SIZES = ("tiny", "quick", "full")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an experiment's ``run``/``bench`` function measured.
+
+    Attributes:
+        metrics: the method's measured numbers (nested dicts of scalars).
+        baselines: ``{baseline name: {metric: value}}``.
+        tables: ``{table name: [row, ...]}``, tidy long format (``metric``/``value`` columns).
+        budget: what every method was given (evaluations, steps ...), recorded in ``config``.
+    """
+
+    metrics: Mapping[str, Any]
+    baselines: Mapping[str, Any] = field(default_factory=dict)
+    tables: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
+    budget: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A method's reproduction (``run``) and benchmark (``bench``).
+
+    Attributes:
+        name: the registered method name.
+        paper: the paper's title and venue.
+        ray: what of it runs on Ray (the README's method table shows it).
+        checked_against: what the implementation was checked against (paper text, authors'
+            code, abstract and secondary sources).
+        sizes: configs for ``tiny`` (tests), ``quick`` (``--quick``) and ``full``.
+        run: ``run(config, seed) -> Outcome``.
+        claims: the paper's claims, evaluated against the ``run`` record.
+        plots: ``plots(record) -> {name: matplotlib Figure}``.
+        bench_sizes, bench, bench_claims: the same for ``rayml bench``.
+    """
+
+    name: str
+    paper: str
+    ray: str
+    checked_against: str
+    sizes: Mapping[str, Mapping[str, Any]]
+    run: Callable[[Mapping[str, Any], int], Outcome]
+    claims: Sequence[Claim] = ()
+    plots: Callable[[Mapping], Mapping[str, Any]] | None = None
+    bench_sizes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    bench: Callable[[Mapping[str, Any], int], Outcome] | None = None
+    bench_claims: Sequence[Claim] = ()
+
+    def __post_init__(self):
+        missing = [s for s in SIZES if s not in self.sizes]
+        if missing:
+            raise ValueError(f"experiment {self.name!r} lacks sizes {missing}")
+
+
+def parse_overrides(pairs: Sequence[str]) -> dict:
+    """``["key=value", ...]`` to a dict; values are parsed as JSON when they parse, else strings."""
+    import json
+
+    out = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set {pair!r}: expected key=value")
+        try:
+            out[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key.strip()] = raw
+    return out
+
+
+def resolve_config(sizes: Mapping[str, Mapping], size: str, overrides: Mapping[str, Any] | None) -> dict:
+    """The config of ``size`` with ``overrides`` applied; unknown keys or wrong types are errors."""
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {SIZES}, got {size!r}")
+    config = dict(sizes[size])
+    for key, value in (overrides or {}).items():
+        if key not in config:
+            raise ValueError(f"--set {key}: unknown setting; known: {', '.join(sorted(config))}")
+        old = config[key]
+        if isinstance(old, bool) != isinstance(value, bool) or (
+            isinstance(old, (int, float)) and not isinstance(value, (int, float))
+        ) or (isinstance(old, (list, str)) and not isinstance(value, type(old))):
+            raise ValueError(f"--set {key}={value!r}: expected a value like {old!r}")
+        config[key] = value
+    return config
+
+
+def _execute(kind: str, name: str, *, size: str, seed: int, overrides, address, json_path, out_dir,
+             workers: int | None) -> dict:
+    method = registry.get(name)
+    experiment = method.load_experiment()
+    if kind == "bench" and experiment.bench is None:
+        raise ValueError(f"method {name!r} has no benchmark")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    sizes = experiment.sizes if kind == "run" else experiment.bench_sizes
+    config = resolve_config(sizes, size, overrides)
+    if json_path is not None:
+        results.check_writable(json_path, is_dir=False)
+    if out_dir is not None:
+        results.check_writable(out_dir, is_dir=True)
+    runtime.connect(address)
+    fn = experiment.run if kind == "run" else experiment.bench
+    runtime.reset_stats()
+    t0 = time.perf_counter()
+    with runtime.max_workers(workers):
+        outcome = fn(config, seed)
+    seconds = time.perf_counter() - t0
+    record = {
+        "schema_version": results.SCHEMA_VERSION,
+        "name": name,
+        "kind": kind,
+        "size": size,
+        "seed": seed,
+        "paper": experiment.paper,
+        "config": {**config, **({"budget": dict(outcome.budget)} if outcome.budget else {})},
+        "metrics": outcome.metrics,
+        "baselines": outcome.baselines,
+        "claims": [],
+        "tables": {k: list(v) for k, v in outcome.tables.items()},
+        "env": results.environment(seconds, runtime.stats()),
+    }
+    record = results.to_jsonable(record)
+    claims = experiment.claims if kind == "run" else experiment.bench_claims
+    record["claims"] = results.evaluate_claims(record, claims)
+    results.validate_record(record)
+    if json_path is not None:
+        results.write_json(record, json_path)
+    if out_dir is not None:
+        figures = experiment.plots(record) if (experiment.plots and kind == "run") else {}
+        results.write_outputs(record, out_dir, figures)
+    return record
+
+
+def run(name: str, *, size: str = "full", seed: int = 0, overrides: Mapping[str, Any] | None = None,
+        address: str | None = None, json_path=None, out_dir=None, workers: int | None = None) -> dict:
+    """Run method ``name``'s reproduction and return its result record.
+
+    Args:
+        name: a registered, implemented method.
+        size: ``tiny``, ``quick`` or ``full``.
+        seed: the root seed; every work item's seed is spawned from it.
+        overrides: settings replacing the size's config (``--set key=value``).
+        address: Ray address for ``rayml.runtime.connect``.
+        json_path: also write the record here (atomically).
+        out_dir: also write ``record.json``, ``results.parquet`` and plots here.
+        workers: at most this many Ray tasks at once (results do not depend on it).
+    """
+    return _execute("run", name, size=size, seed=seed, overrides=overrides, address=address,
+                    json_path=json_path, out_dir=out_dir, workers=workers)
+
+
+def bench(name: str, *, size: str = "full", seed: int = 0, overrides: Mapping[str, Any] | None = None,
+          address: str | None = None, json_path=None, out_dir=None, workers: int | None = None) -> dict:
+    """Run method ``name``'s benchmark and return its result record (``kind: "bench"``)."""
+    return _execute("bench", name, size=size, seed=seed, overrides=overrides, address=address,
+                    json_path=json_path, out_dir=out_dir, workers=workers)

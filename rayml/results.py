@@ -1,0 +1,334 @@
+"""The result record every ``rayml run`` / ``rayml bench`` writes, and the claims it evaluates.
+
+A record is one JSON object (``schema_version`` 1):
+``name, kind, size, seed, paper, config, metrics, baselines, claims, tables, env``.
+Claims are declared by the experiment as data before it runs (``Claim``); ``evaluate_claims``
+decides ``holds`` from the measured numbers, so no experiment sets its own verdict.
+Tables are tidy long-format rows (``metric`` / ``value`` columns plus keys such as ``method``,
+``case``, ``seed``); ``write_outputs`` also writes them to ``results.parquet`` and the
+experiment's plots as PNG. Every file is written to a temporary name and renamed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+import os
+import platform
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Claim",
+    "evaluate_claims",
+    "lookup",
+    "environment",
+    "validate_record",
+    "write_json",
+    "write_outputs",
+    "check_writable",
+    "to_jsonable",
+]
+
+SCHEMA_VERSION = 1
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+}
+TESTS = ("paired sign test over seeds", "wilcoxon signed-rank over seeds")
+ALPHA = 0.05
+RECORD_KEYS = (
+    "schema_version", "name", "kind", "size", "seed", "paper", "config",
+    "metrics", "baselines", "claims", "tables", "env",
+)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim of the paper, declared before the experiment runs.
+
+    ``holds`` is ``metric op compare + margin`` (for ``>``/``>=``) or ``metric op compare - margin``
+    (for ``<``/``<=``), and, when ``test`` is given, the one-sided paired test over seeds in the
+    claim's direction must also give ``p_value < 0.05``.
+
+    Args:
+        text: the claim in words.
+        metric: a dotted path into the record, e.g. ``"metrics.success_rate"``.
+        compare: a dotted path (``"baselines.homotopy.success_rate"``) or a number.
+        op: one of ``>``, ``>=``, ``<``, ``<=``.
+        margin: how far past ``compare`` the metric must be.
+        test: ``None`` or one of ``TESTS``.
+        table, value, a, b, pair_on: for a test, the rows of ``tables[table]`` matching filter
+            ``a`` and filter ``b`` are paired on the ``pair_on`` columns and their ``value``
+            column compared.
+    """
+
+    text: str
+    metric: str
+    compare: str | float
+    op: str = ">"
+    margin: float = 0.0
+    test: str | None = None
+    table: str | None = None
+    value: str = "value"
+    a: Mapping[str, Any] = field(default_factory=dict)
+    b: Mapping[str, Any] = field(default_factory=dict)
+    pair_on: tuple[str, ...] = ("seed",)
+
+    def __post_init__(self):
+        if self.op not in _OPS:
+            raise ValueError(f"Claim.op must be one of {sorted(_OPS)}, got {self.op!r}")
+        if self.test is not None:
+            if self.test not in TESTS:
+                raise ValueError(f"Claim.test must be None or one of {TESTS}, got {self.test!r}")
+            if not self.table:
+                raise ValueError("Claim.table is required when Claim.test is given")
+
+
+def lookup(record: Mapping, path: str) -> Any:
+    """The value at a dotted ``path`` of ``record`` (``KeyError`` naming the path if absent)."""
+    node: Any = record
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            raise KeyError(f"claim path {path!r}: no {part!r} in the record")
+        node = node[part]
+    return node
+
+
+def _paired_values(rows: Sequence[Mapping], claim: Claim) -> tuple[np.ndarray, np.ndarray]:
+    def select(flt):
+        out = {}
+        for r in rows:
+            if all(r.get(k) == v for k, v in flt.items()):
+                out[tuple(r.get(k) for k in claim.pair_on)] = float(r[claim.value])
+        return out
+
+    xa, xb = select(claim.a), select(claim.b)
+    keys = sorted(set(xa) & set(xb), key=repr)
+    return np.array([xa[k] for k in keys]), np.array([xb[k] for k in keys])
+
+
+def _one_sided_p(a: np.ndarray, b: np.ndarray, greater: bool, test: str) -> float:
+    from scipy import stats
+
+    d = (a - b) if greater else (b - a)
+    d = d[np.isfinite(d)]
+    if test.startswith("paired sign"):
+        nz = d[d != 0]
+        if nz.size == 0:
+            return 1.0
+        return float(stats.binomtest(int((nz > 0).sum()), nz.size, 0.5, alternative="greater").pvalue)
+    if np.all(d == 0) or d.size == 0:
+        return 1.0
+    return float(stats.wilcoxon(d, alternative="greater", zero_method="wilcox").pvalue)
+
+
+def _fmt(x: Any) -> str:
+    if isinstance(x, float):
+        return f"{x:.4g}"
+    return str(x)
+
+
+def evaluate_claims(record: Mapping, claims: Sequence[Claim]) -> list[dict]:
+    """Evaluate each claim against the measured numbers of ``record``; returns JSON-ready dicts."""
+    out = []
+    for c in claims:
+        value = float(lookup(record, c.metric))
+        ref = float(c.compare) if isinstance(c.compare, (int, float)) else float(lookup(record, c.compare))
+        greater = c.op in (">", ">=")
+        threshold = ref + c.margin if greater else ref - c.margin
+        holds = bool(_OPS[c.op](value, threshold)) and math.isfinite(value)
+        entry = {
+            "text": c.text,
+            "metric": c.metric,
+            "compare": c.compare,
+            "op": c.op,
+            "margin": c.margin,
+            "test": c.test,
+            "p_value": None,
+            "holds": holds,
+            "measured": f"{_fmt(value)} vs {_fmt(ref)}",
+        }
+        if c.test is not None:
+            rows = lookup(record, f"tables.{c.table}")
+            a, b = _paired_values(rows, c)
+            p = _one_sided_p(a, b, greater, c.test) if a.size else 1.0
+            entry["p_value"] = p
+            entry["holds"] = holds and p < ALPHA
+            entry["measured"] += f" over {a.size} paired seeds, p={p:.3g}"
+        out.append(entry)
+    return out
+
+
+def _git_commit() -> str | None:
+    here = Path(__file__).resolve().parent.parent
+    try:
+        res = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return res.stdout.strip() or None if res.returncode == 0 else None
+
+
+def environment(seconds: float, run_stats: Mapping[str, int]) -> dict:
+    """Provenance: cluster size, versions, git commit, wall time, and the Ray work that ran."""
+    import ray
+
+    from rayml import __version__, runtime
+
+    info = runtime.cluster_info() if runtime.is_connected() else {"ray_nodes": 0, "cpus": 0, "gpus": 0}
+    try:
+        import torch
+
+        torch_version = torch.__version__
+    except ImportError:  # pragma: no cover - torch is a dependency
+        torch_version = None
+    return {
+        **info,
+        "seconds": round(float(seconds), 3),
+        "rayml": __version__,
+        "git": _git_commit(),
+        "python": platform.python_version(),
+        "torch": torch_version,
+        "ray": ray.__version__,
+        "tasks": int(run_stats.get("tasks", 0)),
+        "worker_pids": int(run_stats.get("worker_pids", 0)),
+    }
+
+
+def to_jsonable(x: Any) -> Any:
+    """Convert numpy scalars/arrays, tuples and dataclasses into plain JSON types (NaN -> None)."""
+    if hasattr(x, "__dataclass_fields__"):
+        return to_jsonable(asdict(x))
+    if isinstance(x, Mapping):
+        return {str(k): to_jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [to_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return to_jsonable(x.tolist())
+    if isinstance(x, (np.bool_, bool)):
+        return bool(x)
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        x = float(x)
+        return x if math.isfinite(x) else None
+    return x
+
+
+def validate_record(record: Mapping) -> None:
+    """Raise ``ValueError`` naming what is missing or malformed in a result record."""
+    missing = [k for k in RECORD_KEYS if k not in record]
+    if missing:
+        raise ValueError(f"result record is missing {missing}")
+    if record["schema_version"] != SCHEMA_VERSION:
+        raise ValueError(f"schema_version must be {SCHEMA_VERSION}")
+    if record["kind"] not in ("run", "bench"):
+        raise ValueError(f"kind must be 'run' or 'bench', got {record['kind']!r}")
+    for key in ("config", "metrics", "baselines", "tables", "env"):
+        if not isinstance(record[key], Mapping):
+            raise ValueError(f"{key} must be an object")
+    for name, rows in record["tables"].items():
+        if not isinstance(rows, list) or any(not isinstance(r, Mapping) for r in rows):
+            raise ValueError(f"tables.{name} must be a list of row objects")
+    for c in record["claims"]:
+        for key in ("text", "metric", "compare", "op", "holds", "measured"):
+            if key not in c:
+                raise ValueError(f"claim {c.get('text')!r} is missing {key!r}")
+    for key in ("ray_nodes", "cpus", "seconds", "rayml", "python", "ray", "tasks", "worker_pids"):
+        if key not in record["env"]:
+            raise ValueError(f"env is missing {key!r}")
+    json.dumps(record, allow_nan=False)
+
+
+def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def write_json(record: Mapping, path: str | os.PathLike) -> Path:
+    """Write ``record`` as JSON to ``path`` atomically (temporary file, then rename)."""
+    path = Path(path)
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w") as fh:
+            json.dump(record, fh, indent=1, allow_nan=False)
+            fh.write("\n")
+
+    _atomic_write(path, write)
+    return path
+
+
+def check_writable(path: str | os.PathLike, *, is_dir: bool) -> None:
+    """Raise ``ValueError`` before any work starts if ``path`` cannot be written."""
+    p = Path(path)
+    target = p if is_dir else p.parent
+    probe = target
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise ValueError(f"{'--out' if is_dir else '--json'} {str(path)!r}: cannot write under {str(probe)!r}")
+    if p.exists() and (p.is_dir() != is_dir):
+        kind = "a directory" if is_dir else "a file"
+        raise ValueError(f"{'--out' if is_dir else '--json'} {str(path)!r}: exists and is not {kind}")
+
+
+def tidy_rows(record: Mapping) -> list[dict]:
+    """All tables of ``record`` as one list of rows with a ``table`` column added."""
+    rows = []
+    for name, table in record["tables"].items():
+        for r in table:
+            rows.append({"table": name, "name": record["name"], "kind": record["kind"], **r})
+    return rows
+
+
+def write_outputs(record: Mapping, out_dir: str | os.PathLike, figures: Mapping[str, Any] | None = None) -> list[Path]:
+    """Write ``record.json``, ``results.parquet`` and ``<plot>.png`` files into ``out_dir``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = Path(out_dir)
+    written = [write_json(record, out / "record.json")]
+    rows = tidy_rows(record)
+    if rows:
+        columns = sorted({k for r in rows for k in r})
+        data = {}
+        for col in columns:
+            vals = [r.get(col) for r in rows]
+            if all(v is None or isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+                data[col] = pa.array([None if v is None else float(v) for v in vals], type=pa.float64())
+            else:
+                data[col] = pa.array([None if v is None else str(v) for v in vals], type=pa.string())
+        table = pa.table(data)
+        _atomic_write(out / "results.parquet", lambda tmp: pq.write_table(table, tmp))
+        written.append(out / "results.parquet")
+    for name, fig in (figures or {}).items():
+        target = out / f"{name}.png"
+        _atomic_write(target, lambda tmp, fig=fig: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"))
+        written.append(target)
+    return written

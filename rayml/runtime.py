@@ -1,0 +1,440 @@
+"""The Ray runtime: the only module in rayml that calls ``ray.init``.
+
+``connect`` joins or starts Ray, ``pmap`` maps a function over items as Ray tasks (ordered,
+chunked, bounded in flight, retried on system failures), ``seeds`` gives per-item seeds that do
+not depend on how many workers run them, and ``stats`` counts the tasks and worker processes
+that really ran the work (experiments put them in their result record).
+
+Examples:
+    >>> from rayml import runtime
+    >>> runtime.connect()                                # doctest: +SKIP
+    >>> runtime.pmap(lambda x: x * x, range(5), progress=False)  # doctest: +SKIP
+    [0, 1, 4, 9, 16]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+__all__ = [
+    "ConnectError",
+    "PmapItemError",
+    "connect",
+    "shutdown",
+    "is_connected",
+    "cluster_info",
+    "pmap",
+    "seeds",
+    "stats",
+    "reset_stats",
+    "max_workers",
+    "pin_threads",
+    "BatchEvaluator",
+    "batch_evaluator",
+]
+
+_OWNED = False  # True when connect() started or joined the Ray this process is connected to
+_LOCK = threading.Lock()
+_MAX_WORKERS: int | None = None
+
+
+class ConnectError(RuntimeError):
+    """Ray could not be reached at the address given."""
+
+
+class PmapItemError(RuntimeError):
+    """The user's function raised on one item; ``index`` names the item, ``__cause__`` the error."""
+
+    def __init__(self, index: int, error: BaseException, tb: str = ""):
+        super().__init__(f"pmap: item {index} raised {type(error).__name__}: {error}\n{tb}".rstrip())
+        self.index = index
+        self.error = error
+        self.tb = tb
+
+    def __reduce__(self):
+        return (PmapItemError, (self.index, self.error, self.tb))
+
+
+@dataclass
+class _Stats:
+    tasks: int = 0
+    worker_pids: set = field(default_factory=set)
+    nodes: set = field(default_factory=set)
+
+
+_STATS = _Stats()
+
+
+def stats() -> dict:
+    """Counts of Ray tasks, distinct worker processes and nodes used by ``pmap`` since the last reset."""
+    return {
+        "tasks": _STATS.tasks,
+        "worker_pids": len(_STATS.worker_pids),
+        "nodes_used": len(_STATS.nodes),
+    }
+
+
+def reset_stats() -> None:
+    """Zero the counters that ``stats`` reports."""
+    global _STATS
+    _STATS = _Stats()
+
+
+def _check_reachable(address: str, timeout_s: float = 3.0) -> None:
+    """Fail fast on an address nothing listens on, instead of letting ray.init wait a minute."""
+    target = address.split("://", 1)[-1]
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConnectError(f"address={address!r}: expected 'auto', 'host:port' or 'ray://host:port'")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise ConnectError(f"address={address!r}: nothing answers there ({exc})") from None
+
+
+def connect(address: str | None = None, **kwargs: Any) -> dict:
+    """Join a running Ray or start an embedded one; idempotent.
+
+    Args:
+        address: ``None`` uses ``RAY_ADDRESS`` if set, else starts an embedded local Ray sized to
+            the machine; ``"auto"`` joins the cluster this machine belongs to; ``"host:port"`` or
+            ``"ray://host:port"`` joins that cluster.
+        **kwargs: passed to ``ray.init`` when a new Ray is started (``num_cpus``,
+            ``object_store_memory``, ``runtime_env`` ...).
+
+    Returns:
+        ``cluster_info()`` of the Ray now connected.
+
+    Raises:
+        ConnectError: the address cannot be reached.
+    """
+    global _OWNED
+    import ray
+
+    with _LOCK:
+        if ray.is_initialized():
+            return cluster_info()
+        if address is None:
+            address = os.environ.get("RAY_ADDRESS") or None
+        if address is not None and address != "auto" and address != "local":
+            _check_reachable(address)
+        kwargs.setdefault("include_dashboard", False)
+        kwargs.setdefault("logging_level", "WARNING")
+        kwargs.setdefault("log_to_driver", True)
+        try:
+            if address is None or address == "local":
+                ray.init(**kwargs)
+            else:
+                for key in ("num_cpus", "num_gpus", "object_store_memory", "include_dashboard"):
+                    kwargs.pop(key, None)
+                ray.init(address=address, **kwargs)
+            _OWNED = True
+        except ConnectionError as exc:
+            raise ConnectError(f"address={address!r}: {exc}") from None
+    return cluster_info()
+
+
+def is_connected() -> bool:
+    """Whether this process is connected to Ray."""
+    import ray
+
+    return ray.is_initialized()
+
+
+def shutdown() -> None:
+    """Undo ``connect``: stop the embedded Ray it started, or leave the cluster it joined.
+
+    A Ray that this process joined (``address="auto"``) keeps running: ``ray.shutdown`` only
+    disconnects the driver there. A Ray connected by someone else's ``ray.init`` is left alone.
+    """
+    global _OWNED
+    import ray
+
+    with _LOCK:
+        if _OWNED and ray.is_initialized():
+            ray.shutdown()
+        _OWNED = False
+
+
+def cluster_info() -> dict:
+    """Nodes, CPUs and GPUs of the connected Ray (alive nodes only)."""
+    import ray
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    res = ray.cluster_resources()
+    return {
+        "ray_nodes": len(nodes),
+        "cpus": int(res.get("CPU", 0)),
+        "gpus": int(res.get("GPU", 0)),
+    }
+
+
+def seeds(seed: int | np.random.SeedSequence, n: int) -> list[int]:
+    """``n`` independent 63-bit seeds spawned from ``seed`` (numpy ``SeedSequence.spawn``).
+
+    The i-th seed depends only on ``seed`` and ``i``, so work items seeded this way give the same
+    results whatever the number of workers or the chunking.
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"n must be an integer >= 0, got {n!r}")
+    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(int(seed))
+    return [int(c.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)) for c in ss.spawn(int(n))]
+
+
+@contextlib.contextmanager
+def max_workers(n: int | None):
+    """Limit how many ``pmap`` tasks run at once inside the block (``None``: no limit).
+
+    Used to show that results do not depend on the number of workers.
+    """
+    global _MAX_WORKERS
+    if n is not None and (not isinstance(n, int) or n < 1):
+        raise ValueError(f"max_workers: n must be a positive integer or None, got {n!r}")
+    old, _MAX_WORKERS = _MAX_WORKERS, n
+    try:
+        yield
+    finally:
+        _MAX_WORKERS = old
+
+
+def pin_threads(num_threads: int) -> None:
+    """Pin torch's intra-op threads to the CPUs a task asked for (no-op if torch is not loaded)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and num_threads >= 1:
+        torch.set_num_threads(int(num_threads))
+
+
+def _run_chunk(fn: Callable, items: Sequence, start: int, shared: Any, has_shared: bool, threads: int):
+    import traceback
+
+    import ray
+
+    pin_threads(threads)
+    out = []
+    for offset, item in enumerate(items):
+        try:
+            out.append(fn(item, shared) if has_shared else fn(item))
+        except Exception as exc:  # noqa: BLE001 - re-raised with the item's index
+            raise PmapItemError(start + offset, exc, traceback.format_exc(limit=8)) from exc
+    ctx = ray.get_runtime_context()
+    return out, os.getpid(), ctx.get_node_id()
+
+
+def _auto_chunk(n: int, slots: int) -> int:
+    # About four chunks per slot balances load while keeping each task well past Ray's overhead.
+    return max(1, math.ceil(n / max(1, 4 * slots)))
+
+
+def pmap(
+    fn: Callable,
+    items: Iterable,
+    *,
+    shared: Any = None,
+    num_cpus: float = 1,
+    num_gpus: float = 0,
+    chunk_size: int | str = "auto",
+    max_retries: int = 3,
+    max_in_flight: int | None = None,
+    timeout_s: float | None = None,
+    progress: bool = True,
+    desc: str = "pmap",
+) -> list:
+    """Map ``fn`` over ``items`` as Ray tasks and return the results in order.
+
+    Args:
+        fn: a picklable function of one item (or of ``(item, shared)`` when ``shared`` is given).
+        items: the work items; each should carry its own seed (see ``seeds``).
+        shared: a large argument put in the object store once and passed to every call.
+        num_cpus, num_gpus: resources each task asks for; torch threads are pinned to num_cpus.
+        chunk_size: items per task, or ``"auto"`` (about four tasks per slot).
+        max_retries: retries of a task lost to a system failure (a dead worker or node). Errors
+            raised by ``fn`` are not retried.
+        max_in_flight: tasks submitted at once (backpressure); default: the slots the cluster
+            has for tasks of this size, capped by ``max_workers``.
+        timeout_s: the longest one task may run; past it the map raises ``TimeoutError``.
+        progress: show a progress bar (tqdm on stderr) when there are several tasks.
+        desc: the progress bar's label.
+
+    Returns:
+        ``[fn(item) for item in items]``, computed on the cluster.
+
+    Raises:
+        PmapItemError: ``fn`` raised; ``.index`` is the failing item's index.
+        TimeoutError: a task ran past ``timeout_s``.
+    """
+    import ray
+
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    items = list(items)
+    if num_cpus < 0 or num_gpus < 0:
+        raise ValueError(f"num_cpus and num_gpus must be >= 0, got {num_cpus}, {num_gpus}")
+    if not (chunk_size == "auto" or (isinstance(chunk_size, int) and chunk_size >= 1)):
+        raise ValueError(f"chunk_size must be 'auto' or a positive integer, got {chunk_size!r}")
+    if not isinstance(max_retries, int) or max_retries < 0:
+        raise ValueError(f"max_retries must be an integer >= 0, got {max_retries!r}")
+    if timeout_s is not None and timeout_s <= 0:
+        raise ValueError(f"timeout_s must be > 0 or None, got {timeout_s!r}")
+    if not items:
+        return []
+    connect()
+
+    info = cluster_info()
+    slots = int(info["cpus"] // num_cpus) if num_cpus > 0 else max(1, info["cpus"])
+    if num_gpus > 0:
+        slots = min(slots, int(info["gpus"] // num_gpus))
+    slots = max(1, slots)
+    if _MAX_WORKERS is not None:
+        slots = min(slots, _MAX_WORKERS)
+    in_flight_cap = max_in_flight if max_in_flight is not None else slots
+    if _MAX_WORKERS is not None:
+        in_flight_cap = min(in_flight_cap, _MAX_WORKERS)
+    size = _auto_chunk(len(items), slots) if chunk_size == "auto" else int(chunk_size)
+    chunks = [(start, items[start : start + size]) for start in range(0, len(items), size)]
+
+    remote = ray.remote(_run_chunk).options(
+        num_cpus=num_cpus,
+        num_gpus=num_gpus,
+        max_retries=max_retries,
+        retry_exceptions=False,
+    )
+    fn_ref = ray.put(fn)
+    shared_ref = ray.put(shared) if shared is not None else None
+    threads = max(1, int(num_cpus)) if num_cpus else 1
+
+    results: list = [None] * len(chunks)
+    pending: dict = {}  # ref -> (chunk index, submit time)
+    next_chunk = 0
+    bar = None
+    if progress and len(chunks) > 1:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(items), desc=desc, leave=False, file=sys.stderr)
+    try:
+        while next_chunk < len(chunks) or pending:
+            while next_chunk < len(chunks) and len(pending) < in_flight_cap:
+                start, chunk = chunks[next_chunk]
+                ref = remote.remote(fn_ref, chunk, start, shared_ref, shared is not None, threads)
+                pending[ref] = (next_chunk, time.monotonic())
+                next_chunk += 1
+            wait_s = 1.0 if timeout_s is None else min(1.0, timeout_s)
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=wait_s)
+            for ref in done:
+                idx, _t = pending.pop(ref)
+                try:
+                    out, pid, node = ray.get(ref)
+                except ray.exceptions.RayTaskError as exc:
+                    cause = exc.as_instanceof_cause()
+                    if isinstance(cause, PmapItemError):
+                        raise PmapItemError(cause.index, cause.error, cause.tb) from None
+                    raise
+                results[idx] = out
+                _STATS.tasks += 1
+                _STATS.worker_pids.add((node, pid))
+                _STATS.nodes.add(node)
+                if bar is not None:
+                    bar.update(len(out))
+            if timeout_s is not None:
+                now = time.monotonic()
+                for ref, (idx, t0) in list(pending.items()):
+                    if now - t0 > timeout_s:
+                        for r in pending:
+                            ray.cancel(r, force=True)
+                        start = chunks[idx][0]
+                        raise TimeoutError(
+                            f"pmap: the task holding items {start}..{start + len(chunks[idx][1]) - 1}"
+                            f" ran past timeout_s={timeout_s}"
+                        )
+    except BaseException:
+        for ref in pending:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    return [r for chunk_out in results for r in chunk_out]
+
+
+def _evaluate_block(fn: Callable, block: np.ndarray, threads: int):
+    import ray
+
+    pin_threads(threads)
+    try:
+        values = np.asarray(fn(block), dtype=float)
+        if values.shape != (block.shape[0],):
+            raise ValueError
+    except (ValueError, TypeError, IndexError):
+        values = np.array([float(fn(row)) for row in block])
+    return values, os.getpid(), ray.get_runtime_context().get_node_id()
+
+
+class BatchEvaluator:
+    """Evaluate ``f`` on a batch of points ``(K, d)`` by splitting the rows over Ray tasks.
+
+    ``f`` is put in the object store once; each call submits one task per block of rows and
+    returns the ``(K,)`` values in order. Use it as the ``evaluator`` of rayml's optimisers when
+    ``f`` is an expensive black box.
+
+    Args:
+        f: the objective, vectorised over rows or not.
+        blocks: tasks per batch; default: the slots the cluster has (capped by ``max_workers``).
+        num_cpus: CPUs each task asks for.
+        max_retries: retries of a block lost to a system failure.
+    """
+
+    def __init__(self, f: Callable, *, blocks: int | None = None, num_cpus: float = 1, max_retries: int = 3):
+        import ray
+
+        if not callable(f):
+            raise TypeError("f must be callable")
+        if blocks is not None and (not isinstance(blocks, int) or blocks < 1):
+            raise ValueError(f"blocks must be a positive integer or None, got {blocks!r}")
+        connect()
+        self.blocks = blocks
+        self.num_cpus = num_cpus
+        self._f_ref = ray.put(f)
+        self._remote = ray.remote(_evaluate_block).options(
+            num_cpus=num_cpus, max_retries=max_retries, retry_exceptions=False
+        )
+
+    def _n_blocks(self, n: int) -> int:
+        if self.blocks is not None:
+            want = self.blocks
+        else:
+            want = max(1, int(cluster_info()["cpus"] // max(self.num_cpus, 1e-9)))
+            self.blocks = want  # the cluster's size is read once
+        if _MAX_WORKERS is not None:
+            want = min(want, _MAX_WORKERS)
+        return max(1, min(n, want))
+
+    def __call__(self, points: np.ndarray) -> np.ndarray:
+        import ray
+
+        points = np.asarray(points, dtype=float)
+        parts = np.array_split(points, self._n_blocks(points.shape[0]))
+        threads = max(1, int(self.num_cpus))
+        refs = [self._remote.remote(self._f_ref, part, threads) for part in parts if len(part)]
+        out = []
+        for values, pid, node in ray.get(refs):
+            out.append(values)
+            _STATS.tasks += 1
+            _STATS.worker_pids.add((node, pid))
+            _STATS.nodes.add(node)
+        return np.concatenate(out)
+
+
+def batch_evaluator(f: Callable, **kwargs: Any) -> BatchEvaluator:
+    """A ``BatchEvaluator`` for ``f`` (see there)."""
+    return BatchEvaluator(f, **kwargs)
