@@ -1,4 +1,4 @@
-"""``rayml list | run | bench | serve | train``: the command line.
+"""``rayml list | run | bench | serve | package | doctor``: the command line.
 
 Bad input (an unknown method, a bad flag, an unreachable ``--address``, an unwritable ``--out``)
 prints one line ``rayml: error: ...`` and exits with code 2, before any work or output.
@@ -36,6 +36,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("list", help="the registered methods and their status")
     ls.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ls.add_argument("--markdown", action="store_true", help="print the README's method table")
 
     for name, what in (("run", "the method's reproduction"), ("bench", "the method's benchmark")):
         r = sub.add_parser(name, help=f"run {what} and print/write its result record")
@@ -53,6 +54,13 @@ def _build_parser() -> argparse.ArgumentParser:
         r.add_argument("--address", default=None, help="Ray address: 'auto', 'host:port', 'ray://...'")
         r.add_argument("--workers", type=int, default=None, help="at most this many Ray tasks at once")
 
+    pk = sub.add_parser("package", help="assemble rayml as one folder for a job's runtime_env py_modules")
+    pk.add_argument("dest", help="the folder to write; prints the path to pass in py_modules")
+
+    dr = sub.add_parser("doctor", help="where the driver and Ray workers import rayml from")
+    dr.add_argument("--address", default=None)
+    dr.add_argument("--tasks", type=int, default=4)
+
     s = sub.add_parser("serve", help="run a Serve app on the connected Ray (blocks)")
     s.add_argument("app", help=f"one of {sorted(SERVE_APPS)} or an import path 'module:app'")
     s.add_argument("--address", default=None)
@@ -60,8 +68,23 @@ def _build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _print_list(as_json: bool) -> None:
+def markdown_table() -> str:
+    """The README's method table, from the registry (a test keeps the README in sync)."""
+    lines = ["| method | paper (ICML 2025) | family | status | what runs on Ray | checked against |",
+             "|---|---|---|---|---|---|"]
+    for m in registry.METHODS:
+        row = registry.details(m)
+        title = m.title.removesuffix(" (ICML 2025)")
+        lines.append(f"| {m.name} | {title} | {m.family} | {m.status} | {row.get('ray', '')} | "
+                     f"{row.get('checked_against', '')} |")
+    return "\n".join(lines)
+
+
+def _print_list(as_json: bool, as_markdown: bool = False) -> None:
     rows = registry.METHODS
+    if as_markdown:
+        print(markdown_table())
+        return
     if as_json:
         print(json.dumps([registry.details(m) for m in rows], indent=1))
         return
@@ -112,7 +135,7 @@ def _print_claims(records: Sequence[dict]) -> None:
 
 
 def _run_or_bench(args) -> int:
-    from rayml import experiments, runtime
+    from rayml import experiments
 
     fn = experiments.run if args.command == "run" else experiments.bench
     size = args.size or "full"
@@ -147,7 +170,6 @@ def _run_or_bench(args) -> int:
             results.check_writable(args.json_path, is_dir=False)
             results.write_json({"schema_version": 1, "kind": f"{args.command}-all", "records": records},
                                args.json_path)
-    runtime.shutdown()
     return 0
 
 
@@ -187,10 +209,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _build_parser().parse_args(argv)
         if args.command == "list":
-            _print_list(args.json)
+            _print_list(args.json, args.markdown)
             return 0
         if args.command in ("run", "bench"):
             return _run_or_bench(args)
+        if args.command == "package":
+            from rayml import runtime
+
+            print(runtime.package_for_cluster(args.dest))
+            return 0
+        if args.command == "doctor":
+            from rayml import runtime
+
+            runtime.connect(args.address)
+            print(json.dumps(runtime.doctor(args.tasks), indent=1))
+            return 0
         return _serve(args)
     except (UsageError, ConnectError, ValueError, KeyError) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)

@@ -132,6 +132,11 @@ def _one_sided_p(a: np.ndarray, b: np.ndarray, greater: bool, test: str) -> floa
     return float(stats.wilcoxon(d, alternative="greater", zero_method="wilcox").pvalue)
 
 
+def _number(x: Any) -> float:
+    """A claim's operand as a float; ``None`` (an unmeasurable or non-finite metric) is NaN."""
+    return float("nan") if x is None else float(x)
+
+
 def _fmt(x: Any) -> str:
     if isinstance(x, float):
         return f"{x:.4g}"
@@ -142,11 +147,12 @@ def evaluate_claims(record: Mapping, claims: Sequence[Claim]) -> list[dict]:
     """Evaluate each claim against the measured numbers of ``record``; returns JSON-ready dicts."""
     out = []
     for c in claims:
-        value = float(lookup(record, c.metric))
-        ref = float(c.compare) if isinstance(c.compare, (int, float)) else float(lookup(record, c.compare))
+        value = _number(lookup(record, c.metric))
+        ref = _number(c.compare if isinstance(c.compare, (int, float)) else lookup(record, c.compare))
         greater = c.op in (">", ">=")
         threshold = ref + c.margin if greater else ref - c.margin
-        holds = bool(_OPS[c.op](value, threshold)) and math.isfinite(value)
+        # A metric that could not be measured (None/NaN) never makes a claim hold.
+        holds = bool(_OPS[c.op](value, threshold)) and math.isfinite(value) and math.isfinite(ref)
         entry = {
             "text": c.text,
             "metric": c.metric,
@@ -287,15 +293,14 @@ def write_json(record: Mapping, path: str | os.PathLike) -> Path:
 def check_writable(path: str | os.PathLike, *, is_dir: bool) -> None:
     """Raise ``ValueError`` before any work starts if ``path`` cannot be written."""
     p = Path(path)
-    target = p if is_dir else p.parent
-    probe = target
+    flag = "--out" if is_dir else "--json"
+    if p.exists() and p.is_dir() != is_dir:
+        raise ValueError(f"{flag} {str(path)!r}: exists and is not {'a directory' if is_dir else 'a file'}")
+    probe = p if is_dir else p.parent
     while not probe.exists():
         probe = probe.parent
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise ValueError(f"{'--out' if is_dir else '--json'} {str(path)!r}: cannot write under {str(probe)!r}")
-    if p.exists() and (p.is_dir() != is_dir):
-        kind = "a directory" if is_dir else "a file"
-        raise ValueError(f"{'--out' if is_dir else '--json'} {str(path)!r}: exists and is not {kind}")
+        raise ValueError(f"{flag} {str(path)!r}: cannot write under {str(probe)!r}")
 
 
 def tidy_rows(record: Mapping) -> list[dict]:

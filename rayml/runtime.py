@@ -41,6 +41,8 @@ __all__ = [
     "pin_threads",
     "BatchEvaluator",
     "batch_evaluator",
+    "package_for_cluster",
+    "doctor",
 ]
 
 _OWNED = False  # True when connect() started or joined the Ray this process is connected to
@@ -134,7 +136,9 @@ def connect(address: str | None = None, **kwargs: Any) -> dict:
         kwargs.setdefault("log_to_driver", True)
         try:
             if address is None or address == "local":
-                ray.init(**kwargs)
+                # "local" always starts a new instance: without it ray.init() would join
+                # whatever `ray start` cluster this machine last ran.
+                ray.init(address="local", **kwargs)
             else:
                 for key in ("num_cpus", "num_gpus", "object_store_memory", "include_dashboard"):
                     kwargs.pop(key, None)
@@ -438,3 +442,58 @@ class BatchEvaluator:
 def batch_evaluator(f: Callable, **kwargs: Any) -> BatchEvaluator:
     """A ``BatchEvaluator`` for ``f`` (see there)."""
     return BatchEvaluator(f, **kwargs)
+
+
+def package_for_cluster(dest: str | os.PathLike) -> str:
+    """Assemble the installed rayml as one importable folder ``dest/rayml`` for Ray's ``py_modules``.
+
+    ``rayml.actors`` and ``rayml.kernels`` come from the top-level ``actors/`` and ``kernels/``
+    folders at install time, so a source checkout's ``rayml/`` alone lacks them (and a wheel in
+    ``py_modules`` makes Ray ``pip install --target`` all of rayml's dependencies again). This
+    copies the three parts, without caches, into ``dest/rayml`` and returns that path: pass it as
+    ``{"py_modules": [path]}`` in a job's ``runtime_env``.
+    """
+    import shutil
+    import tempfile
+
+    import rayml
+    import rayml.actors
+    import rayml.kernels
+
+    dest = os.fspath(dest)
+    target = os.path.join(dest, "rayml")
+    os.makedirs(dest, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".rayml-pkg-", dir=dest)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    try:
+        root = os.path.join(staging, "rayml")
+        shutil.copytree(os.path.dirname(rayml.__file__), root, ignore=ignore)
+        for sub, mod in (("actors", rayml.actors), ("kernels", rayml.kernels)):
+            dst = os.path.join(root, sub)
+            if os.path.realpath(os.path.dirname(mod.__file__)) != os.path.realpath(dst):
+                shutil.rmtree(dst, ignore_errors=True)
+                shutil.copytree(os.path.dirname(mod.__file__), dst, ignore=ignore)
+        if os.path.exists(target):
+            shutil.rmtree(target)
+        os.replace(root, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _where_imported(_item: int) -> dict:
+    import socket as _socket
+
+    import rayml
+    import rayml.actors
+    import rayml.kernels
+
+    return {"host": _socket.gethostname(), "pid": os.getpid(), "rayml": rayml.__file__,
+            "actors": rayml.actors.__file__, "kernels": rayml.kernels.__file__}
+
+
+def doctor(n_tasks: int = 4) -> dict:
+    """Where the driver and the workers import rayml from, and the cluster's size."""
+    info = connect()
+    return {"cluster": info, "driver": _where_imported(0),
+            "workers": pmap(_where_imported, range(n_tasks), chunk_size=1, progress=False)}

@@ -17,6 +17,12 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 SHARED_RAY = dict(num_cpus=2, object_store_memory=200 * 1024 * 1024, include_dashboard=False)
 
 
+@pytest.fixture(scope="session")
+def ray_kwargs():
+    """The ``ray.init`` settings of the shared local Ray (for module-scoped fixtures)."""
+    return dict(SHARED_RAY)
+
+
 @pytest.fixture
 def ray_session():
     """The shared local Ray (2 CPUs), started on first use and reused."""
@@ -40,3 +46,14 @@ def isolated_ray():
     if ray.is_initialized():
         ray.shutdown()
     runtime.shutdown()
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Ship test-module functions to Ray workers by value: workers cannot import test modules."""
+    from ray import cloudpickle
+
+    for module in {item.module for item in items if getattr(item, "module", None) is not None}:
+        try:
+            cloudpickle.register_pickle_by_value(module)
+        except ValueError:
+            pass  # already registered

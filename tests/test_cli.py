@@ -1,0 +1,107 @@
+"""The ``rayml`` command: list, run/bench contract, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rayml import registry
+from rayml.cli import main
+
+
+def _one_line_error(capsys, argv):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("rayml: error:") and "\n" not in err, err
+    return err
+
+
+def test_list_shows_all_38_methods_honestly(capsys):
+    assert main(["list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 38 and len({r["name"] for r in rows}) == 38
+    for r in rows:
+        assert r["status"] in ("implemented", "planned")
+        # implemented exactly when the experiment module exists
+        exists = os.path.exists(os.path.join(os.path.dirname(registry.__file__), "experiments",
+                                             r["name"].replace("-", "_") + ".py"))
+        assert (r["status"] == "implemented") == exists, r["name"]
+        if r["status"] == "implemented":
+            assert r["ray"] and r["checked_against"]
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "38 methods" in out and "gs-poweropt" in out
+
+
+def test_unknown_method(capsys):
+    assert "unknown method 'nope'" in _one_line_error(capsys, ["run", "nope", "--size", "tiny"])
+
+
+def test_planned_method_is_not_run(capsys):
+    planned = next(m.name for m in registry.METHODS if m.status == "planned")
+    assert "planned" in _one_line_error(capsys, ["run", planned])
+
+
+def test_bad_flag(capsys):
+    _one_line_error(capsys, ["run", "gs-poweropt", "--bogus"])
+    _one_line_error(capsys, ["run", "gs-poweropt", "--size", "huge"])
+    _one_line_error(capsys, ["frobnicate"])
+
+
+def test_bad_set(capsys, tmp_path):
+    assert "unknown setting" in _one_line_error(capsys, ["run", "gs-poweropt", "--size", "tiny", "--set", "nope=1"])
+    assert "expected key=value" in _one_line_error(capsys, ["run", "gs-poweropt", "--size", "tiny", "--set", "x"])
+    assert "expected a value like" in _one_line_error(
+        capsys, ["run", "gs-poweropt", "--size", "tiny", "--set", "seeds=many"])
+
+
+def test_unwritable_out_and_json_write_nothing(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert "--out" in _one_line_error(capsys, ["run", "gs-poweropt", "--size", "tiny", "--out", str(blocker / "d")])
+    assert "--json" in _one_line_error(capsys, ["run", "gs-poweropt", "--size", "tiny", "--json", str(blocker / "r.json")])
+    assert sorted(os.listdir(tmp_path)) == ["file"]
+
+
+def test_unreachable_address_in_a_fresh_process(tmp_path):
+    # A fresh process (no Ray yet): the address check answers in seconds, exit 2, one line, no file.
+    out = tmp_path / "r.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "rayml", "run", "gs-poweropt", "--size", "tiny", "--address", "127.0.0.1:1",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "RAY_ADDRESS": ""},
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.startswith("rayml:")]
+    assert lines and "nothing answers" in lines[0]
+    assert not out.exists()
+
+
+def test_run_and_bench_write_the_contract(ray_session, tmp_path, capsys):
+    from rayml import results
+
+    rj, bj, od = tmp_path / "r.json", tmp_path / "b.json", tmp_path / "out"
+    assert main(["run", "gs-poweropt", "--size", "tiny", "--seed", "3", "--json", str(rj), "--out", str(od)]) == 0
+    printed = capsys.readouterr().out
+    rec = json.loads(rj.read_text())
+    results.validate_record(rec)
+    assert rec["kind"] == "run" and rec["seed"] == 3 and rec["size"] == "tiny"
+    assert rec["claims"] and all(c["text"] in printed for c in rec["claims"])
+    assert {p.name for p in od.iterdir()} == {"record.json", "results.parquet", "convergence.png"}
+    assert main(["bench", "gs-poweropt", "--size", "tiny", "--json", str(bj)]) == 0
+    bench = json.loads(bj.read_text())
+    results.validate_record(bench)
+    assert bench["kind"] == "bench" and bench["metrics"]["speedup_2_workers"] > 0
+
+
+def test_python_api_equals_the_cli(ray_session, tmp_path):
+    from rayml import experiments
+
+    rec = experiments.run("gs-poweropt", size="tiny", seed=3)
+    assert main(["run", "gs-poweropt", "--size", "tiny", "--seed", "3", "--json", str(tmp_path / "r.json")]) == 0
+    cli = json.loads((tmp_path / "r.json").read_text())
+    assert cli["metrics"] == rec["metrics"] and cli["baselines"] == rec["baselines"]

@@ -1,0 +1,74 @@
+"""The shared contract suite: every implemented method's experiment, at its ``tiny`` size.
+
+Like optax's ``_common_test.py``: one parametrised suite over the registry. Each experiment
+writes a valid result record, evaluates its declared claims (never its own verdict), gives the
+same numbers with 1 and 2 Ray workers for the same seed (and really ran on more than one worker
+process), and rejects bad input with a clear error before any work.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rayml import experiments, registry, results
+
+IMPLEMENTED = [m.name for m in registry.implemented()]
+
+
+def _numbers(record):
+    return {k: record[k] for k in ("metrics", "baselines", "tables")}
+
+
+def test_the_registry_matches_methods_md():
+    assert len(registry.METHODS) == 38
+    assert len(set(registry.names())) == 38
+    assert "gs-poweropt" in IMPLEMENTED
+    for m in registry.METHODS:
+        assert m.title.endswith("(ICML 2025)") and m.family and m.module.startswith("rayml.")
+
+
+@pytest.mark.parametrize("name", IMPLEMENTED)
+def test_experiment_declares_sizes_claims_and_provenance(name):
+    exp = registry.get(name).load_experiment()
+    assert exp.name == name
+    assert set(exp.sizes) == {"tiny", "quick", "full"}
+    assert exp.claims, "a reproduction states the paper's claims"
+    assert exp.ray and exp.checked_against and "ICML 2025" in exp.paper
+    if exp.bench is not None:
+        assert set(exp.bench_sizes) == {"tiny", "quick", "full"}
+
+
+@pytest.mark.parametrize("name", IMPLEMENTED)
+def test_tiny_run_writes_the_contract_and_is_worker_count_invariant(name, ray_session, tmp_path):
+    one = experiments.run(name, size="tiny", seed=1, workers=1)
+    two = experiments.run(name, size="tiny", seed=1, workers=2, json_path=tmp_path / "r.json")
+    for rec in (one, two):
+        results.validate_record(rec)
+        assert rec["kind"] == "run" and rec["size"] == "tiny" and rec["name"] == name
+        assert len(rec["claims"]) == len(registry.get(name).load_experiment().claims)
+        assert rec["env"]["tasks"] >= 2
+    assert two["env"]["worker_pids"] >= 2, "the work ran in more than one Ray worker process"
+    assert _numbers(one) == _numbers(two)
+    assert (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("name", IMPLEMENTED)
+def test_bad_input_is_rejected_before_work(name, tmp_path):
+    with pytest.raises(ValueError, match="unknown setting"):
+        experiments.run(name, size="tiny", overrides={"no_such_setting": 1})
+    with pytest.raises(ValueError, match="size"):
+        experiments.run(name, size="enormous")
+    with pytest.raises(ValueError, match="seed"):
+        experiments.run(name, size="tiny", seed=-1)
+    blocker = tmp_path / "f"
+    blocker.write_text("")
+    with pytest.raises(ValueError, match="--json"):
+        experiments.run(name, size="tiny", json_path=blocker / "r.json")
+
+
+def test_unknown_and_planned_methods_are_errors():
+    with pytest.raises(KeyError, match="unknown method"):
+        experiments.run("no-such-method", size="tiny")
+    planned = next(m.name for m in registry.METHODS if m.status == "planned")
+    with pytest.raises(ValueError, match="planned"):
+        experiments.run(planned, size="tiny")

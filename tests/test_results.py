@@ -1,0 +1,141 @@
+"""rayml.results: claims evaluated from measured numbers, record validation, atomic outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from rayml import results
+from rayml.results import Claim
+
+
+def _record(**over):
+    rows = [{"method": m, "seed": s, "metric": "gap", "value": v}
+            for m, vals in (("ours", [0.1, 0.2, 0.05, 0.3, 0.1, 0.2, 0.1, 0.0]),
+                            ("base", [0.5, 0.4, 0.6, 0.2, 0.9, 0.8, 0.7, 0.6]))
+            for s, v in enumerate(vals)]
+    rec = {
+        "schema_version": 1, "name": "x", "kind": "run", "size": "tiny", "seed": 0, "paper": "p",
+        "config": {}, "metrics": {"gap": 0.13, "rate": 0.9}, "baselines": {"base": {"gap": 0.59, "rate": 0.4}},
+        "claims": [], "tables": {"runs": rows},
+        "env": {"ray_nodes": 1, "cpus": 2, "gpus": 0, "seconds": 1.0, "rayml": "0.1.0", "git": None,
+                "python": "3.11", "torch": "2", "ray": "2", "tasks": 2, "worker_pids": 2},
+    }
+    rec.update(over)
+    return rec
+
+
+def test_comparison_claims_follow_op_and_margin():
+    rec = _record()
+    out = results.evaluate_claims(rec, [
+        Claim("rate higher", "metrics.rate", "baselines.base.rate", ">"),
+        Claim("rate higher by 0.6", "metrics.rate", "baselines.base.rate", ">", margin=0.6),
+        Claim("gap lower", "metrics.gap", "baselines.base.gap", "<"),
+        Claim("gap lower by 0.5", "metrics.gap", "baselines.base.gap", "<", margin=0.5),
+        Claim("rate above a number", "metrics.rate", 0.95, ">="),
+    ])
+    assert [c["holds"] for c in out] == [True, False, True, False, False]
+    assert out[0]["measured"] == "0.9 vs 0.4"
+
+
+def test_paired_sign_test_matches_a_binomial_test_by_hand():
+    rec = _record()
+    claim = Claim("gap lower", "metrics.gap", "baselines.base.gap", "<", test="paired sign test over seeds",
+                  table="runs", a={"method": "ours"}, b={"method": "base"})
+    (out,) = results.evaluate_claims(rec, [claim])
+    # ours < base on 7 of 8 seeds (seed 3: 0.3 vs 0.2)
+    assert out["p_value"] == pytest.approx(stats.binomtest(7, 8, 0.5, alternative="greater").pvalue)
+    assert out["holds"] is True  # p = 0.035
+    wil = Claim("gap lower", "metrics.gap", "baselines.base.gap", "<", test="wilcoxon signed-rank over seeds",
+                table="runs", a={"method": "ours"}, b={"method": "base"})
+    (out,) = results.evaluate_claims(rec, [wil])
+    ours = np.array([0.1, 0.2, 0.05, 0.3, 0.1, 0.2, 0.1, 0.0])
+    base = np.array([0.5, 0.4, 0.6, 0.2, 0.9, 0.8, 0.7, 0.6])
+    assert out["p_value"] == pytest.approx(stats.wilcoxon(base - ours, alternative="greater").pvalue)
+
+
+def test_a_claim_that_does_not_hold_is_reported_so():
+    rec = _record()
+    claim = Claim("base is better", "baselines.base.gap", "metrics.gap", "<", test="paired sign test over seeds",
+                  table="runs", a={"method": "base"}, b={"method": "ours"})
+    (out,) = results.evaluate_claims(rec, [claim])
+    assert out["holds"] is False and out["p_value"] > 0.5
+
+
+def test_an_unmeasured_metric_never_holds():
+    rec = _record(metrics={"gap": None, "rate": 0.9})
+    out = results.evaluate_claims(rec, [Claim("gap lower", "metrics.gap", "baselines.base.gap", "<"),
+                                        Claim("rate above nothing", "metrics.rate", "metrics.gap", ">")])
+    assert [c["holds"] for c in out] == [False, False]
+    assert out[0]["measured"].startswith("nan vs")
+
+
+def test_bad_claims_are_rejected():
+    with pytest.raises(ValueError, match="op"):
+        Claim("x", "metrics.a", 1.0, "==")
+    with pytest.raises(ValueError, match="test"):
+        Claim("x", "metrics.a", 1.0, ">", test="t-test")
+    with pytest.raises(ValueError, match="table"):
+        Claim("x", "metrics.a", 1.0, ">", test="paired sign test over seeds")
+    with pytest.raises(KeyError, match="metrics.nope"):
+        results.evaluate_claims(_record(), [Claim("x", "metrics.nope", 1.0)])
+
+
+def test_validate_record():
+    rec = _record()
+    results.validate_record(rec)
+    bad = dict(rec)
+    del bad["env"]
+    with pytest.raises(ValueError, match="missing"):
+        results.validate_record(bad)
+    with pytest.raises(ValueError, match="kind"):
+        results.validate_record(_record(kind="walk"))
+    with pytest.raises(ValueError, match="tables.runs"):
+        results.validate_record(_record(tables={"runs": [1, 2]}))
+    with pytest.raises(ValueError):
+        results.validate_record(_record(metrics={"x": float("nan")}))
+
+
+def test_to_jsonable_converts_numpy_and_nan():
+    out = results.to_jsonable({"a": np.float32(1.5), "b": np.arange(3), "c": (np.int64(2), float("nan")),
+                               "d": np.bool_(True)})
+    assert out == {"a": 1.5, "b": [0, 1, 2], "c": [2, None], "d": True}
+    json.dumps(out, allow_nan=False)
+
+
+def test_outputs_are_written_whole(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pyarrow.parquet as pq
+
+    rec = _record()
+    fig = plt.figure()
+    written = results.write_outputs(rec, tmp_path / "out", {"plot": fig})
+    names = sorted(p.name for p in written)
+    assert names == ["plot.png", "record.json", "results.parquet"]
+    assert json.loads((tmp_path / "out" / "record.json").read_text())["name"] == "x"
+    table = pq.read_table(tmp_path / "out" / "results.parquet").to_pylist()
+    assert len(table) == 16 and {"table", "method", "seed", "metric", "value"} <= set(table[0])
+    assert not [f for f in os.listdir(tmp_path / "out") if f.endswith(".tmp")]
+
+
+def test_a_failed_write_leaves_nothing_behind(tmp_path):
+    target = tmp_path / "r.json"
+    with pytest.raises(ValueError):
+        results.write_json({"x": float("nan")}, target)
+    assert os.listdir(tmp_path) == []
+
+
+def test_check_writable(tmp_path):
+    results.check_writable(tmp_path / "new" / "dir", is_dir=True)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="not a directory"):
+        results.check_writable(tmp_path / "file", is_dir=True)
+    with pytest.raises(ValueError, match="cannot write"):
+        results.check_writable(tmp_path / "file" / "below", is_dir=True)
