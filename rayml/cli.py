@@ -142,6 +142,10 @@ def _run_or_bench(args) -> int:
     overrides = experiments.parse_overrides(args.set)
     if args.name == "all":
         names = [m.name for m in registry.implemented()]
+        if args.command == "bench":
+            names = [n for n in names if registry.get(n).load_experiment().bench is not None]
+    elif args.command == "bench" and args.name in experiments.BENCH_ALIASES:
+        names = [experiments.BENCH_ALIASES[args.name]]
     else:
         m = registry.get(args.name)
         if m.status != registry.IMPLEMENTED:

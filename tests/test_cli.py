@@ -105,3 +105,9 @@ def test_python_api_equals_the_cli(ray_session, tmp_path):
     assert main(["run", "gs-poweropt", "--size", "tiny", "--seed", "3", "--json", str(tmp_path / "r.json")]) == 0
     cli = json.loads((tmp_path / "r.json").read_text())
     assert cli["metrics"] == rec["metrics"] and cli["baselines"] == rec["baselines"]
+
+
+def test_bench_bandits_is_the_kl_bandit_benchmark(ray_session, tmp_path):
+    assert main(["bench", "bandits", "--size", "tiny", "--json", str(tmp_path / "b.json")]) == 0
+    rec = json.loads((tmp_path / "b.json").read_text())
+    assert rec["name"] == "kl-bandit" and rec["kind"] == "bench"

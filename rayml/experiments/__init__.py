@@ -18,9 +18,11 @@ from typing import Any, Callable, Mapping, Sequence
 from rayml import registry, results, runtime
 from rayml.results import Claim
 
-__all__ = ["Experiment", "Outcome", "SIZES", "run", "bench", "resolve_config", "parse_overrides"]
+__all__ = ["Experiment", "Outcome", "SIZES", "BENCH_ALIASES", "run", "bench", "resolve_config", "parse_overrides"]
 
 SIZES = ("tiny", "quick", "full")
+# `rayml bench FAMILY` for issues that ask for one benchmark of a family of methods.
+BENCH_ALIASES = {"bandits": "kl-bandit"}
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,10 @@ def run(name: str, *, size: str = "full", seed: int = 0, overrides: Mapping[str,
 
 def bench(name: str, *, size: str = "full", seed: int = 0, overrides: Mapping[str, Any] | None = None,
           address: str | None = None, json_path=None, out_dir=None, workers: int | None = None) -> dict:
-    """Run method ``name``'s benchmark and return its result record (``kind: "bench"``)."""
+    """Run method ``name``'s benchmark and return its result record (``kind: "bench"``).
+
+    ``name`` may also be a family alias of ``BENCH_ALIASES`` (``"bandits"`` -> ``kl-bandit``).
+    """
+    name = BENCH_ALIASES.get(name, name)
     return _execute("bench", name, size=size, seed=seed, overrides=overrides, address=address,
                     json_path=json_path, out_dir=out_dir, workers=workers)

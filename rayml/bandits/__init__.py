@@ -1,0 +1,1 @@
+"""Bandits and games: vectorised learners and environments (many independent runs advanced together)."""

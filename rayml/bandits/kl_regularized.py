@@ -1,0 +1,349 @@
+"""KL-regularized UCB (contextual bandits) and KL-regularized LSVI-UCB (episodic MDPs), vectorised.
+
+Zhao, Ye, Xiong, Gu & Zhang, "Logarithmic Regret for Online KL-Regularized Reinforcement
+Learning", ICML 2025 (PMLR 267:77864-77884; arXiv 2502.07460).
+
+Objective (contextual bandit): ``Q(pi) = E_x[ E_{a~pi} R*(x, a) - KL(pi(.|x) || pi0(.|x)) / eta ]``,
+maximised by ``pi*(a|x) ∝ pi0(a|x) exp(eta R*(x, a))``; regret ``sum_t Q(pi*) - Q(pi_t)``. For a
+softmax policy ``Q(pi*) - Q(pi) = E_x KL(pi || pi*) / eta`` (``policy_regret`` computes the general
+form, which also scores deterministic policies).
+
+Algorithm 1 (KL-regularized UCB), linear reward class ``R(x, a) = <theta, phi(x, a)>``
+(``run_bandit`` with ``method="kl-ucb"``): ridge least squares ``theta_hat_t = Sigma_t^-1 sum phi_i
+r_i`` with ``Sigma_t = lambda I + sum phi_i phi_i^T``, bonus ``b_t = min{1, beta_T ||phi||_{Sigma_t^-1}}``
+(the elliptical uncertainty of the linear class), policy ``pi_t ∝ pi0 exp(eta (R_hat + b_t))``.
+Baselines on the same data and objective: ``"kl-greedy"`` (the same without the bonus),
+``"linucb"`` (argmax of ``R_hat + b``, no regularization) and ``"lin-ts"`` (argmax of a Thompson
+sample ``theta ~ N(theta_hat, beta_T^2 Sigma^-1)``).
+
+Algorithm 2 (KL-regularized LSVI with UCB), tabular features (``run_mdp``): backward over
+``h = H..1``, ``f_h = (sum of r + V_{h+1}(s')) / (n + lambda)`` (ridge with one-hot features),
+``Q_h = min{H - h + 1, f_h + min{H - h + 1, beta / sqrt(n + lambda)}}``, ``pi_h ∝ pi0 exp(eta Q_h)``
+and the soft value ``V_h = log sum_a pi0 exp(eta Q_h) / eta``.
+
+Assumed (the full text was not reachable; the research notes give Algorithm 1 and 2 from reviews
+and digests): the linear instance of the paper's general uncertainty ``U`` is
+``||phi||_{Sigma^-1}``; ``beta_T`` is the OFUL radius ``sigma sqrt(d log(1 + T/(lambda d)) +
+2 log(1/delta)) + sqrt(lambda) B`` with ``sigma = 1/2`` (rewards in [0, 1]) times ``bonus_scale``;
+``R_hat + b`` is not clipped in the bandit; in the MDP the bonus is capped and ``Q_h`` clipped at
+``H - h + 1`` and ``beta = H sqrt(log(2 S A H T / delta) / 2)`` (Hoeffding) times ``bonus_scale``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "BANDIT_METHODS",
+    "MDP_METHODS",
+    "LinearBandit",
+    "TabularMDP",
+    "KLConfig",
+    "softmax_policy",
+    "soft_value",
+    "policy_regret",
+    "confidence_radius",
+    "run_bandit",
+    "run_bandit_loop",
+    "run_mdp",
+]
+
+BANDIT_METHODS = ("kl-ucb", "kl-greedy", "linucb", "lin-ts")
+MDP_METHODS = ("kl-lsvi-ucb", "kl-lsvi-greedy")
+
+
+def _dirichlet_reference(rng, shape, mix):
+    p = rng.dirichlet(np.ones(shape[-1]), size=shape[:-1])
+    return (1 - mix) * p + mix / shape[-1]
+
+
+class LinearBandit:
+    """A linear contextual bandit with Bernoulli rewards and a reference policy.
+
+    ``phi(x, a) = (psi(x, a) / 2, 1/2)`` with ``||psi|| <= 1`` and ``theta* = (u, 1)`` with
+    ``||u|| <= 1``, so ``R*(x, a) = (1 + <u, psi>) / 2`` lies in [0, 1], ``||phi|| <= 1`` and
+    ``||theta*|| <= sqrt(2)``. Contexts are uniform over ``n_contexts``; ``pi0`` is a Dirichlet(1)
+    draw mixed half-half with uniform. Assumed: our own instance (the paper has no experiments).
+    """
+
+    def __init__(self, n_actions: int = 8, dim: int = 6, n_contexts: int = 16, *, instance_seed: int = 0):
+        if n_actions < 2:
+            raise ValueError(f"n_actions (K) must be >= 2, got {n_actions}")
+        if dim < 2:
+            raise ValueError(f"dim must be >= 2 (one feature is the constant), got {dim}")
+        if n_contexts < 1:
+            raise ValueError(f"n_contexts must be >= 1, got {n_contexts}")
+        rng = np.random.default_rng(instance_seed)
+        psi = rng.standard_normal((n_contexts, n_actions, dim - 1))
+        psi *= rng.random((n_contexts, n_actions, 1)) ** (1 / (dim - 1)) / np.linalg.norm(psi, axis=2, keepdims=True)
+        u = rng.standard_normal(dim - 1)
+        u /= np.linalg.norm(u)
+        self.phi = np.concatenate([psi / 2, np.full((n_contexts, n_actions, 1), 0.5)], axis=2)
+        self.theta = np.concatenate([u, [1.0]])
+        self.mean = self.phi @ self.theta                              # (X, K)
+        self.pi0 = _dirichlet_reference(rng, (n_contexts, n_actions), 0.5)
+        self.n_actions, self.dim, self.n_contexts = n_actions, dim, n_contexts
+        self.theta_bound = float(np.linalg.norm(self.theta))
+
+
+class TabularMDP:
+    """An episodic MDP with ``S`` states, ``A`` actions, horizon ``H``, Bernoulli rewards, start state 0.
+
+    Transitions ``P_h(.|s, a)`` are Dirichlet(0.5) draws, mean rewards uniform on [0, 1], ``pi0``
+    a Dirichlet(1) draw mixed half-half with uniform. Assumed: our own instance.
+    """
+
+    def __init__(self, n_states: int = 5, n_actions: int = 3, horizon: int = 4, *, instance_seed: int = 0):
+        if n_states < 1 or n_actions < 2 or horizon < 1:
+            raise ValueError(f"need n_states >= 1, n_actions (K) >= 2, horizon >= 1, got {n_states}, {n_actions}, {horizon}")
+        rng = np.random.default_rng(instance_seed)
+        S, A, H = n_states, n_actions, horizon
+        self.P = rng.dirichlet(np.full(S, 0.5), size=(H, S, A))           # (H, S, A, S)
+        self.r = rng.random((H, S, A))
+        self.pi0 = _dirichlet_reference(rng, (H, S, A), 0.5)
+        self.n_states, self.n_actions, self.horizon = S, A, H
+
+    def soft_optimal(self, eta: float) -> tuple[np.ndarray, np.ndarray]:
+        """``(V*, pi*)`` of the KL-regularized objective by backward soft Bellman recursion."""
+        H, S = self.horizon, self.n_states
+        V = np.zeros((H + 1, S))
+        pi = np.zeros_like(self.pi0)
+        for h in range(H - 1, -1, -1):
+            Q = self.r[h] + self.P[h] @ V[h + 1]
+            pi[h] = softmax_policy(self.pi0[h], Q, eta)
+            V[h] = soft_value(self.pi0[h], Q, eta)
+        return V, pi
+
+    def policy_value(self, pi: np.ndarray, eta: float) -> np.ndarray:
+        """Regularized value ``V^pi_1(s_1)`` of policies ``pi`` ``(R, H, S, A)``: ``(R,)``."""
+        H = self.horizon
+        V = np.zeros(pi.shape[0:1] + (self.n_states,))
+        for h in range(H - 1, -1, -1):
+            Q = self.r[h][None] + np.einsum("sat,rt->rsa", self.P[h], V)
+            p = pi[:, h]
+            kl = np.sum(np.where(p > 0, p * (np.log(np.where(p > 0, p, 1.0)) - np.log(self.pi0[h][None])), 0.0), axis=2)
+            V = np.sum(p * Q, axis=2) - kl / eta
+        return V[:, 0]
+
+
+@dataclass(frozen=True)
+class KLConfig:
+    """Settings of a KL-regularized learner.
+
+    Attributes:
+        method: one of ``BANDIT_METHODS`` (``run_bandit``) or ``MDP_METHODS`` (``run_mdp``).
+        eta: inverse regularization strength (> 0); larger means a weaker KL penalty.
+        rounds: ``T`` rounds (bandit) or episodes (MDP), >= 1.
+        ridge: ``lambda`` of the ridge regression (> 0).
+        delta: confidence level of ``beta`` (in (0, 1)).
+        bonus_scale: multiplies ``beta`` (>= 0); 1 is the stated radius.
+        checkpoints: how many log-spaced rounds the cumulative regret is recorded at.
+    """
+
+    method: str = "kl-ucb"
+    eta: float = 5.0
+    rounds: int = 1000
+    ridge: float = 1.0
+    delta: float = 0.01
+    bonus_scale: float = 1.0
+    checkpoints: int = 20
+
+    def __post_init__(self):
+        if self.method not in BANDIT_METHODS + MDP_METHODS:
+            raise ValueError(f"method must be one of {BANDIT_METHODS + MDP_METHODS}, got {self.method!r}")
+        if not np.isfinite(self.eta) or self.eta <= 0:
+            raise ValueError(f"eta must be a finite number > 0, got {self.eta!r}")
+        if not isinstance(self.rounds, (int, np.integer)) or self.rounds < 1:
+            raise ValueError(f"rounds (horizon T) must be an integer >= 1, got {self.rounds!r}")
+        if not self.ridge > 0:
+            raise ValueError(f"ridge (lambda) must be > 0, got {self.ridge!r}")
+        if not 0 < self.delta < 1:
+            raise ValueError(f"delta must be in (0, 1), got {self.delta!r}")
+        if not self.bonus_scale >= 0:
+            raise ValueError(f"bonus_scale must be >= 0, got {self.bonus_scale!r}")
+        if self.checkpoints < 1:
+            raise ValueError(f"checkpoints must be >= 1, got {self.checkpoints!r}")
+
+
+def softmax_policy(pi0: np.ndarray, values: np.ndarray, eta: float) -> np.ndarray:
+    """``pi ∝ pi0 exp(eta values)`` along the last axis (shapes broadcast)."""
+    z = np.log(pi0) + eta * values
+    z = z - z.max(axis=-1, keepdims=True)
+    w = np.exp(z)
+    return w / w.sum(axis=-1, keepdims=True)
+
+
+def soft_value(pi0: np.ndarray, values: np.ndarray, eta: float) -> np.ndarray:
+    """``log(sum_a pi0 exp(eta values)) / eta`` = ``max_pi E_pi values - KL(pi || pi0) / eta``."""
+    z = np.log(pi0) + eta * values
+    top = z.max(axis=-1)
+    return (top + np.log(np.sum(np.exp(z - top[..., None]), axis=-1))) / eta
+
+
+def policy_regret(env: LinearBandit, pi: np.ndarray, eta: float) -> np.ndarray:
+    """``Q(pi*) - Q(pi)`` for policies ``pi`` ``(R, X, K)`` over uniform contexts: ``(R,)``."""
+    v_star = soft_value(env.pi0, env.mean, eta)                                 # (X,)
+    safe = np.where(pi > 0, pi, 1.0)
+    kl = np.sum(np.where(pi > 0, pi * (np.log(safe) - np.log(env.pi0)[None]), 0.0), axis=2)
+    q = np.sum(pi * env.mean[None], axis=2) - kl / eta
+    return np.mean(v_star[None] - q, axis=1)
+
+
+def confidence_radius(env: LinearBandit, config: KLConfig) -> float:
+    """Assumed OFUL radius ``beta_T`` (see the module docstring), times ``bonus_scale``."""
+    d, T, lam = env.dim, int(config.rounds), config.ridge
+    beta = 0.5 * math.sqrt(d * math.log(1 + T / (lam * d)) + 2 * math.log(1 / config.delta))
+    return config.bonus_scale * (beta + math.sqrt(lam) * env.theta_bound)
+
+
+def _checkpoints(T: int, count: int) -> np.ndarray:
+    """Log-spaced rounds, always including ``T/4``, ``T/2`` and ``T`` (for doubling ratios)."""
+    marks = np.geomspace(1, T, count).round().astype(int)
+    return np.unique(np.concatenate([marks, [max(1, T // 4), max(1, T // 2), T]]))
+
+
+def _bandit_policy(method, env, theta_hat, sigma_inv, beta, eta, rng):
+    """Every run's policy over all contexts, ``(R, X, K)``, from its current estimate."""
+    phi = env.phi
+    mean = np.einsum("xkd,rd->rxk", phi, theta_hat)
+    if method == "kl-greedy":
+        return softmax_policy(env.pi0[None], mean, eta)
+    if method == "lin-ts":
+        chol = np.linalg.cholesky(sigma_inv)
+        sample = theta_hat + beta * np.einsum("rij,rj->ri", chol, rng.standard_normal(theta_hat.shape))
+        scores = np.einsum("xkd,rd->rxk", phi, sample)
+    else:
+        width = np.sqrt(np.maximum(np.einsum("xkd,rde,xke->rxk", phi, sigma_inv, phi), 0.0))
+        scores = mean + np.minimum(1.0, beta * width) if method == "kl-ucb" else mean + beta * width
+        if method == "kl-ucb":
+            return softmax_policy(env.pi0[None], scores, eta)
+    best = scores.argmax(axis=2)
+    return (np.arange(env.n_actions)[None, None] == best[..., None]).astype(float)
+
+
+def run_bandit(env: LinearBandit, config: KLConfig, runs: int, seed: int | np.random.Generator) -> dict:
+    """``runs`` independent learners on ``env``, advanced together; cumulative regret at checkpoints.
+
+    Returns:
+        ``{"rounds": (C,), "regret": (R, C) cumulative regret, "final": (R,)}``.
+    """
+    if config.method not in BANDIT_METHODS:
+        raise ValueError(f"method must be one of {BANDIT_METHODS} for run_bandit, got {config.method!r}")
+    if not isinstance(runs, (int, np.integer)) or runs < 1:
+        raise ValueError(f"runs must be an integer >= 1, got {runs!r}")
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    d, T, eta = env.dim, int(config.rounds), float(config.eta)
+    beta = confidence_radius(env, config)
+    sigma_inv = np.tile(np.eye(d) / config.ridge, (runs, 1, 1))
+    b = np.zeros((runs, d))
+    idx = np.arange(runs)
+    marks = _checkpoints(T, config.checkpoints)
+    out = np.zeros((runs, marks.size))
+    cum = np.zeros(runs)
+    c = 0
+    for t in range(T):
+        theta_hat = np.einsum("rij,rj->ri", sigma_inv, b)
+        pi = _bandit_policy(config.method, env, theta_hat, sigma_inv, beta, eta, rng)
+        cum += policy_regret(env, pi, eta)
+        x = rng.integers(env.n_contexts, size=runs)
+        p = pi[idx, x]
+        cdf = np.cumsum(p, axis=1)
+        a = np.minimum((cdf < rng.random(runs)[:, None] * cdf[:, -1:]).sum(axis=1), env.n_actions - 1)
+        r = (rng.random(runs) < env.mean[x, a]).astype(float)
+        f = env.phi[x, a]                                                       # (R, d)
+        sf = np.einsum("rij,rj->ri", sigma_inv, f)
+        sigma_inv = sigma_inv - sf[:, :, None] * sf[:, None, :] / (1.0 + np.sum(f * sf, axis=1))[:, None, None]
+        b += r[:, None] * f
+        if c < marks.size and t + 1 == marks[c]:
+            out[:, c] = cum
+            c += 1
+    return {"rounds": marks, "regret": out, "final": cum.copy()}
+
+
+def run_bandit_loop(env: LinearBandit, config: KLConfig, seed: int) -> float:
+    """KL-regularized UCB for ONE run with a plain per-round loop (the benchmark's reference).
+
+    Same algorithm as ``run_bandit(method="kl-ucb")`` on one run, written round by round with
+    per-context Python-level work; returns the cumulative regret.
+    """
+    rng = np.random.default_rng(seed)
+    d, T, eta = env.dim, int(config.rounds), float(config.eta)
+    beta = confidence_radius(env, config)
+    sigma_inv = np.eye(d) / config.ridge
+    b = np.zeros(d)
+    v_star = soft_value(env.pi0, env.mean, eta)
+    total = 0.0
+    for _ in range(T):
+        theta_hat = sigma_inv @ b
+        regret = 0.0
+        pis = []
+        for x in range(env.n_contexts):
+            phi = env.phi[x]
+            width = np.sqrt(np.maximum(np.einsum("kd,de,ke->k", phi, sigma_inv, phi), 0.0))
+            pi = softmax_policy(env.pi0[x], phi @ theta_hat + np.minimum(1.0, beta * width), eta)
+            kl = float(np.sum(pi * (np.log(pi) - np.log(env.pi0[x]))))
+            regret += v_star[x] - (float(pi @ env.mean[x]) - kl / eta)
+            pis.append(pi)
+        total += regret / env.n_contexts
+        x = int(rng.integers(env.n_contexts))
+        a = int(rng.choice(env.n_actions, p=pis[x]))
+        r = float(rng.random() < env.mean[x, a])
+        f = env.phi[x, a]
+        sf = sigma_inv @ f
+        sigma_inv = sigma_inv - np.outer(sf, sf) / (1.0 + f @ sf)
+        b = b + r * f
+    return total
+
+
+def run_mdp(env: TabularMDP, config: KLConfig, runs: int, seed: int | np.random.Generator) -> dict:
+    """KL-regularized LSVI-UCB (``"kl-lsvi-ucb"``) or its bonus-free version on a tabular MDP.
+
+    Returns:
+        ``{"rounds": (C,) episodes, "regret": (R, C) cumulative regret, "final": (R,)}``.
+    """
+    if config.method not in MDP_METHODS:
+        raise ValueError(f"method must be one of {MDP_METHODS} for run_mdp, got {config.method!r}")
+    if not isinstance(runs, (int, np.integer)) or runs < 1:
+        raise ValueError(f"runs must be an integer >= 1, got {runs!r}")
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    S, A, H, T, eta = env.n_states, env.n_actions, env.horizon, int(config.rounds), float(config.eta)
+    beta = config.bonus_scale * H * math.sqrt(math.log(2 * S * A * H * T / config.delta) / 2)
+    if config.method == "kl-lsvi-greedy":
+        beta = 0.0
+    V_star, _ = env.soft_optimal(eta)
+    n = np.zeros((runs, H, S, A))
+    rsum = np.zeros((runs, H, S, A))
+    trans = np.zeros((runs, H, S, A, S))
+    idx = np.arange(runs)
+    marks = _checkpoints(T, config.checkpoints)
+    out = np.zeros((runs, marks.size))
+    cum = np.zeros(runs)
+    c = 0
+    for t in range(T):
+        V = np.zeros((runs, S))
+        pi = np.zeros((runs, H, S, A))
+        for h in range(H - 1, -1, -1):
+            cap = H - h
+            f = (rsum[:, h] + np.einsum("rsat,rt->rsa", trans[:, h], V)) / (n[:, h] + config.ridge)
+            Q = np.minimum(cap, f + np.minimum(cap, beta / np.sqrt(n[:, h] + config.ridge)))
+            pi[:, h] = softmax_policy(env.pi0[h][None], Q, eta)
+            V = soft_value(env.pi0[h][None], Q, eta)
+        cum += V_star[0, 0] - env.policy_value(pi, eta)
+        s = np.zeros(runs, dtype=int)
+        for h in range(H):
+            p = pi[idx, h, s]
+            a = np.minimum((np.cumsum(p, 1) < rng.random(runs)[:, None]).sum(1), A - 1)
+            r = (rng.random(runs) < env.r[h, s, a]).astype(float)
+            cdf = np.cumsum(env.P[h, s, a], axis=1)
+            s2 = np.minimum((cdf < rng.random(runs)[:, None]).sum(1), S - 1)
+            n[idx, h, s, a] += 1
+            rsum[idx, h, s, a] += r
+            trans[idx, h, s, a, s2] += 1
+            s = s2
+        if c < marks.size and t + 1 == marks[c]:
+            out[:, c] = cum
+            c += 1
+    return {"rounds": marks, "regret": out, "final": cum.copy()}

@@ -1,0 +1,1 @@
+"""Data selection: robust subset (coreset) selection such as GM Matching."""

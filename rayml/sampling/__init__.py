@@ -1,0 +1,1 @@
+"""Samplers: Langevin-type MCMC and parallel-in-time simulation of sampling dynamics."""

@@ -1,0 +1,221 @@
+"""Cross-learning bandits: hand-computed updates, a per-run loop reference, oracle, bad input, determinism."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from rayml.bandits import cross_learning as cl
+
+
+def tiny_env(T=6):
+    # 2 contexts, 3 actions, two loss tables alternating.
+    tables = np.array([[[0.1, 0.5, 0.9], [0.7, 0.2, 0.4]],
+                       [[0.3, 0.6, 0.0], [1.0, 0.1, 0.5]]])
+    return cl.CrossLearningEnv(name="tiny", context_probs=np.array([0.3, 0.7]), allowed=np.ones((2, 3), bool),
+                               tables=tables, schedule=np.arange(T) % 2)
+
+
+def test_exp_weights_by_hand():
+    L = np.array([[0.0, 1.0, 2.0]])
+    p = cl.exp_weights(L, 0.5, np.ones((1, 3), bool))
+    w = np.exp(-0.5 * np.array([0.0, 1.0, 2.0]))
+    assert np.allclose(p[0], w / w.sum())
+    p = cl.exp_weights(L, 0.5, np.array([[True, False, True]]))
+    assert p[0, 1] == 0 and np.isclose(p[0, 0], 1 / (1 + math.exp(-1.0)))
+    # per-row learning rates (per-context EXP3)
+    p = cl.exp_weights(np.array([[0.0, 1.0], [0.0, 1.0]]), np.array([1.0, 2.0]), np.ones((2, 2), bool))
+    assert np.isclose(p[0, 0], 1 / (1 + math.exp(-1))) and np.isclose(p[1, 0], 1 / (1 + math.exp(-2)))
+
+
+def test_marginal_and_cross_learned_update_by_hand():
+    # one run, 2 contexts, 2 actions
+    probs = np.array([[[0.8, 0.2], [0.4, 0.6]]])
+    f = cl.estimated_marginal(probs, np.array([1]), np.array([0.25, 0.75]))
+    assert np.isclose(f[0], 0.25 * 0.2 + 0.75 * 0.6)
+    cum = np.zeros((1, 2, 2))
+    table = np.array([[0.5, 0.3], [0.9, 0.6]])
+    cl.cross_learned_update(cum, np.array([1]), table, np.ones((2, 2), bool), np.array([0.5]))
+    assert np.allclose(cum[0], [[0.0, 0.6], [0.0, 1.2]])  # every context's loss of the played action / 0.5
+    # sleeping: a context where the action is asleep is not updated
+    cum = np.zeros((1, 2, 2))
+    cl.cross_learned_update(cum, np.array([1]), table, np.array([[True, True], [True, False]]), np.array([0.5]))
+    assert np.allclose(cum[0], [[0.0, 0.6], [0.0, 0.0]])
+
+
+def test_known_distribution_estimator_is_unbiased_exactly():
+    # E over c' ~ nu and A ~ pi(.|c') of l(c, a) 1[A = a] / f(a) equals l(c, a) for every c, a.
+    rng = np.random.default_rng(0)
+    C, K = 4, 3
+    nu = rng.dirichlet(np.ones(C))
+    pi = rng.dirichlet(np.ones(K), size=C)
+    loss = rng.random((C, K))
+    f = nu @ pi
+    expect = np.zeros((C, K))
+    for cp, A in itertools.product(range(C), range(K)):
+        expect[:, A] += nu[cp] * pi[cp, A] * loss[:, A] / f[A]
+    assert np.allclose(expect, loss)
+
+
+def test_comparator_is_the_best_policy_by_brute_force():
+    env = tiny_env(T=7)
+    total = env.total_losses()
+    ref = sum(env.tables[env.schedule[t]] for t in range(env.horizon))
+    assert np.allclose(total, ref)
+    best = min(itertools.product(range(3), repeat=2),
+               key=lambda pol: sum(env.context_probs[c] * total[c, pol[c]] for c in range(2)))
+    assert tuple(env.comparator()) == best
+
+
+def _reference_run(env, method, contexts, uniforms, cfg):
+    """A plain per-round loop for ONE run, written from the module docstring's formulas."""
+    C, K, T = env.n_contexts, env.n_actions, env.horizon
+    Lh = np.zeros((C, K))
+    best = env.comparator()
+    visits = np.zeros(C)
+    prev, cur = None, []
+    regret = 0.0
+
+    def policy(row, eta, allowed):
+        w = np.array([math.exp(-eta * (row[a] - row[allowed].min())) if allowed[a] else 0.0 for a in range(K)])
+        return w / w.sum()
+
+    def draw(p, u):
+        cdf = np.cumsum(p)
+        return int(min(np.sum(u * cdf[-1] >= cdf), K - 1))
+
+    for t in range(T):
+        table = env.tables[env.schedule[t]]
+        c = contexts[t]
+        if method == "per-context-exp3":
+            visits[c] += 1
+            p = policy(Lh[c], math.sqrt(math.log(K) / (K * visits[c])), env.allowed[c])
+            a = draw(p, uniforms[t])
+            Lh[c, a] += table[c, a] / p[a]
+        else:
+            pis = [policy(Lh[x], cfg.eta, env.allowed[x]) for x in range(C)]
+            a = draw(pis[c], uniforms[t])
+            if method == "known-distribution":
+                d = sum(env.context_probs[x] * pis[x][a] for x in range(C))
+            else:
+                if t > 0 and t % cfg.epoch_length == 0:
+                    prev, cur = cur, []
+                d = None if prev is None else sum(pis[x][a] for x in prev) / len(prev) + cfg.gamma
+                cur.append(c)
+            if d is not None:
+                for x in range(C):
+                    if env.allowed[x, a]:
+                        Lh[x, a] += table[x, a] / d
+        regret += table[c, a] - table[c, best[c]]
+    return regret
+
+
+@pytest.mark.parametrize("method", ["cross-learning", "known-distribution", "per-context-exp3"])
+@pytest.mark.parametrize("kind", ["auction", "sleeping"])
+def test_vectorised_learners_match_a_per_round_loop(method, kind):
+    env = cl.first_price_auction(5, 4, 40, 3) if kind == "auction" else cl.sleeping_bandit(3, 40, 3)
+    cfg = cl.LearnerConfig(eta=0.3, gamma=0.05, epoch_length=7)
+    R, seed = 3, 11
+    res = cl.simulate(env, method, R, seed, config=cfg)
+    ctx_rng, act_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
+    contexts = ctx_rng.choice(env.n_contexts, size=(R, env.horizon), p=env.context_probs)
+    uniforms = act_rng.random((R, env.horizon))
+    ref = [_reference_run(env, method, contexts[r], uniforms[r], cfg) for r in range(R)]
+    assert np.allclose(res.regret, ref)
+    assert np.allclose(res.curve[:, -1], res.regret)
+
+
+def test_oracle_regret_is_zero_and_learners_play_allowed_actions_only():
+    env = cl.sleeping_bandit(4, 300, 0)
+    assert np.all(cl.simulate(env, "oracle", 5, 0).curve == 0)
+    # an asleep arm is never chosen: its probability is exactly 0
+    p = cl.exp_weights(np.zeros((env.n_contexts, 4)), 1.0, env.allowed)
+    assert np.all(p[~env.allowed] == 0)
+
+
+def test_environments():
+    env = cl.first_price_auction(10, 5, 200, 1)
+    assert env.tables.min() >= 0 and env.tables.max() <= 1
+    assert env.allowed[:, 0].all()  # bidding 0 is always allowed
+    vals, bids = env.info["values"], env.info["bids"]
+    t = 17
+    m_level = env.schedule[t] / 64
+    u = (vals[:, None] - bids[None, :]) * (bids[None, :] >= m_level - 1e-12)
+    assert np.allclose(env.tables[env.schedule[t]][env.allowed], (1 - u)[env.allowed])
+    s = cl.sleeping_bandit(3, 100, 0, p_available=[0.5, 0.5, 0.5])
+    assert s.n_contexts == 7 and np.isclose(s.context_probs.sum(), 1.0)
+    assert np.isclose(s.context_probs[-1], 0.125 + 0.125)  # all awake + the empty draw
+    # loss of an arm is the same in every context where it is awake
+    tab = s.tables[s.schedule[5]]
+    for a in range(3):
+        assert len(set(tab[s.allowed[:, a], a])) == 1
+
+
+def test_default_config():
+    cfg = cl.default_config(8, 1000)
+    assert np.isclose(cfg.eta, math.sqrt(math.log(8) / 8000)) and np.isclose(cfg.gamma, cfg.eta / 2)
+    assert cfg.epoch_length == math.ceil(math.sqrt(8000))
+
+
+def test_same_seed_same_result():
+    env = cl.first_price_auction(6, 4, 120, 0)
+    a = cl.simulate(env, "cross-learning", 4, 5)
+    b = cl.simulate(env, "cross-learning", 4, 5)
+    assert np.array_equal(a.regret, b.regret)
+    assert not np.array_equal(a.regret, cl.simulate(env, "cross-learning", 4, 6).regret)
+
+
+@pytest.mark.parametrize("fn, match", [
+    (lambda: cl.first_price_auction(4, 1, 10, 0), "n_bids"),
+    (lambda: cl.sleeping_bandit(1, 10, 0), "n_arms"),
+    (lambda: cl.first_price_auction(4, 3, 0, 0), "horizon"),
+    (lambda: cl.default_config(1, 10), "n_actions"),
+    (lambda: cl.LearnerConfig(eta=0.0, gamma=0.1, epoch_length=3), "eta"),
+    (lambda: cl.LearnerConfig(eta=-1.0, gamma=0.1, epoch_length=3), "eta"),
+    (lambda: cl.LearnerConfig(eta=0.1, gamma=-0.1, epoch_length=3), "gamma"),
+    (lambda: cl.LearnerConfig(eta=0.1, gamma=0.1, epoch_length=0), "epoch_length"),
+    (lambda: cl.simulate(tiny_env(), "exp4", 2, 0), "method"),
+    (lambda: cl.simulate(tiny_env(), "oracle", 0, 0), "runs"),
+    (lambda: cl.CrossLearningEnv("x", np.array([0.5, 0.5]), np.ones((3, 2), bool), np.zeros((1, 3, 2)),
+                                 np.zeros(4, int)), "allowed"),
+    (lambda: cl.CrossLearningEnv("x", np.array([0.5, 0.5]), np.ones((2, 2), bool), np.zeros((1, 2, 3)),
+                                 np.zeros(4, int)), "tables"),
+    (lambda: cl.CrossLearningEnv("x", np.array([0.5, 0.5]), np.ones((2, 1), bool), np.zeros((1, 2, 1)),
+                                 np.zeros(4, int)), "K"),
+    (lambda: cl.CrossLearningEnv("x", np.array([0.5, 0.5]), np.ones((2, 2), bool), np.zeros((1, 2, 2)),
+                                 np.zeros(0, int)), "horizon"),
+])
+def test_bad_input_is_rejected(fn, match):
+    with pytest.raises(ValueError, match=match):
+        fn()
+
+
+def test_growth_exponent_of_exact_power_laws():
+    from rayml.experiments.cross_learning import growth_exponent
+
+    hs = [100, 400, 1600]
+    assert np.isclose(growth_exponent(hs, [3 * h**0.5 for h in hs]), 0.5)
+    assert np.isnan(growth_exponent(hs, [1.0, -1.0, 2.0]))
+
+
+def test_experiment_tiny_is_identical_with_1_and_2_workers(ray_session):
+    from rayml import experiments, runtime
+
+    from rayml.experiments.cross_learning import EXPERIMENT, SIZES
+
+    cfg = dict(SIZES["tiny"])
+    with runtime.max_workers(1):
+        one = EXPERIMENT.run(cfg, 3)
+    with runtime.max_workers(2):
+        two = EXPERIMENT.run(cfg, 3)
+    assert one.metrics == two.metrics
+    assert one.tables["runs"] == two.tables["runs"]
+    record = experiments.run("cross-learning", size="tiny", seed=0)
+    assert len(record["claims"]) == 6 and all(isinstance(c["holds"], bool) for c in record["claims"])
+    with pytest.raises(ValueError, match="horizons"):
+        EXPERIMENT.run({**cfg, "horizons": [10]}, 0)
+    with pytest.raises(ValueError, match="chunk_runs"):
+        EXPERIMENT.run({**cfg, "runs": 7}, 0)

@@ -1,0 +1,162 @@
+"""Equal share: payoff tables by hand, learner updates, opponent models, bad input, determinism."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from rayml.bandits import equal_share as es
+
+
+def brute_payoff(n, m, sign, scale, own, others):
+    """The payoff from the full action profile (player 0 plays own)."""
+    profile = [own] + list(others)
+    cnt = np.bincount(profile, minlength=m)
+    return sign * scale * (cnt[own] - np.sum(cnt**2) / n)
+
+
+def test_vote_tables_match_the_description():
+    maj, mino = es.majority_game(3, 2), es.majority_game(3, 2, minority=True)
+    # others' counts (k0, k1); own action 0
+    assert np.allclose(es.payoff_vectors(maj, np.array([2.0, 0.0])), [0.0, -2.0])   # unanimous / lone minority
+    assert np.allclose(es.payoff_vectors(maj, np.array([1.0, 1.0])), [1.0, 1.0])    # 2-1 split, in the majority
+    assert np.allclose(es.payoff_vectors(mino, np.array([0.0, 2.0])), [2.0, 0.0])
+    assert maj.payoff_bound == 2.0
+
+
+@pytest.mark.parametrize("n, m, sign", [(3, 2, 1), (4, 3, -1), (5, 3, 1)])
+def test_payoffs_against_brute_force_and_constant_sum(n, m, sign):
+    g = es.SymmetricGame("g", n, m, sign=sign, scale=1.0)
+    for profile in itertools.product(range(m), repeat=n):
+        pays = []
+        for i in range(n):
+            others = profile[:i] + profile[i + 1:]
+            k = np.bincount(others, minlength=m).astype(float)
+            u = es.payoff_vectors(g, k)[profile[i]]
+            assert np.isclose(u, brute_payoff(n, m, sign, 1.0, profile[i], others))
+            pays.append(u)
+        assert np.isclose(sum(pays), 0.0)  # C = 0
+    # symmetry: identical mixed strategies give every player exactly C/n = 0 in expectation
+    rng = np.random.default_rng(0)
+    sigma = rng.dirichlet(np.ones(m))
+    exp = 0.0
+    for others in itertools.product(range(m), repeat=n - 1):
+        p = np.prod(sigma[list(others)])
+        exp += p * sigma @ es.payoff_vectors(g, np.bincount(others, minlength=m).astype(float))
+    assert abs(exp) < 1e-12
+
+
+def test_hedge_one_round_by_hand():
+    # T = 1: the first play is uniform, so the average payoff is the uniform mixture's payoff.
+    g = es.majority_game(3, 2)
+    avg = es.play(g, "hedge", {"kind": "identical", "sigma": [0.0, 1.0]}, 1, 2, 0)
+    assert np.allclose(avg, 0.5 * (-2.0 + 0.0) / 2.0)
+    # T = 2 with both opponents on action 1: after round 1, U = (-2, 0), so x_2 = softmax(eta U)
+    eta = es.hedge_rate(2, 2, 2.0)
+    x2 = np.exp(eta * np.array([-2.0, 0.0]))
+    x2 /= x2.sum()
+    expect = (0.5 * -2.0 + x2[0] * -2.0) / (2 * 2.0)
+    assert np.allclose(es.play(g, "hedge", {"kind": "identical", "sigma": [0.0, 1.0]}, 2, 3, 0), expect)
+    assert math.isclose(eta, math.sqrt(8 * math.log(2) / 2) / 4)
+
+
+def test_behaviour_cloning_copies_identical_pure_opponents():
+    g = es.majority_game(30, 3)
+    avg = es.play(g, "behaviour-cloning", {"kind": "identical", "sigma": [0.0, 0.0, 1.0]}, 50, 3, 1, window=5)
+    u1 = np.full(3, 1 / 3) @ es.payoff_vectors(g, np.array([0.0, 0.0, 29.0]))
+    assert np.allclose(avg, u1 / (50 * g.payoff_bound))  # only round 1 (uniform) differs from C/n = 0
+
+
+def test_fixed_strategy_matches_exact_expectation():
+    g = es.majority_game(3, 2)
+    x = np.array([0.3, 0.7])
+    p = 0.6  # opponents' prob of action 0
+    exact = 0.0
+    for k0 in range(3):
+        prob = math.comb(2, k0) * p**k0 * (1 - p) ** (2 - k0)
+        exact += prob * x @ es.payoff_vectors(g, np.array([k0, 2 - k0], float))
+    avg = es.play(g, "fixed", {"kind": "identical", "sigma": [p, 1 - p]}, 4000, 50, 2, strategy=x)
+    se = avg.std() / math.sqrt(avg.size)
+    assert abs(avg.mean() - exact / 2.0) < 5 * se + 1e-3
+
+
+def test_saol_intervals():
+    assert es.saol_intervals(1, 100) == [(0, 1)]
+    assert es.saol_intervals(6, 100) == [(0, 6), (1, 6), (2, 4)]
+    assert es.saol_intervals(8, 100) == [(0, 8), (1, 8), (2, 8), (3, 8)]
+
+
+def test_opponent_models():
+    g = es.majority_game(3, 2)
+    rng = np.random.default_rng(0)
+    x = np.array([[0.9, 0.1], [0.2, 0.8]])
+    adv = es.opponent_counts(g, {"kind": "adaptive"}, 1, 10, x, rng)
+    assert np.array_equal(adv, [[0, 2], [2, 0]])  # all on the learner's less likely action
+    diff = es.opponent_counts(g, {"kind": "different"}, 1, 10, x, rng)
+    assert np.array_equal(diff, [[1, 1], [1, 1]])
+    slow = es.opponent_counts(g, {"kind": "slow", "period": 4}, 1, 10, x, rng)  # lam = 1: all on action 0
+    assert np.array_equal(slow, [[2, 0], [2, 0]])
+
+
+def test_impossibility_cases_and_equal_share_for_a_no_regret_learner():
+    mino = es.majority_game(3, 2, minority=True)
+    # different fixed opponents in minority vote: every strategy is in a majority: -1 each round
+    for method in ("hedge", "behaviour-cloning"):
+        assert np.allclose(es.play(mino, method, {"kind": "different"}, 100, 2, 0), -0.5)
+    maj = es.majority_game(3, 2)
+    assert np.all(es.play(maj, "hedge", {"kind": "identical", "sigma": [0.75, 0.25]}, 2000, 8, 0) > -0.05)
+
+
+def test_selfplay_outputs_are_strategies_and_pure_in_majority_vote():
+    g = es.majority_game(3, 2)
+    for method in es.SELFPLAY:
+        x = es.selfplay_strategy(g, method, 200, 6, 0)
+        assert x.shape == (6, 2) and np.allclose(x.sum(axis=1), 1.0)
+        assert np.all(x.max(axis=1) > 0.9)  # self-play settles on a convention
+
+
+def test_same_seed_same_result():
+    g = es.majority_game(30, 3)
+    spec = {"kind": "slow"}
+    a = es.play(g, "saol-hedge", spec, 64, 3, 4)
+    assert np.array_equal(a, es.play(g, "saol-hedge", spec, 64, 3, 4))
+
+
+@pytest.mark.parametrize("fn, match", [
+    (lambda: es.SymmetricGame("g", 2, 2), "n_players"),
+    (lambda: es.SymmetricGame("g", 3, 1), "n_actions"),
+    (lambda: es.SymmetricGame("g", 3, 2, sign=0), "sign"),
+    (lambda: es.SymmetricGame("g", 3, 2, scale=0.0), "scale"),
+    (lambda: es.play(es.majority_game(3, 2), "exp3", {"kind": "slow"}, 10, 2, 0), "method"),
+    (lambda: es.play(es.majority_game(3, 2), "hedge", {"kind": "nasty"}, 10, 2, 0), "opponent kind"),
+    (lambda: es.play(es.majority_game(3, 2), "hedge", {"kind": "slow"}, 0, 2, 0), "horizon"),
+    (lambda: es.play(es.majority_game(3, 2), "hedge", {"kind": "slow"}, 10, 0, 0), "runs"),
+    (lambda: es.play(es.majority_game(3, 2), "hedge", {"kind": "identical", "sigma": [1.0]}, 10, 2, 0), "sigma"),
+    (lambda: es.play(es.majority_game(3, 2), "fixed", {"kind": "slow"}, 10, 2, 0), "strategy"),
+    (lambda: es.payoff_vectors(es.majority_game(3, 2), np.ones(3)), "others"),
+    (lambda: es.selfplay_strategy(es.majority_game(3, 2), "psro", 10, 2, 0), "method"),
+])
+def test_bad_input_is_rejected(fn, match):
+    with pytest.raises(ValueError, match=match):
+        fn()
+
+
+def test_experiment_tiny_is_identical_with_1_and_2_workers(ray_session):
+    from rayml import experiments, runtime
+    from rayml.experiments.equal_share import EXPERIMENT, SIZES, parse_game
+
+    cfg = dict(SIZES["tiny"])
+    with runtime.max_workers(1):
+        one = EXPERIMENT.run(cfg, 3)
+    with runtime.max_workers(2):
+        two = EXPERIMENT.run(cfg, 3)
+    assert one.metrics == two.metrics and one.tables["runs"] == two.tables["runs"]
+    record = experiments.run("equal-share", size="tiny", seed=0)
+    assert len(record["claims"]) == 9 and all(isinstance(c["holds"], bool) for c in record["claims"])
+    with pytest.raises(ValueError, match="game"):
+        parse_game("coordination-3")
+    with pytest.raises(ValueError, match="chunk_runs"):
+        EXPERIMENT.run({**cfg, "runs": 3}, 0)

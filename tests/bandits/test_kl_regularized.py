@@ -1,0 +1,136 @@
+"""KL-regularized UCB / LSVI-UCB: closed forms, a hand-computed first round, oracle regret, bad input."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from rayml.bandits import kl_regularized as kl
+
+
+def test_soft_value_is_the_regularized_optimum_and_softmax_attains_it():
+    rng = np.random.default_rng(0)
+    pi0 = rng.dirichlet(np.ones(5))
+    r = rng.random(5)
+    eta = 3.0
+    pi_star = kl.softmax_policy(pi0, r, eta)
+    value = pi_star @ r - np.sum(pi_star * np.log(pi_star / pi0)) / eta
+    assert kl.soft_value(pi0, r, eta) == pytest.approx(value, rel=1e-12)
+    for _ in range(200):   # no other policy does better (Gibbs variational principle)
+        pi = rng.dirichlet(np.ones(5))
+        assert pi @ r - np.sum(pi * np.log(pi / pi0)) / eta <= value + 1e-12
+
+
+def test_oracle_regret_is_zero_and_softmax_regret_is_kl_to_the_optimum():
+    env = kl.LinearBandit(5, 4, 7)
+    eta = 2.5
+    pi_star = kl.softmax_policy(env.pi0, env.mean, eta)[None]
+    assert abs(kl.policy_regret(env, pi_star, eta)[0]) < 1e-12
+    other = kl.softmax_policy(env.pi0, np.random.default_rng(1).random(env.mean.shape), eta)[None]
+    kl_div = np.mean(np.sum(other[0] * np.log(other[0] / pi_star[0]), axis=1)) / eta
+    assert kl.policy_regret(env, other, eta)[0] == pytest.approx(kl_div, rel=1e-10)
+    greedy = np.eye(5)[env.mean.argmax(1)][None]                      # deterministic: pays log(1/pi0)
+    assert kl.policy_regret(env, greedy, eta)[0] > 0
+
+
+def test_first_round_of_kl_ucb_is_the_hand_computed_policy():
+    env = kl.LinearBandit(4, 3, 5)
+    cfg = kl.KLConfig(eta=2.0, rounds=1, ridge=2.0)
+    beta = 0.5 * math.sqrt(3 * math.log(1 + 1 / 6) + 2 * math.log(100)) + math.sqrt(2.0) * env.theta_bound
+    assert kl.confidence_radius(env, cfg) == pytest.approx(beta)
+    bonus = np.minimum(1.0, beta * np.linalg.norm(env.phi, axis=2) / math.sqrt(2.0))   # theta_hat = 0
+    pi = env.pi0 * np.exp(2.0 * bonus)
+    pi /= pi.sum(axis=1, keepdims=True)
+    want = kl.policy_regret(env, pi[None], 2.0)[0]
+    assert kl.run_bandit(env, cfg, 3, 0)["final"] == pytest.approx([want] * 3)
+    assert kl.run_bandit_loop(env, cfg, 0) == pytest.approx(want)
+
+
+def test_sherman_morrison_state_matches_a_direct_ridge_refit():
+    # two runs of the vectorised learner against a float64 refit from the same data
+    env = kl.LinearBandit(3, 3, 4)
+    rng = np.random.default_rng(5)
+    d, lam = env.dim, 1.0
+    sigma_inv = np.tile(np.eye(d) / lam, (2, 1, 1))
+    feats = []
+    for _ in range(30):
+        f = env.phi[rng.integers(4, size=2), rng.integers(3, size=2)]
+        feats.append(f)
+        sf = np.einsum("rij,rj->ri", sigma_inv, f)
+        sigma_inv = sigma_inv - sf[:, :, None] * sf[:, None, :] / (1 + np.sum(f * sf, 1))[:, None, None]
+    F = np.stack(feats, 1)
+    for r in range(2):
+        assert np.allclose(sigma_inv[r], np.linalg.inv(lam * np.eye(d) + F[r].T @ F[r]))
+
+
+def test_kl_ucb_regret_grows_slowly_and_with_eta_and_is_deterministic():
+    env = kl.LinearBandit()
+    small = kl.run_bandit(env, kl.KLConfig(eta=1.0, rounds=400), 8, 0)
+    large = kl.run_bandit(env, kl.KLConfig(eta=8.0, rounds=400), 8, 0)
+    again = kl.run_bandit(env, kl.KLConfig(eta=1.0, rounds=400), 8, 0)
+    assert np.array_equal(small["regret"], again["regret"])
+    assert large["final"].mean() > small["final"].mean()
+    assert np.all(np.diff(small["regret"], axis=1) >= 0)           # per-round regret is >= 0
+    reg = small["regret"].mean(0)
+    at = dict(zip(small["rounds"].tolist(), reg))
+    assert at[400] - at[200] < 1.41 * (at[200] - at[100])            # sub-sqrt growth on this instance
+
+
+def test_unregularized_baselines_pay_linear_kl_regret():
+    env = kl.LinearBandit()
+    for method in ("linucb", "lin-ts"):
+        res = kl.run_bandit(env, kl.KLConfig(method=method, eta=1.0, rounds=200), 4, 1)
+        at = dict(zip(res["rounds"].tolist(), res["regret"].mean(0)))
+        assert at[200] - at[100] > 1.6 * (at[100] - at[50])              # about linear: ratio 2
+
+
+def test_mdp_soft_optimum_value_and_learner():
+    mdp = kl.TabularMDP(4, 3, 3)
+    V, pi = mdp.soft_optimal(3.0)
+    assert mdp.policy_value(pi[None], 3.0)[0] == pytest.approx(V[0, 0])
+    rng = np.random.default_rng(0)
+    others = rng.dirichlet(np.ones(3), size=(20, 3, 4))
+    assert np.all(mdp.policy_value(others, 3.0) <= V[0, 0] + 1e-12)
+    for method in kl.MDP_METHODS:
+        res = kl.run_mdp(mdp, kl.KLConfig(method=method, eta=3.0, rounds=300), 4, 0)
+        assert np.all(np.diff(res["regret"], axis=1) >= -1e-9)
+        res2 = kl.run_mdp(mdp, kl.KLConfig(method=method, eta=3.0, rounds=300), 4, 0)
+        assert np.array_equal(res["regret"], res2["regret"])
+    ucb = kl.run_mdp(mdp, kl.KLConfig(eta=3.0, rounds=1500, method="kl-lsvi-ucb"), 4, 0)
+    per_episode = np.diff(ucb["regret"].mean(0)) / np.diff(ucb["rounds"])
+    assert per_episode[-1] < per_episode[0]                           # it learns
+
+
+def test_bad_input_is_rejected():
+    with pytest.raises(ValueError, match="eta"):
+        kl.KLConfig(eta=0.0)
+    with pytest.raises(ValueError, match="eta"):
+        kl.KLConfig(eta=-1.0)
+    with pytest.raises(ValueError, match="rounds"):
+        kl.KLConfig(rounds=0)
+    with pytest.raises(ValueError, match="method"):
+        kl.KLConfig(method="ucb2")
+    with pytest.raises(ValueError, match="K"):
+        kl.LinearBandit(1)
+    with pytest.raises(ValueError, match="K"):
+        kl.TabularMDP(3, 1, 2)
+    with pytest.raises(ValueError, match="run_bandit"):
+        kl.run_bandit(kl.LinearBandit(), kl.KLConfig(method="kl-lsvi-ucb"), 2, 0)
+    with pytest.raises(ValueError, match="runs"):
+        kl.run_bandit(kl.LinearBandit(), kl.KLConfig(rounds=3), 0, 0)
+
+
+def test_experiment_and_bench_identical_with_1_and_2_workers(ray_session):
+    from rayml import experiments, runtime
+
+    recs = []
+    for w in (1, 2):
+        with runtime.max_workers(w):
+            recs.append(experiments.run("kl-bandit", size="tiny", seed=1, workers=w))
+    assert recs[0]["tables"]["runs"] == recs[1]["tables"]["runs"]
+    assert recs[0]["env"]["tasks"] >= 2
+    bench = experiments.bench("kl-bandit", size="tiny", seed=0)
+    assert bench["metrics"]["identical_results"] is True
+    assert bench["metrics"]["rounds_per_s"]["vectorised"] > 0

@@ -1,0 +1,144 @@
+"""GM Matching: Weiszfeld against a generic optimiser, herding by hand and its O(1/k) rate,
+the baselines against sorting, the estimator, determinism and bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.optimize import minimize
+
+from rayml.data.gm_matching import (
+    METHODS,
+    GMMatching,
+    geometric_median,
+    gm_matching,
+    herding,
+    select,
+    select_per_class,
+    weiszfeld,
+)
+
+
+def _sum_dist(z, X):
+    return np.linalg.norm(X - z, axis=1).sum()
+
+
+def test_weiszfeld_matches_a_generic_minimiser_of_the_sum_of_distances():
+    X = np.random.default_rng(0).standard_exponential((60, 3))
+    res = weiszfeld(X, tol=1e-10, max_iter=10000)
+    ref = minimize(_sum_dist, X.mean(axis=0), args=(X,), method="Nelder-Mead",
+                   options={"xatol": 1e-10, "fatol": 1e-12, "maxiter": 20000})
+    assert res.converged
+    assert np.allclose(res.median, ref.x, atol=1e-5)
+    assert _sum_dist(res.median, X) <= ref.fun + 1e-9
+
+
+def test_geometric_median_in_one_dimension_is_the_median():
+    x = np.array([[0.0], [1.0], [2.0], [10.0], [100.0]])
+    assert geometric_median(x, tol=1e-12, max_iter=20000)[0] == pytest.approx(2.0, abs=1e-6)
+
+
+def test_geometric_median_resists_outliers_that_drag_the_mean():
+    rng = np.random.default_rng(1)
+    inliers = rng.standard_normal((70, 5))
+    outliers = 50.0 + rng.standard_normal((30, 5))
+    X = np.vstack([inliers, outliers])
+    assert np.linalg.norm(geometric_median(X)) < 2.0
+    assert np.linalg.norm(X.mean(axis=0)) > 30.0
+
+
+def test_herding_update_by_hand():
+    # points on a line, target 0.5: theta0 = target; pick argmax <theta, x> then theta += target - x.
+    X = np.array([[1.0], [0.0], [0.6], [0.4]])
+    idx = herding(X, 4, np.array([0.5]), normalize=False, init="target")
+    # t1: theta=0.5 -> x=1.0 (i0); theta=0. t2: scores all 0 -> first available (i1, x=0); theta=0.5.
+    # t3: theta=0.5 -> x=0.6 (i2); theta=0.4. t4: i3.
+    assert idx.tolist() == [0, 1, 2, 3]
+    idx = herding(X, 2, np.array([0.5]), normalize=False, init="target")
+    assert X[idx].mean() == pytest.approx(0.5)
+
+
+def test_gm_matching_error_decays_like_one_over_k_and_beats_random():
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((2000, 16))
+    gm = geometric_median(X)
+    err = {k: np.linalg.norm(X[herding(X, k, gm, normalize=False, seed=0)].mean(axis=0) - gm) for k in (20, 200)}
+    rand = np.mean([np.linalg.norm(X[rng.permutation(2000)[:200]].mean(axis=0) - gm) for _ in range(20)])
+    assert err[200] < 0.2 * err[20]  # O(1/k): a factor 10 in k gives ~10x; O(1/sqrt k) only ~3.2x
+    assert err[200] < 0.3 * rand
+
+
+def test_normalized_herding_selects_distinct_points_towards_the_normalized_target():
+    X = np.random.default_rng(3).standard_normal((300, 6)) + 2.0
+    idx = gm_matching(X, 100, seed=0)
+    assert len(set(idx.tolist())) == 100
+    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+    gm = geometric_median(X)
+    assert np.linalg.norm(U[idx].mean(axis=0) - gm / np.linalg.norm(gm)) < 0.05
+
+
+def test_easy_hard_moderate_follow_distance_order():
+    X = np.arange(10, dtype=float)[:, None] ** 1.5
+    d = np.abs(X[:, 0] - X.mean())
+    order = np.argsort(d)
+    assert set(select(X, 3, "easy")) == set(order[:3])
+    assert set(select(X, 3, "hard")) == set(order[-3:])
+    assert set(select(X, 4, "moderate")) == set(order[3:7])
+
+
+def test_per_class_budget_split_and_estimator():
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((90, 4))
+    y = np.repeat([0, 1, 2], [50, 30, 10])
+    for method in METHODS:
+        idx = select_per_class(X, y, 31, method, seed=0)
+        assert len(idx) == 31 and len(set(idx.tolist())) == 31
+        counts = np.bincount(y[idx], minlength=3)
+        assert counts.tolist() == [11, 10, 10]
+    idx = select_per_class(X, y, 60, "random", seed=0)  # class 2 has only 10: the rest is spread
+    assert np.bincount(y[idx]).tolist()[2] == 10 and len(idx) == 60
+    sel = GMMatching(fraction=0.2, random_state=7).fit(X, y)
+    assert sel.n_selected_ == 18 and set(sel.centers_) == {0, 1, 2}
+    assert np.array_equal(sel.transform(X), X[sel.indices_])
+    again = GMMatching(fraction=0.2, random_state=7).fit(X, y)
+    assert np.array_equal(sel.indices_, again.indices_)
+    assert GMMatching(k=5).set_params(method="hard").get_params()["method"] == "hard"
+
+
+def test_bad_input_is_rejected_with_the_argument_named():
+    X = np.random.default_rng(5).standard_normal((20, 3))
+    with pytest.raises(ValueError, match="k must be in"):
+        gm_matching(X, 0)
+    with pytest.raises(ValueError, match="k must be in"):
+        GMMatching(k=21).fit(X)
+    with pytest.raises(TypeError, match="k must be an integer"):
+        select(X, 2.5)
+    with pytest.raises(ValueError, match="method"):
+        select(X, 3, "best")
+    with pytest.raises(ValueError, match="fraction"):
+        GMMatching(fraction=1.5).fit(X)
+    with pytest.raises(ValueError, match="y must have shape"):
+        select_per_class(X, np.zeros(5), 4)
+    with pytest.raises(ValueError, match="number of classes"):
+        select_per_class(X, np.arange(20) % 5, 3)
+    with pytest.raises(ValueError, match="X must be finite"):
+        geometric_median(np.array([[0.0, np.nan]]))
+    with pytest.raises(ValueError, match="target"):
+        herding(X, 2, np.zeros(4))
+    with pytest.raises(ValueError, match="max_iter"):
+        weiszfeld(X, max_iter=0)
+
+
+def test_experiment_cells_are_deterministic_and_bad_configs_fail():
+    from rayml.experiments import gm_matching as exp
+
+    config = dict(exp.SIZES["tiny"])
+    a = exp.robustness_one(("feature", 0.4, 0, 123), config)
+    b = exp.robustness_one(("feature", 0.4, 0, 123), config)
+    assert a == b and {r["method"] for r in a} == set(METHODS)
+    assert exp.convergence_one((0, 9), config) == exp.convergence_one((0, 9), config)
+    with pytest.raises(ValueError, match="ks"):
+        exp.run({**config, "ks": [0, 5]}, 0)
+    with pytest.raises(ValueError, match="levels"):
+        exp.run({**config, "levels": [1.5]}, 0)
+

@@ -1,0 +1,130 @@
+"""Max-min eigenvalue augmentation: the relaxation against brute force and a closed form, the
+rounding's feasibility and mean, greedy, connectivity against networkx, determinism, bad input."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from rayml.experiments.eig_augment import connectivity_instance, e_design_instance, reduced_laplacian_basis
+from rayml.optim.eig_augment import (
+    AugmentationProblem,
+    brute_force,
+    greedy,
+    randomized_rounding,
+    round_many,
+    solve_relaxation,
+)
+
+
+def _e_design(seed=0, n=4, m=7, k=3, batch=2):
+    M, As = e_design_instance(n, m, batch, 0.1, np.random.default_rng(seed))
+    return AugmentationProblem(M, As, k)
+
+
+def test_relaxation_bounds_brute_force_and_rounding():
+    P = _e_design()
+    rel = solve_relaxation(P)
+    assert rel.solver in ("CLARABEL", "SCS")
+    assert np.all(rel.x >= 0) and np.all(rel.x <= 1) and rel.x.sum() <= P.k + 1e-9
+    assert rel.value_at_x == pytest.approx(rel.bound, abs=1e-5)
+    opt = brute_force(P)
+    # brute force against a direct enumeration written here
+    direct = max(np.linalg.eigvalsh(P.M + sum(P.As[list(s)]))[0] for s in itertools.combinations(range(P.m), P.k))
+    assert opt.value == pytest.approx(direct)
+    assert rel.bound >= opt.value - 1e-6
+    best = round_many(P, rel.x, 64, seed=1)
+    assert best.value <= opt.value + 1e-9 and best.value >= P.base - 1e-12
+    assert greedy(P).value <= opt.value + 1e-9
+
+
+def test_relaxation_closed_form_for_commuting_diagonal_matrices():
+    # M = 0, A_i = e_i e_i^T (i < n), k = n - 1 < m = n: the relaxation spreads x_i = (n-1)/n on every
+    # coordinate, value (n-1)/n, while every integral choice leaves one coordinate at 0 (OPT = 0).
+    n = 4
+    As = [np.diag(np.eye(n)[i]) for i in range(n)]
+    P = AugmentationProblem(np.zeros((n, n)), As, k=n - 1)
+    rel = solve_relaxation(P)
+    assert rel.bound == pytest.approx((n - 1) / n, abs=1e-5)
+    assert np.allclose(rel.x, (n - 1) / n, atol=1e-4)
+    assert brute_force(P).value == pytest.approx(0.0)
+
+
+def test_rounding_respects_the_budget_and_its_mean():
+    rng = np.random.default_rng(0)
+    x = np.array([0.9, 0.6, 0.3, 0.2, 0.0, 1.0])
+    for scheme in ("iid", "bernoulli"):
+        sets = [randomized_rounding(x, 3, rng, scheme) for _ in range(4000)]
+        assert all(len(s) <= 3 and len(set(s.tolist())) == len(s) for s in sets)
+        counts = np.bincount(np.concatenate(sets), minlength=x.size) / len(sets)
+        assert counts[4] == 0  # zero mass is never drawn
+    # iid: index i appears with probability 1 - (1 - x_i / sum x)^k
+    sets = [randomized_rounding(x, 3, rng, "iid") for _ in range(20000)]
+    counts = np.bincount(np.concatenate(sets), minlength=x.size) / len(sets)
+    assert np.allclose(counts, 1 - (1 - x / x.sum()) ** 3, atol=0.015)
+
+
+def test_greedy_by_hand():
+    M = np.diag([1.0, 2.0, 3.0])
+    As = [np.diag([2.0, 0.0, 0.0]), np.diag([0.0, 2.0, 0.0]), np.diag([1.5, 1.5, 0.0]), np.diag([0, 0, 5.0])]
+    P = AugmentationProblem(M, As, k=2)
+    # step 1: values 2, 1, 2.5, 1 -> pick 2 (diag 2.5, 3.5, 3); step 2: +A0 -> 3, +A1 -> 2.5, +A3 -> 2.5
+    res = greedy(P)
+    assert res.selected.tolist() == [0, 2] and res.value == pytest.approx(3.0)
+    assert res.evaluations == 4 + 3
+    assert brute_force(P).value == pytest.approx(3.0)
+
+
+def test_connectivity_matches_networkx_algebraic_connectivity():
+    import networkx as nx
+
+    M, As, G = connectivity_instance(7, 5, 2, np.random.default_rng(3))
+    L = nx.laplacian_matrix(G, nodelist=range(8)).toarray().astype(float)
+    assert np.linalg.eigvalsh(M)[0] == pytest.approx(np.sort(np.linalg.eigvalsh(L))[1], abs=1e-9)
+    V = reduced_laplacian_basis(8)
+    assert np.allclose(V.T @ V, np.eye(7)) and np.allclose(V.T @ np.ones(8), 0)
+    P = AugmentationProblem(M, As, k=2)
+    assert max(np.linalg.matrix_rank(A) for A in P.As) >= 2  # not rank one
+
+
+def test_determinism():
+    P = _e_design(seed=2)
+    x = np.full(P.m, P.k / P.m)
+    a, b = round_many(P, x, 20, seed=5), round_many(P, x, 20, seed=5)
+    assert a.selected.tolist() == b.selected.tolist() and np.array_equal(a.values, b.values)
+
+
+def test_bad_input():
+    I2 = np.eye(2)
+    with pytest.raises(ValueError, match=r"As\[1\] must be positive semidefinite"):
+        AugmentationProblem(I2, [I2, np.diag([1.0, -1.0])], k=1)
+    with pytest.raises(ValueError, match="M must be symmetric"):
+        AugmentationProblem(np.array([[1.0, 2.0], [0.0, 1.0]]), [I2, I2], k=1)
+    with pytest.raises(ValueError, match="M must be positive semidefinite"):
+        AugmentationProblem(-I2, [I2, I2], k=1)
+    with pytest.raises(ValueError, match=r"As\[0\] must be a \(2, 2\)"):
+        AugmentationProblem(I2, [np.eye(3), I2], k=1)
+    for k in (0, 2, 5, 1.0):
+        with pytest.raises(ValueError, match="k must be"):
+            AugmentationProblem(I2, [I2, I2], k=k)
+    P = AugmentationProblem(I2, [I2, I2, I2], k=1)
+    with pytest.raises(ValueError, match="scheme"):
+        randomized_rounding(np.ones(3) / 3, 1, np.random.default_rng(0), scheme="pipage")
+    with pytest.raises(ValueError, match="roundings"):
+        round_many(P, np.ones(3) / 3, 0)
+    with pytest.raises(ValueError, match="limit"):
+        brute_force(P, limit=2)
+    with pytest.raises(ValueError, match="solver"):
+        solve_relaxation(P, solver="NOT_A_SOLVER")
+
+
+def test_experiment_tiny_runs_and_is_worker_count_invariant(ray_session):
+    from rayml import experiments
+
+    r1 = experiments.run("eig-augment", size="tiny", seed=0, workers=1)
+    r2 = experiments.run("eig-augment", size="tiny", seed=0, workers=2)
+    assert r1["metrics"] == r2["metrics"] and r1["tables"] == r2["tables"]
+    assert r1["metrics"]["min_bound_minus_opt"] >= -1e-6
+    assert all(c["holds"] in (True, False) for c in r1["claims"])

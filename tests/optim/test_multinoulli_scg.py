@@ -1,0 +1,217 @@
+"""Multinoulli-SCG: the extension and its gradient against enumeration, the rounding, the
+algorithm against brute force, the baselines, determinism, bad input, and the Ray evaluator."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from rayml.optim import subset_baselines as sb
+from rayml.optim.multinoulli_scg import (
+    Partition,
+    SCGConfig,
+    exact_gradient,
+    linear_maximizer,
+    momentum_weight,
+    multinoulli_scg,
+    multinoulli_value,
+    multinoulli_value_exact,
+    round_multinoulli,
+    sampled_gradient,
+)
+from rayml.optim.subset_objectives import BayesianAOptimal, LogDetSummary, WeightedCoverage, make_instance
+
+
+def _tiny():
+    f, labels = make_instance("coverage", 6, 2, seed=3)
+    return f, Partition(labels, [2, 1])
+
+
+def _random_x(partition, rng, total=0.9):
+    x = rng.random((partition.rank, partition.n)) * partition.allowed
+    return x / x.sum(axis=1, keepdims=True) * total
+
+
+def _naive_value(f, x, partition):
+    # F(x) = sum over slot outcomes of prod(prob) f(union), written independently of the module
+    options = []
+    for s in range(partition.rank):
+        elems = np.flatnonzero(partition.allowed[s])
+        options.append([(None, 1 - x[s].sum())] + [(int(v), x[s, v]) for v in elems])
+    total = 0.0
+    for combo in itertools.product(*options):
+        mask = np.zeros(partition.n)
+        for v, _ in combo:
+            if v is not None:
+                mask[v] = 1
+        total += np.prod([p for _, p in combo]) * f(mask[None])[0]
+    return total
+
+
+def test_extension_matches_independent_enumeration_and_monte_carlo():
+    f, P = _tiny()
+    x = _random_x(P, np.random.default_rng(0))
+    exact = multinoulli_value_exact(f, x, P)
+    assert exact == pytest.approx(_naive_value(f, x, P), rel=1e-12)
+    assert multinoulli_value(f, x, P, samples=40_000, seed=1) == pytest.approx(exact, rel=0.02)
+    # at a vertex the extension is f of that set
+    vertex = np.zeros_like(x)
+    vertex[[0, 1, 2], [0, 1, 4]] = 1.0
+    mask = np.zeros(P.n)
+    mask[[0, 1, 4]] = 1
+    assert multinoulli_value_exact(f, vertex, P) == pytest.approx(f(mask[None])[0])
+
+
+def test_gradient_is_a_finite_difference_of_an_affine_extension_and_the_estimator_is_unbiased():
+    f, P = _tiny()
+    x = _random_x(P, np.random.default_rng(1), total=0.6)
+    g = exact_gradient(f, x, P)
+    # F is affine in each slot: a step along one coordinate changes F by exactly g * step
+    s, v = 0, int(np.flatnonzero(P.allowed[0])[1])
+    step = np.zeros_like(x)
+    step[s, v] = 0.3
+    assert multinoulli_value_exact(f, x + step, P) - multinoulli_value_exact(f, x, P) == pytest.approx(0.3 * g[s, v])
+    assert np.all(g[~P.allowed] == 0) and np.all(g >= -1e-12)  # monotone f: non-negative gradient
+    est = sampled_gradient(f, x, P, np.random.default_rng(2), samples=4000)
+    assert np.allclose(est, g, atol=0.15 * np.abs(g).max())
+
+
+def test_momentum_schedule_and_linear_maximizer():
+    assert momentum_weight(1) == pytest.approx(4 / 9 ** (2 / 3))
+    assert momentum_weight(0) == pytest.approx(1.0)  # 4 / 8^(2/3)
+    P = Partition(np.array([0, 0, 1, 1, 1]), [1, 2])
+    d = np.array([[0.5, 2.0, 9, 9, 9], [9, 9, -1.0, -2.0, -0.5], [9, 9, 0.1, 0.3, 0.2]]) * P.allowed
+    v = linear_maximizer(d, P)
+    assert v.tolist() == [[0, 1, 0, 0, 0], [0, 0, 0, 0, 0], [0, 0, 0, 1, 0]]
+
+
+def test_rounding_is_feasible_full_and_lossless_in_expectation():
+    f, P = _tiny()
+    x = _random_x(P, np.random.default_rng(4), total=0.7)
+    masks = round_multinoulli(x, P, np.random.default_rng(5), draws=3000)
+    assert all(P.is_feasible(m) for m in masks[:200])
+    assert np.all([m[p].sum() == b for m in masks[:200] for p, b in zip(P.parts, P.budgets)])
+    mean_rounded = f(masks).mean()
+    se = f(masks).std() / np.sqrt(len(masks))
+    assert mean_rounded >= multinoulli_value_exact(f, x, P) - 3 * se
+    # without the fill the rounding is unbiased: E f(S) = F(x)
+    raw = round_multinoulli(x, P, np.random.default_rng(6), draws=20_000, fill=False)
+    assert f(raw).mean() == pytest.approx(multinoulli_value_exact(f, x, P), rel=0.03)
+
+
+@pytest.mark.parametrize("kind", ["coverage", "a-optimal", "video"])
+def test_scg_against_brute_force_opt(kind):
+    f, labels = make_instance(kind, 12, 3, seed=7)
+    P = Partition(labels, [2, 2, 2])
+    opt = sb.brute_force(f, P)
+    masks = sb.feasible_bases(P)
+    assert opt.value == pytest.approx(f(masks).max()) and opt.evals == 6**3
+    res = multinoulli_scg(f, P, SCGConfig(iterations=20, roundings=5), seed=0)
+    assert P.is_feasible(np.isin(np.arange(P.n), res.selected)) and len(res.selected) == P.rank
+    assert res.value <= opt.value + 1e-9
+    assert res.value >= (1 - 1 / np.e) * opt.value
+    assert res.x.sum(axis=1) == pytest.approx(np.ones(P.rank))
+    assert res.evals == 20 * sum(len(P.parts[k]) + 1 for k in P.slot_part) + 5
+
+
+def test_modular_objective_is_solved_exactly():
+    # f(S) = sum of weights: the optimum takes the B_k heaviest elements of every part
+    w = np.array([1.0, 5.0, 3.0, 2.0, 8.0, 1.0, 4.0])
+    f = WeightedCoverage(np.eye(7, dtype=bool), w)
+    P = Partition(np.array([0, 0, 0, 1, 1, 1, 1]), [2, 1])
+    res = multinoulli_scg(f, P, SCGConfig(iterations=15), seed=1)
+    assert sorted(res.selected.tolist()) == [1, 2, 4]
+    g = sb.partition_greedy(f, P)
+    assert g.selected.tolist() == [1, 2, 4]
+    # 7 open candidates, then part 1 is full: 3, then 2, plus the final evaluation of S
+    assert g.evals == 7 + 3 + 2 + 1
+
+
+def test_baselines_are_feasible_and_count_evaluations():
+    f, labels = make_instance("video", 10, 2, seed=2)
+    P = Partition(labels, [2, 3])
+    g = sb.partition_greedy(f, P)
+    for res in (g, sb.distorted_local_search(f, P, samples=8, seed=0), sb.random_feasible(f, P, seed=0)):
+        mask = np.isin(np.arange(P.n), res.selected)
+        assert P.is_feasible(mask) and len(res.selected) == P.rank
+        assert res.value == pytest.approx(f(mask[None])[0])
+    dls = sb.distorted_local_search(f, P, samples=8, seed=0)
+    assert dls.evals > 8 * P.rank  # each potential estimate costs `samples` evaluations
+
+
+def test_objectives_are_normalised_and_monotone():
+    rng = np.random.default_rng(0)
+    for kind in ("coverage", "a-optimal", "video"):
+        f, _ = make_instance(kind, 8, 2, seed=1)
+        assert f(np.zeros((1, 8)))[0] == pytest.approx(0.0, abs=1e-12)
+        a = rng.random((50, 8)) < 0.4
+        b = a | (rng.random((50, 8)) < 0.3)
+        assert np.all(f(b) >= f(a) - 1e-10)
+    # A-optimal against a direct formula
+    X = rng.standard_normal((4, 3))
+    f = BayesianAOptimal(X, noise_sigma=0.5, prior_precision=2.0)
+    m = np.array([1, 0, 1, 1])
+    direct = 3 / 2.0 - np.trace(np.linalg.inv(2.0 * np.eye(3) + X[m > 0].T @ X[m > 0] / 0.25))
+    assert f(m[None])[0] == pytest.approx(direct)
+
+
+def test_determinism():
+    f, P = _tiny()
+    a = multinoulli_scg(f, P, SCGConfig(iterations=6, samples=2, roundings=3), seed=11)
+    b = multinoulli_scg(f, P, SCGConfig(iterations=6, samples=2, roundings=3), seed=11)
+    assert np.array_equal(a.x, b.x) and a.value == b.value
+    d1 = sb.distorted_local_search(f, P, samples=5, seed=3)
+    d2 = sb.distorted_local_search(f, P, samples=5, seed=3)
+    assert d1.selected.tolist() == d2.selected.tolist() and d1.evals == d2.evals
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="budgets"):
+        Partition(np.array([0, 0, 1]), [3, 1])  # B_0 > |V_0|: infeasible
+    with pytest.raises(ValueError, match="budgets"):
+        Partition(np.array([0, 0, 1]), [1, 0])
+    with pytest.raises(ValueError, match="budgets"):
+        Partition(np.array([0, 0, 1]), [1])
+    with pytest.raises(ValueError, match="labels"):
+        Partition(np.array([0, 2, 2]), [1, 1, 1])  # part 1 empty
+    with pytest.raises(ValueError, match="labels"):
+        Partition(np.array([0.0, 1.0]), [1, 1])
+    with pytest.raises(ValueError, match="iterations"):
+        SCGConfig(iterations=0)
+    with pytest.raises(ValueError, match="samples"):
+        SCGConfig(samples=1.5)
+    f, P = _tiny()
+    with pytest.raises(ValueError, match="x must"):
+        multinoulli_value_exact(f, np.ones((P.rank, P.n)), P)
+    with pytest.raises(TypeError, match="partition"):
+        multinoulli_scg(f, [0, 1], SCGConfig(iterations=2))
+    with pytest.raises(ValueError, match="gamma"):
+        sb.distorted_local_search(f, P, gamma=1.5)
+    with pytest.raises(ValueError, match="limit"):
+        sb.feasible_bases(P, limit=3)
+    with pytest.raises(ValueError, match="symmetric positive semidefinite"):
+        LogDetSummary(np.array([[1.0, 2.0], [2.0, 1.0]]))
+
+
+def test_ray_evaluator_gives_identical_results(ray_session):
+    from rayml import runtime
+
+    f, labels = make_instance("video", 12, 3, seed=5)
+    P = Partition(labels, [1, 2, 1])
+    cfg = SCGConfig(iterations=4, samples=2, roundings=2)
+    local = multinoulli_scg(f, P, cfg, seed=9)
+    remote = multinoulli_scg(f, P, cfg, seed=9, evaluator=runtime.batch_evaluator(f, blocks=2))
+    assert np.array_equal(local.x, remote.x) and local.value == remote.value and local.evals == remote.evals
+
+
+def test_experiment_tiny_runs_and_is_worker_count_invariant(ray_session):
+    from rayml import experiments, runtime
+
+    r1 = experiments.run("multinoulli-scg", size="tiny", seed=0, workers=1)
+    r2 = experiments.run("multinoulli-scg", size="tiny", seed=0, workers=2)
+    assert r1["metrics"] == r2["metrics"] and r1["tables"] == r2["tables"]
+    assert {c["text"][:20] for c in r1["claims"]} and all(c["holds"] in (True, False) for c in r1["claims"])
+    assert 0 < r1["metrics"]["mean_ratio"] <= 1 + 1e-9
+    assert runtime.stats()["tasks"] >= 2

@@ -1,0 +1,162 @@
+"""Kronecker kernel PDE solver: kernel derivatives by finite differences, Kronecker operators
+against the dense full-grid formulas, the gradient against finite differences, manufactured
+solutions, the Cole-Hopf reference, the baselines, determinism and bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rayml.pde.baselines import daks_memory_bytes, daks_solve, fd_solve
+from rayml.pde.kernel_solver import (
+    KernelPDEConfig,
+    KroneckerInterpolant,
+    loss_and_gradient,
+    se_kernel_derivative,
+    solve,
+)
+from rayml.pde.problems import AllenCahn, Burgers, NonlinearElliptic, make_problem
+
+
+@pytest.mark.parametrize("a,b", [(1, 0), (0, 1), (2, 0), (1, 1), (2, 2), (0, 2)])
+def test_kernel_derivatives_match_finite_differences(a, b):
+    x, y, ls, h = np.array([0.1, 0.45]), np.array([0.3, -0.2]), 0.37, 1e-4
+
+    def k(xx, yy, aa, bb):
+        return se_kernel_derivative(xx, yy, ls, aa, bb)
+
+    if a > 0:
+        fd = (k(x + h, y, a - 1, b) - k(x - h, y, a - 1, b)) / (2 * h)
+    else:
+        fd = (k(x, y + h, a, b - 1) - k(x, y - h, a, b - 1)) / (2 * h)
+    assert np.allclose(k(x, y, a, b), fd, rtol=1e-5, atol=1e-7)
+
+
+def test_kronecker_fields_equal_the_dense_full_grid_interpolant():
+    # u(x) = k(x, M) K^{-1} eta with the FULL product-kernel Gram (N x N), built point by point.
+    rng = np.random.default_rng(0)
+    axes = (np.linspace(0, 1, 7), np.linspace(-1, 1, 5))
+    ls, jitter = (0.3, 0.6), 1e-10
+    interp = KroneckerInterpolant(axes, ls, jitter)
+    Xi = rng.standard_normal((7, 5))
+    eta = interp.field(Xi, (0, 0)).ravel()
+    P1, P2 = (g.ravel() for g in np.meshgrid(*axes, indexing="ij"))
+    K_full = np.kron(se_kernel_derivative(axes[0], axes[0], ls[0]) + jitter * np.eye(7),
+                     se_kernel_derivative(axes[1], axes[1], ls[1]) + jitter * np.eye(5))
+    alpha = np.linalg.solve(K_full, eta)
+    for ab in [(1, 0), (0, 1), (2, 0), (0, 2), (1, 1)]:
+        dense = (se_kernel_derivative(P1, P1, ls[0], ab[0], 0) * se_kernel_derivative(P2, P2, ls[1], ab[1], 0)) @ alpha
+        assert np.allclose(interp.field(Xi, ab).ravel(), dense, rtol=1e-6, atol=1e-6 * np.abs(dense).max())
+    # predict off the grid agrees with the dense formula too, and reproduces the grid values on it
+    x1, x2 = np.array([0.05, 0.5]), np.array([0.3])
+    Q1, Q2 = (g.ravel() for g in np.meshgrid(x1, x2, indexing="ij"))
+    dense = (se_kernel_derivative(Q1, P1, ls[0]) * se_kernel_derivative(Q2, P2, ls[1])) @ alpha
+    assert np.allclose(interp.predict(Xi, x1, x2).ravel(), dense, rtol=1e-6, atol=1e-8)
+    assert np.allclose(interp.predict(Xi, *axes), eta.reshape(7, 5), atol=1e-6)
+
+
+def test_whitened_norm_is_the_rkhs_norm_and_gradient_matches_finite_differences():
+    problem = NonlinearElliptic()
+    cfg = KernelPDEConfig(grid=(6, 5), lengthscale=(0.3, 0.3), jitter=1e-6, v=3.0, tau=5.0)
+    rng = np.random.default_rng(1)
+    Xi = rng.standard_normal(cfg.grid) * 0.3
+    val, grad = loss_and_gradient(problem, cfg, Xi)
+    E = np.zeros_like(Xi)
+    for i, j in [(0, 0), (2, 3), (5, 4)]:
+        E[:] = 0
+        E[i, j] = 1e-6
+        fd = (loss_and_gradient(problem, cfg, Xi + E)[0] - loss_and_gradient(problem, cfg, Xi - E)[0]) / 2e-6
+        assert fd == pytest.approx(grad[i, j], rel=1e-5, abs=1e-6)
+    # 0.5 |xi|^2 = 0.5 eta^T K^{-1} eta
+    interp = KroneckerInterpolant((np.linspace(0, 1, 6), np.linspace(0, 1, 5)), cfg.lengthscale, cfg.jitter)
+    eta = interp.field(Xi, (0, 0)).ravel()
+    K = np.kron(*(f.L @ f.L.T for f in interp.factors))
+    assert eta @ np.linalg.solve(K, eta) == pytest.approx(np.sum(Xi**2), rel=1e-6)
+
+
+def test_manufactured_solutions_are_recovered_and_refinement_helps():
+    coarse = solve(NonlinearElliptic(), KernelPDEConfig(grid=(10, 10), lengthscale=(0.25, 0.25)))
+    fine = solve(NonlinearElliptic(), KernelPDEConfig(grid=(16, 16), lengthscale=(0.2, 0.2)))
+    assert fine.rmse < 0.02 and fine.rmse < coarse.rmse
+    assert np.all(np.diff(fine.loss_history) <= 0)
+    ac = solve(AllenCahn(a=1.0), KernelPDEConfig(grid=(14, 14), lengthscale=(0.12, 0.12)))
+    assert ac.rel_l2 < 0.05
+
+
+def test_burgers_reference_satisfies_the_pde_and_initial_condition():
+    p = Burgers(nu=0.05)
+    x = np.linspace(-0.9, 0.9, 7)
+    assert np.allclose(p.reference(x, np.zeros(7)), -np.sin(np.pi * x))
+    X, T = np.meshgrid(x, [0.2, 0.5], indexing="ij")
+    h = 1e-4
+    u = p.reference(X, T)
+    ut = (p.reference(X, T + h) - p.reference(X, T - h)) / (2 * h)
+    ux = (p.reference(X + h, T) - p.reference(X - h, T)) / (2 * h)
+    uxx = (p.reference(X + h, T) - 2 * u + p.reference(X - h, T)) / h**2
+    assert np.max(np.abs(ut + u * ux - p.nu * uxx)) < 1e-3
+
+
+def test_burgers_kernel_solver_beats_fd_on_a_coarse_grid():
+    p = Burgers(nu=0.05)
+    ours = solve(p, KernelPDEConfig(grid=(24, 10), lengthscale=(0.1, 0.3), iterations=15))
+    fd = fd_solve(p, (24, 10))
+    assert ours.rmse < 0.05 and ours.rmse < fd.rmse
+
+
+def test_daks_and_fd_converge_on_the_elliptic_equation():
+    p = NonlinearElliptic()
+    d = daks_solve(p, (12, 12), (0.25, 0.25))
+    assert d.rmse < 0.02
+    f1, f2 = fd_solve(p, (16, 16)), fd_solve(p, (31, 31))
+    assert f2.rmse < 0.4 * f1.rmse  # second order: halving h divides the error by about 4
+    with pytest.raises(MemoryError, match="max_gram_bytes"):
+        daks_solve(p, (64, 64), (0.05, 0.05), max_gram_bytes=1e6)
+    assert daks_memory_bytes(p, (64, 64)) > 1e9
+
+
+def test_solver_is_deterministic():
+    cfg = KernelPDEConfig(grid=(8, 8), lengthscale=(0.3, 0.3), iterations=5)
+    a, b = solve(NonlinearElliptic(), cfg), solve(NonlinearElliptic(), cfg)
+    assert np.array_equal(a.U, b.U)
+    adam = KernelPDEConfig(grid=(8, 8), lengthscale=(0.3, 0.3), optimizer="adam", iterations=50, lr=1e-2,
+                           boundary_steps=10)
+    r = solve(NonlinearElliptic(), adam)
+    assert np.array_equal(r.U, solve(NonlinearElliptic(), adam).U) and r.loss_history[-1] < r.loss_history[10]
+
+
+def test_bad_input_is_rejected_with_the_argument_named():
+    with pytest.raises(ValueError, match="grid too small"):
+        KernelPDEConfig(grid=(3, 10))
+    with pytest.raises(ValueError, match="grid must be two integers"):
+        KernelPDEConfig(grid=(10.5, 10))
+    with pytest.raises(ValueError, match="lengthscale"):
+        KernelPDEConfig(lengthscale=(0.1, -1.0))
+    with pytest.raises(ValueError, match="optimizer"):
+        KernelPDEConfig(optimizer="lbfgs")
+    with pytest.raises(ValueError, match="iterations"):
+        KernelPDEConfig(iterations=0)
+    with pytest.raises(ValueError, match="tau"):
+        KernelPDEConfig(tau=float("nan"))
+    with pytest.raises(ValueError, match="nu"):
+        Burgers(nu=0.0)
+    with pytest.raises(ValueError, match="problem must be one of"):
+        make_problem("heat")
+    with pytest.raises(TypeError, match="problem"):
+        solve("elliptic", KernelPDEConfig())
+    with pytest.raises(ValueError, match="Xi0"):
+        solve(NonlinearElliptic(), KernelPDEConfig(grid=(5, 5)), Xi0=np.zeros((4, 4)))
+    with pytest.raises(ValueError, match="grid too small"):
+        fd_solve(NonlinearElliptic(), (3, 3))
+
+
+def test_experiment_config_errors_and_cells():
+    from rayml.experiments import kernel_pde as exp
+
+    cfg = dict(exp.SIZES["tiny"])
+    with pytest.raises(ValueError, match="scaling_grids"):
+        exp.run({**cfg, "scaling_grids": [2]}, 0)
+    with pytest.raises(ValueError, match="cases"):
+        exp.run({**cfg, "cases": ["heat-8x8"]}, 0)
+    row = exp.scaling_one((64, "daks"), cfg)
+    assert row["ran"] is False and row["needed_mib"] > cfg["max_gram_mib"]
+    assert exp.scaling_one((8, "kronecker"), cfg)["ran"] is True
