@@ -54,6 +54,13 @@ def _build_parser() -> argparse.ArgumentParser:
         r.add_argument("--address", default=None, help="Ray address: 'auto', 'host:port', 'ray://...'")
         r.add_argument("--workers", type=int, default=None, help="at most this many Ray tasks at once")
 
+    tr = sub.add_parser("train", help="train a named model config of rayml (e.g. the LLM substrate's)")
+    tr.add_argument("name", help="a config name (rayml.llm.training.CONFIGS)")
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--out", default=None, help="write the checkpoint and its card here")
+    tr.add_argument("--address", default=None)
+    tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+
     pk = sub.add_parser("package", help="assemble rayml as one folder for a job's runtime_env py_modules")
     pk.add_argument("dest", help="the folder to write; prints the path to pass in py_modules")
 
@@ -93,6 +100,8 @@ def _print_list(as_json: bool, as_markdown: bool = False) -> None:
         print(f"{m.name:20} {m.status:12} {m.family:12} {m.title}")
     n = len(registry.implemented())
     print(f"\n{len(rows)} methods: {n} implemented, {len(rows) - n} planned")
+    for m in registry.SUBSTRATES:
+        print(f"substrate: {m.name} ({m.status}): {m.title}")
 
 
 def _print_record(record: dict) -> None:
@@ -141,7 +150,7 @@ def _run_or_bench(args) -> int:
     size = args.size or "full"
     overrides = experiments.parse_overrides(args.set)
     if args.name == "all":
-        names = [m.name for m in registry.implemented()]
+        names = [m.name for m in registry.runnable()]
         if args.command == "bench":
             names = [n for n in names if registry.get(n).load_experiment().bench is not None]
     elif args.command == "bench" and args.name in experiments.BENCH_ALIASES:
@@ -174,6 +183,22 @@ def _run_or_bench(args) -> int:
             results.check_writable(args.json_path, is_dir=False)
             results.write_json({"schema_version": 1, "kind": f"{args.command}-all", "records": records},
                                args.json_path)
+    return 0
+
+
+def _train(args) -> int:
+    import importlib.util
+
+    from rayml import experiments, runtime
+
+    if importlib.util.find_spec("rayml.llm.training") is None:
+        raise UsageError("training is not available in this version of rayml")
+    from rayml.llm import training
+
+    overrides = experiments.parse_overrides(args.set)
+    runtime.connect(args.address)
+    card = training.train(args.name, seed=args.seed, out=args.out, overrides=overrides)
+    print(json.dumps(card, indent=1))
     return 0
 
 
@@ -217,6 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command in ("run", "bench"):
             return _run_or_bench(args)
+        if args.command == "train":
+            return _train(args)
         if args.command == "package":
             from rayml import runtime
 

@@ -13,7 +13,7 @@ import importlib
 import importlib.util
 from dataclasses import dataclass, replace
 
-__all__ = ["Method", "METHODS", "get", "implemented", "names", "details", "experiment_module"]
+__all__ = ["Method", "METHODS", "get", "implemented", "names", "details", "experiment_module", "runnable", "SUBSTRATES"]
 
 IMPLEMENTED = "implemented"
 PLANNED = "planned"
@@ -109,7 +109,13 @@ def _discover(m: Method) -> Method:
 
 
 METHODS: tuple[Method, ...] = tuple(_discover(m) for m in _PLANNED)
-_BY_NAME = {m.name: m for m in METHODS}
+# Shared substrates that several methods stand on and that have an experiment of their own
+# (``rayml run llm-substrate``); they are not among the 38 papers and `rayml list` shows them apart.
+SUBSTRATES: tuple[Method, ...] = tuple(_discover(m) for m in (
+    Method(name="llm-substrate", ref="substrate", family="llm", module="rayml.llm",
+           title="The embedded small causal LM, tokenizer and verifiable task suite (rayml)"),
+))
+_BY_NAME = {m.name: m for m in (*METHODS, *SUBSTRATES)}
 
 
 def names() -> list[str]:
@@ -126,8 +132,13 @@ def get(name: str) -> Method:
 
 
 def implemented() -> list[Method]:
-    """The methods whose experiments can be run."""
+    """The methods (of the 38 papers) whose experiments can be run."""
     return [m for m in METHODS if m.status == IMPLEMENTED]
+
+
+def runnable() -> list[Method]:
+    """Everything ``rayml run`` can run: implemented methods, then implemented substrates."""
+    return implemented() + [m for m in SUBSTRATES if m.status == IMPLEMENTED]
 
 
 def details(m: Method) -> dict:
