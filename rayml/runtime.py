@@ -377,10 +377,10 @@ def _evaluate_block(fn: Callable, block: np.ndarray, threads: int):
     pin_threads(threads)
     try:
         values = np.asarray(fn(block), dtype=float)
-        if values.shape != (block.shape[0],):
+        if values.ndim == 0 or values.shape[0] != block.shape[0]:
             raise ValueError
     except (ValueError, TypeError, IndexError):
-        values = np.array([float(fn(row)) for row in block])
+        values = np.stack([np.asarray(fn(row), dtype=float) for row in block])
     return values, os.getpid(), ray.get_runtime_context().get_node_id()
 
 
@@ -388,7 +388,8 @@ class BatchEvaluator:
     """Evaluate ``f`` on a batch of points ``(K, d)`` by splitting the rows over Ray tasks.
 
     ``f`` is put in the object store once; each call submits one task per block of rows and
-    returns the ``(K,)`` values in order. Use it as the ``evaluator`` of rayml's optimisers when
+    returns the values in row order: ``(K,)`` for a scalar ``f``, ``(K, ...)`` for one that
+    returns an array per point (a gradient, say). Use it as the ``evaluator`` of rayml's optimisers when
     ``f`` is an expensive black box.
 
     Args:

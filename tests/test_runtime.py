@@ -143,6 +143,10 @@ def test_batch_evaluator_splits_rows_and_keeps_order(ray_session):
     assert runtime.stats()["tasks"] == 3
     with pytest.raises(ValueError, match="blocks"):
         runtime.batch_evaluator(f, blocks=0)
+    grads = runtime.batch_evaluator(lambda x: 2.0 * x, blocks=2)(pts)  # one vector per point
+    assert np.array_equal(grads, 2.0 * pts)
+    rowwise = runtime.batch_evaluator(lambda x: float(np.sum(np.asarray(x) ** 2)), blocks=2)(pts)
+    assert np.allclose(rowwise, (pts**2).sum(axis=1))
 
 
 def test_connect_is_idempotent_and_reports_the_cluster(ray_session):

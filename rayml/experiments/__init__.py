@@ -34,6 +34,10 @@ class Outcome:
         baselines: ``{baseline name: {metric: value}}``.
         tables: ``{table name: [row, ...]}``, tidy long format (``metric``/``value`` columns).
         budget: what every method was given (evaluations, steps ...), recorded in ``config``.
+
+    Wall-clock measurements belong under a ``timings`` key (in ``metrics`` or a baseline) or in
+    a table whose name starts with ``timing``: the contract suite checks that everything else is
+    identical for 1 and 2 workers, and only those may differ.
     """
 
     metrics: Mapping[str, Any]
