@@ -1,9 +1,11 @@
 """GS-PowerOpt reproduction: multimodal test functions, many seeds, smoothing baselines and CMA-ES.
 
 Every method gets the same budget of function evaluations per run (``iterations * (samples + 1)
-+ 1``), the same start point per seed, the same smoothing scale ``sigma`` (the starting scale of
-the homotopies) and the same step schedule; no method is tuned per case. The runs
-(case x method x seed) are independent Ray tasks.
++ 1``), the same start point per seed and the same tuning grid size: as in the paper's protocol
+(each method at its best setting from a grid), each method picks, per case, the best of its
+``GRIDS`` settings (4 each) by mean best gap on ``tuning_seeds`` seeds kept apart from the test
+seeds; ``tuning_seeds=0`` runs every method at the shared default setting instead. All runs
+(tuning and test: case x method x setting x seed) are independent Ray tasks.
 
 Metrics per run: ``final_gap = f(x_T) - f*`` at the last iterate, ``best_gap`` = the lowest
 ``f(x_k) - f*`` over the iterates (each method evaluates its iterate every iteration, so this
@@ -35,12 +37,21 @@ START_RADIUS = {"ackley": 3.0, "rastrigin": 3.0, "griewank": 3.0, "rosenbrock": 
 
 _COMMON = dict(sigma=1.0, power=20.0, lr=0.1, sigma_min=0.01, stages=5, success_radius=0.25)
 SIZES = {
-    "tiny": dict(cases=["ackley-2", "two-peak-2"], seeds=2, iterations=20, samples=10, **_COMMON),
+    "tiny": dict(cases=["ackley-2", "two-peak-2"], seeds=2, tuning_seeds=1, iterations=20, samples=10,
+                 **_COMMON),
     "quick": dict(cases=["ackley-2", "ackley-10", "rastrigin-2", "rastrigin-10", "two-peak-2"],
-                  seeds=10, iterations=300, samples=50, **_COMMON),
+                  seeds=10, tuning_seeds=4, iterations=300, samples=50, **_COMMON),
     "full": dict(cases=["ackley-2", "ackley-10", "ackley-50", "rastrigin-2", "rastrigin-10",
                         "rastrigin-50", "griewank-10", "two-peak-2", "two-peak-5"],
-                 seeds=30, iterations=1000, samples=100, **_COMMON),
+                 seeds=30, tuning_seeds=10, iterations=1000, samples=100, **_COMMON),
+}
+# The tuning grid of each method: the same number of settings for every method. GS-PowerOpt tunes
+# its power N where the smoothing baselines tune their step, and CMA-ES its initial step size.
+_SMOOTHING_GRID = [dict(sigma=s, lr=lr) for s in (0.5, 1.0) for lr in (0.1, 0.03)]
+GRIDS = {
+    METHOD: [dict(sigma=s, power=n) for s in (0.5, 1.0) for n in (5.0, 20.0)],
+    **{b: _SMOOTHING_GRID for b in SMOOTHING},
+    "cma-es": [dict(sigma=s) for s in (0.5, 1.0, 2.0, 3.0)],
 }
 BENCH_SIZES = {
     "tiny": dict(dim=5, samples=4, iterations=2, call_ms=2.0),
@@ -65,9 +76,11 @@ def start_point(case: str, seed: int) -> np.ndarray:
     return optimum(name, dim) + START_RADIUS[name] * u / np.linalg.norm(u)
 
 
-def run_one(item: tuple[str, str, int, int], config: Mapping[str, Any]) -> dict:
-    """One optimisation run ``(case, method, seed index, seed)``; returns its metrics and curve."""
-    case, method, seed_index, seed = item
+def run_one(item: tuple, config: Mapping[str, Any]) -> dict:
+    """One optimisation run ``(case, method, seed index, seed, setting)``; returns its metrics and
+    curve. ``setting`` overrides ``sigma`` / ``power`` / ``lr`` of ``config``."""
+    case, method, seed_index, seed, setting = item
+    config = {**config, **setting}
     name, dim = parse_case(case)
     f = Negated(FUNCTIONS[name])
     x0 = start_point(case, seed)
@@ -130,8 +143,13 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         parse_case(case)
     if int(config["seeds"]) < 1:
         raise ValueError(f"seeds must be >= 1, got {config['seeds']}")
-    run_seeds = runtime.seeds(seed, int(config["seeds"]))
-    items = [(c, m, i, s) for c in cases for m in METHODS for i, s in enumerate(run_seeds)]
+    n_test, n_tune = int(config["seeds"]), int(config["tuning_seeds"])
+    if n_tune < 0:
+        raise ValueError(f"tuning_seeds must be >= 0, got {n_tune}")
+    all_seeds = runtime.seeds(seed, n_test + n_tune)
+    test_seeds, tune_seeds = all_seeds[:n_test], all_seeds[n_test:]
+    chosen, tuning_rows = _tune(cases, tune_seeds, config)
+    items = [(c, m, i, s, chosen[c][m]) for c in cases for m in METHODS for i, s in enumerate(test_seeds)]
     runs = runtime.pmap(run_one, items, shared=dict(config), desc="gs-poweropt runs")
     summary = _summaries(runs, cases)
     ours = summary[METHOD]
@@ -151,9 +169,34 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                 curve_rows.append({"case": c, "method": m, "evals": e, "metric": "mean_gap",
                                    "value": float(curves[:, j].mean())})
     budget = {"evals_per_run": int(config["iterations"]) * (int(config["samples"]) + 1) + 1,
-              "runs": len(items), "tuning": "none: one shared setting for every method"}
+              "test_runs": len(items),
+              "tuning": (f"best of {len(GRIDS[METHOD])} settings per method and case on {n_tune} separate seeds"
+                         if n_tune else "none: the shared default setting for every method")}
     return Outcome(metrics=metrics, baselines={b: summary[b] for b in METHODS[1:]},
-                   tables={"runs": run_rows, "curve": curve_rows}, budget=budget)
+                   tables={"runs": run_rows, "curve": curve_rows, "tuning": tuning_rows}, budget=budget)
+
+
+def _tune(cases: list[str], tune_seeds: list[int], config: Mapping[str, Any]) -> tuple[dict, list[dict]]:
+    """Each method's setting per case: the grid point with the lowest mean best gap on the tuning
+    seeds (no tuning seeds: the config's defaults). Returns the choice and the tuning table."""
+    if not tune_seeds:
+        return {c: {m: {} for m in METHODS} for c in cases}, []
+    items = [(c, m, j, s, setting) for c in cases for m in METHODS
+             for j, setting in enumerate(GRIDS[m]) for s in tune_seeds]
+    runs = runtime.pmap(run_one, items, shared=dict(config), desc="gs-poweropt tuning")
+    chosen: dict = {c: {} for c in cases}
+    rows = []
+    for c in cases:
+        for m in METHODS:
+            scores = [float(np.mean([r["best_gap"] for it, r in zip(items, runs)
+                                     if it[0] == c and it[1] == m and it[2] == j]))
+                      for j in range(len(GRIDS[m]))]
+            best = int(np.argmin(scores))
+            chosen[c][m] = GRIDS[m][best]
+            rows += [{"case": c, "method": m, "setting": j, **{k: float(v) for k, v in GRIDS[m][j].items()},
+                      "chosen": float(j == best), "metric": "tuning_mean_best_gap", "value": sc}
+                     for j, sc in enumerate(scores)]
+    return chosen, rows
 
 
 def _baseline_claim(b: str) -> Claim:
