@@ -203,8 +203,6 @@ def _train(args) -> int:
 
 
 def _serve(args) -> int:
-    import time
-
     from ray import serve
 
     from rayml import runtime
@@ -219,15 +217,21 @@ def _serve(args) -> int:
         app = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as exc:
         raise UsageError(f"app {args.app!r}: cannot import {target} ({exc})") from None
+    import signal
+    import threading
+
+    # Installed before start-up, so Ctrl-C during it also ends in a clean shutdown, not a traceback.
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
     runtime.connect(args.address)
     serve.start(http_options={"host": "127.0.0.1", "port": args.port})
     serve.run(app, name=args.app.replace(":", "-").replace(".", "-"), route_prefix="/")
     print(f"serving {target} on http://127.0.0.1:{args.port}/ (Ctrl-C to stop)", flush=True)
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        serve.shutdown()
+    while not stop.wait(1.0):
+        pass
+    serve.shutdown()
+    print("stopped", flush=True)
     return 0
 
 

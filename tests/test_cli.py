@@ -111,3 +111,40 @@ def test_bench_bandits_is_the_kl_bandit_benchmark(ray_session, tmp_path):
     assert main(["bench", "bandits", "--size", "tiny", "--json", str(tmp_path / "b.json")]) == 0
     rec = json.loads((tmp_path / "b.json").read_text())
     assert rec["name"] == "kl-bandit" and rec["kind"] == "bench"
+
+
+@pytest.mark.slow
+def test_rayml_serve_answers_over_http_and_stops_on_interrupt():
+    import signal
+    import socket
+    import time
+
+    import requests
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "rayml", "serve", "optimize", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline, answer = time.monotonic() + 150, None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                answer = requests.post(f"http://127.0.0.1:{port}/", timeout=10,
+                                       json={"function": "ackley", "dim": 2, "iterations": 10, "samples": 4})
+                break
+            except requests.ConnectionError:
+                time.sleep(1)
+        assert answer is not None and answer.status_code == 200, proc.stdout.read() if proc.poll() else "no answer"
+        assert answer.json()["evals"] == 10 * 5 + 1
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_serve_rejects_an_unknown_app(capsys):
+    assert "cannot import" in _one_line_error(capsys, ["serve", "nope.module:app"])
+    assert "expected one of" in _one_line_error(capsys, ["serve", "nope"])
