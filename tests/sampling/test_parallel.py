@@ -179,6 +179,22 @@ def test_theorem_schedule_follows_corollary_4_3():
     assert cfg.depth > cfg.slices
 
 
+def test_acv_schedule_and_prescribed_rounds():
+    from rayml.sampling.parallel import acv_theorem_schedule, theorem_rounds
+
+    acv = acv_theorem_schedule(alpha=0.5, beta=1.0, dim=100, eps=0.5)
+    ours = theorem_schedule(alpha=0.5, beta=1.0, dim=100, eps=0.5)
+    assert acv.grid == int(np.ceil(7 * 2.0 * 100 / 0.25)) and acv.slices == ours.slices
+    assert acv.sweeps == int(np.ceil(2 + np.log(acv.grid)))
+    r = theorem_rounds(0.5, 1.0, 100, 0.5)
+    assert r["ours"] == ours.slices + ours.inner * (ours.slices + ours.depth - 1)
+    assert r["acv"] == acv.slices * acv.sweeps
+    # the prescribed ratio ours / ACV falls with d (O(log d) against O(log^2 d))
+    ratios = [theorem_rounds(0.5, 1.0, 10**e, 0.5)["ours"] / theorem_rounds(0.5, 1.0, 10**e, 0.5)["acv"]
+              for e in (1, 5, 10, 20)]
+    assert all(b < a for a, b in zip(ratios, ratios[1:]))
+
+
 def test_bad_input_is_rejected_clearly():
     with pytest.raises(ValueError, match="slice_length"):
         ParallelPicardConfig(0.0, 2, 2, 2)
