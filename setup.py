@@ -2,8 +2,11 @@
 
 ``actors/`` and ``kernels/`` are top-level folders installed as ``rayml.actors`` and
 ``rayml.kernels``; every folder with an ``__init__.py`` under them and under ``rayml/`` is a
-package, found here so that adding a family needs no edit of a package list.
+package, found here so that adding a family needs no edit of a package list. Files under a
+package's ``weights/`` folder (shipped checkpoints with their cards) are package data.
 """
+
+import os
 
 from setuptools import find_packages, setup
 
@@ -16,4 +19,18 @@ for name, folder in MAPPED.items():
     packages.append(name)
     packages += [f"{name}.{sub}" for sub in find_packages(where=folder)]
 
-setup(packages=packages, package_dir=package_dir)
+
+
+def _shipped_files(package: str) -> list[str]:
+    """Files under a package's ``weights/`` folder (checkpoints, tokenizers, their cards)."""
+    root = package_dir.get(package) or package.replace(".", os.sep)
+    if package not in package_dir and package.startswith("rayml."):
+        root = os.path.join("rayml", *package.split(".")[1:])
+    out = []
+    for folder, _, files in os.walk(os.path.join(root, "weights")):
+        out += [os.path.relpath(os.path.join(folder, f), root) for f in files if not f.endswith(".pyc")]
+    return out
+
+
+package_data = {p: files for p in packages if (files := _shipped_files(p))}
+setup(packages=packages, package_dir=package_dir, package_data=package_data)

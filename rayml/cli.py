@@ -18,6 +18,7 @@ __all__ = ["main", "SERVE_APPS"]
 # Short names of the Serve apps, for ``rayml serve NAME``; values are import paths.
 SERVE_APPS = {
     "optimize": "rayml.actors.serve.optimize:app",
+    "purify": "rayml.actors.serve.purify:app",
 }
 
 

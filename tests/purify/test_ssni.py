@@ -1,0 +1,140 @@
+"""SSNI: score norms, the two reweighting functions, per-sample purification."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rayml.purify import diffusion as D
+from rayml.purify import ssni as S
+
+REF = S.ReferenceStats(mean=60.0, std=10.0, min=40.0, max=120.0, n=100)
+
+
+class DeltaEps(torch.nn.Module):
+    """The exact epsilon of a point-mass data distribution at ``c`` (model scale)."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+
+    def forward(self, x, t):
+        ab = D.VPSchedule().alpha_bar(t)[:, None, None, None]
+        return (x - torch.sqrt(ab) * self.c) / torch.sqrt(1 - ab)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return D.load_score_model()
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return D.digits_split()
+
+
+def test_score_norm_of_the_exact_score_grows_with_the_distance_to_the_data():
+    c = torch.zeros(1, 1, 8, 8)
+    model = DeltaEps(c)
+    direction = torch.linspace(-1, 1, 64).reshape(1, 1, 8, 8)
+    images = D.to_image(torch.cat([c + r * direction for r in (0.0, 0.02, 0.1, 0.4)]))
+    norms = S.score_norms(model, images, eps_steps=20, seed=0)
+    assert torch.all(norms[1:] > norms[:-1])
+    # float64 re-derivation of the deterministic part: ||mean_k sqrt(ab_k)(x - c)/(1 - ab_k)||
+    ab = D.VPSchedule().alpha_bar(torch.arange(1, 21, dtype=torch.float64))
+    coef = float((torch.sqrt(ab) / (1 - ab)).mean())
+    expected = coef * float((0.4 * direction).norm())
+    assert float(norms[3]) == pytest.approx(expected, rel=0.02)
+
+
+def test_trained_score_norm_is_larger_for_noisy_inputs(model, digits):
+    x = digits[2][:64]
+    noisy = (x + 0.1 * torch.randn(x.shape, generator=torch.Generator().manual_seed(0))).clamp(0, 1)
+    with torch.no_grad():
+        clean_n = S.score_norms(model, x, seed=1)
+        noisy_n = S.score_norms(model, noisy, seed=1)
+    assert float(noisy_n.mean()) > 1.5 * float(clean_n.mean())
+    assert float((noisy_n > clean_n).float().mean()) > 0.9
+
+
+@pytest.mark.parametrize("variant", ["N", "L"])
+def test_reweighting_is_monotone_in_the_score_norm(variant):
+    norms = torch.linspace(0.0, 400.0, 401)
+    t = S.sample_levels(norms, REF, S.SSNIConfig(variant))
+    assert torch.all(t[1:] >= t[:-1]) and t[-1] > t[0]
+    assert torch.equal(t, torch.round(t)) and t.min() >= 0 and t.max() <= 1000
+
+
+def test_sigmoid_reweighting_by_hand():
+    cfg = S.SSNIConfig("N", t_star=100, bias=5, tau=2.0)
+    t = S.sample_levels(torch.tensor([60.0, 80.0, 1e6, -1e6]), REF, cfg)
+    expected_80 = round(105 / (1 + math.exp(-(80 - 60) / (2.0 * 10.0))))
+    assert t.tolist() == [round(105 / 2), expected_80, 105.0, 0.0]
+
+
+def test_linear_reweighting_by_hand_uses_reference_and_batch_extremes():
+    cfg = S.SSNIConfig("L", t_star=100, bias=5)
+    t = S.sample_levels(torch.tensor([40.0, 80.0, 120.0]), REF, cfg)
+    assert t.tolist() == [5.0, 55.0, 105.0]
+    t = S.sample_levels(torch.tensor([50.0, 220.0]), REF, cfg)  # the batch extends the max to 220
+    assert t.tolist() == [round(10 * 100 / 180 + 5), 105.0]
+
+
+def test_straight_through_levels_pass_gradients():
+    norms = torch.tensor([55.0, 70.0], requires_grad=True)
+    t = S.sample_levels(norms, REF, S.SSNIConfig("N"), straight_through=True)
+    assert torch.equal(t.detach(), S.sample_levels(norms.detach(), REF, S.SSNIConfig("N")))
+    t.sum().backward()
+    assert torch.all(norms.grad > 0)
+
+
+def test_ssni_purify_picks_per_sample_levels_and_is_deterministic(model, digits):
+    x = digits[2][:16]
+    noisy = (x + 0.15 * torch.randn(x.shape, generator=torch.Generator().manual_seed(2))).clamp(0, 1)
+    ref = S.reference_stats(model, digits[0][:100], seed=0)
+    cfg = S.PurifyConfig(stride=20.0)
+    out1, t1 = S.purify(model, torch.cat([x, noisy]), cfg, ssni=S.SSNIConfig("N"), ref=ref, seed=3)
+    out2, t2 = S.purify(model, torch.cat([x, noisy]), cfg, ssni=S.SSNIConfig("N"), ref=ref, seed=3)
+    assert torch.equal(out1, out2) and torch.equal(t1, t2)
+    assert float(t1[16:].mean()) > float(t1[:16].mean())
+    assert abs(float(t1[:16].mean()) - 52.5) < 30  # clean inputs sit near (t* + b) / 2
+    base, tb = S.purify(model, x, S.PurifyConfig(t_star=0.0), seed=0)
+    assert torch.equal(base, x) and torch.all(tb == 0)
+
+
+def test_gradients_reach_the_input_through_ssni(model, digits):
+    ref = S.reference_stats(model, digits[0][:50], seed=0)
+    x = digits[2][:4].clone().requires_grad_(True)
+    out, _ = S.purify(model, x, S.PurifyConfig(stride=50.0), ssni=S.SSNIConfig("L"), ref=ref, seed=0,
+                      straight_through=True)
+    (out ** 2).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all() and float(x.grad.abs().sum()) > 0
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: S.SSNIConfig(variant="X"), "variant"),
+        (lambda: S.SSNIConfig(tau=0.0), "tau"),
+        (lambda: S.SSNIConfig(t_star=0.0), "t_star"),
+        (lambda: S.SSNIConfig(bias=-1.0), "bias"),
+        (lambda: S.SSNIConfig(eps_steps=0), "eps_steps"),
+        (lambda: S.PurifyConfig(method="sde"), "method"),
+        (lambda: S.PurifyConfig(stride=0.0), "stride"),
+        (lambda: S.purify(None, torch.zeros(2, 8, 8)), "images must be"),
+        (lambda: S.purify(None, torch.zeros(2, 1, 8, 8), ssni=S.SSNIConfig()), "ref"),
+    ],
+)
+def test_bad_arguments_are_rejected(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
