@@ -28,7 +28,7 @@ def _shipped_files(package: str) -> list[str]:
         root = os.path.join("rayml", *package.split(".")[1:])
     out = []
     for folder, _, files in os.walk(os.path.join(root, "weights")):
-        out += [os.path.relpath(os.path.join(folder, f), root) for f in files if not f.endswith(".pyc")]
+        out += [os.path.relpath(os.path.join(folder, f), root) for f in files if not f.endswith(".pyc") and f != "resume.pt"]
     return out
 
 

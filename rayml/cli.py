@@ -19,6 +19,7 @@ __all__ = ["main", "SERVE_APPS"]
 SERVE_APPS = {
     "optimize": "rayml.actors.serve.optimize:app",
     "purify": "rayml.actors.serve.purify:app",
+    "generate": "rayml.actors.serve.generate:app",
 }
 
 

@@ -1,0 +1,79 @@
+"""Saving and loading checkpoints: ``model.safetensors`` + ``tokenizer.json`` + ``card.json``.
+
+The card records the model config, the training recipe (command, seed, data mixture), the
+training time and the per-task scores; ``sha256`` of the weight file lets tests check that the
+shipped weights are the ones the card describes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from rayml.llm.model import ModelConfig, TransformerLM
+from rayml.llm.tokenizer import BPETokenizer
+
+__all__ = ["save_checkpoint", "load_checkpoint", "read_card", "file_sha256", "WEIGHTS_FILE", "CARD_FILE",
+           "TOKENIZER_FILE"]
+
+WEIGHTS_FILE = "model.safetensors"
+CARD_FILE = "card.json"
+TOKENIZER_FILE = "tokenizer.json"
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def save_checkpoint(directory: str | os.PathLike, model: TransformerLM, tokenizer: BPETokenizer, card: dict,
+                    *, dtype: torch.dtype = torch.float32) -> dict:
+    """Write weights (``dtype``), tokenizer and card (completed with config, dtype, sha256)."""
+    from safetensors.torch import save_file
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}
+    if model.config.tie_embeddings:
+        state.pop("lm_head.weight", None)
+    tmp = d / (WEIGHTS_FILE + ".tmp")
+    save_file(state, str(tmp), metadata={"format": "pt"})
+    os.replace(tmp, d / WEIGHTS_FILE)
+    tokenizer.save(d / TOKENIZER_FILE)
+    card = dict(card)
+    card["model_config"] = model.config.to_dict()
+    card["dtype"] = str(dtype).replace("torch.", "")
+    card["n_params"] = model.num_parameters()
+    card["sha256"] = {WEIGHTS_FILE: file_sha256(d / WEIGHTS_FILE), TOKENIZER_FILE: file_sha256(d / TOKENIZER_FILE)}
+    tmp = d / (CARD_FILE + ".tmp")
+    tmp.write_text(json.dumps(card, indent=1, sort_keys=True))
+    os.replace(tmp, d / CARD_FILE)
+    return card
+
+
+def read_card(directory: str | os.PathLike) -> dict:
+    """The card of a checkpoint directory."""
+    return json.loads((Path(directory) / CARD_FILE).read_text())
+
+
+def load_checkpoint(directory: str | os.PathLike, *, device: str = "cpu") -> tuple[TransformerLM, BPETokenizer, dict]:
+    """``(model in float32, eval mode; tokenizer; card)`` from a checkpoint directory."""
+    from safetensors.torch import load_file
+
+    d = Path(directory)
+    card = read_card(d)
+    model = TransformerLM(ModelConfig(**card["model_config"]))
+    state = {k: v.float() for k, v in load_file(str(d / WEIGHTS_FILE)).items()}
+    if model.config.tie_embeddings:
+        state["lm_head.weight"] = state["embed_tokens.weight"]
+    model.load_state_dict(state)
+    model.to(device).eval()
+    return model, BPETokenizer.load(d / TOKENIZER_FILE), card
