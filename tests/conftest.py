@@ -57,3 +57,36 @@ def pytest_collection_modifyitems(session, config, items):
             cloudpickle.register_pickle_by_value(module)
         except ValueError:
             pass  # already registered
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that is free right now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def serve_app(ray_kwargs):
+    """``with serve_app(app, name, route) as base_url:`` runs a Serve app on the shared Ray over
+    real HTTP on a free loopback port, and shuts Serve down afterwards."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def run(app, name: str, route_prefix: str):
+        from ray import serve
+
+        from rayml import runtime
+
+        runtime.connect(**ray_kwargs)
+        port = free_port()
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.run(app, name=name, route_prefix=route_prefix)
+        try:
+            yield f"http://127.0.0.1:{port}{route_prefix}"
+        finally:
+            serve.shutdown()
+
+    return run

@@ -8,23 +8,18 @@ the Python ``JobSubmissionClient`` to a local cluster with a dashboard.
 from __future__ import annotations
 
 import json
-import socket
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from conftest import free_port
 from rayml import runtime
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _submit(client, **kwargs):
@@ -59,7 +54,7 @@ def test_submitted_job_workers_import_the_packaged_rayml(isolated_ray, tmp_path,
     env = yaml.safe_load((ROOT / "clusters" / "job-runtime-env.yaml").read_text())
     assert Path(env["py_modules"][0]).resolve() == Path(packaged).resolve()
 
-    port = _free_port()
+    port = free_port()
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 2, "include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": port})
     try:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-import socket
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -14,11 +13,6 @@ from rayml.actors.serve import generate as app_module
 from rayml.llm import training
 from rayml.llm.checkpoint import save_checkpoint
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -31,17 +25,9 @@ def checkpoint(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def url(ray_kwargs, checkpoint):
-    from ray import serve
-
-    from rayml import runtime
-
-    runtime.connect(**ray_kwargs)
-    port = _free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(app_module.build(checkpoint), name="generate", route_prefix="/generate")
-    yield f"http://127.0.0.1:{port}/generate/v1/completions"
-    serve.shutdown()
+def url(serve_app, checkpoint):
+    with serve_app(app_module.build(checkpoint), "generate", "/generate") as base:
+        yield f"{base}/v1/completions"
 
 
 def test_parse_request_defaults_and_bounds(checkpoint):

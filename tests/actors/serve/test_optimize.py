@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -12,24 +11,11 @@ import requests
 from rayml.actors.serve import optimize
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture(scope="module")
-def url(ray_kwargs):
-    from ray import serve
-
-    from rayml import runtime
-
-    runtime.connect(**ray_kwargs)
-    port = _free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(optimize.app, name="optimize", route_prefix="/optimize")
-    yield f"http://127.0.0.1:{port}/optimize"
-    serve.shutdown()
+def url(serve_app):
+    with serve_app(optimize.app, "optimize", "/optimize") as base:
+        yield base
 
 
 def test_parse_request_defaults_and_bounds():

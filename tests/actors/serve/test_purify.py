@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import socket
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -12,11 +11,6 @@ import requests
 
 from rayml.actors.serve import purify
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _png(arr: np.ndarray, mode: str = "L") -> bytes:
@@ -36,17 +30,9 @@ def digit():
 
 
 @pytest.fixture(scope="module")
-def url(ray_kwargs):
-    from ray import serve
-
-    from rayml import runtime
-
-    runtime.connect(**ray_kwargs)
-    port = _free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(purify.app, name="purify", route_prefix="/purify")
-    yield f"http://127.0.0.1:{port}/purify"
-    serve.shutdown()
+def url(serve_app):
+    with serve_app(purify.app, "purify", "/purify") as base:
+        yield base
 
 
 def test_parse_json_shapes_and_defaults():
