@@ -20,6 +20,8 @@ SERVE_APPS = {
     "optimize": "rayml.actors.serve.optimize:app",
     "purify": "rayml.actors.serve.purify:app",
     "generate": "rayml.actors.serve.generate:app",
+    "constrained": "rayml.actors.serve.constrained:app",
+    "epic": "rayml.actors.serve.epic:app",
 }
 
 

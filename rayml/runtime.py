@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 __all__ = [
+    "worker_limit",
     "ConnectError",
     "PmapItemError",
     "connect",
@@ -210,6 +211,15 @@ def max_workers(n: int | None):
         yield
     finally:
         _MAX_WORKERS = old
+
+
+def worker_limit() -> int | None:
+    """The limit set by the enclosing ``max_workers`` block (``None``: no limit).
+
+    Code that sizes its own actor pools (rather than going through ``pmap``) reads it, so the
+    1-vs-2-worker checks apply to it too.
+    """
+    return _MAX_WORKERS
 
 
 def pin_threads(num_threads: int) -> None:

@@ -73,6 +73,14 @@ def test_serve_config_names_importable_apps():
     _check_serve_config(_load("serve.yaml"))
 
 
+def test_serve_config_deploys_every_app_of_rayml_serve():
+    from rayml.cli import SERVE_APPS
+
+    config = _load("serve.yaml")
+    assert {a["import_path"] for a in config["applications"]} == set(SERVE_APPS.values())
+    assert len({a["route_prefix"] for a in config["applications"]}) == len(config["applications"])
+
+
 def _check_ray_cluster_spec(spec: dict):
     head = spec["headGroupSpec"]
     assert "rayStartParams" in head

@@ -170,3 +170,13 @@ def test_package_for_cluster_has_the_mapped_subpackages(tmp_path):
     for sub in ("actors/pool.py", "actors/serve/optimize.py", "kernels/__init__.py", "runtime.py"):
         assert os.path.exists(os.path.join(path, sub)), sub
     assert not any("__pycache__" in d for d, _, _ in os.walk(path))
+
+
+def test_worker_limit_reports_the_enclosing_max_workers_block():
+    assert runtime.worker_limit() is None
+    with runtime.max_workers(1):
+        assert runtime.worker_limit() == 1
+        with runtime.max_workers(2):
+            assert runtime.worker_limit() == 2
+        assert runtime.worker_limit() == 1
+    assert runtime.worker_limit() is None

@@ -16,7 +16,6 @@ the replica stays up. ``build(checkpoint)`` serves another checkpoint (a name or
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from typing import Any
@@ -24,6 +23,8 @@ from typing import Any
 from ray import serve
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+
+from rayml.actors.serve.http import generate_grouped, json_body
 
 __all__ = ["Generator", "app", "build", "parse_request", "BadRequest", "MAX_TOKENS", "MAX_PROMPTS"]
 
@@ -119,25 +120,14 @@ class Generator:
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.02)
     async def _batched(self, reqs: list[dict]) -> list[list]:
-        groups: dict = {}
-        for i, r in enumerate(reqs):
-            groups.setdefault((r["temperature"], r["top_p"], r["seed"]), []).append(i)
-        results: list = [None] * len(reqs)
-        for idx in groups.values():
-            outs = await asyncio.to_thread(self._generate, [reqs[i] for i in idx])
-            for i, o in zip(idx, outs):
-                results[i] = o
-        return results
+        return await generate_grouped(reqs, self._generate)
 
     async def __call__(self, request: Request) -> JSONResponse:
         if not request.url.path.rstrip("/").endswith("/v1/completions"):
             return JSONResponse({"error": "not found: use POST /v1/completions"}, status_code=404)
-        if request.method != "POST":
-            return JSONResponse({"error": "use POST with a JSON body"}, status_code=405)
-        try:
-            body = await request.json()
-        except Exception:  # noqa: BLE001 - any malformed body is the client's error
-            return JSONResponse({"error": "the body is not valid JSON"}, status_code=400)
+        body, error = await json_body(request)
+        if error is not None:
+            return error
         try:
             req = parse_request(body, self.lm.tokenizer, self.lm.max_seq_len)
         except BadRequest as exc:

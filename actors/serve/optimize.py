@@ -22,6 +22,8 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from rayml.actors.serve.http import json_body
+
 from rayml.optim import smoothing_baselines as sb
 from rayml.optim.gs_poweropt import GSPowerOptConfig, maximize
 from rayml.optim.test_functions import FUNCTIONS, optimum
@@ -117,12 +119,9 @@ class Optimizer:
     """The deployment: validates, runs the bounded optimisation in a thread, answers JSON."""
 
     async def __call__(self, request: Request) -> JSONResponse:
-        if request.method != "POST":
-            return JSONResponse({"error": "use POST with a JSON body"}, status_code=405)
-        try:
-            body = await request.json()
-        except Exception:  # noqa: BLE001 - any malformed body is the client's error
-            return JSONResponse({"error": "the body is not valid JSON"}, status_code=400)
+        body, error = await json_body(request)
+        if error is not None:
+            return error
         try:
             req = parse_request(body)
         except BadRequest as exc:

@@ -160,9 +160,8 @@ def kmeans_per_row(W: torch.Tensor, bits: int, *, weights: torch.Tensor | None =
             if assign is not None and torch.equal(new, assign):
                 break
             assign = new
-            onehot = torch.zeros(Wc.shape[0], levels, n, dtype=_DTYPE).scatter_(1, assign[:, None, :], 1.0)
-            mass = onehot @ wt
-            total = torch.einsum("isn,n,in->is", onehot, wt, Wc)
+            mass = torch.zeros(Wc.shape[0], levels, dtype=_DTYPE).scatter_add_(1, assign, wt.expand_as(Wc))
+            total = torch.zeros(Wc.shape[0], levels, dtype=_DTYPE).scatter_add_(1, assign, wt * Wc)
             C = torch.where(mass > 0, total / mass.clamp_min(1e-300), C)
         idx_out.append(assign)
         tab_out.append(C)

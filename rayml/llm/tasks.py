@@ -18,6 +18,11 @@ into single tokens):
 * ``retrieve``  several documents ``"[bako:123;tuli:456]"`` (one per line) then ``"?tuli:"`` ->
   ``"456"``: key-value retrieval across documents, the RAG shape EPIC needs. Documents are
   separate strings in ``item.meta["documents"]`` so chunked prefill can process them one by one.
+  Training items have 1 to 16 documents, the count drawn log-uniformly so that about a quarter
+  of them hold at most two documents: a small model escapes the long loss plateau of
+  associative recall only when some items have few candidate keys (measured: a 2-layer model
+  trained on 1-2 documents left chance after ~700 steps; on 8-16 documents it stayed at chance
+  for 2000 steps), and the many-document items teach it to generalise to the 8-document test.
 * ``json``      ``"rec:age=42;name=bako;ok=y>"`` -> ``'{"name":"bako","age":42,"ok":true}'``: a
   record that follows a fixed schema (field order, integer and boolean types).
 
@@ -111,7 +116,7 @@ def _key(rng) -> str:
 def _retrieve(rng, *, split: str = "train", n_docs: int | None = None, pairs_per_doc: int | None = None,
               n_questions: int | None = None) -> Item:
     if n_docs is None:
-        n_docs = int(rng.integers(8, 17)) if split == "train" else 8
+        n_docs = min(16, int(np.exp(rng.uniform(0.0, np.log(17.0))))) if split == "train" else 8
     if pairs_per_doc is None:
         pairs_per_doc = int(rng.integers(1, 4)) if split == "train" else 3
     if n_questions is None:

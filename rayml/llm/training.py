@@ -57,6 +57,11 @@ class TrainConfig:
         eval_items: held-out items per task for the card's scores.
         checkpoint_every: steps between resumable checkpoints (0: never).
         threads: torch intra-op threads on CPU (0: leave torch's default).
+        init_from: name of another config whose trained checkpoint (same seed) this one starts
+            from: a continued-training stage with its own mixture and learning-rate schedule and
+            a fresh optimizer, on the parent's tokenizer, with the data stream continuing after
+            the parent's steps. The parent is trained first when it is not cached, and the
+            card's training time is the sum over stages. ``None``: train from random weights.
     """
 
     d_model: int = 128
@@ -80,6 +85,7 @@ class TrainConfig:
     eval_items: int = 200
     checkpoint_every: int = 50
     threads: int = 0
+    init_from: str | None = None
 
     def __post_init__(self):
         for name in ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "max_seq_len", "vocab_size",
@@ -102,6 +108,8 @@ class TrainConfig:
                 or sum(self.task_weights.values()) <= 0:
             raise ValueError(f"task_weights must map tasks of {sorted(_tasks.TASKS)} to weights >= 0 "
                              f"(positive sum), got {dict(self.task_weights)!r}")
+        if self.init_from is not None and not isinstance(self.init_from, str):
+            raise ValueError(f"init_from must be a config name or None, got {self.init_from!r}")
         object.__setattr__(self, "betas", tuple(self.betas))
         object.__setattr__(self, "task_weights", dict(self.task_weights))
         self.model_config(self.vocab_size)  # validates the shape
@@ -120,8 +128,23 @@ class TrainConfig:
 
 
 CONFIGS: dict[str, TrainConfig] = {
-    # The shipped base checkpoint: ~1M parameters (8 heads of 16), 2400 steps of 8 x 512 tokens.
-    "base": TrainConfig(n_heads=8, n_kv_heads=4, vocab_size=768, steps=2400, rows=8, lr=2e-3, warmup=100, threads=1),
+    # The shipped base checkpoint: ~1M parameters (4 heads of 32) in three stages of 8 x 512-token
+    # steps, each from the previous one's weights. Stage 1: 3000 steps, half of the items
+    # retrieval (the slowest skill to emerge; it is learned there), a quarter addition. Stage 2:
+    # 1400 steps with half of the items addition, which stage 1 had not learned (measured: 0%
+    # held-out at step 2800). Stage 3: 600 steps, two thirds addition (measured: 12% held-out
+    # addition at stage 2's step 950, rising).
+    "base-stage1": TrainConfig(n_heads=4, n_kv_heads=2, vocab_size=768, steps=3000, rows=8, lr=2e-3, warmup=100,
+                               threads=1, task_weights={"add": 0.25, "retrieve": 0.5, "copy": 0.05, "reverse": 0.05,
+                                                        "sort": 0.05, "json": 0.10}),
+    "base-stage2": TrainConfig(n_heads=4, n_kv_heads=2, vocab_size=768, steps=1400, rows=8, lr=1e-3, warmup=50,
+                               threads=1, init_from="base-stage1",
+                               task_weights={"add": 0.5, "retrieve": 0.3, "copy": 0.05, "reverse": 0.05, "sort": 0.05,
+                                             "json": 0.05}),
+    "base": TrainConfig(n_heads=4, n_kv_heads=2, vocab_size=768, steps=600, rows=8, lr=1e-3, warmup=30, threads=1,
+                        init_from="base-stage2",
+                        task_weights={"add": 0.65, "retrieve": 0.15, "copy": 0.05, "reverse": 0.05, "sort": 0.05,
+                                      "json": 0.05}),
     # Unit tests: trains in seconds.
     "tiny": TrainConfig(d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=64, max_seq_len=256,
                         vocab_size=300, tokenizer_corpus=40, steps=8, rows=4, row_len=128, lr=3e-3,
@@ -171,6 +194,7 @@ class TrainResult:
     seconds: float
     scores: dict
     steps: int
+    stages: list = field(default_factory=list)
 
 
 def build_tokenizer(config: TrainConfig) -> BPETokenizer:
@@ -180,7 +204,7 @@ def build_tokenizer(config: TrainConfig) -> BPETokenizer:
 
 def _loop(model: TransformerLM, tok: BPETokenizer, cfg: TrainConfig, seed: int, *, weights, out: Path | None,
           progress: Callable[[int, float], None] | None, start_step: int = 0, opt_state=None,
-          seconds_before: float = 0.0, losses_before: list | None = None) -> tuple[list, int]:
+          seconds_before: float = 0.0, losses_before: list | None = None, data_offset: int = 0) -> tuple[list, int]:
     t0 = time.perf_counter()
     device = model.embed_tokens.weight.device
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
@@ -192,7 +216,7 @@ def _loop(model: TransformerLM, tok: BPETokenizer, cfg: TrainConfig, seed: int, 
     losses = []
     model.train()
     for step in range(start_step, cfg.steps):
-        x, y = pack_batch(tok, seed=seed, step=step, rows=cfg.rows, row_len=cfg.row_len, weights=weights)
+        x, y = pack_batch(tok, seed=seed, step=data_offset + step, rows=cfg.rows, row_len=cfg.row_len, weights=weights)
         x, y = x.to(device), y.to(device)
         for g in opt.param_groups:
             g["lr"] = _lr_at(step, cfg, cfg.steps)
@@ -254,10 +278,22 @@ def train_model(config: TrainConfig, seed: int = 0, *, out: str | os.PathLike | 
     if config.threads and device == "cpu":
         torch.set_num_threads(config.threads)
     t0 = time.perf_counter()
-    tok = build_tokenizer(config)
-    torch.manual_seed(seed)
-    model = TransformerLM(config.model_config(tok.vocab_size))
-    model.reset_parameters(torch.Generator().manual_seed(seed))
+    stages: list = []
+    data_offset, parent_seconds = 0, 0.0
+    if config.init_from is not None:
+        model, tok, parent_card = trained_stage(config.init_from, seed, device=device)
+        if model.config != config.model_config(tok.vocab_size):
+            raise ValueError(f"init_from: {config.init_from!r} has model shape {model.config}, "
+                             f"this config wants {config.model_config(tok.vocab_size)}")
+        stages = list(parent_card.get("stages", [])) + [_stage_summary(parent_card)]
+        data_offset = sum(int(st["steps"]) for st in stages)
+        parent_seconds = float(parent_card["training_seconds"])  # a card's time covers all its stages
+        t0 = time.perf_counter()
+    else:
+        tok = build_tokenizer(config)
+        torch.manual_seed(seed)
+        model = TransformerLM(config.model_config(tok.vocab_size))
+        model.reset_parameters(torch.Generator().manual_seed(seed))
     model.to(device)
     start, opt_state, prev_losses, prev_seconds = 0, None, [], 0.0
     out = Path(out) if out is not None else None
@@ -269,12 +305,31 @@ def train_model(config: TrainConfig, seed: int = 0, *, out: str | os.PathLike | 
             prev_seconds = float(state.get("seconds", 0.0))
     losses, steps = _loop(model, tok, config, seed, weights=config.task_weights, out=out, progress=progress,
                           start_step=start, opt_state=opt_state, seconds_before=prev_seconds,
-                          losses_before=prev_losses)
-    seconds = time.perf_counter() - t0 + prev_seconds
+                          losses_before=prev_losses, data_offset=data_offset)
+    seconds = time.perf_counter() - t0 + prev_seconds + parent_seconds
     scores = evaluate_tasks(model, tok, n_items=config.eval_items) if evaluate else {}
     if out is not None and (out / "resume.pt").exists():
         (out / "resume.pt").unlink()
-    return TrainResult(model.cpu(), tok, prev_losses + losses, seconds, scores, steps)
+    return TrainResult(model.cpu(), tok, prev_losses + losses, seconds, scores, steps, stages)
+
+
+def _stage_summary(card: dict) -> dict:
+    keep = ("name", "command", "train_config", "steps", "training_seconds", "final_loss", "loss_curve", "scores",
+            "date")
+    return {k: card.get(k) for k in keep}
+
+
+def trained_stage(name: str, seed: int, *, device: str = "cpu") -> tuple[TransformerLM, BPETokenizer, dict]:
+    """``(model, tokenizer, card)`` of config ``name`` for ``seed``: cached, else trained
+    now and cached (a parent stage of an ``init_from`` config)."""
+    from rayml.llm.checkpoint import CARD_FILE, load_checkpoint, save_checkpoint
+
+    config = get_config(name)
+    d = cache_dir(config, seed)
+    if not (d / CARD_FILE).exists():
+        res = train_model(config, seed, out=d, device=device)
+        save_checkpoint(d, res.model, res.tokenizer, make_card(name, config, seed, res))
+    return load_checkpoint(d, device=device)
 
 
 def fine_tune(model: TransformerLM, tokenizer: BPETokenizer, task_weights: Mapping[str, float], *, steps: int = 200,
@@ -299,12 +354,27 @@ def fine_tune(model: TransformerLM, tokenizer: BPETokenizer, task_weights: Mappi
 
 # --- rayml train NAME: a Ray task with a progress bar -------------------------------------------
 
-def _remote_train(name: str, config_dict: dict, seed: int, out: str | None, reporter) -> dict:
+def _set_priority(niceness: int) -> None:
+    """Give this process the niceness of the ``rayml train`` process that launched it.
+
+    Ray starts task workers at nice 15; a training task is one long computation the user asked
+    for, and at nice 15 it runs several times slower on a machine shared with other work. Without
+    the permission to raise priority (not root, no CAP_SYS_NICE) it keeps Ray's niceness.
+    """
+    try:
+        if os.getpriority(os.PRIO_PROCESS, 0) > niceness:
+            os.setpriority(os.PRIO_PROCESS, 0, niceness)
+    except (OSError, AttributeError):
+        pass
+
+
+def _remote_train(name: str, config_dict: dict, seed: int, out: str | None, reporter, niceness: int = 0) -> dict:
     import io
 
     from safetensors.torch import save as st_save
 
     config = TrainConfig(**{**config_dict, "betas": tuple(config_dict["betas"])})
+    _set_priority(niceness)
     last = [0.0]
 
     def progress(step, loss):
@@ -340,6 +410,7 @@ def make_card(name: str, config: TrainConfig, seed: int, res: TrainResult) -> di
         },
         "training_seconds": round(res.seconds, 1),
         "steps": res.steps,
+        "stages": res.stages,
         "final_loss": float(np.mean(tail)) if tail else None,
         "loss_curve": [round(float(np.mean(res.losses[i:i + 25])), 4) for i in range(0, len(res.losses), 25)],
         "scores": res.scores,
@@ -361,8 +432,9 @@ def train(name: str, *, seed: int = 0, out: str | None = None, overrides: Mappin
         overrides: ``TrainConfig`` fields to change.
 
     The task asks ``num_gpus=1`` when the connected cluster has GPUs (then trains on CUDA), else
-    all the CPUs of one node up to ``max(1, config.threads)``. Ray must be connected
-    (``rayml.runtime.connect``).
+    all the CPUs of one node up to ``max(1, config.threads)``, and runs at the niceness of the
+    calling process where permitted (Ray's workers otherwise run at nice 15). Ray must be
+    connected (``rayml.runtime.connect``).
     """
     import ray
     from tqdm.auto import tqdm
@@ -389,7 +461,8 @@ def train(name: str, *, seed: int = 0, out: str | None = None, overrides: Mappin
 
     reporter = _Reporter.remote()
     task = ray.remote(max_retries=0, **opts)(_remote_train)
-    ref = task.remote(name, config.to_dict(), seed, out, reporter)
+    niceness = os.getpriority(os.PRIO_PROCESS, 0) if hasattr(os, "getpriority") else 0
+    ref = task.remote(name, config.to_dict(), seed, out, reporter, niceness)
     bar = tqdm(total=config.steps, desc=f"train {name}", unit="step")
     while True:
         ready, _ = ray.wait([ref], timeout=2.0)

@@ -113,3 +113,30 @@ def test_bad_input_rejected():
         lg.lut_gemm_reference(x, packed, table[:, :8], 4, 10)
     with pytest.raises(ValueError, match="packed"):
         lg.lut_gemm_reference(x, packed.long(), table, 4, 10)
+
+
+@needs_interpreter
+def test_gpu_bench_code_path_runs_interpreted():
+    """The GPU benchmark's code (pack, launch, compare with the dense product) on the CPU."""
+    from rayml.experiments.ganq import gpu_bench
+
+    res = gpu_bench([3, 4], reps=1, shapes=[(9, 21)], batches=[1, 3], device="cpu", dtype=torch.float32)
+    assert res["status"] == "ran"
+    keys = {f"9x21_m{m}_{b}bit" for m in (1, 3) for b in (3, 4)}
+    assert keys <= set(res)
+    for k in keys:
+        assert res[k]["max_abs_err"] < 1e-5 and res[k]["lut_s"] > 0 and res[k]["speedup_vs_fp16"] > 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA path")
+def test_gpu_bench_skips_clearly_without_cuda():
+    import subprocess
+    import sys as _sys
+    from pathlib import Path
+
+    from rayml.experiments.ganq import gpu_bench
+
+    assert gpu_bench()["status"].startswith("skipped: no CUDA device")
+    script = Path(__file__).resolve().parents[2] / "scripts" / "ganq_gpu_bench.py"
+    out = subprocess.run([_sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith("SKIPPED: no CUDA device")

@@ -1,5 +1,7 @@
 """GANQ (rayml.llm.ganq), its baselines and QuantLinear: references, properties, bad input, Ray."""
 
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -367,3 +369,158 @@ def test_quantize_model_swaps_in_quant_linears():
         ref[0].weight.copy_(out["0"].quant.dequantize())
         ref[2].weight.copy_(out["2"].quant.dequantize())
     torch.testing.assert_close(model(X), ref(X), rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------
+# The sequential (GPTQ / authors' code) calibration protocol
+
+
+class _Block(nn.Module):
+    """A toy block with the Llama names: attention-like and MLP-like parts."""
+
+    def __init__(self, d=6, f=10):
+        super().__init__()
+        self.self_attn = nn.Module()
+        for name, (i, o) in {"q_proj": (d, d), "k_proj": (d, d), "v_proj": (d, d), "o_proj": (d, d)}.items():
+            setattr(self.self_attn, name, nn.Linear(i, o, bias=False))
+        self.mlp = nn.Module()
+        for name, (i, o) in {"gate_proj": (d, f), "up_proj": (d, f), "down_proj": (f, d)}.items():
+            setattr(self.mlp, name, nn.Linear(i, o, bias=False))
+
+    def forward(self, x):
+        a = self.self_attn
+        h = torch.tanh(a.q_proj(x)) * a.k_proj(x) + a.v_proj(x)
+        x = x + a.o_proj(h)
+        m = self.mlp
+        return x + m.down_proj(torch.sigmoid(m.gate_proj(x)) * m.up_proj(x))
+
+
+def test_sequential_protocol_calibrates_each_group_on_the_quantized_prefix():
+    torch.manual_seed(2)
+    blocks = nn.ModuleList([_Block(), _Block()])
+    ref = copy.deepcopy(blocks)
+    x0 = torch.randn(3, 7, 6)
+    calls = []
+
+    def quantize(name, W, H):
+        calls.append(name)
+        return qb.rtn_per_channel(W, 2).dequantize()
+
+    hs = ganq.quantize_sequential(blocks, x0, lambda b, x: b(x), quantize)
+    order = [f"layers.{b}.{n}" for b in range(2) for g in ganq.LLAMA_GROUPS for n in g]
+    assert calls == order and list(hs) == order
+    # independent re-derivation: quantize ref step by step, H from a plain hooked forward each time
+    x = x0
+    for b, block in enumerate(ref):
+        for group in ganq.LLAMA_GROUPS:
+            Hs = ganq.collect_hessians(block, [x], names=list(group))
+            for n in group:
+                torch.testing.assert_close(hs[f"layers.{b}.{n}"], Hs[n], rtol=1e-10, atol=1e-12)
+                mod = block.get_submodule(n)
+                with torch.no_grad():
+                    mod.weight.copy_(qb.rtn_per_channel(mod.weight, 2).dequantize())
+        x = block(x)
+    for p, q in zip(blocks.parameters(), ref.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_sequential_protocol_bad_input():
+    blocks = [_Block()]
+    ident = lambda n, W, H: W  # noqa: E731
+    with pytest.raises(ValueError, match="inputs"):
+        ganq.quantize_sequential(blocks, torch.empty(0, 6), lambda b, x: b(x), ident)
+    with pytest.raises(TypeError, match="nn.Linear"):
+        ganq.quantize_sequential([nn.Sequential(nn.Linear(6, 6), nn.ReLU())], torch.randn(2, 6),
+                                 lambda b, x: b(x), ident, groups=[("1",)])
+    with pytest.raises(ValueError, match="saw no input"):
+        ganq.quantize_sequential(blocks, torch.randn(2, 6), lambda b, x: x, ident)
+
+
+# ----------------------------------------------------------------------------------------------
+# The experiment's data: held-out answer perplexity on the substrate model
+
+
+@pytest.fixture(scope="module")
+def base_lm():
+    import rayml.llm
+
+    return rayml.llm.pretrained("base")
+
+
+def test_heldout_answer_nll_matches_items_scored_one_by_one(base_lm):
+    from rayml.experiments import ganq as E
+    from rayml.llm import data, tasks
+
+    tok, model = base_lm.tokenizer, base_lm.model
+    batches = E.heldout_batches(tok, 2, seed=5, batch_size=4)
+    assert sum(len(b["task"]) for b in batches) == 2 * len(tasks.TASKS)
+    got = E.answer_nll(model, batches)
+    want: dict = {}
+    for b in batches:
+        for r, task in enumerate(b["task"]):
+            keep = b["ids"][r] != tok.pad_id
+            keep[0] = True
+            ids = b["ids"][r][: int(keep.nonzero().max()) + 1]
+            tgt = b["targets"][r][: len(ids)]
+            assert (tgt != data.IGNORE).sum() >= 2  # answer tokens and <eos>
+            with torch.no_grad():
+                logp = model(ids[None])[0].double().log_softmax(-1)
+            m = tgt != data.IGNORE
+            nll = -float(logp[m.nonzero()[:, 0], tgt[m]].sum())
+            acc = want.setdefault(task, [0.0, 0])
+            acc[0] += nll
+            acc[1] += int(m.sum())
+    assert set(got) == set(tasks.TASKS)
+    for task in got:
+        assert got[task][1] == want[task][1]
+        assert got[task][0] == pytest.approx(want[task][0], rel=1e-3, abs=1e-3)  # float32, batched
+    # answers are what is scored: the last scored target of each row is <eos>
+    for b in batches:
+        for r in range(len(b["task"])):
+            m = (b["targets"][r] != data.IGNORE).nonzero()[:, 0]
+            assert int(b["targets"][r][m[-1]]) == tok.eos_id
+
+
+def test_calibration_rows_are_task_text_and_seeded(base_lm):
+    from rayml.experiments import ganq as E
+
+    tok = base_lm.tokenizer
+    w = base_lm.card["train_config"]["task_weights"]
+    a = E.calibration_rows(tok, w, seed=3, rows=2, row_len=64)
+    assert a.shape == (2, 64) and torch.equal(a, E.calibration_rows(tok, w, seed=3, rows=2, row_len=64))
+    assert not torch.equal(a, E.calibration_rows(tok, w, seed=4, rows=2, row_len=64))
+    assert not torch.equal(a, E.calibration_rows(tok, w, seed=3, rows=2, row_len=64, stream=E.LAYER_SEED))
+    assert int(a[0, 0]) == tok.bos_id
+
+
+def test_bits_per_weight():
+    from rayml.experiments.ganq import bits_per_weight
+
+    assert bits_per_weight("rtn", 4, 128, 32) == 4 + 32 / 128
+    assert bits_per_weight("rtn-grouped", 3, 384, 32) == 3 + 1
+    assert bits_per_weight("ganq", 4, 128, 32) == 4 + 16 * 16 / 128
+    assert bits_per_weight("kmeans", 3, 4096, 128) == pytest.approx(3.03125)
+
+
+def test_percdamp_runs_both_steps_on_the_ridge_h():
+    """percdamp = 0 is the paper's GANQ; > 0 equals Algorithm 1 on H + lambda I (objective undamped)."""
+    W, H = _layer(m=10, n=20, seed=11)
+    base = quantize_weight(W, H, GANQConfig(bits=3, iterations=3))
+    same = quantize_weight(W, H, GANQConfig(bits=3, iterations=3, percdamp=0.0))
+    assert torch.equal(base.quant.indices, same.quant.indices)
+    cfg = GANQConfig(bits=3, iterations=3, percdamp=0.05)
+    got = quantize_weight(W, H, cfg)
+    Hd = H + 0.05 * torch.diagonal(H).mean() * torch.eye(20, dtype=D)
+    L = torch.linalg.cholesky(Hd)
+    T = ganq.initial_table(W, 3)
+    best = None
+    for _ in range(3):
+        Q = ganq.s_step(W, T, L)
+        T = ganq.t_step(W, Hd, Q, T)
+        f = float(objective(W, torch.gather(T, 1, Q), H).sum())
+        if best is None or f < best[0]:
+            best = (f, Q)
+    assert torch.equal(got.quant.indices.long(), best[1])
+    assert got.objective == pytest.approx(best[0], rel=1e-12)
+    with pytest.raises(ValueError, match="percdamp"):
+        GANQConfig(percdamp=-0.1)

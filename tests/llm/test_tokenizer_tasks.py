@@ -79,7 +79,9 @@ def test_retrieval_item_answer_is_in_its_document():
         assert f"{it.meta['key']}:{it.answer}" in docs[it.meta["doc_index"]]
         assert sum(d.count(it.meta["key"] + ":") for d in docs) == 1
     tr = tasks.make_items("retrieve", 5, 3, split="train")
-    assert all(len(i.extra) == 7 for i in tr)
+    n_keys = [i.prompt.count(":") - 1 for i in tr]  # one ':' per pair plus the question's
+    assert [len(i.extra) for i in tr] == [min(8, n) - 1 for n in n_keys]
+    assert {len(i.meta["documents"]) for i in tasks.make_items("retrieve", 200, 4, split="train")} == set(range(1, 17))
 
 
 def test_score_and_correctness_matrix():

@@ -54,7 +54,7 @@ class ESet:
         key: the set's content (items with a symbol after the dot, and ``accepting``).
     """
 
-    __slots__ = ("scan", "wait", "accepting", "key", "leo", "n_items", "max_ref")
+    __slots__ = ("scan", "wait", "accepting", "key", "leo", "n_items", "max_ref", "first")
 
     def __init__(self, scan, wait, accepting, items):
         self.scan = scan
@@ -62,6 +62,7 @@ class ESet:
         self.accepting = accepting
         self.key = (frozenset(items), accepting)
         self.leo: dict = {}
+        self.first = None  # allowed next bytes, memoised by EarleyEngine.allowed_first_bytes
         self.n_items = len(items)
         self.max_ref = max((it[2] for it in items if it[2] != SELF), default=-1)
 
@@ -264,11 +265,15 @@ class EarleyEngine:
         return bool(chart[-1].accepting)
 
     def allowed_first_bytes(self, chart: tuple) -> np.ndarray:
-        """``bool[256]``: the bytes the next step accepts."""
-        out = np.zeros(256, bool)
-        for t, s in chart[-1].scan:
-            out |= self.t_live[t][s]
-        return out
+        """``bool[256]``: the bytes the next step accepts (memoised on the last set; do not
+        modify the array returned)."""
+        last = chart[-1]
+        if last.first is None:
+            out = np.zeros(256, bool)
+            for t, s in last.scan:
+                out |= self.t_live[t][s]
+            last.first = out
+        return last.first
 
     @staticmethod
     def live_items(chart: tuple) -> int:

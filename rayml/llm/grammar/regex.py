@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["DFA", "clear_caches", "byte_class_columns", "parse_regex", "compile_regex", "dfa_from_ast", "literal_dfa", "intersect", "difference", "quoted_repeat",
+__all__ = ["DFA", "clear_caches", "byte_class_columns", "parse_regex", "compile_regex", "dfa_from_ast", "literal_dfa", "intersect", "difference", "quoted_repeat", "Counter",
            "MAX_CODEPOINT", "utf8_sequences", "json_string_ast", "Node"]
 
 MAX_CODEPOINT = 0x10FFFF
@@ -353,24 +353,86 @@ class _NFA:
 # --------------------------------------------------------------------------------------------
 
 
+class TransRows:
+    """Rows of a transition table as Python lists, converted on first access (``rows[s][b]``)."""
+
+    __slots__ = ("trans", "rows")
+
+    def __init__(self, trans: np.ndarray):
+        self.trans = trans
+        self.rows = [None] * trans.shape[0]
+
+    def __getitem__(self, s: int) -> list:
+        r = self.rows[s]
+        if r is None:
+            r = self.rows[s] = self.trans[s].tolist()
+        return r
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+@dataclass(frozen=True, eq=False)
+class Counter:
+    """The structure of a ``quoted_repeat`` DFA (``"`` char{lo,hi} ``"``), kept so that token masks
+    can treat its states as (characters so far ``k``, state ``i`` inside the character).
+
+    State 0 is the opening quote's source, the last state is after the closing quote, and state
+    ``1 + k * w + i`` is copy ``k`` (``k`` characters done), local state ``i`` of the character
+    DFA's ``w`` non-accepting states (``i = 0`` its start). A bounded DFA (``hi`` not None) has
+    full copies ``0 .. hi - 1`` and only the start of copy ``hi``; an unbounded one has copies
+    ``0 .. lo`` and the last copy loops (the count saturates at ``lo``).
+
+    Attributes:
+        char: the character DFA.
+        local: ``int32 [w, 256]``: next local state, ``w`` = a character is finished (back to
+            local 0 with one more character), ``w + 1`` = the closing quote (from local 0 only),
+            -1 = dead.
+        lo, hi: the repeat bounds (``hi=None``: unbounded).
+    """
+
+    char: "DFA"
+    local: np.ndarray
+    lo: int
+    hi: int | None
+
+    @property
+    def w(self) -> int:
+        return int(self.local.shape[0])
+
+    def split(self, s: int, n_states: int) -> tuple[int, int] | None:
+        """``(k, i)`` of state ``s``, or None for the opening and the final state."""
+        if s <= 0 or s >= n_states - 1:
+            return None
+        return divmod(s - 1, self.w)
+
+
 @dataclass
 class DFA:
     """A trimmed byte DFA: ``trans[s, b]`` is the next state or -1 (dead); ``accept[s]``; start 0.
 
     Every state can reach an accepting state, so "not dead" means "still a viable prefix".
-    ``has_out[s]``: the state has at least one live transition.
+    ``has_out[s]``: the state has at least one live transition. ``counter``: set by
+    ``quoted_repeat`` (its state layout, see ``Counter``), None otherwise.
     """
 
     trans: np.ndarray
     accept: np.ndarray
     has_out: np.ndarray = field(init=False)
-    trans_list: list = field(init=False, repr=False)
+    rows: "TransRows" = field(init=False, repr=False, compare=False)
+    counter: "Counter | None" = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         self.trans = np.ascontiguousarray(self.trans, dtype=np.int32)
         self.accept = np.asarray(self.accept, dtype=bool)
         self.has_out = (self.trans >= 0).any(axis=1)
-        self.trans_list = self.trans.tolist()
+        self.rows = TransRows(self.trans)
+
+    @property
+    def trans_list(self) -> "TransRows":
+        """``trans_list[s][b]``: ``trans`` as Python lists, row by row on first use (big
+        counted-string DFAs never pay for the rows no text reaches)."""
+        return self.rows
 
     @property
     def n_states(self) -> int:
@@ -692,35 +754,41 @@ def json_string_ast(char_ast: Node) -> Node:
 def quoted_repeat(char: DFA, lo: int, hi: int | None) -> DFA:
     """The DFA of ``"`` char{lo,hi} ``"`` built directly (no subset construction), for a
     prefix-free ``char`` (its accepting states have no transitions) that never starts with ``"``:
-    one copy of ``char``'s states per count, a finished character moves to the next copy."""
+    one copy of ``char``'s states per count, a finished character moves to the next copy.
+
+    Built already trimmed (the layout of ``Counter``): every state of a full copy is reachable
+    (``char`` is trimmed) and can finish its character, and of copy ``hi`` only the start is
+    reachable (a finished character there would exceed ``hi``), so only that start is made."""
     if char.empty or char.has_out[char.accept].any() or char.trans[0, 0x22] >= 0:
         raise ValueError("quoted_repeat needs a prefix-free character DFA that cannot start with '\"'")
-    inner = np.flatnonzero(~char.accept)  # the non-accepting states (the start among them)
+    if lo < 0 or (hi is not None and hi < lo):
+        raise ValueError(f"quoted_repeat needs 0 <= lo <= hi, got {lo}, {hi}")
+    inner = np.flatnonzero(~char.accept)  # the non-accepting states (the start first)
     pos = np.full(char.n_states, -1, np.int64)
     pos[inner] = np.arange(len(inner))
     w = len(inner)
-    copies = (hi if hi is not None else lo) + 1
-    loop = hi is None
-    n = 1 + copies * w + 1  # opening state, copies, final state
-    final = n - 1
-    trans = np.full((n, 256), -1, np.int32)
-    trans[0, 0x22] = 1  # the opening quote leads to copy 0's start
     sub = char.trans[inner]  # [w, 256]
     live = sub >= 0
     safe = np.where(live, sub, 0)
     done = live & char.accept[safe]  # the byte finishes a character
     stay = live & ~done
     local = np.where(stay, pos[safe], -1)
-    for k in range(copies):
+    full = hi if hi is not None else lo + 1  # copies with all w states
+    n = 1 + full * w + (1 if hi is not None else 0) + 1
+    final = n - 1
+    trans = np.full((n, 256), -1, np.int32)
+    trans[0, 0x22] = 1  # the opening quote leads to copy 0's start
+    for k in range(full):
         base = 1 + k * w
-        nxt_copy = k + 1 if k + 1 < copies else (k if loop else None)
-        if nxt_copy is not None:  # the last bounded copy only takes the closing quote
-            block = np.where(stay, base + local, -1)
-            block = np.where(done, 1 + nxt_copy * w + pos[0], block)
-            trans[base:base + w] = block
-        if k >= lo and (hi is None or k <= hi):
-            trans[base + pos[0], 0x22] = final
+        nxt = k + 1 if hi is not None else min(k + 1, lo)
+        block = np.where(stay, base + local, -1)
+        trans[base:base + w] = np.where(done, 1 + nxt * w, block)
+        if k >= lo:
+            trans[base, 0x22] = final
+    if hi is not None:
+        trans[1 + hi * w, 0x22] = final
     accept = np.zeros(n, bool)
     accept[final] = True
-    t2, a2 = _trim(trans, accept)  # drops the unreachable states of the last copy
-    return DFA(t2, a2)
+    lmap = np.where(done, w, local).astype(np.int32)
+    lmap[0, 0x22] = w + 1
+    return DFA(trans, accept, counter=Counter(char, lmap, int(lo), None if hi is None else int(hi)))

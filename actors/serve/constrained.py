@@ -1,0 +1,167 @@
+"""Ray Serve app: structured generation (ZapFormat) behind OpenAI-style ``/v1/completions``.
+
+``serve run rayml.actors.serve.constrained:app`` serves the shipped ``base`` checkpoint with its BPE
+tokenizer; every output is constrained by the ZapFormat engine (``rayml.llm.grammar``). The body is
+the one of ``rayml.actors.serve.generate`` plus at most one constraint::
+
+    {"prompt": "record:", "max_tokens": 64, "temperature": 0,
+     "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": {...}}}}
+    {"prompt": "...", "response_format": {"type": "json_object"}}          # any JSON
+    {"prompt": "...", "regex": "[0-9]{3}-[a-z]+"}                          # or response_format type "regex"
+    {"prompt": "...", "grammar": "root ::= \\"a\\" root | \\"b\\""}           # EBNF, or type "grammar"
+
+and answers like the generate app (``finish_reason`` ``"stop"``: the text is a complete sentence of
+the grammar; ``"length"``: cut by ``max_tokens`` or the generation time limit, an incomplete
+prefix). Compiled grammars are cached across requests (LRU, ``cache_size``) and compiled in a child
+process under the ``GrammarLimits`` time and memory limits; concurrent requests are batched with
+``@serve.batch`` (one KV-cache batch per group of equal sampling settings, one grammar per row).
+
+Errors: a malformed body, field, spec, JSON Schema, regex or grammar is a 400 naming the problem;
+a constraint over a size / complexity / compile-time / memory limit is a 422 naming the limit; a
+failure inside a generation batch is a 500 for the requests of that batch only. The replica
+survives all of them (compilation runs in a killable child; generation has a deadline,
+``max_generation_s``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from ray import serve
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from rayml.actors.serve.http import generate_grouped, json_body
+
+from rayml.actors.serve.generate import BadRequest, parse_request
+
+__all__ = ["ConstrainedGenerator", "app", "build", "parse_constraint", "CONSTRAINT_FIELDS"]
+
+CONSTRAINT_FIELDS = ("response_format", "regex", "grammar")
+
+
+def parse_constraint(body: dict):
+    """The constraint of a request body: a spec dict for ``rayml.llm.grammar.logits.normalize_spec``,
+    or ``None`` (unconstrained). Raises ``BadRequest`` when more than one is given or one is of the
+    wrong type."""
+    given = [k for k in CONSTRAINT_FIELDS if body.get(k) is not None]
+    if len(given) > 1:
+        raise BadRequest(f"give at most one of {list(CONSTRAINT_FIELDS)}, got {given}")
+    if not given:
+        return None
+    key = given[0]
+    value = body[key]
+    if key == "response_format":
+        if not isinstance(value, dict):
+            raise BadRequest(f"'response_format' must be an object, got {type(value).__name__}")
+        return value
+    if not isinstance(value, str) or not value:
+        raise BadRequest(f"'{key}' must be a non-empty string")
+    return {"type": key, key: value}
+
+
+@serve.deployment(max_ongoing_requests=32, ray_actor_options={"num_cpus": 0.5})
+class ConstrainedGenerator:
+    """The deployment: validates and compiles constraints (cached), batches, generates.
+
+    Args:
+        checkpoint: a shipped / cached checkpoint name or a directory.
+        limits: ``GrammarLimits`` fields (dict).
+        cache_size: compiled grammars kept.
+        max_generation_s: wall-clock limit of one generation batch (rows still open then stop
+            with ``finish_reason`` ``"length"``).
+    """
+
+    def __init__(self, checkpoint: str = "base", limits: dict | None = None, cache_size: int = 64,
+                 max_generation_s: float = 60.0):
+        import torch
+
+        import rayml.llm
+        from rayml.llm.grammar.logits import GrammarCache, GrammarLimits, vocabulary_from_tokenizer
+
+        torch.set_num_threads(1)
+        self.name = str(checkpoint)
+        self.lm = rayml.llm.pretrained(checkpoint, train_if_missing=False)
+        self.max_generation_s = float(max_generation_s)
+        vocab = vocabulary_from_tokenizer(self.lm.tokenizer, name=f"{self.name}-bpe")
+        self.cache = GrammarCache(vocab, vocab_size=self.lm.model.config.vocab_size,
+                                  limits=GrammarLimits(**(limits or {})), capacity=int(cache_size), isolate=True)
+
+    def _generate(self, group: list[dict]) -> list:
+        from rayml.llm.generation import generate
+        from rayml.llm.grammar.logits import EmbeddedGrammarProcessor
+
+        s = group[0]
+        flat, compiled = [], []
+        for r in group:
+            flat.extend(r["ids"])
+            compiled.extend([r["compiled"]] * len(r["ids"]))
+        n_new = max(r["max_tokens"] for r in group)
+        tok = self.lm.tokenizer
+        proc = EmbeddedGrammarProcessor(compiled, deadline=time.monotonic() + self.max_generation_s,
+                                        on_reject="finish")
+        res = generate(self.lm.model, flat, max_new_tokens=n_new, eos_id=tok.eos_id, pad_id=tok.pad_id,
+                       temperature=s["temperature"], top_p=s["top_p"], seed=s["seed"], logits_processors=[proc])
+        cut = proc.state.rejected  # timed out (or a rejected token): an incomplete prefix
+        out, k = [], 0
+        for r in group:
+            choices = []
+            for _ in r["ids"]:
+                toks, fin = res.tokens[k], res.finished[k] and not cut[k]
+                k += 1
+                stopped = fin and len(toks) < r["max_tokens"]
+                choices.append((toks[: r["max_tokens"]], stopped))
+            out.append(choices)
+        return out
+
+    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.02)
+    async def _batched(self, reqs: list[dict]) -> list:
+        return await generate_grouped(reqs, self._generate, catch=True)
+
+    async def __call__(self, request: Request) -> JSONResponse:
+        from rayml.llm.grammar.logits import GrammarError, GrammarTooComplex
+
+        if not request.url.path.rstrip("/").endswith("/v1/completions"):
+            return JSONResponse({"error": "not found: use POST /v1/completions"}, status_code=404)
+        body, error = await json_body(request)
+        if error is not None:
+            return error
+        try:
+            if not isinstance(body, dict):
+                raise BadRequest("the body must be a JSON object")
+            spec = parse_constraint(body)
+            req = parse_request({k: v for k, v in body.items() if k not in CONSTRAINT_FIELDS}, self.lm.tokenizer,
+                                self.lm.max_seq_len)
+            req["compiled"] = await asyncio.to_thread(self.cache.get, spec) if spec is not None else None
+        except (BadRequest, GrammarError) as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        except GrammarTooComplex as exc:
+            return JSONResponse({"error": str(exc)}, status_code=422)
+        choices = await self._batched(req)
+        if isinstance(choices, Exception):
+            return JSONResponse({"error": f"generation failed: {type(choices).__name__}: {choices}"}, status_code=500)
+        tok = self.lm.tokenizer
+        n_prompt = sum(len(i) for i in req["ids"])
+        n_out = sum(len(t) for t, _ in choices)
+        return JSONResponse({
+            "id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion", "created": int(time.time()),
+            "model": self.name,
+            "choices": [{"index": i, "text": tok.decode(t), "finish_reason": "stop" if stopped else "length",
+                         "logprobs": None} for i, (t, stopped) in enumerate(choices)],
+            "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out},
+        })
+
+    def cache_info(self) -> dict:
+        """Cached grammars and hit / miss / error counts (for tests and monitoring)."""
+        return {"size": len(self.cache), **self.cache.stats}
+
+
+def build(checkpoint: str = "base", *, limits: dict | None = None, cache_size: int = 64,
+          max_generation_s: float = 60.0):
+    """The app serving ``checkpoint`` with the given ``GrammarLimits`` fields and cache size."""
+    return ConstrainedGenerator.bind(checkpoint, limits, cache_size, max_generation_s)
+
+
+app = build()

@@ -1,0 +1,122 @@
+"""The EPIC Serve app over real HTTP: register documents, ask with LegoLink and the baselines
+(answers equal the local engine's), a killed KV store actor is restarted and answers stay the
+same, and bad requests get 400 / 404 / 405 / 413 while the replica stays up."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+
+import pytest
+import requests
+
+from rayml.actors.serve import epic as app_module
+from rayml.llm import training
+from rayml.llm.checkpoint import save_checkpoint
+
+pytestmark = pytest.mark.slow  # starts Serve over HTTP (about 50 s here)
+
+DOCS = ["[bako:123;tuli:456]\n", "[mosu:054;kadu:598]\n", "[lani:637;boge:865]\n"]
+STORE = f"test-epic-store-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    cfg = dataclasses.replace(training.CONFIGS["tiny"], steps=4, lr=1e-2, max_seq_len=128, row_len=64)
+    res = training.train_model(cfg, seed=0, evaluate=False)
+    path = tmp_path_factory.mktemp("ckpt")
+    save_checkpoint(path, res.model, res.tokenizer, {"name": "tiny-test"})
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def base(serve_app, checkpoint):
+    import ray
+
+    with serve_app(app_module.build(checkpoint, k=2, store_name=STORE, budget_bytes=1 << 20), "epic", "/epic") as url:
+        yield url
+    try:
+        ray.kill(ray.get_actor(STORE, namespace="rayml"), no_restart=True)  # detached: clean up
+    except Exception:  # noqa: BLE001 - already gone
+        pass
+
+
+def _local(checkpoint, docs, query, method, k, max_tokens):
+    import rayml.llm
+    from rayml.llm import epic
+
+    lm = rayml.llm.pretrained(checkpoint)
+    tok = lm.tokenizer
+    out = epic.answer(lm.model, [tok.encode(d) for d in docs], tok.encode(query), method=method, k=k,
+                      bos_id=tok.bos_id, eos_id=tok.eos_id, max_new_tokens=max_tokens)
+    return tok.decode(out.tokens)
+
+
+def test_register_ask_and_survive_a_store_kill(base, checkpoint):
+    import ray
+
+    ids = []
+    for d in DOCS:
+        r = requests.post(f"{base}/documents", json={"text": d}, timeout=60)
+        assert r.status_code == 200, r.text
+        ids.append(r.json()["id"])
+    assert requests.post(f"{base}/documents", json={"text": DOCS[0]}, timeout=60).json()["id"] == ids[0]
+    order = [ids[2], ids[0], ids[1]]
+    docs = [DOCS[2], DOCS[0], DOCS[1]]
+    body = {"documents": order, "query": "?tuli:", "max_tokens": 4}
+    r = requests.post(f"{base}/ask", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert got["text"] == _local(checkpoint, docs, "?tuli:", "legolink", 2, 4)
+    assert got["cache"]["hits"] == 3 and got["cache"]["builds"] == 0  # compiled at registration
+    recomputed = {}
+    for method in ("full", "naive", "cacheblend", "prefix", "prefix"):  # prefix twice: a miss, then a hit
+        r = requests.post(f"{base}/ask", json={**body, "method": method}, timeout=60)
+        assert r.status_code == 200 and r.json()["text"] == _local(checkpoint, docs, "?tuli:", method, 2, 4)
+        recomputed.setdefault(method, []).append(r.json()["recomputed_tokens"])
+    # exact-prefix caching: a miss recomputes everything, a hit on the same documents only the query
+    assert recomputed["prefix"] == [recomputed["full"][0], recomputed["naive"][0]]
+
+    store = ray.get_actor(STORE, namespace="rayml")
+    ray.kill(store, no_restart=False)  # the cache is lost; Ray restarts the actor empty
+    texts = []
+    for _ in range(2):
+        r = requests.post(f"{base}/ask", json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        texts.append(r.json()["text"])
+        time.sleep(0.5)
+    assert texts == [got["text"]] * 2
+
+
+@pytest.mark.parametrize("route, payload, status, needle", [
+    ("ask", {"documents": ["doc-0000000000000000"], "query": "?a:"}, 404, "unknown document ids"),
+    ("ask", {"documents": [], "query": "?a:"}, 400, "'documents'"),
+    ("ask", {"documents": ["x"], "query": 3}, 400, "'query'"),
+    ("ask", {"documents": ["x"], "query": "?a:", "max_tokens": 0}, 400, "'max_tokens'"),
+    ("ask", {"documents": ["x"], "query": "?a:", "method": "magic"}, 400, "'method'"),
+    ("ask", {"documents": ["x"], "query": "?a:", "k": -1}, 400, "'k'"),
+    ("ask", {"documents": ["x"], "query": "?a:", "extra": 1}, 400, "unknown fields"),
+    ("documents", {"text": ""}, 400, "'text'"),
+    ("documents", ["not", "an", "object"], 400, "JSON object"),
+    ("documents", {"text": "[bako:123]" * 200}, 413, "context length"),
+    ("nowhere", {}, 404, "not found"),
+])
+def test_bad_requests_get_4xx_and_the_replica_stays_up(base, route, payload, status, needle):
+    r = requests.post(f"{base}/{route}", json=payload, timeout=60)
+    assert r.status_code == status, r.text
+    assert needle in r.json()["error"]
+    ok = requests.post(f"{base}/documents", json={"text": DOCS[0]}, timeout=60)
+    assert ok.status_code == 200
+
+
+def test_over_length_prompt_malformed_json_and_get(base):
+    ids = [requests.post(f"{base}/documents", json={"text": t}, timeout=60).json()["id"]
+           for t in ("[bako:123;tuli:456;mosu:054]" * 3, "[kadu:598;lani:637;boge:865]" * 3)]
+    r = requests.post(f"{base}/ask", json={"documents": ids * 4, "query": "?tuli:", "max_tokens": 8}, timeout=60)
+    assert r.status_code == 413 and "context length" in r.json()["error"]
+    r = requests.post(f"{base}/ask", data=b"{not json", headers={"content-type": "application/json"}, timeout=60)
+    assert r.status_code == 400 and "valid JSON" in r.json()["error"]
+    assert requests.get(f"{base}/ask", timeout=60).status_code == 405
+    r = requests.post(f"{base}/ask", json={"documents": ids[:1], "query": "?tuli:", "max_tokens": 2}, timeout=60)
+    assert r.status_code == 200
