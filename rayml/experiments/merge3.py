@@ -382,6 +382,8 @@ CLAIMS = (
           metric="metrics.merged.test.mean", compare="baselines.endpoint_a.test.mean", op=">"),
     Claim(text="the merged model beats endpoint B on the multi-task test",
           metric="metrics.merged.test.mean", compare="baselines.endpoint_b.test.mean", op=">"),
+    Claim(text="the merged model beats the base it was fine-tuned from on the multi-task test",
+          metric="metrics.merged.test.mean", compare="baselines.base.test.mean", op=">"),
 )
 
 
