@@ -498,7 +498,13 @@ def test_vllm_builds_the_processor_with_the_engines_tokenizer(tok, tmp_path, mon
     hf.save_pretrained(str(tmp_path))
     cfg = SimpleNamespace(model_config=SimpleNamespace(tokenizer=str(tmp_path), get_vocab_size=lambda: tok.vocab_size),
                           scheduler_config=SimpleNamespace(max_num_seqs=4), speculative_config=None)
-    fqcn = "rayml.llm.grammar.logits:ZapFormatLogitsProcessor"
+    from importlib.metadata import entry_points
+
+    # installed rayml registers the class in vLLM's entry-point group, and vLLM loads it from there
+    # (passing its name as well would build it twice); from a source tree, pass it by name
+    registered = any(ep.value == "rayml.llm.grammar.logits:ZapFormatLogitsProcessor"
+                     for ep in entry_points(group="vllm.logits_processors"))
+    fqcn = [] if registered else ["rayml.llm.grammar.logits:ZapFormatLogitsProcessor"]
     spec = {"type": "regex", "regex": "[0-9]{2}"}
     digits = sorted(tok.encode(str(d))[0] for d in range(10))
     if "v1" in VLLM:
@@ -509,7 +515,7 @@ def test_vllm_builds_the_processor_with_the_engines_tokenizer(tok, tmp_path, mon
         # vLLM's built-in processors pin host memory, which needs an accelerator: not on a CPU-only host
         monkeypatch.setattr(vllm.utils.torch_utils, "PIN_MEMORY", False)
 
-        procs = [p for p in build_logitsprocs(cfg, torch.device("cpu"), False, False, [fqcn]).all
+        procs = [p for p in build_logitsprocs(cfg, torch.device("cpu"), False, False, fqcn).all
                  if type(p).__name__ == "ZapFormatLogitsProcessor"]
         assert len(procs) == 1
         lp, out_ids = procs[0], []
@@ -521,7 +527,7 @@ def test_vllm_builds_the_processor_with_the_engines_tokenizer(tok, tmp_path, mon
         rs = _v2_state(tok.vocab_size, [[1, 5]])
         req = SimpleNamespace(**{k: getattr(rs, k) for k in ("device", "max_num_reqs", "vocab_size", "all_token_ids",
                                                              "prompt_len", "prefill_len", "total_len")})
-        (lp,) = build_custom_logits_processors(cfg, req, False, [fqcn])
+        (lp,) = build_custom_logits_processors(cfg, req, False, fqcn)
         assert lp.add_request(0, _sp(spec))
         out = lp.apply(torch.zeros(1, tok.vocab_size), _v2_ctx([0], [1], [5]))
         assert np.flatnonzero(torch.isfinite(out[0]).numpy()).tolist() == digits
