@@ -57,7 +57,7 @@ METRICS = ("accuracy", "top1_agreement", "kl", "recomputed_frac")
 SIZES = {
     "tiny": dict(checkpoint="base", n_docs=[2, 3], items=2, ks=[1, CLAIM_K], rs=[CLAIM_R], max_new_tokens=4,
                  chunk_bos=False),
-    "quick": dict(checkpoint="base", n_docs=[4, 8, 16], items=12, ks=[1, CLAIM_K, 4, 8, 16], rs=[0.05, CLAIM_R],
+    "quick": dict(checkpoint="base", n_docs=[4, 8, 16], items=40, ks=[1, CLAIM_K, 4, 8, 16], rs=[0.05, CLAIM_R],
                   max_new_tokens=5, chunk_bos=False),
     "full": dict(checkpoint="base", n_docs=[2, 4, 8, 12, 16], items=200, ks=[1, CLAIM_K, 4, 8, 16, 32],
                  rs=[0.05, 0.1, CLAIM_R, 0.2], max_new_tokens=5, chunk_bos=False),
