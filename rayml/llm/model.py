@@ -411,6 +411,9 @@ class TransformerLM(nn.Module):
             if slots.shape != (s,):
                 raise ValueError(f"slots must have shape ({s},), got {tuple(slots.shape)}")
             end = int(slots.max()) + 1
+            fresh_prefill = (cache.length == 0 and valid is None and s > 1 and end == s
+                             and bool((slots == torch.arange(s, device=device)).all())
+                             and bool((positions[:, 1:] > positions[:, :-1]).all()))
             cache.ensure_capacity(end)
             cache.positions[:, slots] = positions
             cache.valid[:, slots] = True if valid is None else valid.to(torch.bool)
@@ -420,6 +423,8 @@ class TransformerLM(nn.Module):
             if s == 1 and valid is None and int(slots[0]) == cache.length - 1 and bool(kval.all()) \
                     and bool((kpos.max(dim=1).values <= positions[:, 0]).all()):
                 mask = None  # one new token after a fully valid cache: it sees every entry
+            elif fresh_prefill:
+                mask = None  # an empty cache filled in order: plain causal attention (SDPA's is_causal)
             else:
                 mask = self._cache_mask(kpos, kval, positions, slots, valid, cache.length)
         elif valid is not None:

@@ -141,3 +141,19 @@ def test_logits_match_hf_llama_with_copied_weights():
     assert torch.allclose(ours, theirs, atol=1e-5), float((ours - theirs).abs().max())
     back = from_hf_llama(hf)
     assert torch.allclose(back(x), ours, atol=1e-6)
+
+
+def test_prefill_into_an_empty_cache_equals_the_cacheless_forward_and_the_masked_path():
+    """An empty cache filled in order takes plain causal attention; it must equal both the forward
+    without a cache and the general masked path (a cache that already holds a token)."""
+    m = _model(3)
+    ids = torch.randint(3, 40, (2, 9), generator=torch.Generator().manual_seed(1))
+    pos = torch.arange(5, 14)  # shifted positions: RoPE is relative, causality is by order
+    with torch.no_grad():
+        ref = m(ids, pos)
+        fast = m(ids, pos, cache=m.new_cache(2, 32))
+        general = m.new_cache(2, 32)
+        m(ids[:, :1], pos[:1], cache=general)
+        rest = m(ids[:, 1:], pos[1:], cache=general)
+    torch.testing.assert_close(fast, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(rest, ref[:, 1:], atol=1e-5, rtol=1e-5)
