@@ -35,6 +35,15 @@ from torch import nn
 __all__ = ["ModelConfig", "TransformerLM", "KVCache", "RMSNorm", "rope_cos_sin", "apply_rope"]
 
 
+def check_int_fields(obj, names, *, minimum: int = 1) -> None:
+    """Raise ``ValueError`` naming the first attribute of ``names`` that is not an int >= ``minimum``."""
+    for name in names:
+        v = getattr(obj, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise ValueError(f"{name} must be {what}, got {v!r}")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Shape of the embedded transformer.
@@ -64,10 +73,7 @@ class ModelConfig:
     tie_embeddings: bool = False
 
     def __post_init__(self):
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "max_seq_len"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        check_int_fields(self, ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "max_seq_len"))
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if (self.d_model // self.n_heads) % 2:

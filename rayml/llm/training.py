@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from rayml.llm import tasks as _tasks
 from rayml.llm.checkpoint import save_checkpoint
 from rayml.llm.data import IGNORE, pack_batch
-from rayml.llm.model import ModelConfig, TransformerLM
+from rayml.llm.model import ModelConfig, TransformerLM, check_int_fields
 from rayml.llm.tokenizer import BPETokenizer
 
 __all__ = ["TrainConfig", "CONFIGS", "get_config", "config_hash", "train_model", "fine_tune", "evaluate_tasks",
@@ -88,15 +88,9 @@ class TrainConfig:
     init_from: str | None = None
 
     def __post_init__(self):
-        for name in ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "max_seq_len", "vocab_size",
-                     "tokenizer_corpus", "steps", "rows", "row_len", "eval_items"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        for name in ("warmup", "checkpoint_every", "threads"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+        check_int_fields(self, ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "max_seq_len", "vocab_size",
+                                "tokenizer_corpus", "steps", "rows", "row_len", "eval_items"))
+        check_int_fields(self, ("warmup", "checkpoint_every", "threads"), minimum=0)
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr!r}")
         if not 0 <= self.min_lr_ratio <= 1:

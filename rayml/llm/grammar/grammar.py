@@ -25,7 +25,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from rayml.llm.grammar.regex import DFA, compile_regex, difference, literal_dfa, dfa_from_ast, parse_regex
+from rayml.llm.grammar.regex import (DFA, EngineSizeLimit, compile_regex, difference, dfa_from_ast, literal_dfa,
+                                    parse_regex)
 
 __all__ = ["Grammar", "GrammarBuilder", "parse_ebnf", "MAX_RULES"]
 
@@ -105,7 +106,7 @@ class GrammarBuilder:
     def add(self, lhs: int, rhs) -> None:
         """Add the production ``lhs -> rhs``."""
         if len(self.rules) >= MAX_RULES:
-            raise ValueError(f"grammar exceeds {MAX_RULES} productions")
+            raise EngineSizeLimit(f"grammar exceeds {MAX_RULES} productions")
         self.rules.append((lhs, tuple(rhs)))
 
     # combinators over symbol lists ---------------------------------------------------------

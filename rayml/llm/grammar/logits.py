@@ -45,7 +45,6 @@ vLLM and xgrammar.
 from __future__ import annotations
 
 import json
-import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -57,7 +56,7 @@ from rayml.llm.grammar.grammar import Grammar, parse_ebnf
 from rayml.llm.grammar.json_schema import json_grammar, schema_grammar
 from rayml.llm.grammar.matcher import (CompiledGrammar, GrammarMatcher, MatcherConfig, TokenIndex,
                                        allocate_token_bitmask, bitmask_to_bool)
-from rayml.llm.grammar.regex import compile_regex
+from rayml.llm.grammar.regex import EngineSizeLimit, compile_regex
 from rayml.llm.grammar.vocab import Vocabulary
 
 __all__ = ["GrammarError", "GrammarTooComplex", "GrammarLimits", "GrammarSpec", "normalize_spec", "build_grammar",
@@ -68,9 +67,6 @@ __all__ = ["GrammarError", "GrammarTooComplex", "GrammarLimits", "GrammarSpec", 
 # ``HFGrammarLogitsProcessor`` (transformers) and ``ZapFormatLogitsProcessor`` (vLLM).
 
 EXTRA_ARGS_KEY = "zapformat"
-# The front-ends' hard caps (``regex.MAX_DFA_STATES``, ``grammar.MAX_RULES``) raise ValueError("... exceeds N
-# states / productions"); they are size limits (422), not invalid input (400).
-_ENGINE_CAP = re.compile(r"exceeds \d+ (states|productions)")
 SPEC_KINDS = ("json_schema", "json_object", "regex", "grammar")
 
 
@@ -190,9 +186,9 @@ def build_grammar(spec: GrammarSpec, limits: GrammarLimits = GrammarLimits()) ->
             g = parse_ebnf(spec.source)
     except RecursionError:
         raise GrammarTooComplex(f"the {spec.kind} is nested too deeply") from None
+    except EngineSizeLimit as exc:  # the front-ends' own hard caps are size limits, not invalid input
+        raise GrammarTooComplex(f"the {spec.kind} is over the engine's size limit: {exc}") from None
     except (ValueError, TypeError, KeyError, IndexError) as exc:
-        if _ENGINE_CAP.search(str(exc)):  # the front-ends' own hard caps are size limits, not errors
-            raise GrammarTooComplex(f"the {spec.kind} is over the engine's size limit: {exc}") from None
         raise GrammarError(f"invalid {spec.kind}: {exc}") from None
     n_rules = len(g.productions)
     if n_rules > limits.max_rules:

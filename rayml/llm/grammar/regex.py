@@ -25,11 +25,28 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["DFA", "clear_caches", "byte_class_columns", "parse_regex", "compile_regex", "dfa_from_ast", "literal_dfa", "intersect", "difference", "quoted_repeat", "Counter",
-           "MAX_CODEPOINT", "utf8_sequences", "json_string_ast", "Node"]
+           "MAX_CODEPOINT", "utf8_sequences", "json_string_ast", "Node", "EngineSizeLimit", "MAX_DFA_STATES"]
 
 MAX_CODEPOINT = 0x10FFFF
 _SURR_LO, _SURR_HI = 0xD800, 0xDFFF
 MAX_DFA_STATES = 200_000
+
+
+class EngineSizeLimit(ValueError):
+    """A regex or grammar is over one of the engine's hard caps (``MAX_DFA_STATES``,
+    ``grammar.MAX_RULES``): a size limit, not invalid input."""
+
+
+def _intern(key, index: dict, order: list, what: str) -> int:
+    """The state number of ``key`` in a subset / product construction, adding it if new."""
+    j = index.get(key)
+    if j is None:
+        j = len(order)
+        if j > MAX_DFA_STATES:
+            raise EngineSizeLimit(f"{what} exceeds {MAX_DFA_STATES} states")
+        index[key] = j
+        order.append(key)
+    return j
 
 # --------------------------------------------------------------------------------------------
 # AST: ("set", ranges) | ("cat", [nodes]) | ("alt", [nodes]) | ("rep", node, lo, hi|None)
@@ -501,14 +518,7 @@ def _determinise(nfa: _NFA, start: int, end: int) -> tuple[np.ndarray, np.ndarra
         if per_class:
             for ci, targets in per_class.items():
                 lo, hi = classes[ci]
-                nxt = closure(targets)
-                j = index.get(nxt)
-                if j is None:
-                    j = len(order)
-                    if j > MAX_DFA_STATES:
-                        raise ValueError(f"regex DFA exceeds {MAX_DFA_STATES} states")
-                    index[nxt] = j
-                    order.append(nxt)
+                j = _intern(closure(targets), index, order, "regex DFA")
                 row[lo:hi + 1] = [j] * (hi - lo + 1)
         rows.append(row)
     trans = np.array(rows, dtype=np.int32).reshape(len(rows), 256)
@@ -679,15 +689,7 @@ def _product(a: DFA, b: DFA, mode: str) -> DFA:
             tb = rb[byte] if rb is not None else -1
             if mode == "and" and tb < 0:
                 continue
-            key = (ta, tb)
-            j = index.get(key)
-            if j is None:
-                j = len(order)
-                if j > MAX_DFA_STATES:
-                    raise ValueError(f"DFA product exceeds {MAX_DFA_STATES} states")
-                index[key] = j
-                order.append(key)
-            row[byte] = j
+            row[byte] = _intern((ta, tb), index, order, "DFA product")
         rows.append(row)
         in_b = sb >= 0 and bool(b.accept[sb])
         acc.append(bool(a.accept[sa]) and (in_b if mode == "and" else not in_b))
