@@ -103,6 +103,10 @@ class KVStore:
 
         return self.put(key, [ray.put(payload)], payload_nbytes(payload))
 
+    def contains(self, key: str) -> bool:
+        """Whether ``key`` is held (no LRU or counter update)."""
+        return key in self._entries
+
     def delete(self, key: str) -> bool:
         """Drop ``key``; True if it was there."""
         entry = self._entries.pop(key, None)
@@ -185,12 +189,16 @@ class KVStoreClient:
 
     def get(self, ids: Sequence[int]):
         """The stored payload of a chunk, or None (absent, evicted, lost, or the store is down)."""
+        return self.get_key(self.key(ids))
+
+    def get_key(self, key: str):
+        """``get`` by store key."""
         import ray
 
         if self.store is None:
             return None
         try:
-            box = self._call("get", self.key(ids))
+            box = self._call("get", key)
         except Exception:  # noqa: BLE001 - a dead/restarting/slow store is a miss, never an error
             self.lost += 1
             return None
@@ -205,6 +213,15 @@ class KVStoreClient:
         self.hits += 1
         return payload
 
+    def contains_key(self, key: str) -> bool:
+        """Whether the store holds ``key`` (False when it is down); the value is not fetched."""
+        if self.store is None:
+            return False
+        try:
+            return self._call("get", key) is not None
+        except Exception:  # noqa: BLE001
+            return False
+
     def put(self, ids: Sequence[int], payload: Any) -> bool:
         """Offer a payload to the store; False if it was not stored.
 
@@ -212,10 +229,14 @@ class KVStoreClient:
         store owns the object (Ray >= 2.56 has no ``ray.put(_owner=...)``): it outlives this
         client, and dies only with the store.
         """
+        return self.put_key(self.key(ids), payload)
+
+    def put_key(self, key: str, payload: Any) -> bool:
+        """``put`` by store key."""
         if self.store is None:
             return False
         try:
-            return bool(self._call("put_value", self.key(ids), payload))
+            return bool(self._call("put_value", key, payload))
         except Exception:  # noqa: BLE001 - best effort: the caller already has the payload
             return False
 

@@ -123,9 +123,7 @@ class ConstrainedGenerator:
     async def __call__(self, request: Request) -> JSONResponse:
         from rayml.llm.grammar.logits import GrammarError, GrammarTooComplex
 
-        if not request.url.path.rstrip("/").endswith("/v1/completions"):
-            return JSONResponse({"error": "not found: use POST /v1/completions"}, status_code=404)
-        body, error = await json_body(request)
+        body, error = await json_body(request, "/v1/completions")
         if error is not None:
             return error
         try:

@@ -11,8 +11,11 @@ from starlette.responses import JSONResponse
 __all__ = ["json_body", "generate_grouped"]
 
 
-async def json_body(request: Request) -> tuple[Any, JSONResponse | None]:
-    """``(body, None)`` for a POST with a JSON body, else ``(None, the 405 / 400 response to send)``."""
+async def json_body(request: Request, path: str | None = None) -> tuple[Any, JSONResponse | None]:
+    """``(body, None)`` for a POST with a JSON body, else ``(None, the 404 / 405 / 400 response to
+    send)``; with ``path``, a request whose URL path does not end with it is a 404."""
+    if path is not None and not request.url.path.rstrip("/").endswith(path):
+        return None, JSONResponse({"error": f"not found: use POST {path}"}, status_code=404)
     if request.method != "POST":
         return None, JSONResponse({"error": "use POST with a JSON body"}, status_code=405)
     try:

@@ -115,33 +115,30 @@ class RopeSpec:
         partial = float(params.get("partial_rotary_factor", getattr(hf_config, "partial_rotary_factor", 1.0)))
         return cls(int(head_size), int(head_size * partial), float(theta), factor, bool(neox))
 
-    def inv_freq(self) -> torch.Tensor:
-        """Angle per position of each of the ``rotary_dim / 2`` frequency pairs (float64)."""
-        i = torch.arange(0, self.rotary_dim, 2, dtype=torch.float64)
-        return 1.0 / (self.theta ** (i / self.rotary_dim)) / self.scale
-
 
 def rotate_keys(keys: torch.Tensor, delta: int, rope: RopeSpec) -> torch.Tensor:
     """Keys (``[..., head_size]``, after RoPE at positions ``p``) rotated to ``p + delta``.
 
-    ``R(p + d) = R(d) R(p)``: the result is the key computed at ``p + delta`` up to rounding.
-    Computed in float32, returned in the keys' dtype.
+    ``R(p + d) = R(d) R(p)``: the result is the key computed at ``p + delta`` up to rounding. The
+    angles are the embedded model's (``rope_cos_sin``). Computed in float32, returned in the keys'
+    dtype.
     """
+    from rayml.llm.model import _rotate_half, rope_cos_sin
+
     if keys.shape[-1] != rope.head_size:
         raise ValueError(f"keys have head size {keys.shape[-1]}, the RoPE spec says {rope.head_size}")
     if delta == 0:
         return keys
-    ang = (float(delta) * rope.inv_freq()).to(torch.float32).to(keys.device)  # (rotary_dim/2,)
-    cos, sin = ang.cos(), ang.sin()
+    cos, sin = rope_cos_sin(torch.tensor(float(delta) / rope.scale, device=keys.device), rope.rotary_dim,
+                           rope.theta)
     x = keys.to(torch.float32)
     rot = x[..., :rope.rotary_dim]
     if rope.neox:
+        rot = rot * cos + _rotate_half(rot) * sin
+    else:  # GPT-J: interleaved pairs (2i, 2i+1) share angle i
         h = rope.rotary_dim // 2
-        a, b = rot[..., :h], rot[..., h:]
-        rot = torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
-    else:
         a, b = rot[..., 0::2], rot[..., 1::2]
-        rot = torch.stack([a * cos - b * sin, b * cos + a * sin], dim=-1).flatten(-2)
+        rot = torch.stack([a * cos[:h] - b * sin[:h], b * cos[:h] + a * sin[:h]], dim=-1).flatten(-2)
     return torch.cat([rot, x[..., rope.rotary_dim:]], dim=-1).to(keys.dtype)
 
 
@@ -260,78 +257,55 @@ class EPICMetadata:
 
 class LocalChunkStore:
     """In-process store (one process only: tests, and engines that run scheduler and workers
-    together). Same interface as ``RayChunkStore``: ``contains``, ``get``, ``put`` by key."""
+    together): the ``KVStore`` LRU holding payloads directly. Same interface as
+    ``RayChunkStore``: ``contains``, ``get``, ``put`` by key."""
 
     def __init__(self, budget_bytes: int = 1 << 30):
         from rayml.actors.kvstore import KVStore
 
         self._lru = KVStore(budget_bytes)
-        self._values: dict[str, Any] = {}
 
     def contains(self, key: str) -> bool:
         """Whether ``key`` is held."""
-        return key in self._lru._entries
+        return self._lru.contains(key)
 
     def get(self, key: str):
         """The payload of ``key`` or None."""
         box = self._lru.get(key)
-        return None if box is None else self._values.get(box[0])
+        return None if box is None else box[0]
 
     def put(self, key: str, payload: Any) -> bool:
-        """Hold ``payload`` under ``key`` (LRU byte budget); drops what the LRU evicted."""
+        """Hold ``payload`` under ``key`` (LRU byte budget)."""
         from rayml.actors.kvstore import payload_nbytes
 
-        ok = self._lru.put(key, [key], payload_nbytes(payload))
-        if ok:
-            self._values[key] = payload
-        live = set(self._lru._entries)
-        for k in [k for k in self._values if k not in live]:
-            del self._values[k]
-        return ok
+        return self._lru.put(key, [payload], payload_nbytes(payload))
 
 
 class RayChunkStore:
     """The cluster-wide store: the ``KVStore`` actor of ``rayml.actors.kvstore`` (object refs
-    under an LRU byte budget, restarted empty after a crash), reached from any process that
-    joins the Ray cluster at ``address``."""
+    under an LRU byte budget, restarted empty after a crash) through a ``KVStoreClient``, from any
+    process that joins the Ray cluster at ``address``. A store that is down is a miss."""
 
     def __init__(self, name: str | None = None, *, budget_bytes: int = 4 << 30, address: str | None = "auto",
                  timeout_s: float = 10.0):
         from rayml import runtime
-        from rayml.actors.kvstore import DEFAULT_NAME, get_or_create_store
+        from rayml.actors.kvstore import DEFAULT_NAME, KVStoreClient, get_or_create_store
 
         runtime.connect(address)
         self._store = get_or_create_store(name or DEFAULT_NAME, budget_bytes=int(budget_bytes), detached=True)
-        self.timeout_s = float(timeout_s)
-
-    def _call(self, method: str, *args):
-        import ray
-
-        return ray.get(getattr(self._store, method).remote(*args), timeout=self.timeout_s)
+        self.client = KVStoreClient(self._store, "epic-vllm", timeout_s=timeout_s)  # keys carry the model id
 
     def contains(self, key: str) -> bool:
-        """Whether the store holds ``key`` (False when the store is down)."""
-        try:
-            return self._call("get", key) is not None
-        except Exception:  # noqa: BLE001 - a dead or restarting store is a miss
-            return False
+        """Whether the store holds ``key``."""
+        return self.client.contains_key(key)
 
     def get(self, key: str):
         """The payload of ``key``, or None (absent, evicted, lost, store down)."""
-        import ray
-
-        try:
-            box = self._call("get", key)
-            return None if box is None else ray.get(box[0], timeout=self.timeout_s)
-        except Exception:  # noqa: BLE001
-            return None
+        return self.client.get_key(key)
 
     def put(self, key: str, payload: Any) -> bool:
         """Offer ``payload`` (best effort; the actor puts it, so the store owns the object)."""
-        try:
-            return bool(self._call("put_value", key, payload))
-        except Exception:  # noqa: BLE001
-            return False
+        return self.client.put_key(key, payload)
 
 
 class ShardedStore:
@@ -398,7 +372,7 @@ class SchedulerState:
     def __init__(self, store, key_of: Callable[[Sequence[int]], str], block_size: int):
         self.store, self.key_of, self.block_size = store, key_of, int(block_size)
         self._plans: dict[str, tuple[int, list[tuple[str, int, int]]]] = {}  # req -> (local, chunks)
-        self._to_load: dict[str, tuple[int, int]] = {}  # req -> (start, end) of the external range
+        self._to_load: dict[str, int] = {}  # req -> tokens of the hit the scheduler took
         self._compiles: dict[str, dict] = {}  # req -> {"ids", "blocks", "saved"}
         self.errors: list[str] = []
 
@@ -429,9 +403,8 @@ class SchedulerState:
 
     def after_alloc(self, req_id: str, num_external: int) -> None:
         """``update_state_after_alloc``: the scheduler took ``num_external`` tokens of the hit."""
-        plan = self._plans.get(req_id)
-        if num_external > 0 and plan is not None:
-            self._to_load[req_id] = (plan[0], plan[0] + num_external)
+        if num_external > 0 and req_id in self._plans:
+            self._to_load[req_id] = num_external
         else:
             self._plans.pop(req_id, None)
 
@@ -448,23 +421,23 @@ class SchedulerState:
         for req_id, block_ids, num_computed, num_scheduled in new:
             block_ids = [int(b) for b in block_ids]
             if req_id in self._to_load:
-                (lo, hi), (_, chunks) = self._to_load.pop(req_id), self._plans.pop(req_id)
-                meta.loads.append(self._load_request(req_id, block_ids, lo, hi, chunks))
+                meta.loads.append(self._load_request(req_id, block_ids))
             if req_id in self._compiles:
                 c = self._compiles[req_id]
                 c["blocks"] = block_ids
                 self._maybe_save(meta, req_id, num_computed + num_scheduled)
         for req_id, new_blocks, num_computed, num_scheduled in cached:
             if req_id in self._to_load and new_blocks is not None:  # resumed after preemption (vLLM 0.33):
-                (lo, hi), (_, chunks) = self._to_load.pop(req_id), self._plans.pop(req_id)  # all its blocks
-                meta.loads.append(self._load_request(req_id, [int(b) for b in new_blocks], lo, hi, chunks))
+                meta.loads.append(self._load_request(req_id, [int(b) for b in new_blocks]))  # all its blocks
             if req_id in self._compiles:
                 c = self._compiles[req_id]
                 c["blocks"] += [int(b) for b in (new_blocks or [])]
                 self._maybe_save(meta, req_id, num_computed + num_scheduled)
         return meta
 
-    def _load_request(self, req_id, block_ids, lo, hi, chunks) -> LoadRequest:
+    def _load_request(self, req_id: str, block_ids: list[int]) -> LoadRequest:
+        (lo, chunks), n = self._plans.pop(req_id), self._to_load.pop(req_id)
+        hi = lo + n
         segments, touched = [], set()
         for key, start, n in chunks:
             a, b = max(lo, start), min(hi, start + n)
@@ -502,7 +475,6 @@ class WorkerState:
 
     def __init__(self, store, rope: RopeSpec, block_size: int):
         self.store, self.rope, self.block_size = store, rope, int(block_size)
-        self._payloads: dict[str, Any] = {}
         self._pending: dict[str, dict] = {}  # key -> {layer: rows}
         self.load_errors: set[int] = set()
         self.loaded_tokens = self.saved_chunks = 0
@@ -513,16 +485,16 @@ class WorkerState:
         A chunk the store no longer holds (or that lacks a layer) is skipped and its blocks are
         reported in ``load_errors`` for vLLM to recompute.
         """
-        self._payloads = {}
+        payloads: dict[str, Any] = {}  # a chunk linked twice in one step is fetched once
         for req in meta.loads:
             for seg in req.segments:
-                payload = self._payloads.get(seg.key)
+                payload = payloads.get(seg.key)
                 if payload is None:
                     payload = self.store.get(seg.key)
                     if payload is None:
                         self.load_errors.update(req.block_ids)
                         continue
-                    self._payloads[seg.key] = payload
+                    payloads[seg.key] = payload
                 slots = torch.as_tensor(seg.slots, dtype=torch.long)
                 for name, kv_layer in layers.items():
                     rows_p = payload["layers"].get(name)
@@ -533,7 +505,6 @@ class WorkerState:
                     rows = self._rotated(rows, seg.offset)
                     write_rows(kv_layer, slots, rows, self.block_size)
                 self.loaded_tokens += seg.src_end - seg.src_start
-        self._payloads = {}
 
     def _rotated(self, rows: torch.Tensor, offset: int) -> torch.Tensor:
         d = self.rope.head_size
