@@ -131,6 +131,9 @@ def _print_record(record: dict) -> None:
         for b, vals in base.items():
             print(f"    {b}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in flat("", vals)))
     _print_claims([record])
+    p, sn = record["summary"]["paper"], record["summary"]["sanity"]
+    print(f"  paper claims held: {p['held']} / {p['total']} (not discriminating {p['not_discriminating']}, "
+          f"incomplete {p['incomplete']}); sanity checks passed: {sn['passed']} / {sn['total']}")
     env = record["env"]
     print(f"  env: {env['seconds']} s, {env['ray_nodes']} node(s), {env['cpus']} CPUs, "
           f"{env['tasks']} Ray tasks on {env['worker_pids']} worker process(es)")
@@ -141,10 +144,25 @@ def _fmt(v) -> str:
 
 
 def _print_claims(records: Sequence[dict]) -> None:
-    print(f"  {'method':16} {'holds':6} claim  [measured]")
+    print(f"  {'method':16} {'kind':6} {'status':18} claim  [measured; controls]")
     for rec in records:
         for c in rec["claims"]:
-            print(f"  {rec['name']:16} {str(c['holds']):6} {c['text']}  [{c['measured']}]")
+            ctl = "; ".join(f"{x['name']} {'passes' if x['holds'] else 'fails'} [{x['measured']}]"
+                            for x in c.get("controls", ()))
+            source = f" ({c['source']})" if c.get("source") else ""
+            print(f"  {rec['name']:16} {c['kind']:6} {c['status']:18} {c['text']}{source}  "
+                  f"[{c['measured']}{'; controls: ' + ctl if ctl else ''}]")
+
+
+def summary_table(records: Sequence[dict]) -> str:
+    """One line per record: paper claims held / total, discriminating, sanity checks passed."""
+    lines = [f"  {'method':20} {'paper held':>10} {'discrim.':>9} {'not discr.':>10} {'incompl.':>9} {'sanity':>7}"]
+    for rec in records:
+        p, s = rec["summary"]["paper"], rec["summary"]["sanity"]
+        discriminating = sum(1 for c in rec["claims"] if c["kind"] == "paper" and c["discriminating"])
+        lines.append(f"  {rec['name']:20} {p['held']:>4} / {p['total']:<3} {discriminating:>9} "
+                     f"{p['not_discriminating']:>10} {p['incomplete']:>9} {s['passed']:>3} / {s['total']:<3}")
+    return "\n".join(lines)
 
 
 def _run_or_bench(args) -> int:
@@ -179,13 +197,13 @@ def _run_or_bench(args) -> int:
         _print_record(rec)
         print()
     if len(names) > 1:
-        print("summary:")
-        _print_claims(records)
+        print("summary (paper claims held / total; discriminating = with controls that all fail it):")
+        print(summary_table(records))
         if args.json_path:
             from rayml import results
 
             results.check_writable(args.json_path, is_dir=False)
-            results.write_json({"schema_version": 1, "kind": f"{args.command}-all", "records": records},
+            results.write_json({"schema_version": results.SCHEMA_VERSION, "kind": f"{args.command}-all", "records": records},
                                args.json_path)
     return 0
 

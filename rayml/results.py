@@ -1,9 +1,24 @@
 """The result record every ``rayml run`` / ``rayml bench`` writes, and the claims it evaluates.
 
-A record is one JSON object (``schema_version`` 1):
-``name, kind, size, seed, paper, config, metrics, baselines, claims, tables, env``.
+A record is one JSON object (``schema_version`` 2):
+``name, kind, size, seed, paper, config, metrics, baselines, claims, summary, claims_fingerprint,
+tables, env``.
 Claims are declared by the experiment as data before it runs (``Claim``); ``evaluate_claims``
 decides ``holds`` from the measured numbers, so no experiment sets its own verdict.
+
+Version 2 of the claim contract:
+
+- every claim has a ``kind``: ``paper`` (a claim the paper makes, with its ``source``: the
+  abstract's sentence, or the table / figure / theorem it reproduces) or ``sanity`` (identities,
+  solver checks). Only paper claims count in a method's verdict (``summary``).
+- a claim may name ``controls``: baselines run through the same claim with their numbers in the
+  method's place. A paper claim that a control also passes is *not discriminating*, whatever it
+  measured. A threshold claim (``compare`` a number) must name at least one control.
+- each evaluated claim gets a ``status``: ``holds``, ``fails``, ``not discriminating`` or
+  ``incomplete`` (a paper claim without a source, or a threshold paper claim without a
+  control: it is not evidence until declared properly).
+- ``claims_fingerprint`` hashes the declarations, so a README figure can be traced to the
+  claims that were committed before the run.
 Tables are tidy long-format rows (``metric`` / ``value`` columns plus keys such as ``method``,
 ``case``, ``seed``); ``write_outputs`` also writes them to ``results.parquet`` and the
 experiment's plots as PNG. Every file is written to a temporary name and renamed.
@@ -27,6 +42,12 @@ import numpy as np
 __all__ = [
     "SCHEMA_VERSION",
     "Claim",
+    "Control",
+    "KINDS",
+    "is_threshold",
+    "STATUSES",
+    "summarize_claims",
+    "claims_fingerprint",
     "evaluate_claims",
     "lookup",
     "environment",
@@ -37,7 +58,9 @@ __all__ = [
     "to_jsonable",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+KINDS = ("paper", "sanity")
+STATUSES = ("holds", "fails", "not discriminating", "incomplete")
 _OPS: dict[str, Callable[[float, float], bool]] = {
     ">": operator.gt,
     ">=": operator.ge,
@@ -48,13 +71,35 @@ TESTS = ("paired sign test over seeds", "wilcoxon signed-rank over seeds")
 ALPHA = 0.05
 RECORD_KEYS = (
     "schema_version", "name", "kind", "size", "seed", "paper", "config",
-    "metrics", "baselines", "claims", "tables", "env",
+    "metrics", "baselines", "claims", "summary", "claims_fingerprint", "tables", "env",
 )
 
 
 @dataclass(frozen=True)
+class Control:
+    """A baseline run through a claim in the method's place.
+
+    Args:
+        name: the baseline's name (as in the record's ``baselines``).
+        metric: the dotted path of the baseline's number that replaces ``Claim.metric``.
+        a: for a claim with a paired ``test``, the row filter that replaces ``Claim.a``
+            (the baseline's rows of the claim's table).
+    """
+
+    name: str
+    metric: str
+    a: Mapping[str, Any] | None = None
+
+    def __post_init__(self):
+        if not self.name or not isinstance(self.name, str):
+            raise ValueError("Control.name must be a non-empty string")
+        if not self.metric or not isinstance(self.metric, str):
+            raise ValueError(f"Control {self.name!r}: metric must be a dotted record path")
+
+
+@dataclass(frozen=True)
 class Claim:
-    """A claim of the paper, declared before the experiment runs.
+    """A claim, declared before the experiment runs.
 
     ``holds`` is ``metric op compare + margin`` (for ``>``/``>=``) or ``metric op compare - margin``
     (for ``<``/``<=``), and, when ``test`` is given, the one-sided paired test over seeds in the
@@ -70,6 +115,18 @@ class Claim:
         table, value, a, b, pair_on: for a test, the rows of ``tables[table]`` matching filter
             ``a`` and filter ``b`` are paired on the ``pair_on`` columns and their ``value``
             column compared.
+        kind: ``"paper"`` (counts in the verdict) or ``"sanity"`` (an identity or solver check).
+        source: for a paper claim, where the paper makes it ("abstract: '...'", "Table 2",
+            "Theorem 3.1").
+        controls: baselines run through the same claim (``Control``); a paper claim that a
+            control also passes is not discriminating.
+
+    Examples:
+        >>> c = Claim("beats homotopy", "metrics.success", "baselines.homotopy.success",
+        ...           source="abstract: 'finds the global basin more often'",
+        ...           controls=(Control("plain", "baselines.plain.success"),))
+        >>> c.kind
+        'paper'
     """
 
     text: str
@@ -83,8 +140,17 @@ class Claim:
     a: Mapping[str, Any] = field(default_factory=dict)
     b: Mapping[str, Any] = field(default_factory=dict)
     pair_on: tuple[str, ...] = ("seed",)
+    kind: str = "paper"
+    source: str = ""
+    controls: tuple[Control, ...] = ()
 
     def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"Claim.kind must be one of {KINDS}, got {self.kind!r}")
+        if not isinstance(self.controls, tuple) or not all(isinstance(c, Control) for c in self.controls):
+            raise TypeError(f"Claim {self.text!r}: controls must be a tuple of Control")
+        if self.test is not None and any(c.a is None for c in self.controls):
+            raise ValueError(f"Claim {self.text!r}: a control of a tested claim needs its row filter 'a'")
         if self.op not in _OPS:
             raise ValueError(f"Claim.op must be one of {sorted(_OPS)}, got {self.op!r}")
         if self.test is not None:
@@ -104,7 +170,7 @@ def lookup(record: Mapping, path: str) -> Any:
     return node
 
 
-def _paired_values(rows: Sequence[Mapping], claim: Claim) -> tuple[np.ndarray, np.ndarray]:
+def _paired_values(rows: Sequence[Mapping], claim: Claim, a: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     def select(flt):
         out = {}
         for r in rows:
@@ -112,7 +178,7 @@ def _paired_values(rows: Sequence[Mapping], claim: Claim) -> tuple[np.ndarray, n
                 out[tuple(r.get(k) for k in claim.pair_on)] = float(r[claim.value])
         return out
 
-    xa, xb = select(claim.a), select(claim.b)
+    xa, xb = select(a), select(claim.b)
     keys = sorted(set(xa) & set(xb), key=repr)
     return np.array([xa[k] for k in keys]), np.array([xb[k] for k in keys])
 
@@ -143,36 +209,89 @@ def _fmt(x: Any) -> str:
     return str(x)
 
 
+def is_threshold(claim: Claim) -> bool:
+    """Whether ``claim`` compares with a fixed number (an exponent, a ratio, a level)."""
+    return isinstance(claim.compare, (int, float)) and not isinstance(claim.compare, bool)
+
+
+def _measure(record: Mapping, c: Claim, metric: str, a: Mapping[str, Any]) -> dict:
+    """``metric op compare (+/- margin)``, and the paired test of rows ``a`` against ``c.b``."""
+    value = _number(lookup(record, metric))
+    ref = _number(c.compare if is_threshold(c) else lookup(record, c.compare))
+    greater = c.op in (">", ">=")
+    threshold = ref + c.margin if greater else ref - c.margin
+    # A metric that could not be measured (None/NaN) never makes a claim hold.
+    holds = bool(_OPS[c.op](value, threshold)) and math.isfinite(value) and math.isfinite(ref)
+    out = {"holds": holds, "p_value": None, "measured": f"{_fmt(value)} vs {_fmt(ref)}"}
+    if c.test is not None:
+        rows = lookup(record, f"tables.{c.table}")
+        xa, xb = _paired_values(rows, c, a)
+        p = _one_sided_p(xa, xb, greater, c.test) if xa.size else 1.0
+        out["p_value"] = p
+        out["holds"] = holds and p < ALPHA
+        out["measured"] += f" over {xa.size} paired seeds, p={p:.3g}"
+    return out
+
+
+def _status(c: Claim, own: dict, controls: list[dict]) -> tuple[str, bool | None]:
+    discriminating = None if not controls else not any(ctl["holds"] for ctl in controls)
+    if c.kind == "paper" and (not c.source.strip() or (is_threshold(c) and not controls)):
+        return "incomplete", discriminating
+    if not own["holds"]:
+        return "fails", discriminating
+    if discriminating is False:
+        return "not discriminating", discriminating
+    return "holds", discriminating
+
+
 def evaluate_claims(record: Mapping, claims: Sequence[Claim]) -> list[dict]:
-    """Evaluate each claim against the measured numbers of ``record``; returns JSON-ready dicts."""
+    """Evaluate each claim, and each of its controls, against the measured numbers of ``record``.
+
+    Returns JSON-ready dicts with ``holds`` (the claim's own comparison and test), the
+    controls' outcomes, ``discriminating`` (``None`` without controls) and the ``status``.
+    """
     out = []
     for c in claims:
-        value = _number(lookup(record, c.metric))
-        ref = _number(c.compare if isinstance(c.compare, (int, float)) else lookup(record, c.compare))
-        greater = c.op in (">", ">=")
-        threshold = ref + c.margin if greater else ref - c.margin
-        # A metric that could not be measured (None/NaN) never makes a claim hold.
-        holds = bool(_OPS[c.op](value, threshold)) and math.isfinite(value) and math.isfinite(ref)
-        entry = {
+        own = _measure(record, c, c.metric, c.a)
+        controls = [{"name": ctl.name, "metric": ctl.metric, **_measure(record, c, ctl.metric, ctl.a or c.a)}
+                    for ctl in c.controls]
+        status, discriminating = _status(c, own, controls)
+        out.append({
             "text": c.text,
+            "kind": c.kind,
+            "source": c.source,
             "metric": c.metric,
             "compare": c.compare,
             "op": c.op,
             "margin": c.margin,
             "test": c.test,
-            "p_value": None,
-            "holds": holds,
-            "measured": f"{_fmt(value)} vs {_fmt(ref)}",
-        }
-        if c.test is not None:
-            rows = lookup(record, f"tables.{c.table}")
-            a, b = _paired_values(rows, c)
-            p = _one_sided_p(a, b, greater, c.test) if a.size else 1.0
-            entry["p_value"] = p
-            entry["holds"] = holds and p < ALPHA
-            entry["measured"] += f" over {a.size} paired seeds, p={p:.3g}"
-        out.append(entry)
+            **own,
+            "controls": controls,
+            "discriminating": discriminating,
+            "status": status,
+        })
     return out
+
+
+def summarize_claims(evaluated: Sequence[Mapping]) -> dict:
+    """Counts of a record's evaluated claims: paper claims by status, sanity checks passed."""
+    paper = [c for c in evaluated if c["kind"] == "paper"]
+    sanity = [c for c in evaluated if c["kind"] == "sanity"]
+    counts = {s: sum(c["status"] == s for c in paper) for s in STATUSES}
+    return {
+        "paper": {"total": len(paper), "held": counts["holds"], "failed": counts["fails"],
+                  "not_discriminating": counts["not discriminating"], "incomplete": counts["incomplete"],
+                  "with_controls": sum(bool(c["controls"]) for c in paper)},
+        "sanity": {"total": len(sanity), "passed": sum(bool(c["holds"]) for c in sanity)},
+    }
+
+
+def claims_fingerprint(claims: Sequence[Claim]) -> str:
+    """A short hash of the claim declarations (text, paths, operator, margin, test, controls)."""
+    import hashlib
+
+    canon = json.dumps([to_jsonable(c) for c in claims], sort_keys=True, default=str)
+    return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
 
 def _git_commit() -> str | None:
@@ -249,9 +368,14 @@ def validate_record(record: Mapping) -> None:
         if not isinstance(rows, list) or any(not isinstance(r, Mapping) for r in rows):
             raise ValueError(f"tables.{name} must be a list of row objects")
     for c in record["claims"]:
-        for key in ("text", "metric", "compare", "op", "holds", "measured"):
+        for key in ("text", "kind", "source", "metric", "compare", "op", "holds", "measured", "controls",
+                    "discriminating", "status"):
             if key not in c:
                 raise ValueError(f"claim {c.get('text')!r} is missing {key!r}")
+        if c["status"] not in STATUSES:
+            raise ValueError(f"claim {c.get('text')!r}: status must be one of {STATUSES}")
+    if not isinstance(record["summary"], Mapping) or set(record["summary"]) != {"paper", "sanity"}:
+        raise ValueError("summary must be an object with 'paper' and 'sanity' counts")
     for key in ("ray_nodes", "cpus", "seconds", "rayml", "python", "ray", "tasks", "worker_pids"):
         if key not in record["env"]:
             raise ValueError(f"env is missing {key!r}")

@@ -111,6 +111,7 @@ def unmeasured_claims(ray_session):
         missing = []
         for claim in registry.get(name).load_experiment().claims:
             paths = [claim.metric] + ([claim.compare] if isinstance(claim.compare, str) else [])
+            paths += [control.metric for control in claim.controls]
             for path in paths:
                 try:
                     value = results.lookup(record, path)

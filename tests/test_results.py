@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from rayml import results
-from rayml.results import Claim
+from rayml.results import Claim, Control
 
 
 def _record(**over):
@@ -19,9 +19,9 @@ def _record(**over):
                             ("base", [0.5, 0.4, 0.6, 0.2, 0.9, 0.8, 0.7, 0.6]))
             for s, v in enumerate(vals)]
     rec = {
-        "schema_version": 1, "name": "x", "kind": "run", "size": "tiny", "seed": 0, "paper": "p",
+        "schema_version": 2, "name": "x", "kind": "run", "size": "tiny", "seed": 0, "paper": "p",
         "config": {}, "metrics": {"gap": 0.13, "rate": 0.9}, "baselines": {"base": {"gap": 0.59, "rate": 0.4}},
-        "claims": [], "tables": {"runs": rows},
+        "claims": [], "summary": {"paper": {}, "sanity": {}}, "claims_fingerprint": "0", "tables": {"runs": rows},
         "env": {"ray_nodes": 1, "cpus": 2, "gpus": 0, "seconds": 1.0, "rayml": "0.1.0", "git": None,
                 "python": "3.11", "torch": "2", "ray": "2", "tasks": 2, "worker_pids": 2},
     }
@@ -85,6 +85,71 @@ def test_bad_claims_are_rejected():
         results.evaluate_claims(_record(), [Claim("x", "metrics.nope", 1.0)])
 
 
+SRC = "Table 1"
+
+
+def test_a_control_that_also_passes_makes_a_paper_claim_not_discriminating():
+    rec = _record(baselines={"base": {"gap": 0.59, "rate": 0.4}, "strong": {"gap": 0.2, "rate": 0.95},
+                             "weak": {"gap": 0.8, "rate": 0.1}})
+    out = results.evaluate_claims(rec, [
+        Claim("rate above 0.5", "metrics.rate", 0.5, ">", source=SRC,
+              controls=(Control("strong", "baselines.strong.rate"),)),
+        Claim("rate above 0.5 (weak control)", "metrics.rate", 0.5, ">", source=SRC,
+              controls=(Control("weak", "baselines.weak.rate"), Control("base", "baselines.base.rate"))),
+        Claim("gap below base", "metrics.gap", "baselines.base.gap", "<", source=SRC,
+              controls=(Control("strong", "baselines.strong.gap"),)),
+    ])
+    assert [c["holds"] for c in out] == [True, True, True]
+    assert [c["status"] for c in out] == ["not discriminating", "holds", "not discriminating"]
+    assert [c["discriminating"] for c in out] == [False, True, False]
+    assert [x["holds"] for x in out[1]["controls"]] == [False, False]
+    assert out[0]["controls"][0]["measured"] == "0.95 vs 0.5"
+    summary = results.summarize_claims(out)
+    assert summary["paper"] == {"total": 3, "held": 1, "failed": 0, "not_discriminating": 2, "incomplete": 0,
+                                "with_controls": 3}
+
+
+def test_paper_claims_without_source_or_threshold_claims_without_controls_are_incomplete():
+    rec = _record()
+    out = results.evaluate_claims(rec, [
+        Claim("rate above 0.5", "metrics.rate", 0.5, ">", source=SRC),
+        Claim("rate higher", "metrics.rate", "baselines.base.rate", ">"),
+        Claim("rate higher", "metrics.rate", "baselines.base.rate", ">", source=SRC),
+        Claim("identity", "metrics.rate", 0.5, ">", kind="sanity"),
+    ])
+    assert [c["status"] for c in out] == ["incomplete", "incomplete", "holds", "holds"]
+    summary = results.summarize_claims(out)
+    assert summary["paper"]["incomplete"] == 2 and summary["paper"]["held"] == 1
+    assert summary["sanity"] == {"total": 1, "passed": 1}
+
+
+def test_a_control_of_a_paired_claim_is_tested_on_its_own_rows():
+    rows = [{"method": m, "seed": s, "value": v}
+            for m, vals in (("ours", [0.1, 0.2, 0.1, 0.1, 0.0, 0.1, 0.2, 0.1]),
+                            ("ctl", [0.6, 0.5, 0.7, 0.6, 0.9, 0.5, 0.6, 0.7]),
+                            ("base", [0.5, 0.4, 0.6, 0.2, 0.9, 0.8, 0.7, 0.6])) for s, v in enumerate(vals)]
+    rec = _record(tables={"runs": rows}, baselines={"base": {"gap": 0.59}, "ctl": {"gap": 0.51}})
+    claim = Claim("gap lower", "metrics.gap", "baselines.base.gap", "<", test="paired sign test over seeds",
+                  table="runs", a={"method": "ours"}, b={"method": "base"}, source=SRC,
+                  controls=(Control("ctl", "baselines.ctl.gap", a={"method": "ctl"}),))
+    (out,) = results.evaluate_claims(rec, [claim])
+    assert out["status"] == "holds"
+    ctl = out["controls"][0]
+    # the control's mean is lower but it wins only 3 of 8 pairs: it fails the claim
+    assert ctl["holds"] is False and ctl["p_value"] > 0.5
+    with pytest.raises(ValueError, match="row filter"):
+        Claim("x", "metrics.gap", "baselines.base.gap", "<", test="paired sign test over seeds", table="runs",
+              controls=(Control("ctl", "baselines.ctl.gap"),))
+    with pytest.raises(ValueError, match="kind"):
+        Claim("x", "metrics.gap", 1.0, kind="anecdote")
+
+
+def test_the_fingerprint_changes_with_a_threshold():
+    a = results.claims_fingerprint([Claim("x", "metrics.a", 1.0)])
+    assert a == results.claims_fingerprint([Claim("x", "metrics.a", 1.0)])
+    assert a != results.claims_fingerprint([Claim("x", "metrics.a", 1.1)])
+
+
 def test_validate_record():
     rec = _record()
     results.validate_record(rec)
@@ -98,6 +163,12 @@ def test_validate_record():
         results.validate_record(_record(tables={"runs": [1, 2]}))
     with pytest.raises(ValueError):
         results.validate_record(_record(metrics={"x": float("nan")}))
+    with pytest.raises(ValueError, match="summary"):
+        results.validate_record(_record(summary={}))
+    evaluated = results.evaluate_claims(rec, [Claim("x", "metrics.rate", 0.5)])
+    results.validate_record(_record(claims=evaluated))
+    with pytest.raises(ValueError, match="status"):
+        results.validate_record(_record(claims=[{**evaluated[0], "status": "great"}]))
 
 
 def test_to_jsonable_converts_numpy_and_nan():

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from rayml import registry, results, runtime
-from rayml.results import Claim
+from rayml.results import Claim, Control
 
-__all__ = ["Experiment", "Outcome", "SIZES", "BENCH_ALIASES", "run", "bench", "resolve_config", "parse_overrides"]
+__all__ = ["Claim", "Control", "Experiment", "Outcome", "SIZES", "BENCH_ALIASES", "run", "bench", "resolve_config", "parse_overrides"]
 
 SIZES = ("tiny", "quick", "full")
 # `rayml bench FAMILY` for issues that ask for one benchmark of a family of methods.
@@ -146,12 +146,16 @@ def _execute(kind: str, name: str, *, size: str, seed: int, overrides, address, 
         "metrics": outcome.metrics,
         "baselines": outcome.baselines,
         "claims": [],
+        "summary": {},
+        "claims_fingerprint": "",
         "tables": {k: list(v) for k, v in outcome.tables.items()},
         "env": results.environment(seconds, runtime.stats()),
     }
     record = results.to_jsonable(record)
     claims = experiment.claims if kind == "run" else experiment.bench_claims
     record["claims"] = results.evaluate_claims(record, claims)
+    record["summary"] = results.summarize_claims(record["claims"])
+    record["claims_fingerprint"] = results.claims_fingerprint(claims)
     results.validate_record(record)
     if json_path is not None:
         results.write_json(record, json_path)
