@@ -1,8 +1,8 @@
 """EPIC's chunk KV store as a Ray actor, and the client that rebuilds what the store lost.
 
-``KVStore`` (a Ray actor) maps a chunk key (``rayml.llm.epic.chunk_key``: SHA-256 of the model id
+``KVStore`` (a Ray actor) maps a chunk key (``rayml.kvcache.epic.chunk_key``: SHA-256 of the model id
 and the chunk's token ids) to a Ray object ref of the chunk's compiled KV (the numpy arrays of
-``rayml.llm.epic.cache_to_arrays``), with an LRU byte budget: storing past the budget evicts the
+``rayml.kvcache.epic.cache_to_arrays``), with an LRU byte budget: storing past the budget evicts the
 least recently used entries (an entry larger than the whole budget is not stored). The objects
 are owned by the store actor, so every replica on the cluster that holds the key
 can fetch them, and they live as long as the store keeps them (the actor puts them itself, so it owns them).
@@ -159,7 +159,7 @@ class KVStoreClient:
 
     Args:
         store: the actor handle (``get_or_create_store``), or None for a local-only client.
-        model_id: the model part of every key (``rayml.llm.epic.model_fingerprint``).
+        model_id: the model part of every key (``rayml.kvcache.epic.model_fingerprint``).
         timeout_s: the longest one store call may take before it counts as a miss.
 
     Counters: ``hits``, ``misses`` (absent keys), ``lost`` (entries whose object or store was
@@ -178,7 +178,7 @@ class KVStoreClient:
 
     def key(self, ids: Sequence[int]) -> str:
         """The store key of a chunk of token ids."""
-        from rayml.llm.epic import chunk_key
+        from rayml.kvcache.epic import chunk_key
 
         return chunk_key(self.model_id, ids)
 

@@ -1,7 +1,7 @@
 """Ray Serve app: structured generation (ZapFormat) behind OpenAI-style ``/v1/completions``.
 
 ``serve run rayml.actors.serve.constrained:app`` serves the shipped ``base`` checkpoint with its BPE
-tokenizer; every output is constrained by the ZapFormat engine (``rayml.llm.grammar``). The body is
+tokenizer; every output is constrained by the ZapFormat engine (``rayml.decoding``). The body is
 the one of ``rayml.actors.serve.generate`` plus at most one constraint::
 
     {"prompt": "record:", "max_tokens": 64, "temperature": 0,
@@ -43,7 +43,7 @@ CONSTRAINT_FIELDS = ("response_format", "regex", "grammar")
 
 
 def parse_constraint(body: dict):
-    """The constraint of a request body: a spec dict for ``rayml.llm.grammar.logits.normalize_spec``,
+    """The constraint of a request body: a spec dict for ``rayml.decoding.logits.normalize_spec``,
     or ``None`` (unconstrained). Raises ``BadRequest`` when more than one is given or one is of the
     wrong type."""
     given = [k for k in CONSTRAINT_FIELDS if body.get(k) is not None]
@@ -79,7 +79,7 @@ class ConstrainedGenerator:
         import torch
 
         import rayml.llm
-        from rayml.llm.grammar.logits import GrammarCache, GrammarLimits, vocabulary_from_tokenizer
+        from rayml.decoding.logits import GrammarCache, GrammarLimits, vocabulary_from_tokenizer
 
         torch.set_num_threads(1)
         self.name = str(checkpoint)
@@ -91,7 +91,7 @@ class ConstrainedGenerator:
 
     def _generate(self, group: list[dict]) -> list:
         from rayml.llm.generation import generate
-        from rayml.llm.grammar.logits import EmbeddedGrammarProcessor
+        from rayml.decoding.logits import EmbeddedGrammarProcessor
 
         s = group[0]
         flat, compiled = [], []
@@ -121,7 +121,7 @@ class ConstrainedGenerator:
         return await generate_grouped(reqs, self._generate, catch=True)
 
     async def __call__(self, request: Request) -> JSONResponse:
-        from rayml.llm.grammar.logits import GrammarError, GrammarTooComplex
+        from rayml.decoding.logits import GrammarError, GrammarTooComplex
 
         body, error = await json_body(request, "/v1/completions")
         if error is not None:

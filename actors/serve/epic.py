@@ -9,7 +9,7 @@
 * ``<route>/ask`` ``{"documents": ["doc-...", ...], "query": "?tuli:", "max_tokens": 8,
   "method": "legolink", "k": 16}`` -> ``{"text", "method", "n_prompt_tokens",
   "recomputed_tokens", "cache": {...}}``: links the documents' cached KV in the given order,
-  recomputes with ``method`` (``rayml.llm.epic.METHODS``; default LegoLink with the app's ``k``;
+  recomputes with ``method`` (``rayml.kvcache.epic.METHODS``; default LegoLink with the app's ``k``;
   ``prefix`` uses the replica's own exact-prefix cache) and decodes greedily.
 
 Chunk KV lives in the ``KVStore`` actor (``rayml.actors.kvstore``; keys: content hash + model
@@ -75,7 +75,7 @@ def parse_document(body: Any, tokenizer, max_seq_len: int) -> tuple[str, list[in
 def parse_ask(body: Any, default_k: int) -> dict:
     """Validate an ``/ask`` body (types and ranges; ids and lengths are checked against the
     registry and the model later); raises ``HTTPError`` 400 naming the field."""
-    from rayml.llm.epic import METHODS
+    from rayml.kvcache.epic import METHODS
 
     if not isinstance(body, dict):
         raise HTTPError(400, "the body must be a JSON object")
@@ -119,7 +119,7 @@ class EpicServer:
 
         import rayml.llm
         from rayml.actors.kvstore import KVStoreClient, get_or_create_store
-        from rayml.llm.epic import PrefixCache, model_fingerprint
+        from rayml.kvcache.epic import PrefixCache, model_fingerprint
 
         torch.set_num_threads(1)
         self.name = str(checkpoint)
@@ -146,7 +146,7 @@ class EpicServer:
         return {"id": did, "n_tokens": len(ids)}
 
     def _compile(self, ids: list[int]) -> dict:
-        from rayml.llm.epic import cache_to_arrays, precompute_chunk
+        from rayml.kvcache.epic import cache_to_arrays, precompute_chunk
 
         return cache_to_arrays(precompute_chunk(self.lm.model, ids))
 
@@ -165,7 +165,7 @@ class EpicServer:
         return self.docs[did]
 
     def _ask(self, req: dict) -> dict:
-        from rayml.llm.epic import answer, cache_from_arrays
+        from rayml.kvcache.epic import answer, cache_from_arrays
 
         missing = []
         chunk_ids = []

@@ -6,7 +6,7 @@ every document beginning, to maintain accuracy with minimal computation", while 
 position-independent reuse loses accuracy). On the substrate's multi-document retrieval task
 (``rayml.llm.tasks`` ``retrieve``; documents are the chunks, ``?key:`` the query) with
 ``rayml.llm.pretrained(checkpoint)``, every item is answered by every method on the same engine
-(``rayml.llm.epic``): full recompute (the reference), exact-prefix caching (its cache warmed by
+(``rayml.kvcache.epic``): full recompute (the reference), exact-prefix caching (its cache warmed by
 an earlier request with the same documents in another order), naive reuse (k = 0), LegoLink-k for
 each k, and CacheBlend-r for each r. Per item and method: task accuracy (greedy answer == the
 value), top-1 agreement and KL(full || method) of the first answer token, and the share of
@@ -86,7 +86,7 @@ def _lm(checkpoint: str):
 
 
 def _specs(config: Mapping[str, Any]):
-    from rayml.llm.epic import LinkSpec
+    from rayml.kvcache.epic import LinkSpec
 
     specs = [LinkSpec("full"), LinkSpec("prefix"), LinkSpec("naive")]
     specs += [LinkSpec("legolink", k=int(k)) for k in sorted(set(config["ks"]) | {CLAIM_K})]
@@ -99,7 +99,7 @@ def run_item(item: tuple, config: Mapping[str, Any]) -> list[dict]:
     import torch
 
     from rayml.llm import tasks
-    from rayml.llm.epic import PrefixCache, answer, first_token_metrics, method_name, precompute_chunk
+    from rayml.kvcache.epic import PrefixCache, answer, first_token_metrics, method_name, precompute_chunk
 
     n_docs, index, seed = item
     torch.manual_seed(0)
@@ -156,7 +156,7 @@ def _summary(rows, method: str, n_docs: int | None = None) -> dict:
 
 def run(config: Mapping[str, Any], seed: int) -> Outcome:
     """The reproduction (module docstring): items over ``pmap``, summaries per method."""
-    from rayml.llm.epic import method_name
+    from rayml.kvcache.epic import method_name
 
     _check_run_config(config)
     keys = [(n, i) for n in config["n_docs"] for i in range(config["items"])]
@@ -238,7 +238,7 @@ def bench_one(item: tuple, config: Mapping[str, Any]) -> list[dict]:
     """TTFT of every method for one number of documents (``(n_docs, seed)``); tidy rows."""
     import torch
 
-    from rayml.llm.epic import LinkSpec, PrefixCache, method_name, precompute_chunk, prefill
+    from rayml.kvcache.epic import LinkSpec, PrefixCache, method_name, precompute_chunk, prefill
     from rayml.llm.model import ModelConfig, TransformerLM
 
     n_docs, seed = item

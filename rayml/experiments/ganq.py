@@ -14,7 +14,7 @@ fixed):
   ``rayml.llm.tasks``, a generator seed no training step used) - the counterpart of the paper's
   C4 calibration sequences;
 * every method runs the sequential protocol of GPTQ / the authors' code
-  (``rayml.llm.ganq.quantize_sequential``): blocks in order on the outputs of the already-quantized
+  (``rayml.quant.ganq.quantize_sequential``): blocks in order on the outputs of the already-quantized
   blocks, inside a block the groups ``[k, v, q]``, ``[o]``, ``[up, gate]``, ``[down]``;
 * methods (per output channel unless stated): RTN, RTN with groups of ``group_size`` columns,
   GPTQ (Frantar et al. 2023, Algorithm 1), per-row k-means weighted by ``diag H`` (the
@@ -67,8 +67,8 @@ from rayml import runtime
 from rayml.experiments import Experiment, Outcome
 from rayml.kernels import lut_gemm as lg
 from rayml.llm import data as llm_data
-from rayml.llm import quant_baselines as qb
-from rayml.llm.ganq import LLAMA_GROUPS, GANQConfig, objective, quantize_sequential, quantize_weight
+from rayml.quant import baselines as qb
+from rayml.quant.ganq import LLAMA_GROUPS, GANQConfig, objective, quantize_sequential, quantize_weight
 from rayml.results import Claim
 
 __all__ = ["EXPERIMENT", "SIZES", "BENCH_SIZES", "METHODS", "GPU_SHAPES", "run", "bench", "gpu_bench",
@@ -268,7 +268,7 @@ def _ppl(nll: Mapping[str, tuple[float, int]]) -> float:
 def run(config: Mapping[str, Any], seed: int) -> Outcome:
     """Calibrate, quantize (one Ray task per seed x method x bit width) and evaluate held-out
     perplexity and layer-wise output error of the ``base`` substrate model."""
-    from rayml.llm.ganq import collect_hessians
+    from rayml.quant.ganq import collect_hessians
 
     n_seeds = int(config["seeds"])
     if n_seeds < 1:
@@ -526,7 +526,7 @@ BENCH_CLAIMS = (
 EXPERIMENT = Experiment(
     name=METHOD, paper=PAPER,
     ray="every (seed, method, bit width) is a pmap task that calibrates and quantizes its own copy of the "
-        "base substrate model sequentially and evaluates it; rayml.llm.ganq.quantize_weight_ray / "
+        "base substrate model sequentially and evaluates it; rayml.quant.ganq.quantize_weight_ray / "
         "quantize_layers split large layers into row blocks as Ray tasks",
     checked_against="paper text (arXiv 2501.12956 v2: eqs. 1-20, Algorithm 1, Remark 3.1, Sec. 3.3, Appendix A "
                     "Algorithm 2); calibration protocol, T^0 and outlier code from a port that mirrors the authors' "

@@ -45,7 +45,7 @@ import numpy as np
 
 from rayml import runtime
 from rayml.experiments import Experiment, Outcome
-from rayml.llm import irt, merge3
+from rayml.merging import irt, merge3
 from rayml.results import Claim
 
 PAPER = "MERGE^3: Efficient Evolutionary Merging on Consumer-grade GPUs, ICML 2025"

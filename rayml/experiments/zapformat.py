@@ -39,9 +39,9 @@ import numpy as np
 
 from rayml import runtime
 from rayml.experiments import Experiment, Outcome
-from rayml.llm.grammar import (GrammarMatcher, MatcherConfig, TokenIndex, allocate_token_bitmask, bitmask_to_bool,
+from rayml.decoding import (GrammarMatcher, MatcherConfig, TokenIndex, allocate_token_bitmask, bitmask_to_bool,
                                byte_vocabulary, compile_grammar, load_mistral, schema_grammar)
-from rayml.llm.grammar.json_schema import clear_caches
+from rayml.decoding.json_schema import clear_caches
 from rayml.results import Claim
 
 PAPER = "Earley-Driven Dynamic Pruning for Efficient Structured Decoding (ZapFormat, Formatron), ICML 2025"
@@ -350,7 +350,7 @@ _PEERS: dict = {}
 def _peer(name: str, vocab_name: str):
     key = (name, vocab_name)
     if key not in _PEERS:
-        from rayml.llm.grammar.peers import make_peer
+        from rayml.decoding.peers import make_peer
 
         vocab, index = vocab_and_index(vocab_name)
         try:

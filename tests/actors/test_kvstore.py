@@ -93,7 +93,7 @@ def _fetch_elsewhere_fn(name, model_id, ids):
 def test_store_actor_serves_hits_and_survives_a_kill_with_correct_answers(ray_session):
     import ray
 
-    from rayml.llm import epic
+    from rayml.kvcache import epic
     from rayml.llm.model import ModelConfig, TransformerLM
 
     torch.manual_seed(0)

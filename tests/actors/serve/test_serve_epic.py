@@ -44,7 +44,7 @@ def base(serve_app, checkpoint):
 
 def _local(checkpoint, docs, query, method, k, max_tokens):
     import rayml.llm
-    from rayml.llm import epic
+    from rayml.kvcache import epic
 
     lm = rayml.llm.pretrained(checkpoint)
     tok = lm.tokenizer

@@ -1,0 +1,295 @@
+"""Byte-level Earley recognizer with Leo items and ZapFormat's dynamic pruning.
+
+Implements the engine of "Earley-Driven Dynamic Pruning for Efficient Structured Decoding"
+(ZapFormat; the Formatron engine, ICML 2025):
+
+* Earley's recognizer over bytes (predict / scan / complete), terminals are byte DFAs whose state
+  is carried in the item (``(dotted rule, DFA state, origin column, Leo target)``); a scanned
+  terminal item stays (if its DFA state has live transitions) and, if the DFA state accepts, also
+  advances its dot. Nullable rules by the Aycock-Horspool rule (advance over a nullable
+  nonterminal at prediction time; completions at the current column are then redundant).
+* Leo's optimisation for right recursion: if column ``m`` holds exactly one item waiting for
+  ``N`` and that item is ``X -> a . N`` (``N`` last), completing ``N`` at ``m`` is deterministic;
+  the transitive top of that chain is memoised per (column, N) and used directly. Items whose
+  completion would go through such a chain are *folded*: their origin becomes the top's column
+  and they remember the top's nonterminal (the "Leo target"), so they no longer reference the
+  intermediate columns.
+* ZapFormat's dynamic pruning (the paper's Sec. 3; in kbnf ``compact``): after each byte, the
+  largest origin referenced by the new Earley set is ``r``; every Earley set strictly between
+  column ``r`` and the new set can never be referenced again (items only look *down* the chart,
+  at their origin), so they are deleted and the new set becomes column ``r + 1``. The chart then
+  stays about as deep as the nesting of the text rather than as long as the text, and equal
+  parser states have equal charts, which is what makes the chart-keyed state cache of
+  ``rayml.decoding.matcher`` hit. ``prune=False`` keeps every set (the ablation).
+
+Items whose origin is the set itself are stored with the origin ``SELF`` so that a set never
+has to be renumbered when the sets below it are pruned. Charts are immutable tuples of immutable
+sets, so rollback is restoring an earlier tuple.
+
+Assumed (not read in the paper, whose full text was not available here; checked against the
+authors' kbnf source and the research notes): completed items are not kept in the sets (they
+have no future effect), the pruning bound uses the origins of the items that still have a
+symbol after the dot, and sets below that bound are kept even if unreferenced (as in kbnf).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rayml.decoding.grammar import Grammar
+
+__all__ = ["EarleyEngine", "ESet", "SELF"]
+
+SELF = -1
+_MISSING = object()
+
+
+class ESet:
+    """One Earley set (immutable once built).
+
+    Attributes:
+        scan: ``{(terminal, dfa_state): [items]}``: items waiting on a terminal.
+        wait: ``{nonterminal: [items]}``: items waiting on a nonterminal.
+        accepting: the augmented start rule is complete here.
+        key: the set's content (items with a symbol after the dot, and ``accepting``).
+    """
+
+    __slots__ = ("scan", "wait", "accepting", "key", "leo", "n_items", "max_ref", "first")
+
+    def __init__(self, scan, wait, accepting, items):
+        self.scan = scan
+        self.wait = wait
+        self.accepting = accepting
+        self.key = (frozenset(items), accepting)
+        self.leo: dict = {}
+        self.first = None  # allowed next bytes, memoised by EarleyEngine.allowed_first_bytes
+        self.n_items = len(items)
+        self.max_ref = max((it[2] for it in items if it[2] != SELF), default=-1)
+
+
+class EarleyEngine:
+    """The recognizer for one grammar. Stateless: every method maps charts to charts.
+
+    Args:
+        grammar: a normalised ``Grammar``.
+        prune: ZapFormat's dynamic pruning on (default) or off (ablation).
+
+    Examples:
+        >>> from rayml.decoding.grammar import parse_ebnf
+        >>> eng = EarleyEngine(parse_ebnf('root ::= "a" root | "b"'))
+        >>> chart = eng.accept_bytes(eng.initial(), b"aaab")
+        >>> eng.can_terminate(chart), len(chart)
+        (True, 2)
+    """
+
+    def __init__(self, grammar: Grammar, *, prune: bool = True):
+        if not isinstance(grammar, Grammar):
+            raise TypeError(f"grammar must be a Grammar, got {type(grammar).__name__}")
+        self.grammar = grammar
+        self.prune = bool(prune)
+        self.start = grammar.start
+        d_next, d_lhs, d_pen = [], [], []
+        first_of_prod = []
+        prods_of: dict[int, list[int]] = {}
+        for lhs, rhs in grammar.productions:
+            first_of_prod.append(len(d_next))
+            prods_of.setdefault(lhs, []).append(len(d_next))
+            for k in range(len(rhs) + 1):
+                d_next.append(rhs[k] if k < len(rhs) else None)
+                d_lhs.append(lhs)
+                d_pen.append(k == len(rhs) - 1)
+        self.d_next, self.d_lhs, self.d_pen = d_next, d_lhs, d_pen
+        self.prods_of = prods_of
+        self.nullable = grammar.nullable
+        self.t_trans = [t.trans_list for t in grammar.terminals]
+        self.t_accept = [t.accept.tolist() for t in grammar.terminals]
+        self.t_has_out = [t.has_out.tolist() for t in grammar.terminals]
+        self.t_live = [(t.trans >= 0) for t in grammar.terminals]
+        self._start_item = (prods_of[grammar.start][0], 0, SELF, -1)
+        self._initial = None
+
+    # ------------------------------------------------------------------------------------
+    def initial(self) -> tuple:
+        """The chart before any byte."""
+        if self._initial is None:
+            self._initial = self._build((), [self._start_item])
+        return self._initial
+
+    def leo_top(self, chart: tuple, m: int, n: int):
+        """The memoised Leo top ``(nonterminal, column)`` of completing ``n`` at column ``m``, or
+        ``None`` when that completion is not deterministic."""
+        path = []
+        res = None
+        seen = set()
+        while True:
+            if (n, m) in seen:
+                res = None
+                break
+            seen.add((n, m))
+            s = chart[m]
+            r = s.leo.get(n, _MISSING)
+            if r is not _MISSING:
+                res = r if r is not None else ((n, m) if path else None)
+                break
+            w = s.wait.get(n)
+            if w is None or len(w) != 1 or not self.d_pen[w[0][0]]:
+                s.leo[n] = None
+                res = (n, m) if path else None
+                break
+            d, _, o, ov = w[0]
+            path.append((s, n))
+            n = ov if ov >= 0 else self.d_lhs[d]
+            m = m if o == SELF else o
+        top = res
+        for s, k in path:
+            s.leo[k] = top
+        return top
+
+    def _build(self, chart: tuple, seeds: list) -> tuple | None:
+        """Close ``seeds`` (items of the new set, origins concrete or ``SELF``) under predict and
+        complete, then append the new set to ``chart`` (pruned when ``self.prune``)."""
+        d_next, d_lhs, prods_of, nullable = self.d_next, self.d_lhs, self.prods_of, self.nullable
+        start = self.start
+        leo_top = self.leo_top
+        items: dict = {}
+        scan: dict = {}
+        wait: dict = {}
+        done: set = set()
+        predicted: set = set()
+        accepting = False
+        work = list(seeds)
+        while work:
+            item = work.pop()
+            d, st, o, ov = item
+            if o != SELF and ov < 0:
+                top = leo_top(chart, o, d_lhs[d])
+                if top is not None:
+                    item = (d, st, top[1], top[0])
+                    o, ov = top[1], top[0]
+            if item in items:
+                continue
+            sym = d_next[d]
+            if sym is None:
+                c = ov if ov >= 0 else d_lhs[d]
+                if c == start:
+                    accepting = True
+                    continue
+                if o == SELF:
+                    continue
+                top = leo_top(chart, o, c)
+                if top is not None:
+                    c, m = top
+                else:
+                    m = o
+                if c == start:
+                    accepting = True
+                    continue
+                if (c, m) in done:
+                    continue
+                done.add((c, m))
+                for w in chart[m].wait.get(c, ()):
+                    wd, _, wo, wov = w
+                    work.append((wd + 1, 0, m if wo == SELF else wo, wov))
+                continue
+            items[item] = None
+            if sym < 0:
+                scan.setdefault((-sym - 1, st), []).append(item)
+            else:
+                wait.setdefault(sym, []).append(item)
+                if sym not in predicted:
+                    predicted.add(sym)
+                    for d0 in prods_of.get(sym, ()):
+                        work.append((d0, 0, SELF, -1))
+                if sym in nullable:
+                    work.append((d + 1, 0, o, ov))
+        if not scan and not accepting:
+            return None
+        new = ESet(scan, wait, accepting, items)
+        if self.prune and chart:
+            keep = new.max_ref + 1
+            return chart[:keep] + (new,)
+        return chart + (new,)
+
+    def step(self, chart: tuple, byte: int) -> tuple | None:
+        """Scan one byte; ``None`` if rejected (the chart given is unchanged)."""
+        j = len(chart) - 1
+        last = chart[-1]
+        seeds = []
+        append = seeds.append
+        for (t, s), its in last.scan.items():
+            s2 = self.t_trans[t][s][byte]
+            if s2 < 0:
+                continue
+            mid = self.t_has_out[t][s2]
+            acc = self.t_accept[t][s2]
+            for d, _, o, ov in its:
+                oo = j if o == SELF else o
+                if mid:
+                    append((d, s2, oo, ov))
+                if acc:
+                    append((d + 1, 0, oo, ov))
+        if not seeds:
+            return None
+        return self._build(chart, seeds)
+
+    def accept_bytes(self, chart: tuple, data: bytes) -> tuple | None:
+        """Scan every byte of ``data``; ``None`` if any is rejected."""
+        for b in data:
+            chart = self.step(chart, b)
+            if chart is None:
+                return None
+        return chart
+
+    def exit_chart(self, chart: tuple, t: int, s: int, a: int) -> tuple | None:
+        """The chart after the items waiting on terminal ``t`` in DFA state ``s`` consumed some
+        bytes that led the DFA to state ``a`` and nothing else survived (used by the mask to
+        check what may follow a terminal inside one token)."""
+        j = len(chart) - 1
+        its = chart[-1].scan.get((t, s))
+        if not its:
+            return None
+        mid, acc = self.t_has_out[t][a], self.t_accept[t][a]
+        seeds = []
+        for d, _, o, ov in its:
+            oo = j if o == SELF else o
+            if mid:
+                seeds.append((d, a, oo, ov))
+            if acc:
+                seeds.append((d + 1, 0, oo, ov))
+        return self._build(chart, seeds) if seeds else None
+
+    # ------------------------------------------------------------------------------------
+    @staticmethod
+    def can_terminate(chart: tuple) -> bool:
+        """The bytes so far form a complete sentence."""
+        return bool(chart[-1].accepting)
+
+    def allowed_first_bytes(self, chart: tuple) -> np.ndarray:
+        """``bool[256]``: the bytes the next step accepts (memoised on the last set; do not
+        modify the array returned)."""
+        last = chart[-1]
+        if last.first is None:
+            out = np.zeros(256, bool)
+            for t, s in last.scan:
+                out |= self.t_live[t][s]
+            last.first = out
+        return last.first
+
+    @staticmethod
+    def live_items(chart: tuple) -> int:
+        """Items stored in the chart (the paper's memory measure)."""
+        return sum(s.n_items for s in chart)
+
+    @staticmethod
+    def chart_key(chart: tuple) -> tuple:
+        """A hashable key equal for charts with equal content at equal columns."""
+        return tuple(s.key for s in chart)
+
+    def recognizes(self, data: bytes) -> bool:
+        """Full match of ``data``."""
+        c = self.accept_bytes(self.initial(), data)
+        return c is not None and self.can_terminate(c)
+
+    def is_prefix(self, data: bytes) -> bool:
+        """``data`` is a prefix of some sentence."""
+        return self.accept_bytes(self.initial(), data) is not None

@@ -1,0 +1,779 @@
+"""Token masks over a vocabulary: the compiled grammar, the matcher and its caches.
+
+Follows the mask computation of ZapFormat / Formatron ("Earley-Driven Dynamic Pruning for
+Efficient Structured Decoding", ICML 2025) and its kbnf engine, in this order:
+
+1. **State cache** keyed on the (pruned) Earley chart: equal charts have equal masks. Dynamic
+   pruning (``rayml.decoding.earley``) is what makes equal parser states have equal charts.
+2. **Precomputed masks for regex states** (kbnf's eager regex cache): for every (terminal DFA,
+   state) met, the tokens whose bytes all stay inside that terminal are found once and stored
+   as a packed bitset; they are allowed whenever an item waits on that terminal in that state.
+   The same pass records the **exit nodes**: vocabulary-trie nodes ``(p, node)`` where the
+   terminal can end after ``p`` bytes of the tokens below ``node`` (in DFA state ``a``). Three
+   ways to find them, all exact:
+
+   * generic states: a vectorised numpy walk of the vocabulary trie, one level per byte depth,
+     only below live nodes; states no token can tell apart (``horizon_classes``) share it;
+   * states from which a single string remains (keys, enum values, ``true``...): a descent of
+     the trie along that string (``TokenIndex.literal``), no walk;
+   * counted strings (``quoted_repeat`` DFAs, ``Counter``: JSON strings with length bounds, one
+     copy of the character DFA per count): one walk per character-DFA state counts the
+     characters each token finishes (``TokenIndex.walk_counted``); the tokens allowed with
+     ``k`` characters written are then a prefix of the tokens sorted by count, for any bounds.
+     These walks depend only on the vocabulary and the character DFA, so they are cached on the
+     ``TokenIndex`` and shared by every grammar (``TokenIndex.clear_cache`` empties it).
+
+3. For each exit, the chart after the terminal ends (``EarleyEngine.exit_chart``) is stepped
+   down the trie below the exit node, depth first, only into children whose byte the chart
+   allows: shared prefixes are simulated once and a rejected prefix rules out its subtree (the
+   **rejected-prefix cache**). The tokens found are cached by (exit chart, node): the exit chart
+   is the same for every count inside a string, so this cache hits where the state cache
+   cannot.
+4. EOS is allowed iff the chart can terminate; special tokens never.
+
+Ours, not kbnf's: the horizon classes, the counted-string walks, the literal descent and the
+exit-node cache (engineering; each is checked against brute-force masks in the tests).
+
+A token is allowed iff its bytes keep the text a prefix of a sentence (sound and complete; the
+tests check it against brute force). Masks are int32 bitmasks ``[batch, ceil(V / 32)]`` with bit
+``i % 32`` of word ``i // 32`` set when token ``i`` is allowed (the xgrammar / vLLM layout).
+
+Assumed: the grammar has no useless rules (``GrammarBuilder.build`` removes them), so an item
+that survives a byte always has a completion, which is what makes "stays inside the terminal"
+sufficient for a token to be allowed.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from rayml.decoding.earley import EarleyEngine
+from rayml.decoding.grammar import Grammar
+from rayml.decoding.vocab import Vocabulary, token_matrix
+
+__all__ = ["TokenIndex", "CompiledGrammar", "GrammarMatcher", "MatcherConfig", "allocate_token_bitmask",
+           "apply_token_bitmask", "bitmask_to_bool", "bool_to_bitmask"]
+
+
+def allocate_token_bitmask(batch: int, vocab_size: int) -> np.ndarray:
+    """A zeroed int32 bitmask ``[batch, ceil(vocab_size / 32)]``."""
+    if batch < 1 or vocab_size < 1:
+        raise ValueError(f"batch and vocab_size must be >= 1, got {batch}, {vocab_size}")
+    return np.zeros((batch, (vocab_size + 31) // 32), np.int32)
+
+
+def bitmask_to_bool(bitmask: np.ndarray, vocab_size: int) -> np.ndarray:
+    """Unpack an int32 bitmask (``[..., W]``) to ``bool[..., vocab_size]``."""
+    u8 = np.ascontiguousarray(bitmask).view(np.uint8)
+    return np.unpackbits(u8, axis=-1, bitorder="little")[..., :vocab_size].astype(bool)
+
+
+def bool_to_bitmask(allowed: np.ndarray) -> np.ndarray:
+    """Pack ``bool[..., V]`` to an int32 bitmask ``[..., ceil(V / 32)]``."""
+    allowed = np.asarray(allowed, bool)
+    v = allowed.shape[-1]
+    pad = (-v) % 32
+    if pad:
+        allowed = np.concatenate([allowed, np.zeros(allowed.shape[:-1] + (pad,), bool)], axis=-1)
+    return np.packbits(allowed, axis=-1, bitorder="little").view(np.int32)
+
+
+def apply_token_bitmask(logits: np.ndarray, bitmask: np.ndarray) -> np.ndarray:
+    """``logits`` with disallowed tokens set to ``-inf`` (``[batch, V]`` or ``[V]``)."""
+    logits = np.array(logits, dtype=np.float64 if np.asarray(logits).dtype == np.float64 else np.float32)
+    allowed = bitmask_to_bool(bitmask.reshape((-1, bitmask.shape[-1])), logits.shape[-1]).reshape(logits.shape)
+    logits[~allowed] = -np.inf
+    return logits
+
+
+class TokenIndex:
+    """The vocabulary's byte strings, indexed for vectorised masks.
+
+    ``order`` sorts the non-special tokens by bytes (a flattened trie: tokens sharing a prefix
+    are contiguous), ``first[b]`` is the slice of ``order`` whose first byte is ``b``; ``mat`` /
+    ``lens`` are the padded bytes in that order.
+    """
+
+    def __init__(self, vocab: Vocabulary, vocab_size: int | None = None):
+        if not isinstance(vocab, Vocabulary):
+            raise TypeError(f"vocab must be a Vocabulary, got {type(vocab).__name__}")
+        self.vocab = vocab
+        self.vocab_size = int(vocab_size or vocab.size)
+        if self.vocab_size < vocab.size:
+            raise ValueError(f"vocab_size must be >= the vocabulary's {vocab.size} tokens, got {self.vocab_size}")
+        self.n_words = (self.vocab_size + 31) // 32
+        mat, lens = token_matrix(vocab)
+        ok = lens > 0
+        ok[list(vocab.special)] = False
+        ids = np.flatnonzero(ok)
+        keys = [vocab.tokens[i] for i in ids]
+        srt = sorted(range(len(ids)), key=keys.__getitem__)
+        self.order = ids[np.array(srt, dtype=np.int64)].astype(np.int64)
+        self.mat = mat[self.order]
+        self.lens = lens[self.order]
+        fb = self.mat[:, 0]
+        starts = np.searchsorted(fb, np.arange(257), side="left")
+        self.first = [(int(starts[b]), int(starts[b + 1])) for b in range(256)]
+        self.max_len = int(self.lens.max()) if len(self.lens) else 1
+        self._build_trie()
+        self.eos_words = np.zeros(self.n_words, np.uint32)
+        for e in vocab.eos_ids:
+            self.eos_words[e >> 5] |= np.uint32(1 << (e & 31))
+        self.tokens = vocab.tokens
+        self._count_cache: dict = {}
+
+    def _build_trie(self) -> None:
+        """The byte trie of the sorted tokens, one level per depth: ``byte[d]``, the children
+        range ``child_lo[d] / child_hi[d]`` of every node, the sorted-position range
+        ``pos_lo[d] / pos_hi[d]`` it covers, and the tokens ending at each depth."""
+        mat, lens = self.mat, self.lens
+        n = len(lens)
+        lcp = np.full(n, -1, np.int64)
+        if n > 1:
+            minlen = np.minimum(lens[1:], lens[:-1])
+            neq = (mat[1:] != mat[:-1]) | (np.arange(mat.shape[1])[None, :] >= minlen[:, None])
+            lcp[1:] = np.where(neq.any(axis=1), neq.argmax(axis=1), minlen)
+        self.t_byte, self.t_pos_lo, self.t_pos_hi = [None], [None], [None]
+        self.t_end_node, self.t_end_tok = [None], [None]
+        self.t_child_lo, self.t_child_hi = [None], [None]
+        prev_node = None
+        for d in range(1, self.max_len + 1):
+            active = lens >= d
+            new = active & (lcp < d)
+            node_of = np.cumsum(new) - 1  # valid where active
+            starts = np.flatnonzero(new)
+            counts = np.bincount(node_of[active], minlength=len(starts))
+            self.t_byte.append(mat[starts, d - 1].astype(np.int64))
+            self.t_pos_lo.append(starts)
+            self.t_pos_hi.append(starts + counts)
+            ends = np.flatnonzero(lens == d)
+            self.t_end_node.append(node_of[ends])
+            self.t_end_tok.append(self.order[ends])
+            if prev_node is not None:
+                parent = prev_node[starts]
+                lo = np.searchsorted(parent, np.arange(len(self.t_byte[d - 1])), side="left")
+                hi = np.searchsorted(parent, np.arange(len(self.t_byte[d - 1])), side="right")
+                self.t_child_lo.append(lo)
+                self.t_child_hi.append(hi)
+            prev_node = node_of
+        self.t_child_lo.append(np.zeros(len(self.t_byte[-1]), np.int64))
+        self.t_child_hi.append(np.zeros(len(self.t_byte[-1]), np.int64))
+        # t_end_tok[d][t_end_lo[d][m]:t_end_lo[d][m + 1]]: the tokens ending at node m of depth d
+        self.t_end_lo = [None] + [np.searchsorted(self.t_end_node[d], np.arange(len(self.t_byte[d]) + 1))
+                                  for d in range(1, self.max_len + 1)]
+
+    def ends(self, d: int, m: int) -> np.ndarray:
+        """Token ids whose bytes end at node ``m`` of depth ``d``."""
+        lo, hi = self.t_end_lo[d][m], self.t_end_lo[d][m + 1]
+        return self.t_end_tok[d][lo:hi]
+
+    def node(self, prefix: bytes):
+        """The trie node ``(depth, m)`` of ``prefix``, or None when no token starts with it."""
+        m = -1
+        for d, b in enumerate(prefix, 1):
+            if d > self.max_len:
+                return None
+            if d == 1:
+                lo, hi = 0, len(self.t_byte[1])
+            else:
+                lo, hi = int(self.t_child_lo[d - 1][m]), int(self.t_child_hi[d - 1][m])
+            seg = self.t_byte[d][lo:hi]
+            j = int(np.searchsorted(seg, b))
+            if j == len(seg) or seg[j] != b:
+                return None
+            m = lo + j
+        return len(prefix), m
+
+    def _children(self, d: int, alive: np.ndarray):
+        """The level-``d + 1`` children of the level-``d`` nodes ``alive``, and for each child
+        the index (into ``alive``) of its parent."""
+        lo, hi = self.t_child_lo[d][alive], self.t_child_hi[d][alive]
+        cnt = hi - lo
+        total = int(cnt.sum())
+        if not total:
+            return None, None
+        starts = np.cumsum(cnt) - cnt
+        child = np.arange(total) + np.repeat(lo - starts, cnt)
+        return child, np.repeat(np.arange(len(alive)), cnt)
+
+    def count_base(self, counter, i: int) -> "_CountBase":
+        """The counted walk (``walk_counted``) of a string character DFA from local state ``i``,
+        arranged for any bounds. It depends only on the vocabulary and the character DFA (not on
+        the grammar), so it is cached here, keyed by the character DFA's tables, and shared by
+        every grammar compiled for this index (JSON strings of any schema share one character
+        DFA); ``clear_cache`` forgets it."""
+        key = (counter.char.key(), counter.local.tobytes(), i)
+        base = self._count_cache.get(key)
+        if base is None:
+            (ids, n, at0), closing = self.walk_counted(counter.local, i)
+            base = self._count_cache[key] = _CountBase(self, ids, n, at0, closing)
+        return base
+
+    def literal(self, rest: bytes):
+        """What ``walk`` finds for a DFA state from which only ``rest`` is accepted, without
+        walking the vocabulary: the tokens that stay inside (the non-empty prefixes of ``rest``)
+        and the exit node ``(len(rest), node)`` of the tokens that start with ``rest`` and go on
+        (None if there are none)."""
+        inside = []
+        m = -1
+        for d in range(1, len(rest) + 1):
+            hit = self.node(rest[:d]) if d == 1 else self._child(d, m, rest[d - 1])
+            if hit is None:
+                break
+            m = hit[1]
+            inside.append(self.ends(d, m))
+        else:
+            d = len(rest)
+            has_kids = d < self.max_len and self.t_child_hi[d][m] > self.t_child_lo[d][m]
+            ids = np.concatenate(inside) if inside else np.zeros(0, np.int64)
+            return ids, ((d, m) if has_kids else None)
+        return (np.concatenate(inside) if inside else np.zeros(0, np.int64)), None
+
+    def _child(self, d: int, m: int, b: int):
+        """The child of node ``m`` (depth ``d - 1``) with byte ``b``: ``(d, child)`` or None."""
+        if d > self.max_len:
+            return None
+        lo, hi = int(self.t_child_lo[d - 1][m]), int(self.t_child_hi[d - 1][m])
+        seg = self.t_byte[d][lo:hi]
+        j = int(np.searchsorted(seg, b))
+        if j == len(seg) or seg[j] != b:
+            return None
+        return d, lo + j
+
+    def clear_cache(self) -> None:
+        """Forget the per-vocabulary walks cached by ``count_base``."""
+        self._count_cache.clear()
+
+    def pack(self, ids: np.ndarray) -> np.ndarray:
+        """Packed uint32 mask words with the bits of token ``ids`` set."""
+        words = np.zeros(self.n_words, np.uint32)
+        if len(ids):
+            _set_bits(words, ids)
+        return words
+
+    def walk(self, trans: np.ndarray, accept: np.ndarray, s: int):
+        """Run every token through a DFA from state ``s`` over the trie (vectorised per depth).
+
+        Returns ``(inside token ids, exits)``: the tokens whose bytes all keep the DFA alive,
+        and ``[(depth p, node, state a)]`` where the DFA accepts after ``p`` bytes of the
+        tokens under ``node`` (only tokens longer than ``p`` matter there)."""
+        inside, exits = [], []
+        st = trans[s, self.t_byte[1]]
+        alive = np.flatnonzero(st >= 0)
+        st = st[alive]
+        d = 1
+        while alive.size:
+            end_node = self.t_end_node[d]
+            if end_node.size:
+                mark = np.zeros(len(self.t_byte[d]), bool)
+                mark[alive] = True
+                inside.append(self.t_end_tok[d][mark[end_node]])
+            acc = accept[st]
+            if acc.any():
+                exits.extend(zip([d] * int(acc.sum()), alive[acc].tolist(), st[acc].tolist()))
+            if d == self.max_len:
+                break
+            child, par = self._children(d, alive)
+            if child is None:
+                break
+            nst = trans[st[par], self.t_byte[d + 1][child]]
+            keep = nst >= 0
+            alive, st = child[keep], nst[keep]
+            d += 1
+        ids = np.concatenate(inside) if inside else np.zeros(0, np.int64)
+        return ids, exits
+
+    def walk_counted(self, local: np.ndarray, i: int):
+        """Run every token through a ``Counter``'s local table from local state ``i``, counting
+        finished characters (see ``rayml.decoding.regex.Counter``; value ``w`` = a character
+        finished, ``w + 1`` = the closing quote).
+
+        Returns ``(inside, closing)``: ``inside = (ids, n, at_start)``, the tokens whose bytes
+        stay inside the string, their number of finished characters and whether they end
+        between characters; ``closing = [(depth p, node, n)]``: the closing quote is byte ``p``
+        of the tokens under ``node``, after ``n`` finished characters."""
+        w = local.shape[0]
+        ids, ns, at0, closing = [], [], [], []
+        alive = np.arange(len(self.t_byte[1]))
+        par = np.zeros(len(alive), np.int64)  # every level-1 node's parent is the root
+        st_par, n_par = np.array([i]), np.array([0])
+        d = 1
+        while True:
+            raw = local[st_par[par], self.t_byte[d][alive]]
+            close = raw == w + 1
+            if close.any():
+                closing.extend(zip([d] * int(close.sum()), alive[close].tolist(), n_par[par[close]].tolist()))
+            keep = (raw >= 0) & ~close
+            alive, raw, par = alive[keep], raw[keep], par[keep]
+            if not alive.size:
+                break
+            done = raw == w
+            n = n_par[par] + done
+            st = np.where(done, 0, raw)
+            end_node = self.t_end_node[d]
+            if end_node.size:
+                where = np.full(len(self.t_byte[d]), -1, np.int64)
+                where[alive] = np.arange(len(alive))
+                j = where[end_node]
+                sel = j >= 0
+                ids.append(self.t_end_tok[d][sel])
+                ns.append(n[j[sel]])
+                at0.append(st[j[sel]] == 0)
+            if d == self.max_len:
+                break
+            child, cpar = self._children(d, alive)
+            if child is None:
+                break
+            st_par, n_par = st, n
+            alive, par = child, cpar
+            d += 1
+        cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt))  # noqa: E731
+        return (cat(ids, np.int64), cat(ns, np.int64), cat(at0, bool)), closing
+
+    def candidates(self, live: np.ndarray) -> np.ndarray:
+        """Positions (in ``order``) of the tokens whose first byte is live (``bool[256]``)."""
+        parts = [np.arange(*self.first[b]) for b in np.flatnonzero(live) if self.first[b][0] < self.first[b][1]]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+@dataclass(frozen=True)
+class MatcherConfig:
+    """Switches of the ZapFormat engine (for ablations).
+
+    Attributes:
+        prune: dynamic pruning of the Earley chart.
+        state_cache: masks cached by chart.
+        cache_size: entries of the state cache (LRU).
+    """
+
+    prune: bool = True
+    state_cache: bool = True
+    cache_size: int = 4096
+
+    def __post_init__(self):
+        if not isinstance(self.prune, bool):
+            raise TypeError(f"prune must be a bool, got {self.prune!r}")
+        if not isinstance(self.state_cache, bool):
+            raise TypeError(f"state_cache must be a bool, got {self.state_cache!r}")
+        if not isinstance(self.cache_size, int) or self.cache_size < 1:
+            raise ValueError(f"cache_size must be an int >= 1, got {self.cache_size!r}")
+
+
+def _literal_rest(dfa, s: int):
+    """``(rest, a)`` when the only string DFA ``dfa`` accepts from state ``s`` is ``rest``
+    (``a`` the accepting state after it, which has no transitions), else None."""
+    out = bytearray()
+    trans, acc = dfa.trans, dfa.accept
+    while not acc[s]:
+        live = np.flatnonzero(trans[s] >= 0)
+        if len(live) != 1 or len(out) >= 1024:
+            return None
+        out.append(int(live[0]))
+        s = int(trans[s, live[0]])
+    if dfa.has_out[s] or not out:
+        return None
+    return bytes(out), int(s)
+
+
+def _set_bits(words: np.ndarray, ids: np.ndarray) -> None:
+    """Set the bits of token ``ids`` in the packed uint32 ``words`` (in place)."""
+    if len(ids) < 1024:
+        np.bitwise_or.at(words, ids >> 5, np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32)))
+    else:
+        flags = np.zeros(len(words) * 32, bool)
+        flags[ids] = True
+        words |= np.packbits(flags, bitorder="little").view(np.uint32)
+
+
+_NONE = np.zeros(0, np.int64)
+
+
+class _TerminalInfo:
+    __slots__ = ("inside", "exits")
+
+    def __init__(self, inside, exits):
+        self.inside = inside  # uint32 packed words
+        self.exits = exits  # {a: [(depth p, trie node)]}: the DFA accepts in state a after p bytes
+
+
+class _CountBase:
+    """The counted walk of a string's character loop from one local state (``TokenIndex.
+    walk_counted``), arranged for any bounds: inside tokens sorted by ``2 n + (not between
+    characters)`` so that the allowed ones are a prefix (with the packed words of all of them,
+    so that a bound that excludes few tokens clears those few bits); the closing-quote nodes
+    with their counts and the tokens that end right after the quote."""
+
+    def __init__(self, index: TokenIndex, ids, n, at0, closing):
+        self.index = index
+        self._infos: OrderedDict = OrderedDict()
+        key = 2 * n + (~at0)
+        o = np.argsort(key, kind="stable")
+        self.in_ids, self.in_key = ids[o], key[o]
+        self.all_words = index.pack(self.in_ids)
+        self.n_max = int(n.max()) if n.size else 0
+        closing = sorted(closing, key=lambda c: c[2])  # by count, so a bound selects a slice
+        self.close_n = np.array([c[2] for c in closing], np.int64)
+        ends, nodes = [], []
+        for p_, m, _ in closing:
+            lo, hi = index.t_end_lo[p_][m], index.t_end_lo[p_][m + 1]
+            if hi > lo:
+                ends.append(index.t_end_tok[p_][lo:hi])
+            ends_n = hi - lo
+            nodes.append((p_, m, ends_n))
+        self.close_ends = np.concatenate(ends) if ends else np.zeros(0, np.int64)
+        self.close_end_at = np.cumsum([0] + [e for _, _, e in nodes])
+        ml, clo, chi = index.max_len, index.t_child_lo, index.t_child_hi
+        self.close_nodes = [(p_, m) if p_ < ml and chi[p_][m] > clo[p_][m] else None for p_, m, _ in nodes]
+        if closing:
+            self.n_max = max(self.n_max, int(self.close_n[-1]))
+
+    def info(self, need: int, room: int, final: int) -> "_TerminalInfo":
+        """Allowed with ``need`` more characters required before the quote and ``room`` more
+        allowed (``room > n_max``: unbounded); the exits lead to DFA state ``final``. The
+        bitset and exit nodes depend only on ``(need, room)`` and are kept (LRU) for every
+        terminal and grammar that uses this character DFA."""
+        hit = self._infos.get((need, room))
+        if hit is None:
+            hit = self._infos[(need, room)] = self._compute(need, room)
+            if len(self._infos) > 256:
+                self._infos.popitem(last=False)
+        else:
+            self._infos.move_to_end((need, room))
+        words, nodes = hit
+        return _TerminalInfo(words, {final: nodes} if nodes else {})
+
+    def _compute(self, need: int, room: int):
+        cut = int(np.searchsorted(self.in_key, 2 * room, side="right"))
+        idx = self.index
+        if len(self.in_ids) - cut < cut:  # clear the few excluded bits
+            words = self.all_words.copy()
+            drop = self.in_ids[cut:]
+            if drop.size:
+                off = np.zeros_like(words)
+                _set_bits(off, drop)
+                words &= ~off
+        else:
+            words = idx.pack(self.in_ids[:cut])
+        a = int(np.searchsorted(self.close_n, need, side="left"))
+        b = int(np.searchsorted(self.close_n, room, side="right"))
+        if b > a:
+            ends = self.close_ends[self.close_end_at[a]:self.close_end_at[b]]
+            if ends.size:
+                _set_bits(words, ends)
+        return words, [x for x in self.close_nodes[a:b] if x is not None]
+
+
+class CompiledGrammar:
+    """A grammar bound to a token index; holds the caches shared by its matchers.
+
+    Args:
+        grammar: the normalised grammar.
+        index: the vocabulary's ``TokenIndex``.
+        config: the engine switches.
+    """
+
+    def __init__(self, grammar: Grammar, index: TokenIndex, config: MatcherConfig = MatcherConfig()):
+        if not isinstance(index, TokenIndex):
+            raise TypeError(f"index must be a TokenIndex, got {type(index).__name__}")
+        self.grammar = grammar
+        self.index = index
+        self.config = config
+        self.engine = EarleyEngine(grammar, prune=config.prune)
+        self._terminal_info: dict = {}
+        self._count_bases: dict = {}
+        self._classes: dict = {}
+        self.mask_cache: OrderedDict = OrderedDict()
+        self.exit_cache: OrderedDict = OrderedDict()
+        self.stats = {"cache_hits": 0, "cache_misses": 0, "simulated_bytes": 0, "terminal_infos": 0, "exit_hits": 0}
+
+    # -- per (terminal, state) precomputation ---------------------------------------------
+    def horizon_classes(self, t: int) -> np.ndarray:
+        """Classes of terminal ``t``'s DFA states that no token can tell apart: Moore partition
+        refinement run for as many rounds as the longest token has bytes, so two states share a
+        class iff every byte string up to that length leads both to the same acceptance and
+        deadness. Their token walks (inside set and exits) are then equal, and one walk serves the
+        whole class (Assumed: kbnf keys its regex cache on the exact DFA state; this coarsening is
+        ours and exact for tokens no longer than the horizon, which all are)."""
+        cls = self._classes.get(t)
+        if cls is None:
+            from rayml.decoding.regex import _row_ids, byte_class_columns
+
+            dfa = self.grammar.terminals[t]
+            sub = dfa.trans[:, byte_class_columns(dfa.trans)]
+            valid = sub >= 0
+            safe = np.where(valid, sub, 0)
+            cls = dfa.accept.astype(np.int64)
+            for _ in range(self.index.max_len):
+                new = _row_ids(np.concatenate([cls[:, None], np.where(valid, cls[safe], -1)], axis=1))
+                if new.max() == cls.max() and len(np.unique(cls)) == int(new.max()) + 1:
+                    cls = new
+                    break
+                cls = new
+            self._classes[t] = cls
+        return cls
+
+    def _count_base(self, counter, i: int) -> _CountBase:
+        """The counted walk of a ``quoted_repeat`` terminal's character loop from local state
+        ``i`` (shared by every count; ``TokenIndex.count_base``)."""
+        key = (id(counter), i)
+        base = self._count_bases.get(key)
+        if base is None:
+            base = self._count_bases[key] = self.index.count_base(counter, i)
+        return base
+
+    def _counted_info(self, t: int, dfa, k: int, i: int) -> _TerminalInfo:
+        """Terminal info of state (``k`` characters done, local ``i``) of a ``quoted_repeat``
+        terminal from its counted walk: a token that stays inside the string with ``n`` more
+        characters is allowed iff ``k + n < hi``, or ``k + n == hi`` and it ends between
+        characters; a closing quote after ``n`` more characters is allowed iff
+        ``lo <= k + n <= hi`` (tokens ending there are inside, longer ones exit to the final
+        state). States with the same clamped bounds share the result."""
+        c = dfa.counter
+        base = self._count_base(c, i)
+        cap = base.n_max + 1
+        room = cap if c.hi is None else min(c.hi - k, cap)
+        need = min(max(c.lo - k, 0), cap)
+        key = (t, "count", i, room, need)
+        info = self._terminal_info.get(key)
+        if info is None:
+            info = self._terminal_info[key] = base.info(need, room, dfa.n_states - 1)
+            self.stats["terminal_infos"] += 1
+        return info
+
+    def terminal_info(self, t: int, s: int) -> _TerminalInfo:
+        """Inside-tokens bitset and exit nodes of terminal ``t`` in DFA state ``s`` (shared by
+        the states of ``s``'s horizon class; counted strings: ``_counted_info``; a state from
+        which one string remains: ``TokenIndex.literal``)."""
+        key = (t, s)
+        info = self._terminal_info.get(key)
+        if info is not None:
+            return info
+        dfa = self.grammar.terminals[t]
+        idx = self.index
+        if dfa.counter is not None and dfa.counter.split(s, dfa.n_states) is not None:
+            info = self._counted_info(t, dfa, *dfa.counter.split(s, dfa.n_states))
+        else:
+            lit = _literal_rest(dfa, s)
+            if lit is not None:  # a single string remains: no vocabulary walk needed
+                rest, a = lit
+                ids, node = idx.literal(rest)
+                info = _TerminalInfo(idx.pack(ids), {a: [node]} if node is not None else {})
+            else:
+                ckey = (t, "class", int(self.horizon_classes(t)[s])) if dfa.counter is None else (t, "state", s)
+                info = self._terminal_info.get(ckey)
+                if info is None:
+                    ids, raw_exits = idx.walk(dfa.trans, dfa.accept, s)
+                    exits: dict = {}
+                    for p_, node, a in raw_exits:
+                        if p_ < idx.max_len and idx.t_child_hi[p_][node] > idx.t_child_lo[p_][node]:
+                            exits.setdefault(a, []).append((p_, node))
+                    info = self._terminal_info[ckey] = _TerminalInfo(idx.pack(ids), exits)
+                    self.stats["terminal_infos"] += 1
+        self._terminal_info[key] = info
+        return info
+
+    # -- masks ------------------------------------------------------------------------------
+    def _simulate(self, chart, p: int, node: int, out: list) -> None:
+        """Append to ``out`` the ids of the tokens under trie node ``node`` (depth ``p``) whose
+        bytes after the first ``p`` are accepted from ``chart``: a depth-first walk of the
+        vocabulary trie that steps the Earley chart once per node and only into children whose
+        byte the chart allows, so a rejected prefix rules out its whole subtree at once (the
+        rejected-prefix cache) and shared prefixes are simulated once."""
+        idx = self.index
+        step, first = self.engine.step, self.engine.allowed_first_bytes
+        c_lo, c_hi, t_byte, max_len = idx.t_child_lo, idx.t_child_hi, idx.t_byte, idx.max_len
+        stack = [(chart, p, node)]
+        n_sim = 0
+        while stack:
+            c, d, m = stack.pop()
+            if d >= max_len:
+                continue
+            lo, hi = int(c_lo[d][m]), int(c_hi[d][m])
+            if lo == hi:
+                continue
+            kids = t_byte[d + 1][lo:hi]
+            for j in np.flatnonzero(first(c)[kids]).tolist():
+                c2 = step(c, int(kids[j]))
+                n_sim += 1
+                if c2 is None:
+                    continue
+                ends = idx.ends(d + 1, lo + j)
+                if ends.size:
+                    out.append(ends)
+                stack.append((c2, d + 1, lo + j))
+        self.stats["simulated_bytes"] += n_sim
+
+    def compute_mask(self, chart) -> np.ndarray:
+        """The packed uint32 mask words of the tokens allowed after ``chart``."""
+        cfg = self.config
+        key = None
+        if cfg.state_cache:
+            key = self.engine.chart_key(chart)
+            hit = self.mask_cache.get(key)
+            if hit is not None:
+                self.mask_cache.move_to_end(key)
+                self.stats["cache_hits"] += 1
+                return hit
+            self.stats["cache_misses"] += 1
+        idx = self.index
+        words = np.zeros(idx.n_words, np.uint32)
+        engine = self.engine
+        extra: list = []
+        for (t, s) in chart[-1].scan:
+            info = self.terminal_info(t, s)
+            words |= info.inside
+            for a, nodes in info.exits.items():
+                x = engine.exit_chart(chart, t, s, a)
+                if x is None:
+                    continue
+                if key is None:
+                    for p_, node in nodes:
+                        self._simulate(x, p_, node, extra)
+                    continue
+                xkey = engine.chart_key(x)
+                for p_, node in nodes:
+                    nkey = (xkey, p_, node)
+                    got = self.exit_cache.get(nkey)
+                    if got is None:
+                        found: list = []
+                        self._simulate(x, p_, node, found)
+                        got = np.concatenate(found) if found else _NONE
+                        if got.size >= 512:  # many tokens: keep them packed
+                            got = (idx.pack(got),)
+                        self.exit_cache[nkey] = got
+                        if len(self.exit_cache) > cfg.cache_size:
+                            self.exit_cache.popitem(last=False)
+                    else:
+                        self.exit_cache.move_to_end(nkey)
+                        self.stats["exit_hits"] += 1
+                    if type(got) is tuple:
+                        words |= got[0]
+                    elif got.size:
+                        extra.append(got)
+        if extra:
+            _set_bits(words, np.concatenate(extra))
+        if engine.can_terminate(chart):
+            words |= idx.eos_words
+        if key is not None:
+            self.mask_cache[key] = words
+            if len(self.mask_cache) > cfg.cache_size:
+                self.mask_cache.popitem(last=False)
+        return words
+
+
+class GrammarMatcher:
+    """The decoding-time state of one sequence: accept tokens, roll back, fill masks.
+
+    Examples:
+        >>> from rayml.decoding import compile_ebnf, byte_vocabulary
+        >>> m = GrammarMatcher(compile_ebnf('root ::= "ab" | "ac"', byte_vocabulary()))
+        >>> mask = allocate_token_bitmask(1, m.vocab_size)
+        >>> m.fill_next_token_bitmask(mask)
+        >>> bitmask_to_bool(mask, m.vocab_size)[0].nonzero()[0].tolist()
+        [97]
+    """
+
+    def __init__(self, compiled: CompiledGrammar, *, max_rollback: int | None = None):
+        if not isinstance(compiled, CompiledGrammar):
+            raise TypeError(f"compiled must be a CompiledGrammar, got {type(compiled).__name__}")
+        self.compiled = compiled
+        self.engine = compiled.engine
+        self.max_rollback = max_rollback
+        self.reset()
+
+    @property
+    def vocab_size(self) -> int:
+        return self.compiled.index.vocab_size
+
+    def reset(self) -> None:
+        """Back to the empty text."""
+        self._history = [self.engine.initial()]
+        self._terminated = [False]
+
+    @property
+    def chart(self):
+        return self._history[-1]
+
+    def is_terminated(self) -> bool:
+        """An EOS token was accepted."""
+        return self._terminated[-1]
+
+    def can_terminate(self) -> bool:
+        """The text so far is a complete sentence."""
+        return self.engine.can_terminate(self.chart)
+
+    def accept_bytes(self, data: bytes) -> bool:
+        """Advance by raw bytes (one rollback step); ``False`` and unchanged if rejected."""
+        if self.is_terminated():
+            return False
+        c = self.engine.accept_bytes(self.chart, bytes(data))
+        if c is None:
+            return False
+        self._push(c, False)
+        return True
+
+    def accept_token(self, token_id: int) -> bool:
+        """Advance by one token; ``False`` (state unchanged) if the grammar rejects it."""
+        idx = self.compiled.index
+        if not (0 <= token_id < idx.vocab_size):
+            raise ValueError(f"token_id must be in [0, {idx.vocab_size}), got {token_id}")
+        if self.is_terminated():
+            return False
+        vocab = idx.vocab
+        if token_id in vocab.eos_ids:
+            if not self.can_terminate():
+                return False
+            self._push(self.chart, True)
+            return True
+        if token_id >= vocab.size or token_id in vocab.special:
+            return False
+        data = vocab.tokens[token_id]
+        c = self.engine.accept_bytes(self.chart, data)
+        if c is None:
+            return False
+        self._push(c, False)
+        return True
+
+    def _push(self, chart, terminated: bool):
+        self._history.append(chart)
+        self._terminated.append(terminated)
+        if self.max_rollback is not None and len(self._history) > self.max_rollback + 1:
+            del self._history[0]
+            del self._terminated[0]
+
+    def rollback(self, n: int = 1) -> None:
+        """Undo the last ``n`` accepted tokens."""
+        if not isinstance(n, int) or n < 0 or n > len(self._history) - 1:
+            raise ValueError(f"n must be an int in [0, {len(self._history) - 1}], got {n!r}")
+        if n:
+            del self._history[-n:]
+            del self._terminated[-n:]
+
+    def next_token_words(self) -> np.ndarray:
+        """The packed uint32 mask words for the next token."""
+        if self.is_terminated():
+            return np.zeros(self.compiled.index.n_words, np.uint32)
+        return self.compiled.compute_mask(self.chart)
+
+    def fill_next_token_bitmask(self, bitmask: np.ndarray, index: int = 0) -> None:
+        """Write the next-token mask into row ``index`` of an int32 ``[batch, W]`` bitmask."""
+        if bitmask.dtype != np.int32 or bitmask.ndim != 2 or bitmask.shape[1] != self.compiled.index.n_words:
+            raise ValueError(f"bitmask must be int32 [batch, {self.compiled.index.n_words}], got "
+                             f"{bitmask.dtype} {bitmask.shape}")
+        bitmask[index] = self.next_token_words().view(np.int32)
+
+    def allowed_tokens(self) -> np.ndarray:
+        """Token ids allowed next (convenience, unpacks the mask)."""
+        words = self.next_token_words()
+        return np.flatnonzero(bitmask_to_bool(words.view(np.int32)[None], self.vocab_size)[0])
+
+    def live_items(self) -> int:
+        """Earley items in the current chart."""
+        return self.engine.live_items(self.chart)
+
+    def chart_depth(self) -> int:
+        """Earley sets in the current chart."""
+        return len(self.chart)
