@@ -27,6 +27,8 @@ class OptimizeResult:
         evals: evaluations of ``f`` used.
         iterations: iterations (or CMA-ES generations) run.
         history: ``f`` at the iterates ``x_0 .. x_T``, shape ``(iterations + 1,)``.
+        x_best: the iterate with the highest ``f`` among ``x_0 .. x_T`` (the paper's "best
+            iterate"; its value is ``history.max()``); ``None`` where the iterates were not kept.
     """
 
     x: np.ndarray
@@ -34,6 +36,7 @@ class OptimizeResult:
     evals: int
     iterations: int
     history: np.ndarray
+    x_best: np.ndarray | None = None
 
 
 def local_evaluator(f: Callable) -> Evaluator:
@@ -96,12 +99,20 @@ def check_positive(name: str, value, *, integer: bool = False) -> None:
         raise ValueError(f"{name} must be {kind}, got {value!r}")
 
 
-def finish(x: np.ndarray, budget: Budget, history: list) -> OptimizeResult:
-    """Evaluate the final iterate and package the result."""
+def finish(x: np.ndarray, budget: Budget, history: list, iterates: list | None = None) -> OptimizeResult:
+    """Evaluate the final iterate and package the result.
+
+    ``iterates`` (the points whose values ``history`` holds, in order) gives ``x_best``."""
     fun = float(budget(x[None, :], len(history))[0])
     history.append(fun)
+    x_best = None
+    if iterates is not None:
+        path = list(iterates) + [x]
+        if len(path) != len(history):
+            raise ValueError(f"{len(path)} iterates for {len(history)} values")
+        x_best = np.array(path[int(np.argmax(history))], dtype=float)
     return OptimizeResult(x=x, fun=fun, evals=budget.used, iterations=len(history) - 1,
-                          history=np.asarray(history, dtype=float))
+                          history=np.asarray(history, dtype=float), x_best=x_best)
 
 
 class Negated:

@@ -171,22 +171,23 @@ def maximize(
     budget = Budget(evaluator or local_evaluator(f), max_evals)
     decay = config.decay if config.decay is not None else (1000.0 if config.transform == "exp" else 5000.0)
     d, K = mu.size, int(config.samples)
-    history = []
+    history, iterates = [], []
     for k in range(int(config.iterations)):
         if budget.remaining() < K + 2:  # keep one evaluation for the final iterate
             break
         xi = rng.standard_normal((K, d))
         values = budget(np.vstack([mu + config.sigma * xi, mu[None, :]]), k)
         history.append(values[K])
+        iterates.append(mu)
         g = smoothed_gradient(xi, power_transform(values[:K], config.power, config.transform), config.sigma)
         if config.normalize:
             norm = float(np.linalg.norm(g))
             g = g / norm if norm > 0 else g
         mu = mu + step_size(k, config.lr, decay) * g
-    return finish(mu, budget, history)
+    return finish(mu, budget, history, iterates)
 
 
 def minimize(f: Callable, x0, config: GSPowerOptConfig = GSPowerOptConfig(), **kwargs) -> OptimizeResult:
     """Minimise ``f`` by maximising ``-f`` with GS-PowerOpt; ``fun`` and ``history`` are of ``f``."""
     res = maximize(Negated(f), x0, config, **kwargs)
-    return OptimizeResult(res.x, -res.fun, res.evals, res.iterations, -res.history)
+    return OptimizeResult(res.x, -res.fun, res.evals, res.iterations, -res.history, res.x_best)

@@ -77,7 +77,7 @@ def _ascend(f, x0, config, sigmas: Callable[[int], float], seed, evaluator, max_
         check_positive("max_evals", max_evals, integer=True)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     budget = Budget(evaluator or local_evaluator(f), max_evals)
-    K, history = int(config.samples), []
+    K, history, iterates = int(config.samples), [], []
     for k in range(int(config.iterations)):
         if budget.remaining() < K + 2:
             break
@@ -85,12 +85,13 @@ def _ascend(f, x0, config, sigmas: Callable[[int], float], seed, evaluator, max_
         xi = rng.standard_normal((K, mu.size))
         values = budget(np.vstack([mu + sigma * xi, mu[None, :]]), k)
         history.append(values[K])
+        iterates.append(mu)
         g = smoothed_gradient(xi, values[:K] - values[K], sigma)
         if config.normalize:
             norm = float(np.linalg.norm(g))
             g = g / norm if norm > 0 else g
         mu = mu + step_size(k, config.lr, config.decay) * g
-    return finish(mu, budget, history)
+    return finish(mu, budget, history, iterates)
 
 
 def gaussian_smoothing(f, x0, config: SmoothingConfig = SmoothingConfig(), *, seed=0,
@@ -133,10 +134,12 @@ def cma_es(f, x0, *, sigma: float = 0.5, samples: int = 100, max_evals: int, see
     budget = Budget(evaluator or local_evaluator(f), max_evals)
     cma_seed = int(np.random.SeedSequence(int(seed)).generate_state(1)[0] % (2**31 - 2)) + 1
     es = cma.CMAEvolutionStrategy(x, sigma, {"popsize": int(samples), "seed": cma_seed, "verbose": -9})
-    history = []
+    history, iterates = [], []
     while budget.remaining() >= samples + 2 and not es.stop():
         pop = np.asarray(es.ask())
-        values = budget(np.vstack([pop, es.mean[None, :]]), len(history))
+        mean = np.array(es.mean, dtype=float)
+        values = budget(np.vstack([pop, mean[None, :]]), len(history))
         history.append(values[-1])
+        iterates.append(mean)
         es.tell(list(pop), list(-values[:-1]))
-    return finish(np.asarray(es.mean, dtype=float), budget, history)
+    return finish(np.array(es.mean, dtype=float), budget, history, iterates)

@@ -98,6 +98,20 @@ def test_same_seed_same_result_and_minimize_mirrors_maximize():
     assert r1.fun == pytest.approx(-r2.fun)
 
 
+def test_best_iterate_is_the_iterate_with_the_highest_value_for_every_method():
+    f = lambda x: -ackley(x)  # noqa: E731
+    x0 = np.full(2, 2.0)
+    sc = sb.SmoothingConfig(samples=10, iterations=40)
+    runs = [maximize(f, x0, GSPowerOptConfig(samples=10, iterations=40), seed=3),
+            *(fn(f, x0, sc, seed=3) for fn in (sb.gaussian_smoothing, sb.gaussian_homotopy, sb.zo_slgh)),
+            sb.cma_es(f, x0, samples=10, max_evals=300, seed=3)]
+    for res in runs:
+        assert res.x_best is not None and res.x_best.shape == x0.shape
+        # re-evaluating the recorded best iterate gives the best value of the history
+        assert f(res.x_best) == pytest.approx(res.history.max())
+        assert res.history.max() >= res.history[-1]
+
+
 def test_max_evals_is_respected_by_every_method():
     f = lambda x: -ackley(x)  # noqa: E731
     x0 = np.ones(2)
