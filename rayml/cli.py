@@ -57,6 +57,8 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="write record.json, results.parquet and plots here")
         r.add_argument("--address", default=None, help="Ray address: 'auto', 'host:port', 'ray://...'")
         r.add_argument("--workers", type=int, default=None, help="at most this many Ray tasks at once")
+        r.add_argument("--show-config", action="store_true",
+                       help="print the size's settable keys, their types and values, and exit")
 
     tr = sub.add_parser("train", help="train a named model config of rayml (e.g. the LLM substrate's)")
     tr.add_argument("name", help="a config name (rayml.llm.training.CONFIGS)")
@@ -184,8 +186,19 @@ def _run_or_bench(args) -> int:
         names = [args.name]
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    if len(names) > 1 and args.set:
+        raise UsageError(f"--set applies to one method's config, not to '{args.command} all'")
+    if args.show_config:
+        for name in names:
+            print(f"{name} ({args.command}, size={size}): settable with --set KEY=VALUE")
+            for key, (typ, value) in experiments.settable(name, args.command, size).items():
+                print(f"  {key:24} {typ:6} {json.dumps(value)}")
+        return 0
     records = []
     for name in names:
+        last = experiments.last_seconds(name, args.command, size)
+        estimate = f"about {last:.0f} s (its last run here)" if last is not None else "not measured here yet"
+        print(f"{name}: {args.command} at size {size}; estimated time {estimate}", flush=True)
         json_path = args.json_path
         out_dir = args.out_dir
         if len(names) > 1:
@@ -195,6 +208,13 @@ def _run_or_bench(args) -> int:
                  address=args.address, json_path=json_path, out_dir=out_dir, workers=args.workers)
         records.append(rec)
         _print_record(rec)
+        if json_path:
+            print(f"  wrote {json_path}")
+        if out_dir:
+            from pathlib import Path
+
+            for path in sorted(Path(out_dir).iterdir()):
+                print(f"  wrote {path}")
         print()
     if len(names) > 1:
         print("summary (paper claims held / total; discriminating = with controls that all fail it):")
@@ -205,6 +225,7 @@ def _run_or_bench(args) -> int:
             results.check_writable(args.json_path, is_dir=False)
             results.write_json({"schema_version": results.SCHEMA_VERSION, "kind": f"{args.command}-all", "records": records},
                                args.json_path)
+            print(f"wrote {args.json_path}")
     return 0
 
 

@@ -13,7 +13,8 @@ import importlib
 import importlib.util
 from dataclasses import dataclass, replace
 
-__all__ = ["Method", "METHODS", "get", "implemented", "names", "details", "experiment_module", "runnable", "SUBSTRATES"]
+__all__ = ["Method", "METHODS", "get", "implemented", "names", "details", "experiment_module", "runnable", "SUBSTRATES",
+           "EXTRAS", "MissingExtra", "extras_of", "check_extras"]
 
 IMPLEMENTED = "implemented"
 PLANNED = "planned"
@@ -48,6 +49,50 @@ class Method:
         if self.status != IMPLEMENTED or not self.experiment:
             raise ValueError(f"method {self.name!r} is planned, not implemented yet")
         return importlib.import_module(self.experiment).EXPERIMENT
+
+
+# The optional dependency groups of pyproject.toml (``pip install "rayml[llm]"``) and the modules
+# whose presence shows that a group is installed. The core install (ray, torch, numpy, scipy,
+# pyarrow, matplotlib, tqdm, scikit-learn, cma) runs every method whose family needs no extra.
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "optim": ("cvxpy", "clarabel", "networkx"),
+    "llm": ("safetensors", "tokenizers", "mistral_common", "sentencepiece", "jsonschema", "pymoo"),
+    "graphs": ("networkx",),
+    "serve": ("fastapi", "starlette", "PIL"),
+    "bench": ("transformers", "xgrammar", "llguidance", "outlines_core"),
+}
+# What each family needs beyond the core, for ``rayml run``; ``_BENCH_EXTRAS`` adds what a
+# method's benchmark needs on top (its peers).
+_FAMILY_EXTRAS: dict[str, tuple[str, ...]] = {
+    "optim": ("optim",), "llm": ("llm",), "decoding": ("llm",), "kvcache": ("llm",), "quant": ("llm",),
+    "merging": ("llm",), "alignment": ("llm",), "architectures": ("llm",), "graphs": ("graphs",),
+}
+_BENCH_EXTRAS: dict[str, tuple[str, ...]] = {"llm-substrate": ("bench",), "zapformat": ("bench",)}
+
+
+class MissingExtra(ValueError):
+    """A method needs an optional dependency group that is not installed."""
+
+
+def extras_of(name: str, kind: str = "run") -> tuple[str, ...]:
+    """The extras method ``name`` needs for ``rayml run`` (``kind="run"``) or ``rayml bench``."""
+    m = get(name)
+    extras = _FAMILY_EXTRAS.get(m.family, ())
+    if kind == "bench":
+        extras += tuple(e for e in _BENCH_EXTRAS.get(name, ()) if e not in extras)
+    return extras
+
+
+def check_extras(name: str, kind: str = "run") -> None:
+    """Raise ``MissingExtra`` (one line naming the extra and the install command) before any work
+    if a module of an extra that method ``name`` needs is not importable."""
+    import importlib.util
+
+    for extra in extras_of(name, kind):
+        missing = [mod for mod in EXTRAS[extra] if importlib.util.find_spec(mod) is None]
+        if missing:
+            raise MissingExtra(f"{kind} {name!r} needs the [{extra}] extra (missing: {', '.join(missing)}): "
+                               f"pip install \"rayml[{extra}]\"")
 
 
 def _m(name, ref, title, family, module, *, code=""):

@@ -22,11 +22,14 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
 __all__ = [
+    "cache_root",
+    "progress_bar",
     "worker_limit",
     "ConnectError",
     "PmapItemError",
@@ -185,6 +188,51 @@ def cluster_info() -> dict:
     }
 
 
+def cache_root() -> Path:
+    """Where rayml caches what it trains or converts: ``$RAYML_CACHE`` or ``~/.cache/rayml``.
+
+    Node-local: never pass a path under it to a task on another node (send the bytes).
+    """
+    return Path(os.environ.get("RAYML_CACHE") or Path.home() / ".cache" / "rayml")
+
+
+class _LineProgress:
+    """tqdm's ``update`` / ``set_postfix`` / ``close`` as plain lines on stderr, about every 10%."""
+
+    def __init__(self, total: int, desc: str):
+        self.total, self.desc, self.n, self._shown, self._postfix = max(int(total), 1), desc, 0, 0, ""
+        self._t0 = time.monotonic()
+
+    def update(self, k: int = 1) -> None:
+        self.n += k
+        decile = min(10, self.n * 10 // self.total)
+        if decile > self._shown:
+            self._shown = decile
+            print(f"{self.desc}: {self.n}/{self.total} ({time.monotonic() - self._t0:.0f} s){self._postfix}",
+                  file=sys.stderr, flush=True)
+
+    def set_postfix(self, ordered_dict=None, refresh=True, **kwargs) -> None:
+        items = {**(ordered_dict or {}), **kwargs}
+        self._postfix = " " + ", ".join(f"{k}={v}" for k, v in items.items()) if items else ""
+
+    def close(self) -> None:
+        pass
+
+
+def progress_bar(total: int, desc: str, **kwargs: Any):
+    """A tqdm bar on stderr when stderr is a terminal; otherwise plain lines (about every 10%),
+    so job logs do not fill with carriage returns. ``TQDM_DISABLE=1`` silences both."""
+    if os.environ.get("TQDM_DISABLE") == "1":
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=desc, disable=True)
+    if sys.stderr.isatty():
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=desc, file=sys.stderr, **kwargs)
+    return _LineProgress(total, desc)
+
+
 def seeds(seed: int | np.random.SeedSequence, n: int) -> list[int]:
     """``n`` independent 63-bit seeds spawned from ``seed`` (numpy ``SeedSequence.spawn``).
 
@@ -332,9 +380,7 @@ def pmap(
     next_chunk = 0
     bar = None
     if progress and len(chunks) > 1:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(items), desc=desc, leave=False, file=sys.stderr)
+        bar = progress_bar(len(items), desc, leave=False)
     try:
         while next_chunk < len(chunks) or pending:
             while next_chunk < len(chunks) and len(pending) < in_flight_cap:

@@ -91,6 +91,8 @@ def test_run_and_bench_write_the_contract(ray_session, tmp_path, capsys):
     results.validate_record(rec)
     assert rec["kind"] == "run" and rec["seed"] == 3 and rec["size"] == "tiny"
     assert rec["claims"] and all(c["text"] in printed for c in rec["claims"])
+    assert "gs-poweropt: run at size tiny; estimated time" in printed
+    assert f"wrote {rj}" in printed and f"wrote {od / 'record.json'}" in printed
     assert {p.name for p in od.iterdir()} == {"record.json", "results.parquet", "convergence.png"}
     assert main(["bench", "gs-poweropt", "--size", "tiny", "--json", str(bj)]) == 0
     bench = json.loads(bj.read_text())
@@ -151,3 +153,40 @@ def test_rayml_serve_answers_over_http_and_stops_on_interrupt():
 def test_serve_rejects_an_unknown_app(capsys):
     assert "cannot import" in _one_line_error(capsys, ["serve", "nope.module:app"])
     assert "expected one of" in _one_line_error(capsys, ["serve", "nope"])
+
+
+def test_show_config_prints_the_settable_keys_and_does_no_work(capsys):
+    assert main(["run", "gs-poweropt", "--quick", "--show-config"]) == 0
+    out = capsys.readouterr().out
+    assert "gs-poweropt (run, size=quick)" in out
+    assert any(line.split()[:2] == ["seeds", "int"] for line in out.splitlines())
+
+
+def test_run_all_refuses_set(capsys):
+    assert "not to 'run all'" in _one_line_error(capsys, ["run", "all", "--size", "tiny", "--set", "seeds=2"])
+
+
+def test_a_missing_extra_stops_before_any_work():
+    # cvxpy made unimportable: eig-augment (family optim) needs the [optim] extra
+    code = ("import sys; sys.modules['cvxpy'] = None\n"
+            "from rayml.cli import main\n"
+            "code = main(['run', 'eig-augment', '--size', 'tiny'])\n"
+            "import ray\n"
+            "print('exit', code, 'ray started', ray.is_initialized())\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "exit 2 ray started False" in res.stdout
+    err = res.stderr.strip().splitlines()
+    assert len(err) == 1 and "needs the [optim] extra (missing: cvxpy)" in err[0], res.stderr
+
+
+def test_progress_is_plain_lines_when_stderr_is_not_a_terminal():
+    code = ("import os; os.environ.pop('TQDM_DISABLE', None)\n"
+            "from rayml.runtime import progress_bar\n"
+            "bar = progress_bar(20, 'work')\n"
+            "for _ in range(20): bar.update(1)\n"
+            "bar.close()\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"})
+    assert "\r" not in res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert lines[0].startswith("work: 2/20") and lines[-1].startswith("work: 20/20") and len(lines) == 10

@@ -65,45 +65,107 @@ class LinearBandit:
 
     ``phi(x, a) = (psi(x, a) / 2, 1/2)`` with ``||psi|| <= 1`` and ``theta* = (u, 1)`` with
     ``||u|| <= 1``, so ``R*(x, a) = (1 + <u, psi>) / 2`` lies in [0, 1], ``||phi|| <= 1`` and
-    ``||theta*|| <= sqrt(2)``. Contexts are uniform over ``n_contexts``; ``pi0`` is a Dirichlet(1)
-    draw mixed half-half with uniform. Assumed: our own instance (the paper has no experiments).
+    ``||theta*|| <= sqrt(2)``. Contexts are uniform over ``n_contexts``.
+
+    ``reference="mixed"``: ``pi0`` is a Dirichlet(1) draw mixed half-half with uniform (every action
+    has probability >= 1/(2K): the reference policy covers the feature space).
+    ``reference="low-coverage"``: one *rare* action per context is the only one with a component
+    (``rho = 0.9``) along the last direction of ``psi``, ``u`` weighs that direction by 0.9 (so the
+    rare action is the optimal one in every context, by a gap >= 0.09), and ``pi0`` gives it
+    probability ``coverage``: the reference policy's feature covariance has an eigenvalue of order
+    ``coverage`` along the direction that decides the optimum. This is the case the paper's
+    "no coverage assumption" is about (greedy sampling from ``pi0 exp(eta R_hat)`` hardly ever
+    plays the rare action). Assumed: our own instances (the paper has no experiments).
     """
 
-    def __init__(self, n_actions: int = 8, dim: int = 6, n_contexts: int = 16, *, instance_seed: int = 0):
+    REFERENCES = ("mixed", "low-coverage")
+
+    def __init__(self, n_actions: int = 8, dim: int = 6, n_contexts: int = 16, *, instance_seed: int = 0,
+                 reference: str = "mixed", coverage: float = 1e-3):
         if n_actions < 2:
             raise ValueError(f"n_actions (K) must be >= 2, got {n_actions}")
-        if dim < 2:
-            raise ValueError(f"dim must be >= 2 (one feature is the constant), got {dim}")
+        if dim < 2 or (reference == "low-coverage" and dim < 3):
+            raise ValueError(f"dim must be >= 2 (>= 3 for low-coverage; one feature is the constant), got {dim}")
         if n_contexts < 1:
             raise ValueError(f"n_contexts must be >= 1, got {n_contexts}")
+        if reference not in self.REFERENCES:
+            raise ValueError(f"reference must be one of {self.REFERENCES}, got {reference!r}")
+        if not 0 < coverage < 1 / n_actions:
+            raise ValueError(f"coverage (pi0 of the rare action) must be in (0, 1/K), got {coverage!r}")
         rng = np.random.default_rng(instance_seed)
         psi = rng.standard_normal((n_contexts, n_actions, dim - 1))
         psi *= rng.random((n_contexts, n_actions, 1)) ** (1 / (dim - 1)) / np.linalg.norm(psi, axis=2, keepdims=True)
         u = rng.standard_normal(dim - 1)
         u /= np.linalg.norm(u)
+        self.rare = None
+        if reference == "low-coverage":
+            rho = 0.9
+            rare = rng.integers(n_actions, size=n_contexts)
+            psi[..., -1] = 0.0
+            psi[..., :-1] /= np.maximum(1.0, np.linalg.norm(psi[..., :-1], axis=2, keepdims=True))
+            xs = np.arange(n_contexts)
+            psi[xs, rare, :-1] *= math.sqrt(1 - rho ** 2)
+            psi[xs, rare, -1] = rho
+            u[-1] = 0.0
+            u *= math.sqrt(1 - rho ** 2) / np.linalg.norm(u)
+            u[-1] = rho
+            self.rare = rare
         self.phi = np.concatenate([psi / 2, np.full((n_contexts, n_actions, 1), 0.5)], axis=2)
         self.theta = np.concatenate([u, [1.0]])
         self.mean = self.phi @ self.theta                              # (X, K)
         self.pi0 = _dirichlet_reference(rng, (n_contexts, n_actions), 0.5)
+        if reference == "low-coverage":
+            p = self.pi0.copy()
+            p[xs, rare] = 0.0
+            p *= (1 - coverage) / p.sum(axis=1, keepdims=True)
+            p[xs, rare] = coverage
+            self.pi0 = p
+        self.reference, self.coverage = reference, float(coverage)
         self.n_actions, self.dim, self.n_contexts = n_actions, dim, n_contexts
         self.theta_bound = float(np.linalg.norm(self.theta))
+
+    def coverage_stats(self, eta: float) -> dict:
+        """How well ``pi0`` covers the problem: the smallest eigenvalue of ``E_{x, a~pi0} phi phi^T``,
+        the smallest ``pi0`` of an optimal action, and ``max pi*/pi0`` at ``eta``."""
+        cov = np.einsum("xk,xkd,xke->de", self.pi0, self.phi, self.phi) / self.n_contexts
+        best = self.mean.argmax(axis=1)
+        pi_star = softmax_policy(self.pi0, self.mean, eta)
+        return {"min_eig_pi0_feature_cov": float(np.linalg.eigvalsh(cov)[0]),
+                "min_pi0_of_best_action": float(self.pi0[np.arange(self.n_contexts), best].min()),
+                "max_pi_star_over_pi0": float((pi_star / self.pi0).max()),
+                "mean_pi_star_of_best_action": float(pi_star[np.arange(self.n_contexts), best].mean())}
 
 
 class TabularMDP:
     """An episodic MDP with ``S`` states, ``A`` actions, horizon ``H``, Bernoulli rewards, start state 0.
 
     Transitions ``P_h(.|s, a)`` are Dirichlet(0.5) draws, mean rewards uniform on [0, 1], ``pi0``
-    a Dirichlet(1) draw mixed half-half with uniform. Assumed: our own instance.
+    a Dirichlet(1) draw mixed half-half with uniform (``reference="mixed"``). With
+    ``reference="low-coverage"`` one rare action per ``(h, s)`` has mean reward 1, the others
+    uniform on [0, 0.6], and ``pi0`` gives the rare action probability ``coverage``. Assumed: our
+    own instances.
     """
 
-    def __init__(self, n_states: int = 5, n_actions: int = 3, horizon: int = 4, *, instance_seed: int = 0):
+    def __init__(self, n_states: int = 5, n_actions: int = 3, horizon: int = 4, *, instance_seed: int = 0,
+                 reference: str = "mixed", coverage: float = 1e-3):
         if n_states < 1 or n_actions < 2 or horizon < 1:
             raise ValueError(f"need n_states >= 1, n_actions (K) >= 2, horizon >= 1, got {n_states}, {n_actions}, {horizon}")
+        if reference not in LinearBandit.REFERENCES:
+            raise ValueError(f"reference must be one of {LinearBandit.REFERENCES}, got {reference!r}")
+        if not 0 < coverage < 1 / n_actions:
+            raise ValueError(f"coverage (pi0 of the rare action) must be in (0, 1/K), got {coverage!r}")
         rng = np.random.default_rng(instance_seed)
         S, A, H = n_states, n_actions, horizon
         self.P = rng.dirichlet(np.full(S, 0.5), size=(H, S, A))           # (H, S, A, S)
         self.r = rng.random((H, S, A))
         self.pi0 = _dirichlet_reference(rng, (H, S, A), 0.5)
+        if reference == "low-coverage":
+            rare = rng.integers(A, size=(H, S))
+            onehot = np.arange(A)[None, None] == rare[..., None]
+            self.r = np.where(onehot, 1.0, 0.6 * self.r)
+            p = np.where(onehot, 0.0, self.pi0)
+            self.pi0 = np.where(onehot, coverage, p * (1 - coverage) / p.sum(axis=2, keepdims=True))
+        self.reference, self.coverage = reference, float(coverage)
         self.n_states, self.n_actions, self.horizon = S, A, H
 
     def soft_optimal(self, eta: float) -> tuple[np.ndarray, np.ndarray]:
@@ -228,7 +290,9 @@ def run_bandit(env: LinearBandit, config: KLConfig, runs: int, seed: int | np.ra
     """``runs`` independent learners on ``env``, advanced together; cumulative regret at checkpoints.
 
     Returns:
-        ``{"rounds": (C,), "regret": (R, C) cumulative regret, "final": (R,)}``.
+        ``{"rounds": (C,), "regret": (R, C) cumulative KL-regularized regret, "final": (R,),
+        "regret_unreg": (R, C) cumulative unregularized regret sum_t E_x[max_a R* - E_{pi_t} R*],
+        "final_unreg": (R,)}``.
     """
     if config.method not in BANDIT_METHODS:
         raise ValueError(f"method must be one of {BANDIT_METHODS} for run_bandit, got {config.method!r}")
@@ -242,12 +306,16 @@ def run_bandit(env: LinearBandit, config: KLConfig, runs: int, seed: int | np.ra
     idx = np.arange(runs)
     marks = _checkpoints(T, config.checkpoints)
     out = np.zeros((runs, marks.size))
+    out_unreg = np.zeros((runs, marks.size))
     cum = np.zeros(runs)
+    cum_unreg = np.zeros(runs)
+    best = env.mean.max(axis=1)
     c = 0
     for t in range(T):
         theta_hat = np.einsum("rij,rj->ri", sigma_inv, b)
         pi = _bandit_policy(config.method, env, theta_hat, sigma_inv, beta, eta, rng)
         cum += policy_regret(env, pi, eta)
+        cum_unreg += np.mean(best[None] - np.sum(pi * env.mean[None], axis=2), axis=1)
         x = rng.integers(env.n_contexts, size=runs)
         p = pi[idx, x]
         cdf = np.cumsum(p, axis=1)
@@ -259,8 +327,10 @@ def run_bandit(env: LinearBandit, config: KLConfig, runs: int, seed: int | np.ra
         b += r[:, None] * f
         if c < marks.size and t + 1 == marks[c]:
             out[:, c] = cum
+            out_unreg[:, c] = cum_unreg
             c += 1
-    return {"rounds": marks, "regret": out, "final": cum.copy()}
+    return {"rounds": marks, "regret": out, "final": cum.copy(), "regret_unreg": out_unreg,
+            "final_unreg": cum_unreg.copy()}
 
 
 def run_bandit_loop(env: LinearBandit, config: KLConfig, seed: int) -> float:

@@ -250,12 +250,13 @@ class ActiveLearningClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"C must be a positive number, got {self.C!r}")
 
     def fit(self, X, y):
-        from sklearn.utils.validation import check_X_y
+        from sklearn.utils.multiclass import check_classification_targets
+        from sklearn.utils.validation import validate_data
 
         self._validate()
-        X, y = check_X_y(X, y)
+        X, y = validate_data(self, X, y)
+        check_classification_targets(y)
         self.classes_, y_enc = np.unique(y, return_inverse=True)
-        self.n_features_in_ = X.shape[1]
         seed = np.random.SeedSequence(self.random_state if isinstance(self.random_state, (int, np.integer))
                                       else None).generate_state(1)[0]
         data = ActiveData(X_pool=X, y_true=y_enc, y_noisy=y_enc, X_test=X[:1], y_test=y_enc[:1],
@@ -272,13 +273,13 @@ class ActiveLearningClassifier(ClassifierMixin, BaseEstimator):
         return self
 
     def predict_proba(self, X):
-        from sklearn.utils.validation import check_array, check_is_fitted
+        from sklearn.utils.validation import check_is_fitted, validate_data
 
         check_is_fitted(self, "model_")
-        X = check_array(X)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, expected {self.n_features_in_}")
+        X = validate_data(self, X, reset=False)
         return predict_proba(self.model_, X, max(2, self.classes_.size))[:, :self.classes_.size]
 
     def predict(self, X):
-        return self.classes_[self.predict_proba(X).argmax(1)]
+        """The most probable class of each row of ``X``."""
+        proba = self.predict_proba(X)
+        return self.classes_[proba.argmax(1)]

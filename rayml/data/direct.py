@@ -157,7 +157,7 @@ def initial_interval(w) -> tuple[int, int]:
 
 
 def interval_search(w, labeled, I: int, J: int, *, n_annotators: int, budget: int,
-                    annotate: Annotator, rng: np.random.Generator) -> list[int]:
+                    annotate: Annotator, rng: np.random.Generator) -> tuple[list[int], tuple[int, int]]:
     """The agnostic, noise-tolerant 1-D interval search with batch labelling (Algorithm 1).
 
     Args:
@@ -170,7 +170,7 @@ def interval_search(w, labeled, I: int, J: int, *, n_annotators: int, budget: in
         rng: the source of the uniform draws and tie-breaking coins.
 
     Returns:
-        The positions queried, in order.
+        ``(queried, (I, J))``: the positions queried, in order, and the final interval.
     """
     if not isinstance(n_annotators, (int, np.integer)) or n_annotators < 1:
         raise ValueError(f"n_annotators must be a positive integer, got {n_annotators!r}")
@@ -210,7 +210,7 @@ def interval_search(w, labeled, I: int, J: int, *, n_annotators: int, budget: in
                     diam -= int(not labeled[J])
                     J -= 1
         B2 -= per_round
-    return queried
+    return queried, (I, J)
 
 
 def query_around_threshold(labeled, best: int, budget: int) -> list[int]:
@@ -311,7 +311,7 @@ def direct_select(probs, labeled_idx, labels, budget: int, annotate: Annotator, 
                 seen[int(i)] = int(y)
             return np.where(got == k, 1, -1)
 
-        picked = interval_search(w, lab_sorted, I, J, n_annotators=int(n_annotators), budget=B2,
+        picked, _ = interval_search(w, lab_sorted, I, J, n_annotators=int(n_annotators), budget=B2,
                                  annotate=ask, rng=rng)
         taken[order[picked]] = True
         query.extend(int(i) for i in order[picked])

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 from rayml import registry, results, runtime
 from rayml.results import Claim, Control
 
-__all__ = ["Claim", "Control", "Experiment", "Outcome", "SIZES", "BENCH_ALIASES", "run", "bench", "resolve_config", "parse_overrides"]
+__all__ = ["Claim", "Control", "Experiment", "last_seconds", "settable", "Outcome", "SIZES", "BENCH_ALIASES", "run", "bench", "resolve_config", "parse_overrides"]
 
 SIZES = ("tiny", "quick", "full")
 # `rayml bench FAMILY` for issues that ask for one benchmark of a family of methods.
@@ -114,9 +114,47 @@ def resolve_config(sizes: Mapping[str, Mapping], size: str, overrides: Mapping[s
     return config
 
 
+def _timings_path():
+    return runtime.cache_root() / "timings.json"
+
+
+def last_seconds(name: str, kind: str, size: str) -> float | None:
+    """Wall seconds of the last ``kind`` run of ``name`` at ``size`` on this machine, if any."""
+    import json
+
+    try:
+        return float(json.loads(_timings_path().read_text())[f"{kind}/{name}/{size}"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _remember_seconds(name: str, kind: str, size: str, seconds: float) -> None:
+    import json
+
+    path = _timings_path()
+    try:
+        data = json.loads(path.read_text()) if path.exists() else {}
+        data[f"{kind}/{name}/{size}"] = round(float(seconds), 1)
+        results.write_json(data, path)
+    except (OSError, ValueError):
+        pass  # a cache that cannot be written only loses the next estimate
+
+
+def settable(name: str, kind: str = "run", size: str = "quick") -> dict:
+    """``{key: (type name, value)}`` of the settings ``--set`` accepts for ``name`` at ``size``."""
+    experiment = registry.get(BENCH_ALIASES.get(name, name) if kind == "bench" else name).load_experiment()
+    sizes = experiment.sizes if kind == "run" else experiment.bench_sizes
+    if size not in sizes:
+        raise ValueError(f"size must be one of {tuple(sizes)}, got {size!r}")
+    return {k: (type(v).__name__, v) for k, v in sizes[size].items()}
+
+
 def _execute(kind: str, name: str, *, size: str, seed: int, overrides, address, json_path, out_dir,
              workers: int | None) -> dict:
     method = registry.get(name)
+    if method.status != registry.IMPLEMENTED:
+        raise ValueError(f"method {name!r} is planned, not implemented yet")
+    registry.check_extras(name, kind)
     experiment = method.load_experiment()
     if kind == "bench" and experiment.bench is None:
         raise ValueError(f"method {name!r} has no benchmark")
@@ -135,6 +173,7 @@ def _execute(kind: str, name: str, *, size: str, seed: int, overrides, address, 
     with runtime.max_workers(workers):
         outcome = fn(config, seed)
     seconds = time.perf_counter() - t0
+    _remember_seconds(name, kind, size, seconds)
     record = {
         "schema_version": results.SCHEMA_VERSION,
         "name": name,

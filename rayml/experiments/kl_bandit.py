@@ -1,13 +1,25 @@
 """KL-regularized UCB reproduction: regret against T on a log axis, against eta and the baselines.
 
-The paper (theory only) proves regret ``O(eta log(N T) d)``: logarithmic in ``T`` and growing with
-``eta``. We measure, on a linear contextual bandit (``LinearBandit``) and a tabular episodic MDP
-(``TabularMDP``), the cumulative KL-regularized regret of KL-regularized UCB / LSVI-UCB and of the
-baselines (the same without the bonus; unregularized LinUCB and linear Thompson sampling, scored on
-the same KL-regularized objective), over many independent runs. "Logarithmic in T" is measured by
-the doubling ratio ``(Reg(T) - Reg(T/2)) / (Reg(T/2) - Reg(T/4))``: 1 for ``log T``, ``sqrt 2`` for
-``sqrt T``, 2 for linear regret; the claim is ratio < 1.2 (half-way to ``sqrt 2``), for the mean and
-for the 90th-percentile curve over runs.
+The paper (theory only) proves regret ``O(eta log(N T) d)``, logarithmic in ``T``, *without the
+coverage assumptions* of earlier analyses of greedy sampling from ``pi0 exp(eta R_hat)``. So the
+bandit runs on a low-coverage instance (``LinearBandit(reference="low-coverage")``: the optimal
+action of every context is the only one along one feature direction and ``pi0`` gives it
+probability ``coverage``), and the MDP likewise (``TabularMDP(reference="low-coverage")``). We
+measure the cumulative KL-regularized regret of KL-regularized UCB / LSVI-UCB and of the baselines:
+the same without the bonus (``kl-greedy``, the coverage-dependent algorithm), and unregularized
+LinUCB / linear Thompson sampling, which are scored on both objectives (KL-regularized and the
+unregularized regret they target).
+
+"Logarithmic in T" is the normalised doubling excess ``(rho - 1) / (rho_log2(T) - 1)`` of the
+doubling ratio ``rho = (Reg(T) - Reg(T/2)) / (Reg(T/2) - Reg(T/4))``: 0 for ``log T``, 1 for a
+``log^2 T`` curve at the same checkpoints, far above 1 for ``sqrt T`` or linear regret. The claim
+is excess < 0.5 (nearer ``log T`` than ``log^2 T``); its controls are kl-greedy and the ``log^2 T``
+curve itself, so a pass is evidence only if both fail.
+
+Tuning: the bonus scale of every optimistic method (KL-UCB, LinUCB, Lin-TS, KL-LSVI-UCB) is chosen
+from the same grid ``bonus_grid`` (with 1, the stated radius, inside) on tuning seeds kept apart
+from the test seeds, each on the objective it targets; kl-greedy has no parameter. Every method
+plays the same number of rounds (the recorded budget).
 
 ``rayml bench kl-bandit`` (alias ``rayml bench bandits``): simulated rounds per second of one
 learner vectorised over runs vs a plain per-round loop, and the Ray speedup of a seed sweep with
@@ -16,6 +28,7 @@ learner vectorised over runs vs a plain per-round loop, and the Ray speedup of a
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Mapping
 
@@ -24,135 +37,235 @@ import numpy as np
 from rayml import runtime
 from rayml.bandits import kl_regularized as kl
 from rayml.experiments import Experiment, Outcome
-from rayml.results import Claim
+from rayml.results import Claim, Control
 
 PAPER = "Logarithmic Regret for Online KL-Regularized Reinforcement Learning, ICML 2025"
 METHOD = "kl-bandit"
 
+_COMMON = dict(actions=8, dim=6, contexts=16, states=5, mdp_actions=3, horizon=4, coverage=1e-3,
+               bonus_grid=[0.1, 0.3, 1.0])
 SIZES = {
-    "tiny": dict(etas=[1.0, 4.0], rounds=200, mdp_rounds=100, seeds=4, runs_per_task=2, actions=8, dim=6,
-                 contexts=16, states=5, mdp_actions=3, horizon=4),
-    "quick": dict(etas=[1.0, 4.0, 16.0], rounds=2000, mdp_rounds=1000, seeds=32, runs_per_task=16, actions=8,
-                  dim=6, contexts=16, states=5, mdp_actions=3, horizon=4),
-    "full": dict(etas=[0.5, 1.0, 4.0, 16.0, 64.0], rounds=100_000, mdp_rounds=50_000, seeds=256, runs_per_task=32,
-                 actions=8, dim=6, contexts=16, states=5, mdp_actions=3, horizon=4),
+    "tiny": dict(etas=[4.0, 64.0], rounds=200, mdp_rounds=100, seeds=4, tune_seeds=2, runs_per_task=2, **_COMMON),
+    "quick": dict(etas=[4.0, 16.0, 64.0], rounds=4000, mdp_rounds=1000, seeds=64, tune_seeds=32, runs_per_task=32,
+                  **_COMMON),
+    "full": dict(etas=[1.0, 4.0, 16.0, 64.0], rounds=100_000, mdp_rounds=50_000, seeds=256, tune_seeds=64,
+                 runs_per_task=32, **_COMMON),
 }
 BENCH_SIZES = {
     "tiny": dict(rounds=100, runs=16, loop_rounds=20, sweep_tasks=4),
     "quick": dict(rounds=1000, runs=64, loop_rounds=200, sweep_tasks=8),
     "full": dict(rounds=5000, runs=256, loop_rounds=1000, sweep_tasks=16),
 }
+OPTIMISTIC = ("kl-ucb", "linucb", "lin-ts")
+SOURCE_LOG = ("abstract: 'our algorithm achieves an O(eta log(N_R T) d_R) logarithmic regret bound' (previous "
+              "analyses 'rely on strong coverage assumptions')")
 
 
 def _envs(config):
-    bandit = kl.LinearBandit(int(config["actions"]), int(config["dim"]), int(config["contexts"]))
-    mdp = kl.TabularMDP(int(config["states"]), int(config["mdp_actions"]), int(config["horizon"]))
+    cov = float(config["coverage"])
+    bandit = kl.LinearBandit(int(config["actions"]), int(config["dim"]), int(config["contexts"]),
+                             reference="low-coverage", coverage=cov)
+    mdp = kl.TabularMDP(int(config["states"]), int(config["mdp_actions"]), int(config["horizon"]),
+                        reference="low-coverage", coverage=cov)
     return bandit, mdp
 
 
 def run_task(item: tuple, config: Mapping[str, Any]) -> dict:
-    """One batch of runs: ``(env, method, eta, chunk, first seed index, seed)`` -> regret curves."""
-    env_name, method, eta, chunk, first, seed = item
+    """One batch of runs: ``(phase, env, method, eta, bonus, first seed index, runs, seed)`` -> curves."""
+    phase, env_name, method, eta, bonus, first, runs, seed = item
     bandit, mdp = _envs(config)
-    runs = int(config["runs_per_task"])
     if env_name == "bandit":
-        res = kl.run_bandit(bandit, kl.KLConfig(method=method, eta=eta, rounds=int(config["rounds"])), runs, seed)
+        cfg = kl.KLConfig(method=method, eta=eta, rounds=int(config["rounds"]), bonus_scale=bonus)
+        res = kl.run_bandit(bandit, cfg, runs, seed)
     else:
-        res = kl.run_mdp(mdp, kl.KLConfig(method=method, eta=eta, rounds=int(config["mdp_rounds"])), runs, seed)
-    return {"env": env_name, "method": method, "eta": eta, "first": first,
-            "rounds": res["rounds"].tolist(), "regret": res["regret"].tolist()}
+        cfg = kl.KLConfig(method=method, eta=eta, rounds=int(config["mdp_rounds"]), bonus_scale=bonus)
+        res = kl.run_mdp(mdp, cfg, runs, seed)
+    return {"phase": phase, "env": env_name, "method": method, "eta": eta, "bonus": bonus, "first": first,
+            "rounds": res["rounds"].tolist(), "regret": res["regret"].tolist(),
+            "regret_unreg": res.get("regret_unreg", res["regret"]).tolist()}
 
 
 def _doubling_ratio(rounds: np.ndarray, curve: np.ndarray) -> float:
-    T = rounds[-1]
+    T = int(rounds[-1])
     at = {int(r): float(v) for r, v in zip(rounds, curve)}
     q, h = at[max(1, T // 4)], at[max(1, T // 2)]
     return (at[T] - h) / max(h - q, 1e-12)
 
 
-def _items(config, seed):
+def _log2_ratio(T: int) -> float:
+    """The doubling ratio of a ``log^2 t`` curve at the checkpoints ``T/4, T/2, T``."""
+    q, h = math.log(max(1, T // 4)) ** 2, math.log(max(1, T // 2)) ** 2
+    return (math.log(T) ** 2 - h) / max(h - q, 1e-12)
+
+
+def _log_excess(rounds: np.ndarray, curve: np.ndarray) -> float:
+    """``(rho - 1) / (rho_log2 - 1)``: 0 for log T, 1 for log^2 T (see the module docstring)."""
+    return (_doubling_ratio(rounds, curve) - 1.0) / (_log2_ratio(int(rounds[-1])) - 1.0)
+
+
+def _check(config):
     etas = [float(e) for e in config["etas"]]
     if len(etas) < 2 or any(e <= 0 for e in etas):
         raise ValueError(f"etas must hold at least 2 values > 0, got {config['etas']}")
-    seeds, per = int(config["seeds"]), int(config["runs_per_task"])
-    if seeds < 1 or per < 1 or seeds % per:
-        raise ValueError(f"seeds must be a positive multiple of runs_per_task, got {seeds} and {per}")
-    jobs = [("bandit", m, e) for m in kl.BANDIT_METHODS for e in etas]
-    jobs += [("mdp", m, etas[len(etas) // 2]) for m in kl.MDP_METHODS]
+    seeds, tune, per = int(config["seeds"]), int(config["tune_seeds"]), int(config["runs_per_task"])
+    if seeds < 1 or per < 1 or seeds % per or tune < 1:
+        raise ValueError(f"seeds must be a positive multiple of runs_per_task and tune_seeds >= 1, "
+                         f"got {seeds}, {per}, {tune}")
+    grid = [float(g) for g in config["bonus_grid"]]
+    if 1.0 not in grid or any(g <= 0 for g in grid):
+        raise ValueError(f"bonus_grid must hold values > 0 including 1 (the stated radius), got {config['bonus_grid']}")
+    if int(config["rounds"]) < 8 or int(config["mdp_rounds"]) < 8:
+        raise ValueError("rounds and mdp_rounds must be >= 8 (the doubling ratio needs T/4 >= 2)")
+    kl.LinearBandit(int(config["actions"]), int(config["dim"]), int(config["contexts"]), reference="low-coverage",
+                    coverage=float(config["coverage"]))
+    return etas, grid
+
+
+def _tuning_items(config, seed, etas, grid):
+    """Each optimistic method's grid on tuning seeds (``SeedSequence([seed, 1])``: apart from the test seeds)."""
+    mid = etas[len(etas) // 2]
+    tune = int(config["tune_seeds"])
+    jobs = [("bandit", "kl-ucb", e) for e in etas] + [("bandit", m, etas[0]) for m in ("linucb", "lin-ts")]
+    jobs += [("mdp", "kl-lsvi-ucb", mid)]
+    out = []
+    for j, (env, m, e) in enumerate(jobs):
+        for g in grid:
+            out.append(("tune", env, m, e, g, 0, tune, runtime.seeds(np.random.SeedSequence([seed, 1, j]), 1)[0]))
+    return out
+
+
+def _test_items(config, seed, etas, chosen):
+    per, seeds = int(config["runs_per_task"]), int(config["seeds"])
+    mid = etas[len(etas) // 2]
+    jobs = [("bandit", m, e) for m in kl.BANDIT_METHODS for e in etas] + [("mdp", m, mid) for m in kl.MDP_METHODS]
     chunk_seeds = runtime.seeds(seed, seeds // per)
-    return [(env, m, e, c, c * per, s) for env, m, e in jobs for c, s in enumerate(chunk_seeds)]
+    items = []
+    for env, m, e in jobs:
+        bonus = chosen.get((env, m, e), chosen.get((env, m, None), 1.0))
+        items += [("test", env, m, e, bonus, c * per, per, s) for c, s in enumerate(chunk_seeds)]
+    return items
+
+
+def _tune(out, etas):
+    """Pick each method's bonus scale by its mean final regret on the objective it targets."""
+    scores: dict = {}
+    rows = []
+    for o in out:
+        target = "regret" if o["method"] in ("kl-ucb", "kl-lsvi-ucb") else "regret_unreg"
+        score = float(np.mean(np.array(o[target])[:, -1]))
+        key = (o["env"], o["method"], o["eta"] if o["method"] in ("kl-ucb", "kl-lsvi-ucb") else None)
+        scores.setdefault(key, []).append((score, o["bonus"]))
+        rows.append({"env": o["env"], "method": o["method"], "eta": o["eta"], "bonus_scale": o["bonus"],
+                     "metric": "tuning_" + ("kl_regret" if target == "regret" else "unregularized_regret"),
+                     "value": score})
+    chosen = {k: min(v)[1] for k, v in scores.items()}
+    return chosen, rows
 
 
 def run(config: Mapping[str, Any], seed: int) -> Outcome:
-    """Every (environment, method, eta, chunk of runs) as a Ray task; regret curves and summaries."""
-    items = _items(config, seed)
+    """Tune the bonus scales on held-out seeds, then every (environment, method, eta, chunk) as a Ray task."""
+    etas, grid = _check(config)
+    etas = sorted(etas)
+    bandit, _ = _envs(config)
+    tuned = runtime.pmap(run_task, _tuning_items(config, seed, etas, grid), shared=dict(config), desc="kl-bandit tuning")
+    chosen, tuning_rows = _tune(tuned, etas)
+    items = _test_items(config, seed, etas, chosen)
     out = runtime.pmap(run_task, items, shared=dict(config), desc="kl-bandit runs")
     groups: dict = {}
     for o in out:
         groups.setdefault((o["env"], o["method"], o["eta"]), []).append(o)
     summary, run_rows, curve_rows = {}, [], []
     for (env, method, eta), parts in groups.items():
+        parts = sorted(parts, key=lambda p: p["first"])
         rounds = np.array(parts[0]["rounds"])
-        reg = np.concatenate([np.array(p["regret"]) for p in sorted(parts, key=lambda p: p["first"])])
+        reg = np.concatenate([np.array(p["regret"]) for p in parts])
+        unreg = np.concatenate([np.array(p["regret_unreg"]) for p in parts])
         mean, q10, q90, q95 = reg.mean(0), *np.quantile(reg, [0.1, 0.9, 0.95], axis=0)
         summary[(env, method, eta)] = {
+            "bonus_scale": parts[0]["bonus"],
             "final_regret": float(mean[-1]), "final_regret_q90": float(q90[-1]), "final_regret_q95": float(q95[-1]),
             "doubling_ratio": _doubling_ratio(rounds, mean), "doubling_ratio_q90": _doubling_ratio(rounds, q90),
+            "log_excess": _log_excess(rounds, mean), "log_excess_q90": _log_excess(rounds, q90),
+            "final_unreg": float(unreg.mean(0)[-1]), "doubling_ratio_unreg": _doubling_ratio(rounds, unreg.mean(0)),
         }
-        for i, v in enumerate(reg[:, -1]):
-            run_rows.append({"env": env, "method": method, "eta": eta, "seed": i, "metric": "final_regret",
-                             "value": float(v)})
+        for i in range(reg.shape[0]):
+            for metric, arr in (("final_regret", reg), ("final_unreg", unreg)):
+                run_rows.append({"env": env, "method": method, "eta": eta, "seed": i, "metric": metric,
+                                 "value": float(arr[i, -1])})
         for j, r in enumerate(rounds):
             for name, arr in (("mean", mean), ("q10", q10), ("q90", q90), ("q95", q95)):
                 curve_rows.append({"env": env, "method": method, "eta": eta, "rounds": int(r),
                                    "metric": f"regret_{name}", "value": float(arr[j])})
-    etas = sorted({float(e) for e in config["etas"]})
     mid = etas[len(etas) // 2]
 
-    def block(env, method, eta_list):
-        return {f"eta={e:g}": summary[(env, method, e)] for e in eta_list}
+    def block(method):
+        per_eta = {f"eta={e:g}": summary[("bandit", method, e)] for e in etas}
+        lo, hi = per_eta[f"eta={etas[0]:g}"]["final_regret"], per_eta[f"eta={etas[-1]:g}"]["final_regret"]
+        return {**per_eta,
+                "log_excess_max": max(v["log_excess"] for v in per_eta.values()),
+                "log_excess_q90_max": max(v["log_excess_q90"] for v in per_eta.values()),
+                "final_regret_mean_over_etas": float(np.mean([v["final_regret"] for v in per_eta.values()])),
+                "final_unreg_min_over_etas": min(v["final_unreg"] for v in per_eta.values()),
+                "eta_scaling": (hi / max(lo, 1e-12)) / (etas[-1] / etas[0])}
 
-    ours = block("bandit", "kl-ucb", etas)
-    metrics = {
-        "kl_ucb": ours,
-        "doubling_ratio_max": max(v["doubling_ratio"] for v in ours.values()),
-        "doubling_ratio_q90_max": max(v["doubling_ratio_q90"] for v in ours.values()),
-        "final_regret_eta_smallest": ours[f"eta={etas[0]:g}"]["final_regret"],
-        "final_regret_eta_largest": ours[f"eta={etas[-1]:g}"]["final_regret"],
-        "final_regret_mean_over_etas": float(np.mean([v["final_regret"] for v in ours.values()])),
-        "rl": {"kl_lsvi_ucb": summary[("mdp", "kl-lsvi-ucb", mid)], "eta": mid},
-    }
-    baselines = {m.replace("-", "_"): {**block("bandit", m, etas),
-                                       "final_regret_mean_over_etas": float(np.mean(
-                                           [summary[("bandit", m, e)]["final_regret"] for e in etas]))}
-                 for m in kl.BANDIT_METHODS[1:]}
+    rounds_T, mdp_T = int(config["rounds"]), int(config["mdp_rounds"])
+    # The log^2 T reference curve through the same statistic (1 by construction of the scale).
+    log2 = lambda T: _log_excess(kl._checkpoints(T, 20), np.log(kl._checkpoints(T, 20)) ** 2)  # noqa: E731
+    metrics = {"kl_ucb": block("kl-ucb"), "rl": {"kl_lsvi_ucb": summary[("mdp", "kl-lsvi-ucb", mid)], "eta": mid},
+               "coverage": {f"eta={e:g}": bandit.coverage_stats(e) for e in etas}}
+    metrics.update({k: metrics["kl_ucb"][k] for k in ("log_excess_max", "log_excess_q90_max",
+                                                      "final_regret_mean_over_etas", "final_unreg_min_over_etas",
+                                                      "eta_scaling")})
+    baselines = {m.replace("-", "_"): block(m) for m in kl.BANDIT_METHODS[1:]}
     baselines["kl_lsvi_greedy"] = summary[("mdp", "kl-lsvi-greedy", mid)]
-    budget = {"rounds": int(config["rounds"]), "mdp_episodes": int(config["mdp_rounds"]),
-              "runs_per_setting": int(config["seeds"]), "tasks": len(items),
-              "tuning": "none: the stated radius (bonus_scale=1) for every optimistic method"}
-    return Outcome(metrics=metrics, baselines=baselines, tables={"runs": run_rows, "curves": curve_rows}, budget=budget)
+    baselines["log2_curve"] = {"log_excess_max": log2(rounds_T), "log_excess_q90_max": log2(rounds_T),
+                               "mdp_log_excess": log2(mdp_T)}
+    budget = {"rounds": rounds_T, "mdp_episodes": mdp_T, "runs_per_setting": int(config["seeds"]),
+              "tuning_runs_per_grid_point": int(config["tune_seeds"]), "tasks": len(items),
+              "tuning": {"grid": grid, "chosen": {f"{env}/{m}" + (f"/eta={e:g}" if e is not None else ""): g
+                                                  for (env, m, e), g in sorted(chosen.items(), key=repr)},
+                         "kl-greedy / kl-lsvi-greedy": "no parameter"}}
+    return Outcome(metrics=metrics, baselines=baselines,
+                   tables={"runs": run_rows, "curves": curve_rows, "tuning": tuning_rows}, budget=budget)
 
 
-def _vs(b: str) -> Claim:
-    return Claim(text=f"KL-regularized UCB has lower KL-regularized regret than {b} (paired over eta x seed)",
-                 metric="metrics.final_regret_mean_over_etas",
-                 compare=f"baselines.{b.replace('-', '_')}.final_regret_mean_over_etas", op="<",
-                 test="paired sign test over seeds", table="runs",
-                 a={"env": "bandit", "method": "kl-ucb", "metric": "final_regret"},
-                 b={"env": "bandit", "method": b, "metric": "final_regret"}, pair_on=("eta", "seed"))
+def _log_claim(text, metric, controls):
+    return Claim(text=text, metric=metric, compare=0.5, op="<", source=SOURCE_LOG, controls=controls)
 
 
 CLAIMS = (
-    Claim(text="KL-regularized UCB's regret is logarithmic in T: mean regret added from T/2 to T is < 1.2x that "
-               "from T/4 to T/2 (log T: 1, sqrt T: 1.41), worst eta",
-          metric="metrics.doubling_ratio_max", compare=1.2, op="<"),
-    Claim(text="the same for the 90th-percentile regret curve over runs (high probability), worst eta",
-          metric="metrics.doubling_ratio_q90_max", compare=1.2, op="<"),
-    Claim(text="the regret grows with eta (largest eta vs smallest eta)",
-          metric="metrics.final_regret_eta_largest", compare="metrics.final_regret_eta_smallest", op=">"),
-    Claim(text="KL-regularized LSVI-UCB's regret over episodes is logarithmic (doubling ratio < 1.2, mean)",
-          metric="metrics.rl.kl_lsvi_ucb.doubling_ratio", compare=1.2, op="<"),
-    *(_vs(b) for b in kl.BANDIT_METHODS[1:]),
+    _log_claim("KL-regularized UCB's regret is logarithmic in T on the low-coverage instance: normalised doubling "
+               "excess < 0.5 (log T: 0, log^2 T: 1), worst eta",
+               "metrics.log_excess_max",
+               (Control("kl-greedy", "baselines.kl_greedy.log_excess_max"),
+                Control("log^2 T curve", "baselines.log2_curve.log_excess_max"))),
+    _log_claim("the same for the 90th-percentile regret curve over runs (high probability), worst eta",
+               "metrics.log_excess_q90_max",
+               (Control("kl-greedy", "baselines.kl_greedy.log_excess_q90_max"),
+                Control("log^2 T curve", "baselines.log2_curve.log_excess_q90_max"))),
+    Claim(text="optimism removes the coverage assumption: KL-regularized UCB has lower KL-regularized regret than "
+               "the same learner without the bonus (paired over eta x seed, low-coverage pi0)",
+          metric="metrics.final_regret_mean_over_etas", compare="baselines.kl_greedy.final_regret_mean_over_etas",
+          op="<", test="paired sign test over seeds", table="runs",
+          a={"env": "bandit", "method": "kl-ucb", "metric": "final_regret"},
+          b={"env": "bandit", "method": "kl-greedy", "metric": "final_regret"}, pair_on=("eta", "seed"),
+          source="abstract: 'we propose an optimism-based KL-regularized online contextual bandit algorithm' "
+                 "(earlier analyses 'rely on strong coverage assumptions')"),
+    Claim(text="the regret grows at most linearly in eta: (Reg(eta_max) / Reg(eta_min)) / (eta_max / eta_min) <= 1",
+          metric="metrics.eta_scaling", compare=1.0, op="<=",
+          source="abstract: 'O(eta log(N_R T) d_R) logarithmic regret bound'",
+          controls=(Control("kl-greedy", "baselines.kl_greedy.eta_scaling"),)),
+    Claim(text="KL-regularized LSVI-UCB's regret over episodes is logarithmic on the low-coverage MDP "
+               "(normalised doubling excess < 0.5, mean)",
+          metric="metrics.rl.kl_lsvi_ucb.log_excess", compare=0.5, op="<",
+          source="abstract: 'we extend our algorithm and analysis to reinforcement learning ... and also obtain a "
+                 "similar logarithmic regret bound'",
+          controls=(Control("kl-lsvi-greedy", "baselines.kl_lsvi_greedy.log_excess"),
+                    Control("log^2 T curve", "baselines.log2_curve.mdp_log_excess"))),
+    Claim(text="LinUCB is a working learner on the objective it targets: its unregularized regret is below "
+               "KL-UCB's at every eta",
+          metric="baselines.linucb.final_unreg_min_over_etas", compare="metrics.final_unreg_min_over_etas", op="<",
+          kind="sanity"),
 )
 
 
@@ -237,18 +350,19 @@ def bench(config: Mapping[str, Any], seed: int) -> Outcome:
 
 BENCH_CLAIMS = (
     Claim(text="the vectorised learner simulates more rounds per second than a plain per-round loop",
-          metric="metrics.vectorised_speedup", compare=1.0, op=">"),
+          metric="metrics.vectorised_speedup", compare=1.0, op=">", kind="sanity"),
     Claim(text="a seed sweep on 2 Ray workers is faster than on 1", metric="metrics.ray_speedup_2_vs_1_workers",
-          compare=1.0, op=">"),
+          compare=1.0, op=">", kind="sanity"),
     Claim(text="the sweep's results are identical with 1 and 2 workers", metric="metrics.identical_results",
-          compare=1.0, op=">="),
+          compare=1.0, op=">=", kind="sanity"),
 )
 
 EXPERIMENT = Experiment(
     name=METHOD, paper=PAPER,
     ray="(environment x method x eta x chunk of runs) as pmap tasks, each a vectorised batch of runs; "
         "the bench's seed sweep with 1 vs 2 workers",
-    checked_against="abstract and secondary sources (reviews, digests of the PDF); the full text was not reachable",
+    checked_against="abstract and secondary sources (reviews, digests of the PDF); the full text was not reachable "
+                    "(searched again for issue 16: only abstract copies were found)",
     sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
     bench_sizes=BENCH_SIZES, bench=bench, bench_claims=BENCH_CLAIMS,
 )

@@ -157,8 +157,9 @@ def config_hash(config: TrainConfig, seed: int) -> str:
 
 def cache_dir(config: TrainConfig, seed: int) -> Path:
     """``~/.cache/rayml/models/<config-hash>/`` (``RAYML_CACHE`` overrides ``~/.cache/rayml``)."""
-    root = Path(os.environ.get("RAYML_CACHE", Path.home() / ".cache" / "rayml"))
-    return root / "models" / config_hash(config, seed)
+    from rayml.runtime import cache_root
+
+    return cache_root() / "models" / config_hash(config, seed)
 
 
 def _lr_at(step: int, cfg: TrainConfig, total: int) -> float:
@@ -421,7 +422,6 @@ def train(name: str, *, seed: int = 0, out: str | None = None, overrides: Mappin
     connected (``rayml.runtime.connect``).
     """
     import ray
-    from tqdm.auto import tqdm
 
     from rayml import runtime
 
@@ -447,13 +447,12 @@ def train(name: str, *, seed: int = 0, out: str | None = None, overrides: Mappin
     task = ray.remote(max_retries=0, **opts)(_remote_train)
     niceness = os.getpriority(os.PRIO_PROCESS, 0) if hasattr(os, "getpriority") else 0
     ref = task.remote(name, config.to_dict(), seed, out, reporter, niceness)
-    bar = tqdm(total=config.steps, desc=f"train {name}", unit="step")
+    bar = runtime.progress_bar(config.steps, f"train {name}")
     while True:
         ready, _ = ray.wait([ref], timeout=2.0)
         step, loss = ray.get(reporter.get.remote())
-        bar.n = step
         bar.set_postfix(loss=f"{loss:.3f}")
-        bar.refresh()
+        bar.update(step - bar.n)
         if ready:
             break
     bar.close()

@@ -352,8 +352,9 @@ def config_hash(kind: str, config) -> str:
 
 def cache_dir() -> Path:
     """``$RAYML_CACHE`` or ``~/.cache/rayml``, subfolder ``purify``."""
-    root = Path(os.environ.get("RAYML_CACHE", Path.home() / ".cache" / "rayml"))
-    return root / "purify"
+    from rayml.runtime import cache_root
+
+    return cache_root() / "purify"
 
 
 def train_score_model(config: DiffusionConfig = DiffusionConfig(), *, log: Callable | None = None) -> tuple[ScoreNet, dict]:

@@ -1,0 +1,174 @@
+"""Regenerate the parts of the docs that come from data: each method page's registry header and
+measured-figures block (from its committed record, ``docs/records/<name>.json``), and the README's
+method table. ``python scripts/build_docs.py`` rewrites them; ``--check`` exits 1 if any is stale
+(``tests/test_docs.py`` runs the same check).
+
+``--committed`` builds as a clean checkout of HEAD would: experiments and pages that git does not
+track yet (work in progress in a shared checkout) count as absent.
+
+A record is what ``rayml run NAME --quick --json docs/records/NAME.json`` wrote; the page then
+quotes exactly that run (its command, commit, claims fingerprint and every claim's verdict).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+RECORDS = DOCS / "records"
+README = ROOT / "README.md"
+MARK = {"header": ("<!-- registry:start -->", "<!-- registry:end -->"),
+        "record": ("<!-- record:start -->", "<!-- record:end -->"),
+        "methods": ("<!-- methods:start -->", "<!-- methods:end -->")}
+
+
+def load_record(name: str) -> dict | None:
+    """The committed record of ``name`` (``docs/records/<name>.json``), or ``None``."""
+    path = RECORDS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def header_block(method) -> str:
+    """What the registry says of a method: paper, module, status, Ray parts, checks."""
+    from rayml import registry
+
+    row = registry.details(method)
+    lines = [f"**Paper:** {method.title} ({method.ref} in `shared/papers`)  ",
+             f"**Module:** `{method.module}` · **family:** {method.family} · **status:** {method.status}"
+             + (f" · **authors' code:** {method.code}" if method.code else "") + "  "]
+    if row.get("ray"):
+        lines.append(f"**On Ray:** {row['ray']}  ")
+    if row.get("checked_against"):
+        lines.append(f"**Checked against:** {row['checked_against']}")
+    return "\n".join(lines)
+
+
+def record_block(record: dict) -> str:
+    """The measured figures of a committed record: command, provenance and every claim."""
+    name, size, seed = record["name"], record["size"], record["seed"]
+    flag = "--quick" if size == "quick" else f"--size {size}"
+    env = record["env"]
+    p, s = record["summary"]["paper"], record["summary"]["sanity"]
+    lines = [
+        "## Measured",
+        "",
+        f"From `docs/records/{name}.json`, written by `rayml {record['kind']} {name} {flag} --seed {seed}` "
+        f"(commit `{env.get('git')}`, claims fingerprint `{record['claims_fingerprint']}`, {env['seconds']:.0f} s "
+        f"on {env['cpus']} CPUs, {env['tasks']} Ray tasks on {env['worker_pids']} worker processes).",
+        "",
+        f"Paper claims held: **{p['held']} / {p['total']}** (not discriminating: {p['not_discriminating']}, "
+        f"incomplete: {p['incomplete']}); sanity checks passed: {s['passed']} / {s['total']}.",
+        "",
+        "| kind | status | claim | source | measured | controls |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in record["claims"]:
+        controls = "; ".join(f"{x['name']}: {'passes' if x['holds'] else 'fails'} ({x['measured']})"
+                             for x in c.get("controls", ()))
+        lines.append(f"| {c['kind']} | {c['status']} | {_cell(c['text'])} | {_cell(c.get('source', ''))} | "
+                     f"{_cell(c['measured'])} | {_cell(controls)} |")
+    return "\n".join(lines)
+
+
+def _replace_block(text: str, key: str, body: str, *, where: str) -> str:
+    start, end = MARK[key]
+    block = f"{start}\n{body}\n{end}"
+    if start in text:
+        return re.sub(re.escape(start) + r".*?" + re.escape(end), lambda _: block, text, flags=re.S)
+    if where == "after-title":
+        first, _, rest = text.partition("\n")
+        return f"{first}\n\n{block}\n{rest}"
+    return text.rstrip("\n") + f"\n\n{block}\n"
+
+
+def page_text(method, text: str) -> str:
+    """A method page with its registry header and its record block regenerated."""
+    text = _replace_block(text, "header", header_block(method), where="after-title")
+    record = load_record(method.name)
+    if record is not None:
+        text = _replace_block(text, "record", record_block(record), where="end")
+    return text
+
+
+def readme_table(prefix: str = "docs/methods/") -> str:
+    """The README's method table: registry status, paper claims held in the committed record, page
+    (links start with ``prefix``: ``docs/methods/`` from the README, ``methods/`` from the site)."""
+    from rayml import registry
+
+    lines = ["| method | paper (ICML 2025) | family | status | paper claims held (quick run) |",
+             "|---|---|---|---|---|"]
+    for m in (*registry.METHODS, *registry.SUBSTRATES):
+        title = m.title.removesuffix(" (ICML 2025)")
+        page = DOCS / "methods" / f"{m.name}.md"
+        name = f"[{m.name}]({prefix}{m.name}.md)" if _page_exists(page) else m.name
+        rec = load_record(m.name)
+        held = (f"{rec['summary']['paper']['held']} / {rec['summary']['paper']['total']}" if rec
+                else ("no committed record" if m.status == registry.IMPLEMENTED else ""))
+        lines.append(f"| {name} | {_cell(title)} | {m.family} | {m.status} | {held} |")
+    return "\n".join(lines)
+
+
+def outputs() -> dict[Path, str]:
+    """Every generated file and its expected text."""
+    from rayml import registry
+
+    out = {}
+    for m in (*registry.METHODS, *registry.SUBSTRATES):
+        page = DOCS / "methods" / f"{m.name}.md"
+        if _page_exists(page):
+            out[page] = page_text(m, page.read_text())
+    out[README] = _replace_block(README.read_text(), "methods", readme_table(), where="end")
+    index = DOCS / "index.md"
+    out[index] = _replace_block(index.read_text(), "methods", readme_table("methods/"), where="end")
+    return out
+
+
+def _only_committed() -> None:
+    """Make the registry and page checks see only what git tracks (see ``--committed``)."""
+    import dataclasses
+    import subprocess
+
+    from rayml import registry
+
+    tracked = set(subprocess.run(["git", "-C", str(ROOT), "ls-files"], capture_output=True, text=True,
+                                 check=True).stdout.split())
+
+    def committed(m):
+        path = f"rayml/experiments/{m.name.replace('-', '_')}.py"
+        return m if path in tracked else dataclasses.replace(m, status=registry.PLANNED, experiment="")
+
+    registry.METHODS = tuple(committed(m) for m in registry.METHODS)
+    registry.SUBSTRATES = tuple(committed(m) for m in registry.SUBSTRATES)
+    global _page_exists
+    _page_exists = lambda page: str(page.relative_to(ROOT)) in tracked  # noqa: E731
+
+
+def _page_exists(page: Path) -> bool:
+    return page.exists()
+
+
+def main(argv: list[str]) -> int:
+    if "--committed" in argv:
+        _only_committed()
+    stale = [p for p, text in outputs().items() if p.read_text() != text]
+    if "--check" in argv:
+        for p in stale:
+            print(f"stale: {p.relative_to(ROOT)} (run python scripts/build_docs.py)")
+        return 1 if stale else 0
+    for p, text in outputs().items():
+        if p in stale:
+            p.write_text(text)
+            print(f"wrote {p.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
