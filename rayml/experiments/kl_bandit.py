@@ -46,7 +46,7 @@ _COMMON = dict(actions=8, dim=6, contexts=16, states=5, mdp_actions=3, horizon=4
                bonus_grid=[0.1, 0.3, 1.0])
 SIZES = {
     "tiny": dict(etas=[4.0, 64.0], rounds=200, mdp_rounds=100, seeds=4, tune_seeds=2, runs_per_task=2, **_COMMON),
-    "quick": dict(etas=[4.0, 16.0, 64.0], rounds=4000, mdp_rounds=1000, seeds=64, tune_seeds=32, runs_per_task=32,
+    "quick": dict(etas=[4.0, 16.0, 64.0], rounds=2000, mdp_rounds=1000, seeds=32, tune_seeds=16, runs_per_task=16,
                   **_COMMON),
     "full": dict(etas=[1.0, 4.0, 16.0, 64.0], rounds=100_000, mdp_rounds=50_000, seeds=256, tune_seeds=64,
                  runs_per_task=32, **_COMMON),

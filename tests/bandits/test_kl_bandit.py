@@ -134,3 +134,33 @@ def test_experiment_and_bench_identical_with_1_and_2_workers(ray_session):
     bench = experiments.bench("kl-bandit", size="tiny", seed=0)
     assert bench["metrics"]["identical_results"] is True
     assert bench["metrics"]["rounds_per_s"]["vectorised"] > 0
+
+
+def test_low_coverage_instance_hides_the_optimum_from_pi0():
+    env = kl.LinearBandit(reference="low-coverage", coverage=1e-3)
+    xs = np.arange(env.n_contexts)
+    assert np.array_equal(env.mean.argmax(axis=1), env.rare)                 # the rare action is optimal
+    assert np.allclose(env.pi0[xs, env.rare], 1e-3) and np.allclose(env.pi0.sum(1), 1.0)
+    assert np.all(np.linalg.norm(env.phi, axis=2) <= 1 + 1e-12) and np.all((env.mean >= 0) & (env.mean <= 1))
+    only = np.abs(env.phi[..., -2]) > 0                                      # the rare direction
+    assert np.array_equal(only, np.arange(env.n_actions)[None] == env.rare[:, None])
+    low, mixed = env.coverage_stats(64.0), kl.LinearBandit().coverage_stats(64.0)
+    assert low["min_eig_pi0_feature_cov"] < 1e-3 < mixed["min_eig_pi0_feature_cov"]
+    assert low["max_pi_star_over_pi0"] > 100                                 # pi* moves far from pi0
+    mdp = kl.TabularMDP(reference="low-coverage", coverage=1e-3)
+    assert np.allclose(mdp.pi0.sum(-1), 1.0) and np.isclose(mdp.pi0.min(), 1e-3)
+    with pytest.raises(ValueError, match="reference"):
+        kl.LinearBandit(reference="uniform")
+    with pytest.raises(ValueError, match="coverage"):
+        kl.LinearBandit(reference="low-coverage", coverage=0.5)
+
+
+def test_unregularized_regret_of_the_first_round_and_optimism_beats_greedy_without_coverage():
+    env = kl.LinearBandit(reference="low-coverage")
+    res = kl.run_bandit(env, kl.KLConfig(method="kl-greedy", eta=64.0, rounds=1), 2, 0)
+    pi = kl.softmax_policy(env.pi0, np.zeros_like(env.mean), 64.0)         # theta_hat = 0: pi = pi0
+    want = np.mean(env.mean.max(1) - np.sum(pi * env.mean, 1))
+    assert res["final_unreg"] == pytest.approx([want] * 2)
+    greedy = kl.run_bandit(env, kl.KLConfig(method="kl-greedy", eta=64.0, rounds=400), 8, 3)
+    ucb = kl.run_bandit(env, kl.KLConfig(method="kl-ucb", eta=64.0, rounds=400, bonus_scale=0.3), 8, 3)
+    assert ucb["final"].mean() < 0.5 * greedy["final"].mean()
