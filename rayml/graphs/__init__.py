@@ -1,0 +1,6 @@
+"""Graph learning methods of ICML 2025 on plain torch with sparse message passing.
+
+- ``message_passing``: gather + ``index_add`` aggregation shared by every method here.
+- ``generators``: stochastic block models with controllable homophily (and a sensitive attribute).
+- ``cur_mgae``: the structure-aware curriculum masked graph autoencoder (P1.7).
+"""
