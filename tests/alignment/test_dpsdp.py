@@ -1,0 +1,119 @@
+"""rayml.alignment.dpsdp: feedback, majority vote, the Markovian state, metrics, rollouts deterministic
+for a seed, data collection ranked by Q, and bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import rayml.llm
+from rayml.alignment import dpsdp as dp
+from rayml.llm import tasks
+from rayml.llm.model import ModelConfig, TransformerLM
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def base():
+    lm = rayml.llm.pretrained("base")
+    return lm.model, lm.tokenizer
+
+
+def _tiny(vocab):
+    cfg = ModelConfig(vocab_size=vocab, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32, max_seq_len=64)
+    m = TransformerLM(cfg)
+    m.reset_parameters(torch.Generator().manual_seed(0))
+    return m.eval()
+
+
+def test_oracle_feedback_points_at_the_first_wrong_digit():
+    assert dp.oracle_feedback("1234", "1234") == "ok"
+    assert dp.oracle_feedback("1234", "1244") == "x2"
+    assert dp.oracle_feedback("1234", "123") == "x3"
+    assert dp.oracle_feedback("123", "1234") == "x3"
+    assert dp.oracle_feedback("5", "") == "x0"
+
+
+def test_majority_vote_counts_and_breaks_ties_by_recency():
+    assert dp.majority_vote(["1", "2", "2"]) == "2"
+    assert dp.majority_vote(["1", "2", "1", "2"]) == "2"
+    assert dp.majority_vote(["1", "2", "3"]) == "3"
+    with pytest.raises(ValueError, match="answers"):
+        dp.majority_vote([])
+
+
+def test_the_state_is_markovian_question_last_answer_feedback():
+    assert dp.actor_prompt("12+34=") == "12+34="
+    assert dp.critic_prompt("12+34=", "64") == "12+34=64|c:"
+    assert dp.refine_prompt("12+34=", "65", "x1") == "12+34=65|x1|r:"
+
+
+def test_metrics_on_a_constructed_rollout():
+    items = [tasks.Item("add", "1+1=", "2"), tasks.Item("add", "2+2=", "4")]
+    ro = dp.Rollout(answers=[["3", "2", "2"], ["4", "5", "6"]], feedback=[["x0", "ok"], ["ok", "x0"]])
+    m = dp.refine_metrics(ro, items)
+    assert m["pass1_turn1"] == 0.5  # item 1 wrong first, item 2 right first
+    assert m["maj_turnT"] == 0.5  # item 1: "2" twice; item 2: three different answers -> the last, "6"
+    assert m["pass1_turnT"] == 1.0
+    assert m["per_turn"] == [0.5, 0.5, 0.5]
+
+
+def test_rollouts_are_deterministic_for_a_seed(base):
+    model, tok = base
+    qs = [it.prompt for it in tasks.make_items("add", 4, 0, digits=3)]
+    a = dp.refine(model, model, tok, qs, turns=3, temperature=1.0, seed=5)
+    b = dp.refine(model, model, tok, qs, turns=3, temperature=1.0, seed=5)
+    assert a.answers == b.answers and a.feedback == b.feedback
+    assert all(len(x) == 3 for x in a.answers) and all(len(f) == 2 for f in a.feedback)
+    g1 = dp.refine(model, model, tok, qs, turns=2, seed=1)
+    g2 = dp.refine(model, model, tok, qs, turns=2, seed=2)
+    assert g1.answers == g2.answers  # greedy ignores the seed
+
+
+def test_collection_ranks_candidates_by_their_q_and_is_deterministic(base):
+    model, tok = base
+    items = tasks.make_items("add", 6, 1, digits=3) + tasks.make_items("add", 6, 2, digits=4)
+    a = dp.collect_pairs(model, model, tok, items, n_candidates=4, mc_rollouts=2, temperature=1.5, seed=3)
+    b = dp.collect_pairs(model, model, tok, items, n_candidates=4, mc_rollouts=2, temperature=1.5, seed=3)
+    assert (a.d0, a.d1, a.d2) == (b.d0, b.d1, b.d2)
+    by_prompt = {it.prompt: it for it in items}
+    assert a.d0, "sampling at temperature 1.5 gives the base some wrong first answers"
+    for state, chosen, rejected in a.d0:  # Q of a first answer is its correctness
+        assert tasks.score(by_prompt[state], chosen) == 1.0 and tasks.score(by_prompt[state], rejected) == 0.0
+    for state, chosen, rejected in a.d2:
+        q = state.split("=")[0] + "="
+        assert tasks.score(by_prompt[q], chosen) == 1.0 and tasks.score(by_prompt[q], rejected) == 0.0
+        assert state.endswith("|r:")
+    for state, chosen, rejected in a.d1:
+        assert state.endswith("|c:") and chosen != rejected
+    assert 0.0 <= a.q_means["q1"] <= 1.0
+
+
+def test_sft_examples_follow_the_oracle():
+    items = tasks.make_items("add", 20, 3, split="train", digits=3)
+    ex = dp.sft_examples(items, np.random.default_rng(0))
+    assert len(ex) == 60
+    for it, (first, crit, ref) in zip(items, zip(ex[0::3], ex[1::3], ex[2::3])):
+        assert first == (it.prompt, it.answer)
+        shown = crit[0][len(it.prompt):-len("|c:")]
+        assert crit[1] == dp.oracle_feedback(it.answer, shown)
+        assert ref == (dp.refine_prompt(it.prompt, shown, crit[1]), it.answer)
+
+
+def test_bad_input_is_rejected_with_the_argument_named(base):
+    model, tok = base
+    items = tasks.make_items("add", 2, 0, digits=3)
+    with pytest.raises(ValueError, match="turns"):
+        dp.refine(model, model, tok, ["1+1="], turns=0)
+    with pytest.raises(ValueError, match="questions"):
+        dp.refine(model, model, tok, [], turns=2)
+    with pytest.raises(ValueError, match="n_candidates"):
+        dp.collect_pairs(model, model, tok, items, n_candidates=1)
+    with pytest.raises(ValueError, match="mc_rollouts"):
+        dp.collect_pairs(model, model, tok, items, mc_rollouts=0)
+    with pytest.raises(ValueError, match="temperature"):
+        dp.collect_pairs(model, model, tok, items, temperature=0.0)
+    with pytest.raises(ValueError, match="same length"):
+        dp.refine_metrics(dp.Rollout([["1"]], [[]]), items)
