@@ -1,0 +1,1 @@
+"""Theory trackers: quantities a paper proves things about, measured along training runs."""
