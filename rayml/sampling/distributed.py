@@ -1,7 +1,7 @@
 """Ray evaluation of one adaptive round of gradient queries, and chains spread over Ray tasks.
 
-``RayGradient`` is an ``evaluator`` for the samplers of ``rayml.sampling.parallel``: each call
-(one round) splits the ``(K, d)`` batch into ``blocks`` row blocks and evaluates them as Ray tasks
+``RayGradient`` is an ``evaluator`` for the samplers of ``rayml.sampling.parallel``: the gradient
+is put in the object store once, on the first round; each call (one round) splits the ``(K, d)`` batch into ``blocks`` row blocks and evaluates them as Ray tasks
 through ``rayml.runtime.pmap``. The split depends only on ``blocks``, never on how many workers
 run it, so results are identical for any number of workers.
 
@@ -25,7 +25,11 @@ from rayml import runtime
 __all__ = ["RayGradient"]
 
 
-def _gradient_block(block: np.ndarray, grad: Callable) -> np.ndarray:
+def _gradient_block(block: np.ndarray, grad) -> np.ndarray:
+    import ray
+
+    if isinstance(grad, list):  # [ref]: the gradient, put in the object store once
+        grad = ray.get(grad[0])
     return np.asarray(grad(block), dtype=float)
 
 
@@ -44,10 +48,21 @@ class RayGradient:
             raise ValueError(f"blocks must be an integer >= 1, got {blocks!r}")
         self.grad = grad
         self.blocks = blocks
+        self._ref = None
+
+    def grad_ref(self):
+        """The gradient's object-store reference, put there on the first round only."""
+        import ray
+
+        if self._ref is None:
+            runtime.connect()
+            self._ref = ray.put(self.grad)
+        return self._ref
 
     def __call__(self, points: np.ndarray) -> np.ndarray:
         points = np.asarray(points, dtype=float)
         parts = [p for p in np.array_split(points, min(self.blocks, max(1, points.shape[0]))) if len(p)]
-        out = runtime.pmap(_gradient_block, parts, shared=self.grad, chunk_size=1, progress=False,
+        # each round ships only the reference (a few bytes; Ray refuses to put a bare ObjectRef)
+        out = runtime.pmap(_gradient_block, parts, shared=[self.grad_ref()], chunk_size=1, progress=False,
                            desc="gradient round")
         return np.concatenate(out, axis=0)

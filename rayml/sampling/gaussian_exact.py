@@ -100,14 +100,21 @@ def _noise_injection(M: int, dt: float) -> np.ndarray:
     return out
 
 
-def _sweep(y: np.ndarray, start: np.ndarray, lam: np.ndarray, dt: float, inject: np.ndarray) -> np.ndarray:
-    """Coefficient form of one Picard sweep; ``y``: (..., L, M + 1, C), ``start``: (..., L, C)."""
+def _sweep(y: np.ndarray, start: np.ndarray, lam: np.ndarray, dt: float, inject: np.ndarray | None) -> np.ndarray:
+    """Coefficient form of one Picard sweep; ``y``: (..., L, M + 1, C), ``start``: (..., L, C).
+
+    ``x_m = x_0 - dt sum_{m' < m} lam x_{m'} + inject_m`` with ``inject`` ``None`` for a slice
+    whose noise is not tracked. Written in place into a fresh array (this is the hot loop of the
+    exact laws: a few large temporaries cost more than the arithmetic)."""
     M = y.shape[-2] - 1
-    lam_b = lam[:, None, None]
-    g = -lam_b * y[..., :M, :]
     out = np.empty_like(y)
     out[..., 0, :] = start
-    out[..., 1:, :] = start[..., None, :] + dt * np.cumsum(g, axis=-2) + inject[1:]
+    body = out[..., 1:, :]
+    np.cumsum(y[..., :M, :], axis=-2, out=body)
+    body *= (-dt * lam)[:, None, None]
+    body += start[..., None, :]
+    if inject is not None:
+        body += inject[1:]
     return out
 
 
@@ -138,11 +145,13 @@ def wavefront_tables(lam: np.ndarray, h: float, grid: int, inner: int, slices: i
         starts = np.stack([x0 if n == 0 else grid_[n - 1, :, M] for n in ns])
         y = grid_[ns].copy()
         y[:, :, 0] = starts
-        zero_noise = (ns > 0)[:, None, None, None]
-        for _ in range(P):
-            y = _sweep(y, starts, lam, dt, inject)
-            if zero_noise.any():   # only slice 0 carries the tracked noise
-                y = np.where(zero_noise, y - inject, y)
+        for _ in range(P):   # only slice 0 carries the tracked noise
+            if ns[0] == 0:
+                y0 = _sweep(y[:1], starts[:1], lam, dt, inject)
+                rest = _sweep(y[1:], starts[1:], lam, dt, None) if len(ns) > 1 else y[1:]
+                y = np.concatenate([y0, rest]) if len(ns) > 1 else y0
+            else:
+                y = _sweep(y, starts, lam, dt, None)
         grid_[ns] = y
         ends = y[:, :, M]
         A[ns, k - ns] = ends[..., 0]

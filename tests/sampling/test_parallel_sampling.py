@@ -237,6 +237,33 @@ def test_ray_rounds_give_identical_samples_for_1_and_2_workers(ray_session):
     np.testing.assert_allclose(outs[0], local.position, atol=1e-14)
 
 
+def test_rate_fit_with_an_intercept_tells_log_d_from_log2_d():
+    from rayml.experiments.parallel_sampling import growth
+
+    dims = [10, 100, 1000, 10**4, 10**5]
+    L = np.log(np.array(dims, dtype=float))
+    # a large constant overhead must not pass for slow growth (the fit without intercept did that)
+    assert growth(dims, 200 + 5 * L)["exponent_in_log_d"] == pytest.approx(1.0, abs=0.02)
+    assert growth(dims, 3 + 1.0 * L**2)["exponent_in_log_d"] == pytest.approx(2.0, abs=0.02)
+    assert growth(dims, np.round(10 + 0.8 * L**2))["exponent_in_log_d"] > 1.5
+    fit = growth(dims, 7 + 4 * L)
+    assert fit["rss_log_d"] < fit["rss_log2_d"] and fit["intercept"] == pytest.approx(7, abs=1e-6)
+    assert np.isnan(growth(dims[:2], [1, 2])["exponent_in_log_d"])
+
+
+def test_ray_gradient_is_put_in_the_object_store_once(ray_session):
+    from rayml.sampling.distributed import RayGradient
+
+    rg = RayGradient(gauss_grad, blocks=2)
+    x = _start(3)
+    first = rg(x)
+    ref = rg.grad_ref()
+    second = rg(x)
+    assert rg.grad_ref() is ref
+    np.testing.assert_array_equal(first, second)
+    np.testing.assert_array_equal(first, gauss_grad(x))
+
+
 def test_experiment_tiny_runs_and_is_worker_independent(ray_session):
     from rayml import experiments, runtime
 
@@ -249,4 +276,10 @@ def test_experiment_tiny_runs_and_is_worker_independent(ray_session):
     assert a["env"]["tasks"] >= 2
     assert {c["text"] for c in a["claims"]} and all(isinstance(c["holds"], bool) for c in a["claims"])
     rounds = a["metrics"]["rounds_by_d"]
-    assert set(rounds) == {"10", "100"}
+    assert set(rounds) == {"10", "100", "1000"}
+    # the paper's regime J >= N is a restriction of the free search: never fewer rounds
+    regime = a["metrics"]["paper_regime"]
+    for d, r in rounds.items():
+        assert regime["rounds_by_d"][d] >= r
+        s = regime["settings_by_d"][d]
+        assert s["depth"] >= s["slices"]
