@@ -29,6 +29,7 @@ from rayml import runtime
 from rayml.experiments import Experiment, Outcome
 from rayml.pde import shallow_water as swe
 from rayml.pde import staggered as st
+from rayml.pde import turbulence as turb
 from rayml.results import Claim, Control
 
 PAPER = "Geometric and Physical Constraints Synergistically Enhance Neural PDE Surrogates, ICML 2025"
@@ -38,13 +39,16 @@ MAIN = "p4m_both"
 SIZES = {
     "tiny": dict(n=8, boundary="periodic", dt=0.02, stride=3, train_trajectories=6, val_trajectories=2,
                  test_trajectories=3, frames=6, test_frames=10, base_width=6, steps=12, batch=4,
-                 lrs=[0.001], seeds=2, alternatives=True, data_dir=""),
+                 lrs=[0.001], seeds=2, alternatives=True, data_dir="",
+                 turbulence=True, ins_n_fine=16, ins_trajectories=4, ins_frames=5, ins_k0=2.0, ins_k0_ood=3.0),
     "quick": dict(n=16, boundary="periodic", dt=0.01, stride=5, train_trajectories=24, val_trajectories=6,
                   test_trajectories=10, frames=16, test_frames=32, base_width=6, steps=200, batch=8,
-                  lrs=[0.001, 0.003], seeds=2, alternatives=True, data_dir=""),
+                  lrs=[0.001, 0.003], seeds=2, alternatives=True, data_dir="",
+                  turbulence=True, ins_n_fine=32, ins_trajectories=12, ins_frames=10, ins_k0=3.0, ins_k0_ood=5.0),
     "full": dict(n=32, boundary="periodic", dt=0.005, stride=10, train_trajectories=200, val_trajectories=20,
                  test_trajectories=50, frames=40, test_frames=120, base_width=12, steps=5000, batch=16,
-                 lrs=[0.0003, 0.001, 0.003], seeds=5, alternatives=True, data_dir=""),
+                 lrs=[0.0003, 0.001, 0.003], seeds=5, alternatives=True, data_dir="",
+                 turbulence=True, ins_n_fine=128, ins_trajectories=100, ins_frames=40, ins_k0=4.0, ins_k0_ood=8.0),
 }
 
 
@@ -60,14 +64,23 @@ def _cells(config) -> list[dict]:
     return cells
 
 
-def _cell_name(cell: Mapping) -> str:
-    name = f"{cell['group']}_{cell['constraint']}"
+def _cell_name(cell: Mapping, task: str = "swe") -> str:
+    name = ("ins_" if task == "ins" else "") + f"{cell['group']}_{cell['constraint']}"
     return name + ("_aug" if cell["augment"] else "") + ("_pf" if cell["pushforward"] else "")
 
 
 def _swe_config(config) -> swe.SWEConfig:
     return swe.SWEConfig(n=int(config["n"]), boundary=config["boundary"], dt=float(config["dt"]),
                          stride=int(config["stride"]))
+
+
+def _ins_cells() -> list[dict]:
+    return [dict(group=g, constraint=c, augment=False, pushforward=False)
+            for g in ("p1", "p4m") for c in ("none", "divfree")]
+
+
+def _ins_config(config) -> turb.INSConfig:
+    return turb.INSConfig(n_fine=int(config["ins_n_fine"]), n=int(config["n"]), k0=float(config["ins_k0"]))
 
 
 def _validate(config) -> None:
@@ -90,6 +103,13 @@ def _validate(config) -> None:
     if config["boundary"] == "closed":
         raise ValueError("boundary: the ablation grid needs momentum conservation; use 'periodic' "
                          "(closed basins are supported by rayml.pde.shallow_water and the mass constraint)")
+    if config["turbulence"]:
+        for key in ("ins_trajectories", "ins_frames"):
+            v = config[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 3:
+                raise ValueError(f"{key} must be an integer >= 3, got {v!r}")
+        _ins_config(config)
+        turb.INSConfig(n_fine=int(config["ins_n_fine"]), n=int(config["n"]), k0=float(config["ins_k0_ood"]))
     if not isinstance(config["data_dir"], str):
         raise ValueError(f"data_dir must be a string, got {config['data_dir']!r}")
 
@@ -104,6 +124,14 @@ def simulate_task(item: tuple, config: Mapping[str, Any]) -> np.ndarray:
     return swe.simulate(x0, cfg, int(frames)).astype(np.float32)
 
 
+def ins_task(item: tuple, config: Mapping[str, Any]) -> np.ndarray:
+    """One coarsened turbulence trajectory: ``(split, index, k0, frames, seed)`` -> ``(frames+1, 3, n, n)``."""
+    _split, _index, k0, frames, seed = item
+    cfg = _ins_config(config)
+    w0 = turb.initial_vorticity(cfg, np.random.default_rng(seed), k0)
+    return turb.simulate_coarse(w0, cfg, int(frames)).astype(np.float32)
+
+
 def _spec(config, cell: Mapping, lr: float) -> st.SurrogateSpec:
     width = st.matched_width(cell["group"], int(config["base_width"]), boundary=config["boundary"])
     return st.SurrogateSpec(group=cell["group"], constraint=cell["constraint"], boundary=config["boundary"],
@@ -111,32 +139,43 @@ def _spec(config, cell: Mapping, lr: float) -> st.SurrogateSpec:
                             batch=int(config["batch"]), augment=cell["augment"], pushforward=cell["pushforward"])
 
 
+def _score_key(task: str) -> str:
+    return "nrmse_eta" if task == "swe" else "nrmse_vel"
+
+
 def tune_task(item: tuple, shared: Mapping[str, Any]) -> dict:
-    """Train ``(cell, lr)`` with the tuning seed; score the mean eta-NRMSE of validation rollouts."""
-    cell, lr, seed = item
-    config, data = shared["config"], shared["data"]
+    """Train ``(task, cell, lr)`` with the tuning seed; score the mean NRMSE of validation rollouts
+    (``eta`` for shallow water, velocity for turbulence)."""
+    task, cell, lr, seed = item
+    config, data = shared["config"], shared["data"][task]
     trained = st.train_surrogate(data["train"], _spec(config, cell, lr), seed)
     model = st.load_model(trained)
     ref = data["val"].astype(np.float64)
     pred = st.rollout(model, ref[:, 0], ref.shape[1] - 1)
-    score = float(np.mean(st.rollout_scores(pred, ref)["nrmse_eta"][:, 1:]))
-    return {"cell": _cell_name(cell), "lr": float(lr), "val_nrmse": score if np.isfinite(score) else float("inf")}
+    score = float(np.mean(st.rollout_scores(pred, ref)[_score_key(task)][:, 1:]))
+    return {"task": task, "cell": _cell_name(cell, task), "lr": float(lr),
+            "val_nrmse": score if np.isfinite(score) else float("inf")}
 
 
 def test_task(item: tuple, shared: Mapping[str, Any]) -> dict:
-    """Train ``(cell, lr, seed)``; roll out from the test and unseen initial conditions."""
-    cell, lr, seed_index, seed = item
-    config, data = shared["config"], shared["data"]
+    """Train ``(task, cell, lr, seed)``; roll out from the test and unseen initial conditions."""
+    task, cell, lr, seed_index, seed = item
+    config, data = shared["config"], shared["data"][task]
     t0 = time.perf_counter()
     trained = st.train_surrogate(data["train"], _spec(config, cell, lr), seed)
     train_s = time.perf_counter() - t0
     model = st.load_model(trained)
-    out = {"cell": _cell_name(cell), "seed": seed_index, "parameters": trained["parameters"],
+    out = {"task": task, "cell": _cell_name(cell, task), "seed": seed_index, "parameters": trained["parameters"],
            "final_loss": float(np.mean(trained["losses"][-10:])), "timings": {"train_s": train_s}}
     for split in ("test", "ood"):
         ref = data[split].astype(np.float64)
         pred = st.rollout(model, ref[:, 0], ref.shape[1] - 1)
-        out[split] = {k: v.tolist() for k, v in st.rollout_scores(pred, ref).items()}
+        scores = st.rollout_scores(pred, ref)
+        if task == "ins":
+            vel = np.abs(pred[:, :1, 1:]).mean(axis=(-1, -2, -3))
+            div = np.nan_to_num(np.abs(turb.divergence(pred)).max(axis=(-1, -2)), nan=1e6) / np.maximum(vel, 1e-300)
+            scores["divergence"] = div
+        out[split] = {k: v.tolist() for k, v in scores.items()}
     out["equivariance_error"] = st.equivariance_error(model, data["test"][:2, 0].astype(np.float64), "p4m")
     out["p4_equivariance_error"] = st.equivariance_error(model, data["test"][:2, 0].astype(np.float64), "p4")
     return out
@@ -179,36 +218,34 @@ def _solver_drift(data, cfg) -> dict:
     return {"mass": mass, "momentum": momentum}
 
 
-def run(config: Mapping[str, Any], seed: int) -> Outcome:
-    """Data as solver tasks, the learning-rate tuning and the test trainings as surrogate tasks."""
-    _validate(config)
-    cfg = _swe_config(config)
-    data, items, (tune_root, test_root) = _generate(config, seed)
-    cells = _cells(config)
-    lrs = [float(x) for x in config["lrs"]]
-    shared = {"config": dict(config), "data": data}
+def _generate_ins(config, seed) -> tuple[dict, list]:
+    T, TT = int(config["ins_frames"]), 2 * int(config["ins_frames"])
+    k0, k0_ood = float(config["ins_k0"]), float(config["ins_k0_ood"])
+    plan = [("train", int(config["ins_trajectories"]), k0, T), ("val", int(config["val_trajectories"]), k0, T),
+            ("test", int(config["test_trajectories"]), k0, TT), ("ood", int(config["test_trajectories"]), k0_ood, TT)]
+    split_seeds = runtime.seeds(seed, 10)[6:]      # apart from the shallow-water seeds (children 0-5)
+    items = []
+    for (split, count, k, frames), ss in zip(plan, split_seeds):
+        items += [(split, i, k, frames, s) for i, s in enumerate(runtime.seeds(ss, count))]
+    trajs = runtime.pmap(ins_task, items, shared=dict(config), desc="staggered-pde turbulence solver")
+    data = {split: np.stack([t for it, t in zip(items, trajs) if it[0] == split]) for split, *_ in plan}
+    if config["data_dir"]:
+        from dataclasses import asdict
+        from pathlib import Path
 
-    # Tuning: every cell, every rate, one tuning seed (kept apart from the test seeds).
-    tune_seed = runtime.seeds(tune_root, 1)[0]
-    tuned = []
-    if len(lrs) > 1:  # a one-point grid needs no tuning runs
-        tuned = runtime.pmap(tune_task, [(c, lr, tune_seed) for c in cells for lr in lrs], shared=shared,
-                             chunk_size=1, desc="staggered-pde tuning")
-    best_lr = {}
-    for c in cells:
-        name = _cell_name(c)
-        rows = [t for t in tuned if t["cell"] == name] or [{"lr": lrs[0], "val_nrmse": 0.0}]
-        best_lr[name] = min(rows, key=lambda t: (t["val_nrmse"], t["lr"]))["lr"]
+        cfg = asdict(_ins_config(config))
+        params = [{"split": it[0], "index": it[1], "k0_initial": it[2], "frames": it[3], "seed": str(it[4]),
+                   **{k: v for k, v in cfg.items() if k != "k0"}} for it in items]
+        swe.trajectories_to_parquet(trajs, params, Path(config["data_dir"]) / "turbulence.parquet")
+    return data, items
 
-    test_seeds = runtime.seeds(test_root, int(config["seeds"]))
-    results = runtime.pmap(test_task, [(c, best_lr[_cell_name(c)], i, s) for c in cells
-                                       for i, s in enumerate(test_seeds)],
-                           shared=shared, chunk_size=1, desc="staggered-pde cells")
 
-    T, TT = int(config["frames"]), int(config["test_frames"])
+def _summarize(task: str, cells: list, results: list, best_lr: dict, T: int, TT: int):
+    """Per-cell metrics, per-(case, seed) rows and per-step curves of one task."""
+    key = _score_key(task)
     rollout_rows, curve_rows, per_cell = [], [], {}
     for c in cells:
-        name = _cell_name(c)
+        name = _cell_name(c, task)
         res = [r for r in results if r["cell"] == name]
         cell_metrics: dict = {"group": c["group"], "constraint": c["constraint"], "augment": c["augment"],
                               "pushforward": c["pushforward"], "lr": best_lr[name],
@@ -219,11 +256,13 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                               "timings": {"train_s": float(np.mean([r["timings"]["train_s"] for r in res]))}}
         for split in ("test", "ood"):
             arr = {k: np.stack([np.asarray(r[split][k]) for r in res]) for k in res[0][split]}  # (S, B, T+1)
-            nr = np.nan_to_num(arr["nrmse_eta"], nan=1e6, posinf=1e6)
+            nr = np.nan_to_num(arr[key], nan=1e6, posinf=1e6)
             corr = np.nan_to_num(arr["corr_eta"], nan=0.0)
             S, B, _ = nr.shape
             per_case = {"nrmse_mean": nr[:, :, 1:].mean(-1), "nrmse_train_horizon": nr[:, :, T],
-                        "nrmse_final": nr[:, :, TT], "corr_final": corr[:, :, TT]}
+                        "nrmse_final": nr[:, :, TT]}
+            if task == "swe":
+                per_case["corr_final"] = corr[:, :, TT]
             for s in range(S):
                 for b in range(B):
                     for metric, v in per_case.items():
@@ -231,25 +270,61 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                                              "metric": metric, "value": float(v[s, b])})
             flat = nr.reshape(S * B, -1)
             fc = corr.reshape(S * B, -1)
+            extra = ("divergence",) if task == "ins" else ("mass_drift", "momentum_drift")
             for step in range(nr.shape[-1]):
                 q10, q90 = np.quantile(flat[:, step], [0.1, 0.9])
-                for metric, v in (("nrmse_eta_mean", flat[:, step].mean()), ("nrmse_eta_q10", q10),
-                                  ("nrmse_eta_q90", q90), ("corr_eta_mean", fc[:, step].mean()),
-                                  ("mass_drift_max", np.nan_to_num(arr["mass_drift"][..., step], nan=1e6).max()),
-                                  ("momentum_drift_max",
-                                   np.nan_to_num(arr["momentum_drift"][..., step], nan=1e6).max())):
+                entries = [(f"{key}_mean", flat[:, step].mean()), (f"{key}_q10", q10), (f"{key}_q90", q90)]
+                if task == "swe":
+                    entries.append(("corr_eta_mean", fc[:, step].mean()))
+                entries += [(f"{e}_max", np.nan_to_num(arr[e][..., step], nan=1e6).max()) for e in extra]
+                for metric, v in entries:
                     curve_rows.append({"cell": name, "split": split, "step": step, "metric": metric,
                                        "value": float(v)})
             cell_metrics[split] = {
                 **{k: float(v.mean()) for k, v in per_case.items()},
                 "nrmse_first_step": float(nr[:, :, 1].mean()),
-                "mass_drift": float(np.nan_to_num(arr["mass_drift"], nan=1e6).max()),
-                "momentum_drift": float(np.nan_to_num(arr["momentum_drift"], nan=1e6).max()),
+                **{e: float(np.nan_to_num(arr[e], nan=1e6).max()) for e in extra},
             }
         per_cell[name] = cell_metrics
+    return per_cell, rollout_rows, curve_rows
 
+
+def run(config: Mapping[str, Any], seed: int) -> Outcome:
+    """Data as solver tasks, the learning-rate tuning and the test trainings as surrogate tasks."""
+    _validate(config)
+    cfg = _swe_config(config)
+    data, items, (tune_root, test_root) = _generate(config, seed)
+    jobs = [("swe", c) for c in _cells(config)]
+    all_data = {"swe": data}
+    ins_items: list = []
+    if config["turbulence"]:
+        all_data["ins"], ins_items = _generate_ins(config, seed)
+        jobs += [("ins", c) for c in _ins_cells()]
+    lrs = [float(x) for x in config["lrs"]]
+    shared = {"config": dict(config), "data": all_data}
+
+    # Tuning: every cell, every rate, one tuning seed (kept apart from the test seeds).
+    tune_seed = runtime.seeds(tune_root, 1)[0]
+    tuned = []
+    if len(lrs) > 1:  # a one-point grid needs no tuning runs
+        tuned = runtime.pmap(tune_task, [(task, c, lr, tune_seed) for task, c in jobs for lr in lrs], shared=shared,
+                             chunk_size=1, desc="staggered-pde tuning")
+    best_lr = {}
+    for task, c in jobs:
+        name = _cell_name(c, task)
+        rows = [t for t in tuned if t["cell"] == name] or [{"lr": lrs[0], "val_nrmse": 0.0}]
+        best_lr[name] = min(rows, key=lambda t: (t["val_nrmse"], t["lr"]))["lr"]
+
+    test_seeds = runtime.seeds(test_root, int(config["seeds"]))
+    results = runtime.pmap(test_task, [(task, c, best_lr[_cell_name(c, task)], i, s) for task, c in jobs
+                                       for i, s in enumerate(test_seeds)],
+                           shared=shared, chunk_size=1, desc="staggered-pde cells")
+
+    T, TT = int(config["frames"]), int(config["test_frames"])
+    per_cell, rollout_rows, curve_rows = _summarize("swe", [c for t, c in jobs if t == "swe"],
+                                                    [r for r in results if r["task"] == "swe"], best_lr, T, TT)
     main = per_cell[MAIN]
-    ablation = [_cell_name(c) for c in cells if not c["augment"] and not c["pushforward"]]
+    ablation = [_cell_name(c) for c in _cells(config) if not c["augment"] and not c["pushforward"]]
     base = per_cell["p1_none"]
     metrics = {
         **main,
@@ -260,13 +335,22 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         "parameter_spread": max(abs(per_cell[n]["parameters"] / base["parameters"] - 1.0) for n in per_cell),
         "tuning": {t["cell"] + f"@lr={t['lr']:g}": t["val_nrmse"] for t in tuned},
     }
+    if config["turbulence"]:
+        ti, ins_rows, ins_curves = _summarize("ins", _ins_cells(), [r for r in results if r["task"] == "ins"],
+                                              best_lr, int(config["ins_frames"]), 2 * int(config["ins_frames"]))
+        rollout_rows += ins_rows
+        curve_rows += ins_curves
+        ref = all_data["ins"]["test"].astype(np.float64)
+        metrics["turbulence"] = {**ti, "solver_divergence": float(np.abs(turb.divergence(ref)).max()
+                                                                  / np.abs(ref[:, :, 1:]).mean())}
     baselines = {n: m for n, m in per_cell.items() if n != MAIN}
     budget = {"training_steps": int(config["steps"]), "batch": int(config["batch"]),
               "train_trajectories": int(config["train_trajectories"]), "frames_per_trajectory": T,
               "test_rollout_steps": TT, "lr_grid": lrs, "tuning": "per cell on validation rollouts, tuning seed apart "
               "from the test seeds", "test_seeds": int(config["seeds"]),
               "parameters": {n: m["parameters"] for n, m in per_cell.items()},
-              "solver_tasks": len(items), "training_tasks": len(tuned) + len(results)}
+              "turbulence_train_trajectories": int(config["ins_trajectories"]) if config["turbulence"] else 0,
+              "solver_tasks": len(items) + len(ins_items), "training_tasks": len(tuned) + len(results)}
     return Outcome(metrics=metrics, baselines=baselines,
                    tables={"rollout": rollout_rows, "curves": curve_rows}, budget=budget)
 
@@ -287,6 +371,8 @@ def _paired(text, a, b, *, metric="nrmse_mean", split="test", source=ABSTRACT_IM
     path = {"nrmse_mean": "nrmse_mean", "nrmse_final": "nrmse_final"}[metric]
 
     def where(cell):
+        if cell.startswith("ins_"):
+            return f"metrics.turbulence.{cell}"
         return "metrics" if cell == MAIN else f"baselines.{cell}"
 
     return Claim(text=text, metric=f"{where(a)}.{split}.{path}", compare=f"{where(b)}.{split}.{path}", op="<",
@@ -303,6 +389,22 @@ CLAIMS = (
     _paired("symmetries are more effective than physical constraints: p4m/none beats p1/both", "p4m_none", "p1_both",
             source=ABSTRACT_RANK),
     _paired("both together are best: p4m/both beats p4m/none", MAIN, "p4m_none", source=ABSTRACT_RANK),
+    _paired("decaying turbulence: p4m with the stream-function (divergence-free, zero-momentum) output layer "
+            "has lower rollout velocity-NRMSE than p1/none", "ins_p4m_divfree", "ins_p1_none"),
+    _paired("decaying turbulence: symmetry alone helps (p4m/none beats p1/none)", "ins_p4m_none", "ins_p1_none"),
+    _paired("decaying turbulence: the divergence-free constraint alone helps (p1/divfree beats p1/none)",
+            "ins_p1_divfree", "ins_p1_none"),
+    _paired("decaying turbulence: both together beat symmetry alone (p4m/divfree beats p4m/none)",
+            "ins_p4m_divfree", "ins_p4m_none", source=ABSTRACT_RANK),
+    _paired("decaying turbulence, unseen initial conditions (spectral peak moved): p4m/divfree beats p1/none",
+            "ins_p4m_divfree", "ins_p1_none", split="ood", source=ABSTRACT_GEN),
+    Claim(text="decaying turbulence: the stream-function output layer keeps the rollouts divergence-free "
+               "(max |div| / mean |u| <= 1e-10)",
+          metric="metrics.turbulence.ins_p4m_divfree.test.divergence", compare=1e-10, op="<=", source=ABSTRACT_LAYERS,
+          controls=(Control("ins_p1_none", "metrics.turbulence.ins_p1_none.test.divergence"),
+                    Control("ins_p4m_none", "metrics.turbulence.ins_p4m_none.test.divergence"))),
+    Claim(text="the coarsened turbulence data is exactly divergence-free (max |div| / mean |u| <= 1e-10)",
+          metric="metrics.turbulence.solver_divergence", compare=1e-10, op="<=", kind="sanity"),
     Claim(text="p4m/both has the lowest mean rollout eta-NRMSE of the 12 ablation cells",
           metric="metrics.test.nrmse_mean", compare="metrics.best_other_ablation_nrmse_mean", op="<",
           source=ABSTRACT_RANK),
@@ -419,6 +521,31 @@ def plots(record: Mapping) -> dict:
     axes[-1].legend(fontsize=7)
     fig.tight_layout()
     figs["conservation"] = fig
+
+    ins = [c for c in ("ins_p1_none", "ins_p1_divfree", "ins_p4m_none", "ins_p4m_divfree") if c in cells]
+    if ins:
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+        for ax, split in zip(axes[:2], ("test", "ood")):
+            for c in ins:
+                x, m = series(c, split, "nrmse_vel_mean")
+                _, lo = series(c, split, "nrmse_vel_q10")
+                _, hi = series(c, split, "nrmse_vel_q90")
+                ax.plot(x[1:], m[1:], label=c[4:].replace("_", "/"))
+                ax.fill_between(x[1:], lo[1:], hi[1:], alpha=0.15)
+            ax.axvline(cfg["ins_frames"], color="grey", lw=0.8, ls=":")
+            ax.set_yscale("log")
+            ax.set_xlabel("autoregressive step (dotted: training horizon)")
+            ax.set_title(f"decaying turbulence: velocity NRMSE ({'test' if split == 'test' else 'unseen spectra'})")
+        for c in ins:
+            x, m = series(c, "test", "divergence_max")
+            axes[2].plot(x, np.maximum(m, 1e-18), label=c[4:].replace("_", "/"))
+        axes[2].set_yscale("log")
+        axes[2].set_title("max |div u| / mean |u| (worst rollout)")
+        axes[2].set_xlabel("autoregressive step")
+        axes[0].set_ylabel("NRMSE (mean, 10-90% band)")
+        axes[2].legend(fontsize=7)
+        fig.tight_layout()
+        figs["turbulence"] = fig
     return figs
 
 

@@ -15,7 +15,10 @@ step, ``x_{t+1} = x_t + C(N(x_t))``, where
   subtracts the domain mean of the ``eta`` increment (the total mass is then unchanged to
   float precision), ``"momentum"`` subtracts the mean of each transport component's increment
   (total momentum unchanged; periodic domains, where momentum is conserved), ``"both"`` does
-  both, ``"none"`` nothing. Means are invariant, so ``C`` keeps the equivariance.
+  both, ``"none"`` nothing. Means are invariant, so ``C`` keeps the equivariance. For the
+  incompressible task, ``"divfree"`` replaces the output layer by the stream-function layer
+  (``StreamFunctionOutput``): face velocities are differences of a corner stream function, so
+  their divergence and their domain mean (momentum) are zero to round-off.
 
 Widths are parameter-matched across groups (``matched_width``): a group convolution with ``f``
 regular fields has ``|G|`` times the weights per field pair of a plain one, so p4 / p4m models
@@ -57,6 +60,7 @@ from rayml.pde.staggered_layers import (
     GroupConv2d,
     StaggeredInput,
     StaggeredOutput,
+    StreamFunctionOutput,
     field_pool,
     field_upsample,
     group_elements,
@@ -66,6 +70,7 @@ from rayml.pde.staggered_layers import (
 __all__ = [
     "GROUPS",
     "CONSTRAINTS",
+    "ALL_CONSTRAINTS",
     "SurrogateSpec",
     "apply_constraint",
     "StaggeredUNet",
@@ -80,6 +85,9 @@ __all__ = [
 ]
 
 CONSTRAINTS = ("none", "mass", "momentum", "both")
+# "divfree": the incompressible task's constraint, a stream-function output layer (exactly
+# divergence-free face velocities with zero mean, i.e. mass and momentum for constant density)
+ALL_CONSTRAINTS = CONSTRAINTS + ("divfree",)
 BOUNDARIES = ("periodic", "closed")
 
 
@@ -114,11 +122,11 @@ class SurrogateSpec:
     def __post_init__(self):
         if self.group not in GROUPS:
             raise ValueError(f"group must be one of {GROUPS}, got {self.group!r}")
-        if self.constraint not in CONSTRAINTS:
-            raise ValueError(f"constraint must be one of {CONSTRAINTS}, got {self.constraint!r}")
+        if self.constraint not in ALL_CONSTRAINTS:
+            raise ValueError(f"constraint must be one of {ALL_CONSTRAINTS}, got {self.constraint!r}")
         if self.boundary not in BOUNDARIES:
             raise ValueError(f"boundary must be one of {BOUNDARIES}, got {self.boundary!r}")
-        if self.boundary == "closed" and self.constraint in ("momentum", "both"):
+        if self.boundary == "closed" and self.constraint in ("momentum", "both", "divfree"):
             raise ValueError("constraint: momentum is not conserved in a closed basin; use boundary='periodic'")
         for name in ("width", "n", "steps", "batch", "kernel"):
             v = getattr(self, name)
@@ -135,9 +143,9 @@ class SurrogateSpec:
 def apply_constraint(dx: torch.Tensor, constraint: str) -> torch.Tensor:
     """The hard constraint on increments ``(B, 3, n, n)``: remove the domain mean of the ``eta``
     increment (mass) and / or of each transport increment (momentum)."""
-    if constraint not in CONSTRAINTS:
-        raise ValueError(f"constraint must be one of {CONSTRAINTS}, got {constraint!r}")
-    if constraint == "none":
+    if constraint not in ALL_CONSTRAINTS:
+        raise ValueError(f"constraint must be one of {ALL_CONSTRAINTS}, got {constraint!r}")
+    if constraint in ("none", "divfree"):   # divfree is built into the stream-function output layer
         return dx
     mean = dx.mean(dim=(-1, -2), keepdim=True)
     keep = torch.zeros(3, dtype=dx.dtype, device=dx.device)
@@ -160,7 +168,7 @@ class StaggeredUNet(nn.Module):
         self.spec = spec
         g, b, k, w = spec.group, spec.boundary, spec.kernel, spec.width
         self.inp = StaggeredInput(g, b)
-        self.out = StaggeredOutput(g, b)
+        self.out = StreamFunctionOutput(g, b) if spec.constraint == "divfree" else StaggeredOutput(g, b)
 
         def conv(i, o):
             return GroupConv2d(i, o, g, kernel=k, boundary=b)

@@ -69,6 +69,8 @@ __all__ = [
     "GroupConv2d",
     "StaggeredInput",
     "StaggeredOutput",
+    "StreamFunctionOutput",
+    "act_diagonal",
     "field_pool",
     "field_upsample",
 ]
@@ -308,6 +310,48 @@ class StaggeredOutput(nn.Module):
         V = Fd[:, 1] - _north(Fd[:, 3], self.boundary)
         U, V = from_directions(torch.stack([U, V], dim=1), self.boundary)
         return torch.stack([eta, U, V], dim=1)
+
+
+def act_diagonal(g: tuple[int, int], c: int) -> int:
+    """Corner direction ``g c`` (0 NE, 1 NW, 2 SW, 3 SE): ``m`` maps NE to SE."""
+    k, s = g
+    return ((-1) ** s * c - s + k) % 4
+
+
+class StreamFunctionOutput(nn.Module):
+    """Divergence-free output layer: a regular field ``(B, 1, |G|, n, n)`` to a stream function at
+    the cell corners and from it the face transports, ``U = -(psi_NE - psi_SE)``,
+    ``V = psi_NE - psi_NW``, whose discrete divergence is zero to round-off (periodic grids).
+
+    The stream function is a pseudo-scalar (it changes sign under reflections). Each cell proposes
+    a value for each of its corners, ``C_c = sum_{g(NE) = c} det(g) P_g``, and the corner's value
+    is the sum of the proposals of the four cells around it. p1: the single channel is ``psi`` at
+    each cell's NE corner. The ``eta`` increment is zero.
+    """
+
+    def __init__(self, group: str, boundary: str = "periodic"):
+        super().__init__()
+        _check_group(group)
+        if boundary != "periodic":
+            raise ValueError("boundary: the stream-function output layer is implemented for periodic grids")
+        self.group, self.boundary, self.fields = group, boundary, 1
+        elems = group_elements(group)
+        w = torch.zeros(4, len(elems))
+        for gi, g in enumerate(elems):
+            w[act_diagonal(g, 0), gi] = (-1.0) ** g[1]
+        self.register_buffer("gather", w, persistent=False)
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        if self.group == "p1":
+            psi = y[:, 0, 0]
+        else:
+            C = torch.einsum("cg,bgyx->bcyx", self.gather.to(y.dtype), y[:, 0])   # (B, 4, n, n)
+            # NE corner of cell (j, i): NE of (j, i), NW of (j, i+1), SW of (j+1, i+1), SE of (j+1, i)
+            psi = (C[:, 0] + _east(C[:, 1], "periodic") + _north(_east(C[:, 2], "periodic"), "periodic")
+                   + _north(C[:, 3], "periodic"))
+        U = -(psi - _south(psi, "periodic"))
+        V = psi - _west(psi, "periodic")
+        return torch.stack([torch.zeros_like(U), U, V], dim=1)
 
 
 def field_pool(x: torch.Tensor) -> torch.Tensor:

@@ -26,6 +26,16 @@ def test_solver_tasks_on_ray_equal_a_local_simulation(ray_session):
         assert np.array_equal(got, local.astype(np.float32))
 
 
+def test_turbulence_tasks_give_divergence_free_coarse_states():
+    from rayml.pde import turbulence as turb
+
+    traj = exp.ins_task(("test", 0, 2.0, 3, 7), dict(exp.SIZES["tiny"]))
+    assert traj.shape == (4, 3, 8, 8) and np.all(traj[:, 0] == 0)
+    assert np.abs(turb.divergence(traj.astype(np.float64))).max() < 1e-5 * np.abs(traj[:, 1:]).mean()
+    assert [exp._cell_name(c, "ins") for c in exp._ins_cells()] == [
+        "ins_p1_none", "ins_p1_divfree", "ins_p4m_none", "ins_p4m_divfree"]
+
+
 def test_the_grid_holds_the_twelve_ablation_cells_and_the_three_alternatives():
     names = [exp._cell_name(c) for c in exp._cells(exp.SIZES["quick"])]
     assert len(names) == 15 and len(set(names)) == 15
@@ -35,7 +45,8 @@ def test_the_grid_holds_the_twelve_ablation_cells_and_the_three_alternatives():
 @pytest.mark.parametrize("override,match", [
     (dict(boundary="closed"), "momentum"), (dict(lrs=[0.003]), "0.001"), (dict(lrs=[]), "lrs"),
     (dict(frames=2), "frames"), (dict(test_frames=3), "test_frames"), (dict(n=7), "n must"),
-    (dict(seeds=0), "seeds"), (dict(dt=0.5), "unstable"),
+    (dict(seeds=0), "seeds"), (dict(dt=0.5), "unstable"), (dict(ins_frames=2), "ins_frames"),
+    (dict(ins_n_fine=12), "divide"),
 ])
 def test_bad_settings_are_rejected(override, match):
     with pytest.raises(ValueError, match=match):

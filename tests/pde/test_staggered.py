@@ -16,6 +16,8 @@ from rayml.pde.staggered_layers import (
     GroupConv2d,
     StaggeredInput,
     StaggeredOutput,
+    StreamFunctionOutput,
+    act_diagonal,
     act_direction,
     act_spatial,
     compose,
@@ -113,6 +115,45 @@ def test_input_and_output_layers_intertwine_the_staggered_action_and_the_regular
     for t, g in enumerate(group_elements(group)):
         assert torch.allclose(inp(transform_state(x, g, boundary)), transform_regular(inp(x), group, t), atol=1e-12)
         assert torch.allclose(out(transform_regular(y, group, t)), transform_state(out(y), g, boundary), atol=1e-12)
+
+
+@pytest.mark.parametrize("group", ["p4", "p4m"])
+def test_stream_function_output_is_equivariant_as_a_pseudo_scalar_and_divergence_free(group):
+    out = StreamFunctionOutput(group).double()
+    y = torch.randn(2, 1, len(group_elements(group)), 6, 6, dtype=torch.float64)
+    fy = out(y)
+    div = (fy[:, 1] - torch.roll(fy[:, 1], 1, -1)) + (fy[:, 2] - torch.roll(fy[:, 2], 1, -2))
+    assert div.abs().max() < 1e-13 and fy[:, 1:].sum(dim=(-1, -2)).abs().max() < 1e-12
+    assert torch.all(fy[:, 0] == 0)
+    for t, g in enumerate(group_elements(group)):
+        assert torch.allclose(out(transform_regular(y, group, t)), transform_state(fy, g, "periodic"), atol=1e-12)
+    # corners: NE -> NW under r, NE -> SE under m
+    assert act_diagonal((1, 0), 0) == 1 and act_diagonal((0, 1), 0) == 3 and act_diagonal((1, 1), 0) == 0
+
+
+def test_stream_function_layer_without_the_reflection_sign_is_not_equivariant():
+    # psi is a pseudo-scalar: dropping det(g) from the corner proposals breaks reflection equivariance
+    out = StreamFunctionOutput("p4m").double()
+    with torch.no_grad():
+        out.gather.abs_()
+    y = torch.randn(1, 1, 8, 6, 6, dtype=torch.float64)
+    t = element_index("p4m", (0, 1))
+    assert not torch.allclose(out(transform_regular(y, "p4m", t)), transform_state(out(y), (0, 1), "periodic"))
+
+
+@pytest.mark.parametrize("group", ["p1", "p4", "p4m"])
+def test_divfree_surrogates_keep_rollouts_divergence_free(group):
+    m = _model(group, "divfree", width=4 if group == "p1" else 2)
+    x0 = _state(seed=5).numpy() * 0.1
+    x0[:, 0] = 0.0
+    psi = np.random.default_rng(0).normal(size=(2, 8, 8))
+    x0[:, 1] = -(psi - np.roll(psi, 1, axis=-2))
+    x0[:, 2] = psi - np.roll(psi, 1, axis=-1)
+    traj = st.rollout(m, x0, 10)
+    div = (traj[..., 1, :, :] - np.roll(traj[..., 1, :, :], 1, -1)) + (traj[..., 2, :, :] - np.roll(traj[..., 2, :, :], 1, -2))
+    assert np.abs(div).max() < 1e-12 * np.abs(traj[..., 1:, :, :]).max() and np.abs(traj[:, -1] - traj[:, 0]).max() > 1e-3
+    if group == "p4m":
+        assert st.equivariance_error(m, x0, "p4m") < 1e-12
 
 
 def _model(group, constraint="both", boundary="periodic", width=2, n=8):
@@ -238,7 +279,7 @@ def test_rollout_scores_on_known_cases():
 
 @pytest.mark.parametrize("kwargs,match", [
     (dict(group="p6"), "group"), (dict(constraint="energy"), "constraint"), (dict(boundary="open"), "boundary"),
-    (dict(boundary="closed", constraint="momentum"), "momentum"), (dict(width=0), "width"), (dict(n=7), "n must"),
+    (dict(boundary="closed", constraint="momentum"), "momentum"), (dict(boundary="closed", constraint="divfree"), "momentum"), (dict(width=0), "width"), (dict(n=7), "n must"),
     (dict(kernel=2), "kernel"), (dict(lr=0.0), "lr"), (dict(steps=True), "steps"),
 ])
 def test_bad_specs_are_rejected(kwargs, match):
