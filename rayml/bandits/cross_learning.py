@@ -60,6 +60,7 @@ __all__ = [
     "SimulationResult",
     "first_price_auction",
     "sleeping_bandit",
+    "contextual_best_arm",
     "default_config",
     "exp_weights",
     "estimated_marginal",
@@ -205,6 +206,40 @@ def sleeping_bandit(n_arms: int, horizon: int, seed: int, *, p_available=None) -
                             tables=tables, schedule=codes.astype(np.int64), info={"p_available": p})
 
 
+def contextual_best_arm(n_contexts: int, n_actions: int, horizon: int, seed: int, *, levels: int = 4,
+                        low: float = 0.2, high: float = 0.7) -> CrossLearningEnv:
+    """Many contexts, each with its own best action: where per-context learning cannot keep up.
+
+    Every context ``c`` has a best action ``b(c)`` (uniform, fixed by ``seed``) with mean loss
+    ``low`` and the other actions ``high``; contexts are uniform. Each round the adversary draws
+    (obliviously, from ``seed``) one level ``U_t(a)`` per action from ``levels`` equally spaced
+    points in (0, 1), and ``l_t(c, a) = 1[U_t(a) < mu(c, a)]``: playing ``a`` reveals its loss in
+    every context (cross-learning). With ``C`` much larger than the epoch length ``sqrt(K T)``
+    a context is seen a handful of times, so one EXP3 per context plays near-uniformly (regret
+    about ``T (1 - 1/K) (P(high) - P(low))``), while cross-learning's regret does not depend on
+    ``C``. Assumed: our own instance (neither paper has experiments).
+    """
+    C = _check_int("n_contexts", n_contexts, 1)
+    K = _check_int("n_actions", n_actions, 2)
+    T = _check_int("horizon", horizon, 1)
+    G = _check_int("levels", levels, 2)
+    if G ** K > 4096:
+        raise ValueError(f"levels ** n_actions must be <= 4096 (loss patterns are enumerated), got {G ** K}")
+    if not 0 <= low < high <= 1:
+        raise ValueError(f"need 0 <= low < high <= 1, got low={low}, high={high}")
+    rng = np.random.default_rng(seed)
+    best = rng.integers(K, size=C)
+    mu = np.where(np.arange(K)[None] == best[:, None], low, high)                    # (C, K)
+    grid = (np.arange(G) + 0.5) / G
+    codes = rng.integers(G, size=(T, K))
+    digits = (np.arange(G ** K)[:, None] // G ** np.arange(K)[None]) % G             # (M, K) level index
+    tables = (grid[digits][:, None, :] < mu[None]).astype(float)                     # (M, C, K)
+    schedule = codes @ (G ** np.arange(K))
+    return CrossLearningEnv(name=f"contextual-C{C}", context_probs=np.full(C, 1.0 / C),
+                            allowed=np.ones((C, K), dtype=bool), tables=tables, schedule=schedule,
+                            info={"best": best, "mu": mu})
+
+
 @dataclass(frozen=True)
 class LearnerConfig:
     """Step sizes of the learners.
@@ -227,11 +262,16 @@ class LearnerConfig:
         _check_int("epoch_length", self.epoch_length, 1)
 
 
-def default_config(n_actions: int, horizon: int) -> LearnerConfig:
-    """Assumed defaults: ``eta = sqrt(ln K / (K T))``, ``gamma = eta / 2``, ``L = ceil(sqrt(K T))``."""
+def default_config(n_actions: int, horizon: int, eta_scale: float = 1.0) -> LearnerConfig:
+    """Assumed defaults: ``eta = eta_scale sqrt(ln K / (K T))``, ``gamma = eta / 2``, ``L = ceil(sqrt(K T))``.
+
+    ``eta_scale = 1`` is the stated rate; the experiment tunes ``eta_scale`` on a grid around it.
+    """
     K = _check_int("n_actions", n_actions, 2)
     T = _check_int("horizon", horizon, 1)
-    eta = math.sqrt(math.log(K) / (K * T))
+    if not (np.isfinite(eta_scale) and eta_scale > 0):
+        raise ValueError(f"eta_scale must be a finite number > 0, got {eta_scale!r}")
+    eta = eta_scale * math.sqrt(math.log(K) / (K * T))
     return LearnerConfig(eta=eta, gamma=eta / 2, epoch_length=int(math.ceil(math.sqrt(K * T))))
 
 
@@ -284,7 +324,7 @@ def _sample(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 
 def simulate(env: CrossLearningEnv, method: str, runs: int, seed, *, config: LearnerConfig | None = None,
-             points: int = 20) -> SimulationResult:
+             points: int = 20, eta_scale: float = 1.0) -> SimulationResult:
     """Run ``runs`` independent learners of ``method`` on ``env`` for its horizon, all vectorised.
 
     Contexts and the uniforms that draw actions come from ``seed`` (two spawned streams), so every
@@ -295,8 +335,10 @@ def simulate(env: CrossLearningEnv, method: str, runs: int, seed, *, config: Lea
         method: one of ``METHODS``.
         runs: independent runs advanced together (>= 1).
         seed: an int or ``numpy.random.SeedSequence``.
-        config: step sizes; default ``default_config(K, T)``.
+        config: step sizes; default ``default_config(K, T, eta_scale)``.
         points: regret checkpoints recorded along the horizon.
+        eta_scale: multiplies the default rates (also per-context EXP3's ``eta_c``); ignored when
+            ``config`` is given for the cross-learning learners.
 
     Returns:
         ``SimulationResult`` with the regret against the comparator policy ``env.comparator()``.
@@ -306,7 +348,7 @@ def simulate(env: CrossLearningEnv, method: str, runs: int, seed, *, config: Lea
     R = _check_int("runs", runs, 1)
     points = _check_int("points", points, 1)
     C, K, T = env.n_contexts, env.n_actions, env.horizon
-    cfg = config or default_config(K, T)
+    cfg = config or default_config(K, T, eta_scale)
     ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(int(seed))
     ctx_rng, act_rng = (np.random.default_rng(s) for s in ss.spawn(2))
     contexts = ctx_rng.choice(C, size=(R, T), p=env.context_probs)
@@ -319,8 +361,6 @@ def simulate(env: CrossLearningEnv, method: str, runs: int, seed, *, config: Lea
     curve = np.zeros((R, checkpoints.size))
     regret = np.zeros(R)
     visits = np.zeros((R, C))
-    ref_freq = np.zeros((R, C))
-    cur_counts = np.zeros((R, C))
     L = cfg.epoch_length
     k = 0
     for t in range(T):
@@ -330,23 +370,22 @@ def simulate(env: CrossLearningEnv, method: str, runs: int, seed, *, config: Lea
             a = best[c]
         elif method == "per-context-exp3":
             visits[ar, c] += 1
-            eta_c = np.sqrt(math.log(K) / (K * visits[ar, c]))
+            eta_c = eta_scale * np.sqrt(math.log(K) / (K * visits[ar, c]))
             p = exp_weights(cum[ar, c], eta_c, allowed[c])
             a = _sample(p, uniforms[:, t])
             cum[ar, c, a] += table[c, a] / p[ar, a]
-        else:
+        elif method == "known-distribution":
             probs_all = exp_weights(cum, cfg.eta, allowed)  # (R, C, K)
             a = _sample(probs_all[ar, c], uniforms[:, t])
-            if method == "known-distribution":
-                cross_learned_update(cum, a, table, allowed, estimated_marginal(probs_all, a, env.context_probs))
-            else:  # cross-learning (Schneider & Zimmert)
-                if t > 0 and t % L == 0:
-                    ref_freq = cur_counts / cur_counts.sum(axis=1, keepdims=True)
-                    cur_counts = np.zeros((R, C))
-                if t >= L:  # epoch >= 1: contexts of the previous epoch estimate f_t
-                    denom = estimated_marginal(probs_all, a, ref_freq) + cfg.gamma
-                    cross_learned_update(cum, a, table, allowed, denom)
-                cur_counts[ar, c] += 1
+            cross_learned_update(cum, a, table, allowed, estimated_marginal(probs_all, a, env.context_probs))
+        else:  # cross-learning (Schneider & Zimmert)
+            a = _sample(exp_weights(cum[ar, c], cfg.eta, allowed[c]), uniforms[:, t])
+            if t >= L:  # epoch e >= 1: the contexts of epoch e - 1 estimate f_t at the current policy
+                e = t // L
+                prev = contexts[:, (e - 1) * L:e * L]                                     # (R, L)
+                p_prev = exp_weights(cum[ar[:, None], prev], cfg.eta, allowed[prev])     # (R, L, K)
+                denom = p_prev[ar, :, a].mean(axis=1) + cfg.gamma
+                cross_learned_update(cum, a, table, allowed, denom)
         regret += table[c, a] - table[c, best[c]]
         if k < checkpoints.size and t + 1 == checkpoints[k]:
             curve[:, k] = regret

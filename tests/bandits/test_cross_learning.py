@@ -202,8 +202,7 @@ def test_growth_exponent_of_exact_power_laws():
 
 
 def test_experiment_tiny_is_identical_with_1_and_2_workers(ray_session):
-    from rayml import experiments, runtime
-
+    from rayml import runtime
     from rayml.experiments.cross_learning import EXPERIMENT, SIZES
 
     cfg = dict(SIZES["tiny"])
@@ -213,9 +212,38 @@ def test_experiment_tiny_is_identical_with_1_and_2_workers(ray_session):
         two = EXPERIMENT.run(cfg, 3)
     assert one.metrics == two.metrics
     assert one.tables["runs"] == two.tables["runs"]
-    record = experiments.run("cross-learning", size="tiny", seed=0)
-    assert len(record["claims"]) == 6 and all(isinstance(c["holds"], bool) for c in record["claims"])
+    assert len(EXPERIMENT.claims) == 8 and all(c.controls or c.test for c in EXPERIMENT.claims)
     with pytest.raises(ValueError, match="horizons"):
         EXPERIMENT.run({**cfg, "horizons": [10]}, 0)
     with pytest.raises(ValueError, match="chunk_runs"):
         EXPERIMENT.run({**cfg, "runs": 7}, 0)
+    with pytest.raises(ValueError, match="eta_grid"):
+        EXPERIMENT.run({**cfg, "eta_grid": [0.5, 2.0]}, 0)
+
+
+def test_contextual_best_arm_losses_and_comparator():
+    env = cl.contextual_best_arm(50, 3, 4000, 0)
+    best = env.info["best"]
+    assert np.array_equal(env.comparator(), best)                         # each context's own best action
+    mean = env.total_losses() / env.horizon
+    own = mean[np.arange(50), best]
+    other = np.where(np.arange(3)[None] == best[:, None], np.nan, mean)
+    assert np.all(np.abs(own - 0.25) < 0.05) and np.all(np.abs(np.nanmean(other, 1) - 0.75) < 0.05)
+    assert np.allclose(env.context_probs, 1 / 50)
+    with pytest.raises(ValueError, match="levels"):
+        cl.contextual_best_arm(4, 8, 10, 0, levels=4)                     # 4^8 patterns
+
+
+def test_per_context_exp3_fails_with_many_contexts_where_cross_learning_does_not():
+    env = cl.contextual_best_arm(400, 3, 600, 1)
+    cross = cl.simulate(env, "cross-learning", 6, 2)
+    per = cl.simulate(env, "per-context-exp3", 6, 2)
+    assert np.median(cross.regret) < 0.6 * np.median(per.regret)
+
+
+def test_eta_scale_multiplies_the_rates():
+    base, double = cl.default_config(4, 100), cl.default_config(4, 100, 2.0)
+    assert np.isclose(double.eta, 2 * base.eta) and np.isclose(double.gamma, 2 * base.gamma)
+    assert double.epoch_length == base.epoch_length
+    with pytest.raises(ValueError, match="eta_scale"):
+        cl.default_config(4, 100, 0.0)
