@@ -100,7 +100,9 @@ def summarize(rows: list[dict], n: int) -> dict:
     t0 = below[0]
     mono = near_monotonicity([r["smoothed_margin"] for r in rows], t0)
     plain = near_monotonicity([r["margin"] for r in rows], t0)
-    kkt_rows = [r for r in rows[t0:] if "kkt_residual" in r]
+    # the first checkpoint after the threshold where the homogenised net separates the data (else the
+    # homogenised problem has no feasible rescaling and no residual)
+    kkt_rows = [r for r in rows[t0:] if np.isfinite(r.get("kkt_residual", math.nan))]
     last = rows[-1]
     mid = rows[t0 + (len(rows) - 1 - t0) // 2]
     first_half = 1.0 - float(np.clip(rows[t0]["direction_dot_mid"], -1, 1))
@@ -168,8 +170,9 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         "worst_direction_gap": float(max(x["direction_gap"] for x in near)),
         "worst_direction_ratio": float(max(x["direction_ratio"] for x in near)),
         "min_norm_growth": float(min(x["norm_growth"] for x in near)),
-        "kkt_threshold": float(np.mean([x["kkt_threshold"] for x in near])),
-        "kkt_final": float(np.mean([x["kkt_final"] for x in near])),
+        # runs without a KKT checkpoint after the threshold (tiny sizes) have no residual to average
+        "kkt_threshold": float(np.nanmean([x["kkt_threshold"] for x in near])),
+        "kkt_final": float(np.nanmean([x["kkt_final"] for x in near])),
         "reached_threshold": float(np.mean([x["reached_threshold"] for x in near])),
     }
     if REFERENCE in blocks:
