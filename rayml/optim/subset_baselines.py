@@ -9,8 +9,10 @@ the latter's construction was available to us; Assumed, following it:
 
 - the potential ``g(A) = sum_{B subset A} m_{|A|-1,|B|-1} f(B)`` with ``m_{a,b} = int_0^1 rho(p)
   p^b (1-p)^(a-b) dp`` equals ``int_0^1 rho(p) E[f(A(p))] / p dp`` (``A(p)`` keeps each element
-  of ``A`` with probability ``p``); it is estimated from ``samples`` draws of ``(p, A(p))`` with
-  common random numbers fixed for the whole search;
+  of ``A`` with probability ``p``); ``samples=None`` computes it exactly (every subset of ``A``,
+  ``m`` by 64-point Gauss-Legendre quadrature, each distinct set evaluated once and cached),
+  an integer estimates it from that many draws of ``(p, A(p))`` with common random numbers fixed
+  for the whole search;
 - the distortion density is ``rho(p) = phi e^(phi p) / (e^phi - 1)`` with ``phi = beta (1 - gamma)
   + gamma^2`` (``phi = 1`` for submodular ``f``: Filmus & Ward's ``1 - 1/e`` potential); it needs
   ``gamma`` and ``beta`` given, the structural knowledge the paper's method avoids;
@@ -32,6 +34,7 @@ from rayml.optim.multinoulli_scg import CountingEvaluator, Partition, SubsetResu
 
 __all__ = [
     "partition_greedy",
+    "potential_weights",
     "distorted_local_search",
     "random_feasible",
     "brute_force",
@@ -81,13 +84,65 @@ def _distortion_samples(phi: float, samples: int, n: int, rng: np.random.Generat
     return p, keep
 
 
+def potential_weights(phi: float, size: int) -> np.ndarray:
+    """``m_{a,b}`` for ``a = size - 1``, ``b = 0 .. a``: ``int_0^1 rho(p) p^b (1-p)^(a-b) dp`` with
+    ``rho(p) = phi e^(phi p) / (e^phi - 1)`` (Filmus & Ward's weights; 64-point Gauss-Legendre)."""
+    nodes, weights = np.polynomial.legendre.leggauss(64)
+    p, w = (nodes + 1) / 2, weights / 2
+    rho = phi * np.exp(phi * p) / math.expm1(phi)
+    a = size - 1
+    b = np.arange(a + 1)
+    return np.array([np.sum(w * rho * p**bb * (1 - p) ** (a - bb)) for bb in b])
+
+
+class _ExactPotential:
+    """``g(A)`` exactly: the sum over the non-empty subsets ``B`` of ``A`` of ``m_{|A|-1,|B|-1} f(B)``;
+    ``f`` is evaluated once per distinct set (cache), through the counting evaluator."""
+
+    def __init__(self, evaluate: CountingEvaluator, n: int, phi: float):
+        self.evaluate, self.n, self.phi = evaluate, n, phi
+        self.cache: dict[bytes, float] = {}
+        self.weights: dict[int, np.ndarray] = {}
+
+    def __call__(self, masks: np.ndarray) -> np.ndarray:
+        subsets = []
+        for mask in masks:
+            idx = np.flatnonzero(mask)
+            subs = []
+            for r in range(1, len(idx) + 1):
+                for comb in itertools.combinations(idx, r):
+                    b = np.zeros(self.n, dtype=bool)
+                    b[list(comb)] = True
+                    subs.append(b)
+            subsets.append(subs)
+        new = {}
+        for subs in subsets:
+            for b in subs:
+                key = b.tobytes()
+                if key not in self.cache and key not in new:
+                    new[key] = b
+        if new:
+            vals = self.evaluate(np.array(list(new.values())).astype(float))
+            self.cache.update(zip(new.keys(), map(float, vals)))
+        out = np.zeros(len(masks))
+        for i, subs in enumerate(subsets):
+            size = int(masks[i].sum())
+            if size == 0:
+                continue
+            if size not in self.weights:
+                self.weights[size] = potential_weights(self.phi, size)
+            m = self.weights[size]
+            out[i] = sum(m[int(b.sum()) - 1] * self.cache[b.tobytes()] for b in subs)
+        return out
+
+
 def distorted_local_search(
     f: Callable,
     partition: Partition,
     *,
     gamma: float = 1.0,
     beta: float = 1.0,
-    samples: int = 32,
+    samples: int | None = 32,
     epsilon: float = 0.1,
     max_sweeps: int = 10,
     seed: int | np.random.Generator = 0,
@@ -100,7 +155,8 @@ def distorted_local_search(
         partition: the constraint.
         gamma, beta: the weak-submodularity parameters (``0 < gamma <= 1``, ``beta >= gamma``...);
             ``gamma = beta = 1`` for submodular ``f``.
-        samples: Monte Carlo draws per estimate of ``g`` (each costs one evaluation of ``f``).
+        samples: Monte Carlo draws per estimate of ``g`` (each costs one evaluation of ``f``);
+            ``None``: the exact potential (every subset, each distinct set evaluated once).
         epsilon: a swap must raise ``g`` by the factor ``1 + epsilon / r``.
         max_sweeps: at most this many passes over all swaps.
         seed: seed or numpy Generator.
@@ -108,7 +164,7 @@ def distorted_local_search(
     _check_partition(partition)
     if not (0 < gamma <= 1) or beta <= 0:
         raise ValueError(f"gamma must be in (0, 1] and beta > 0, got gamma={gamma}, beta={beta}")
-    for name, v in (("samples", samples), ("max_sweeps", max_sweeps)):
+    for name, v in (("samples", 1 if samples is None else samples), ("max_sweeps", max_sweeps)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
     if epsilon <= 0:
@@ -116,12 +172,15 @@ def distorted_local_search(
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     evaluate = CountingEvaluator(f, evaluator)
     phi = beta * (1.0 - gamma) + gamma**2
-    p, keep = _distortion_samples(phi, int(samples), partition.n, rng)
+    if samples is None:
+        potential = _ExactPotential(evaluate, partition.n, phi)
+    else:
+        p, keep = _distortion_samples(phi, int(samples), partition.n, rng)
 
-    def potential(masks: np.ndarray) -> np.ndarray:
-        sub = masks[:, None, :] & keep[None]  # (b, samples, n)
-        vals = evaluate(sub.reshape(-1, partition.n).astype(float)).reshape(len(masks), -1)
-        return (vals / p[None]).mean(axis=1)
+        def potential(masks: np.ndarray) -> np.ndarray:
+            sub = masks[:, None, :] & keep[None]  # (b, samples, n)
+            vals = evaluate(sub.reshape(-1, partition.n).astype(float)).reshape(len(masks), -1)
+            return (vals / p[None]).mean(axis=1)
 
     mask = _greedy(potential, partition)
     current = float(potential(mask[None])[0])

@@ -141,6 +141,44 @@ def test_baselines_are_feasible_and_count_evaluations():
     assert dls.evals > 8 * P.rank  # each potential estimate costs `samples` evaluations
 
 
+def test_exact_distorted_potential_matches_quadrature_and_monte_carlo():
+    from scipy.integrate import quad
+
+    f, labels = make_instance("coverage", 8, 2, seed=4)
+    P = Partition(labels, [2, 2])
+    phi = 1.0
+    A = np.zeros(8, dtype=bool)
+    A[[0, 1, 5]] = True
+    from rayml.optim.multinoulli_scg import CountingEvaluator
+
+    exact = sb._ExactPotential(CountingEvaluator(f), 8, phi)(A[None])[0]
+    # independent: sum over subsets B of f(B) * int rho(p) p^(|B|-1) (1-p)^(|A|-|B|) dp, by scipy quad
+    rho = lambda p: phi * np.exp(phi * p) / np.expm1(phi)  # noqa: E731
+    idx, ref = np.flatnonzero(A), 0.0
+    for r in range(1, len(idx) + 1):
+        for comb in itertools.combinations(idx, r):
+            B = np.zeros(8, dtype=bool)
+            B[list(comb)] = True
+            w = quad(lambda p: rho(p) * p ** (r - 1) * (1 - p) ** (len(idx) - r), 0, 1)[0]
+            ref += w * f(B[None])[0]
+    assert exact == pytest.approx(ref, rel=1e-10)
+    # the Monte Carlo potential estimates the same number
+    rng = np.random.default_rng(0)
+    p, keep = sb._distortion_samples(phi, 200_000, 8, rng)
+    est = np.mean(f((A[None] & keep).astype(float)) / p)
+    assert est == pytest.approx(exact, rel=0.02)
+
+
+def test_exact_distorted_local_search_counts_each_distinct_set_once():
+    f, labels = make_instance("coverage", 10, 2, seed=1)
+    P = Partition(labels, [2, 2])
+    res = sb.distorted_local_search(f, P, samples=None)
+    # every evaluated set has at most rank elements: at most sum_{r<=4} C(10, r) distinct sets + the final one
+    assert 0 < res.evals <= sum(len(list(itertools.combinations(range(10), r))) for r in range(1, 5)) + 1
+    assert P.is_feasible(np.isin(np.arange(P.n), res.selected))
+    assert res.value >= 0.5 * sb.brute_force(f, P).value
+
+
 def test_objectives_are_normalised_and_monotone():
     rng = np.random.default_rng(0)
     for kind in ("coverage", "a-optimal", "video"):
