@@ -1,12 +1,13 @@
 """Selective DPO reproduction on the embedded LM: learning orders, the easiest fraction easy to hard,
 against DPO on all data, random selection of the same size and a reweighting variant.
 
-Setup. The policy is the shipped ``base`` checkpoint of ``rayml.llm`` (its SFT-like starting
-point: it adds 3-digit numbers perfectly and no other length). Preference pairs
-(``rayml.alignment.preference``) are additions with operands of ``levels`` digits: the chosen
-response is the verified sum, the rejected one a near miss (carries dropped), and a ``noise``
-fraction of pairs have their labels flipped. Operand lengths the base never saw are the
-difficult examples; flipped pairs are the noisy ones. Correctness is judged by the substrate's
+Setup. The starting (SFT) policy is the shipped ``base`` checkpoint of ``rayml.llm`` after the
+supervised warm-up of ``rayml.experiments.dpsdp`` (3- and 4-digit additions and the refinement
+formats; one cached warm-up shared by both experiments): it adds 3-digit numbers almost always
+and 4-digit numbers rarely. Preference pairs (``rayml.alignment.preference``) are additions with
+operands of ``levels`` digits: the chosen response is the verified sum, the rejected one a near
+miss (carries dropped), and a ``noise`` fraction of pairs have their labels flipped. Longer
+operands are the difficult examples; flipped pairs are the noisy ones. Correctness is judged by the substrate's
 verifier (exact match) on held-out test-split additions of every level, greedy decoding.
 
 Capacity. The paper varies model size; the substrate cannot pretrain several sizes in a quick
@@ -30,6 +31,7 @@ Steps (each a set of Ray tasks through ``rayml.runtime.pmap``):
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from typing import Any, Mapping
 
@@ -42,18 +44,21 @@ from rayml.results import Claim, Control
 PAPER = ("Principled Data Selection for Alignment: The Hidden Risks of Difficult Examples (Selective DPO), "
          "ICML 2025")
 METHOD = "selective-dpo"
+# the SFT warm-up recipe (the same as dpsdp's quick size, so the two share one cached warm-up)
+WARMUP_KEYS = ("train_digits", "sft_items", "sft_steps", "sft_lr")
+_WARM = dict(train_digits=[3, 4], sft_items=1500, sft_steps=300, sft_lr=1e-3)
 PAPER_FRACTION = 0.5
 PAPER_BETA = 0.01
 
-_COMMON = dict(levels=[2, 3, 4, 5], noise=0.1, evals=4, lr_full=1e-4, lr_lora=2e-3, beta_ref=0.1,
+_COMMON = dict(levels=[3, 4, 5], noise=0.1, evals=4, lr_full=1e-5, lr_lora=1e-4, beta_ref=0.1,
                reweight_temperature=1.0, beta_grid=[0.01, 0.1])
 SIZES = {
-    "tiny": dict(_COMMON, n_pairs=16, capacities=["lora1"], ref_seeds=2, ref_steps=2, steps=2,
+    "tiny": dict(_COMMON, train_digits=[3, 4], sft_items=8, sft_steps=2, sft_lr=1e-3, n_pairs=16, capacities=["lora1"], ref_seeds=2, ref_steps=2, steps=2,
                  batch_size=4, fractions=[0.5], test_seeds=2, tune_seeds=1, eval_per_level=3, evals=2,
                  beta_grid=[0.1]),
-    "quick": dict(_COMMON, n_pairs=192, capacities=["lora2", "full"], ref_seeds=2, ref_steps=24, steps=24,
-                  batch_size=16, fractions=[0.25, 0.5, 0.75], test_seeds=3, tune_seeds=1, eval_per_level=25),
-    "full": dict(_COMMON, n_pairs=1024, capacities=["lora1", "lora4", "lora16", "full"], ref_seeds=3,
+    "quick": dict(_COMMON, **_WARM, n_pairs=192, capacities=["lora2", "full"], ref_seeds=2, ref_steps=24, steps=24,
+                  batch_size=16, fractions=[0.25, 0.5, 0.75], test_seeds=3, tune_seeds=1, eval_per_level=40),
+    "full": dict(_COMMON, **_WARM, n_pairs=1024, capacities=["lora1", "lora4", "lora16", "full"], ref_seeds=3,
                  ref_steps=120, steps=120, batch_size=16, fractions=[0.25, 0.5, 0.75, 1.0], test_seeds=8,
                  tune_seeds=2, eval_per_level=100, evals=5, beta_grid=[0.01, 0.05, 0.1, 0.5]),
 }
@@ -67,7 +72,8 @@ def _check(config: Mapping[str, Any]) -> None:
     from rayml.alignment.preference import _check_levels
 
     _check_levels(config["levels"])
-    for key in ("n_pairs", "ref_seeds", "ref_steps", "steps", "batch_size", "test_seeds", "tune_seeds",
+    _check_levels(config["train_digits"])
+    for key in ("sft_items", "sft_steps", "n_pairs", "ref_seeds", "ref_steps", "steps", "batch_size", "test_seeds", "tune_seeds",
                 "eval_per_level", "evals"):
         v = config[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -87,7 +93,7 @@ def _check(config: Mapping[str, Any]) -> None:
     grid = config["beta_grid"]
     if not grid or any(not isinstance(b, (int, float)) or b <= 0 for b in grid):
         raise ValueError(f"beta_grid must hold numbers > 0, got {grid!r}")
-    for key in ("lr_full", "lr_lora", "beta_ref", "reweight_temperature"):
+    for key in ("lr_full", "lr_lora", "beta_ref", "reweight_temperature", "sft_lr"):
         if not isinstance(config[key], (int, float)) or not config[key] > 0:
             raise ValueError(f"{key} must be a number > 0, got {config[key]!r}")
     DPOConfig(beta=config["beta_ref"], steps=config["steps"], batch_size=config["batch_size"])
@@ -109,6 +115,26 @@ def _base():
     return lm.model, lm.tokenizer
 
 
+_SFT: dict = {}
+
+
+def _sft_policy(shared):
+    """The SFT starting policy (the shipped base after the refinement warm-up of ``dpsdp``), built
+    once per worker from the weights in ``shared`` (sent through the object store)."""
+    key = shared["sft_key"]
+    if key not in _SFT:
+        import copy
+
+        import torch
+
+        base, _ = _base()
+        m = copy.deepcopy(base)
+        m.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in shared["sft"].items()})
+        _SFT.clear()
+        _SFT[key] = m.eval()
+    return _SFT[key]
+
+
 @lru_cache(maxsize=4)
 def _data(seed: int, n_pairs: int, levels: tuple, noise: float):
     from rayml.alignment import preference as pf
@@ -118,10 +144,10 @@ def _data(seed: int, n_pairs: int, levels: tuple, noise: float):
     return pairs, pf.encode_pairs(pairs, tok)
 
 
-def _policy(capacity: str, seed: int):
+def _policy(capacity: str, seed: int, shared=None):
     from rayml.alignment.dpo import add_lora
 
-    model, _ = _base()
+    model = _base()[0] if shared is None else _sft_policy(shared)
     r = _capacity(capacity)
     return model if r == 0 else add_lora(model, r, seed=seed)
 
@@ -161,7 +187,7 @@ def reference_task(item: tuple, shared: Mapping[str, Any]) -> dict:
     halves = sd.split_halves(len(tp), shared["split_seeds"][k])
     train, held = halves[half], halves[1 - half]
     _, tok = _base()
-    run = sd.reference_run(_policy(capacity, seed), tp, train, held,
+    run = sd.reference_run(_policy(capacity, seed, shared), tp, train, held,
                            _dpo_config(config, capacity, config["beta_ref"], config["ref_steps"]),
                            evals=int(config["evals"]), seed=seed, pad_id=tok.pad_id)
     return {"capacity": capacity, "k": k, "half": half, "held_out": run.held_out.tolist(),
@@ -178,7 +204,7 @@ def train_task(item: tuple, shared: Mapping[str, Any]) -> dict:
     model, tok = _base()
     order = np.asarray(shared["orders"][capacity])
     cfg = _dpo_config(config, capacity, beta, config["steps"])
-    policy = _policy(capacity, seed)
+    policy = _policy(capacity, seed, shared)
     if method == "dpo":
         res = dpo.train_dpo(policy, tp, cfg, seed=seed, pad_id=tok.pad_id)
     elif method == "selective":
@@ -208,9 +234,9 @@ def base_task(item: tuple, shared: Mapping[str, Any]) -> dict:
     from rayml.alignment import preference as pf
 
     config = shared["config"]
-    model, tok = _base()
+    _, tok = _base()
     items = pf.eval_items(int(config["eval_per_level"]), levels=config["levels"], seed=int(shared["eval_seeds"]["test"]))
-    correct = _accuracy(model, items, tok)
+    correct = _accuracy(_sft_policy(shared), items, tok)
     lv = np.array([len(str(it.meta["a"])) for it in items])
     return {"accuracy": float(correct.mean()),
             "by_level": {str(d): float(correct[lv == d].mean()) for d in config["levels"]}}
@@ -241,7 +267,12 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     ss = runtime.seeds(seed, 6)
     split_seeds = runtime.seeds(ss[0], int(config["ref_seeds"]))
     eval_seeds = {"tune": ss[1] % 2**31, "test": ss[2] % 2**31}
-    shared = {"config": dict(config), "seed": int(ss[3] % 2**31), "split_seeds": split_seeds, "eval_seeds": eval_seeds}
+    from rayml.experiments.dpsdp import WARMUP_SEED, sft_state
+
+    warm = {k: config[k] for k in WARMUP_KEYS}
+    sft = sft_state(warm, WARMUP_SEED)
+    shared = {"config": dict(config), "seed": int(ss[3] % 2**31), "split_seeds": split_seeds, "eval_seeds": eval_seeds,
+              "sft": sft, "sft_key": json.dumps(warm, sort_keys=True)}
 
     # 1. reference runs -> learning orders per capacity
     ref_seeds = runtime.seeds(ss[4], len(caps) * int(config["ref_seeds"]) * 2)
