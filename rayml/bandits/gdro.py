@@ -141,10 +141,10 @@ class SparseQuadraticGroups(AtomProblem):
     ``z = mu_k + s xi`` with ``xi`` uniform over ``atoms`` fixed points of mean zero (half of them
     the negatives of the other half), and ``l(theta; z) = c_k + w_k ||theta - z||^2 / M`` with
     ``M`` the largest possible ``||theta - z||^2``, so ``l`` lies in ``[c_k, c_k + w_k]``.
-    The ``beta`` hard groups have ``c = 0.3, w = 0.6`` and ``mu_j = a e_j``; the ``K - beta`` easy
+    The ``beta`` hard groups have ``(c, w) = hard`` (default ``(0.3, 0.6)``) and ``mu_j = a e_j``; the ``K - beta`` easy
     groups have ``c = 0, w = 0.1`` and random ``mu`` in the ball of radius ``a``. Every hard risk is
-    at least 0.3 and every easy risk at most 0.1, so the hard groups form a 0.2-dominant set at
-    every ``theta``; ``L*`` is attained at the centroid of the hard ``mu_j`` (the centre of the
+    at least ``c`` and every easy risk at most 0.1, so the hard groups form a ``(c - 0.1)``-dominant
+    set at every ``theta`` (``lam_star``); ``L*`` is attained at the centroid of the hard ``mu_j`` (the centre of the
     smallest ball around the vertices of a regular simplex).
 
     Assumed: this is our own construction in the spirit of the paper's synthetic experiment
@@ -152,7 +152,7 @@ class SparseQuadraticGroups(AtomProblem):
     """
 
     def __init__(self, n_groups: int = 10, beta: int = 2, dim: int = 5, *, a: float = 0.6, s: float = 0.3,
-                 radius: float = 1.0, atoms: int = 32, instance_seed: int = 0):
+                 radius: float = 1.0, atoms: int = 32, instance_seed: int = 0, hard: tuple = (0.3, 0.6)):
         if n_groups < 2:
             raise ValueError(f"n_groups (K) must be >= 2, got {n_groups}")
         if not 1 <= beta < n_groups:
@@ -163,6 +163,9 @@ class SparseQuadraticGroups(AtomProblem):
             raise ValueError(f"atoms must be an even number >= 2, got {atoms}")
         if radius < a:
             raise ValueError(f"radius must be >= a so the optimum lies in Theta, got {radius} < {a}")
+        c_hard, w_hard = (float(v) for v in hard)
+        if not (0.1 < c_hard and w_hard > 0 and c_hard + w_hard <= 1):
+            raise ValueError(f"hard = (c, w) needs c > 0.1 (above every easy risk), w > 0, c + w <= 1, got {hard}")
         rng = np.random.default_rng(instance_seed)
         self.n_groups, self.dim, self.beta, self.radius = int(n_groups), int(dim), int(beta), float(radius)
         mu = np.zeros((n_groups, dim))
@@ -175,8 +178,9 @@ class SparseQuadraticGroups(AtomProblem):
         self.mu, self.s = mu, float(s)
         self.Z = mu[:, None, :] + s * xi[None]                      # (K, J, n)
         self.probs = np.full((n_groups, atoms), 1.0 / atoms)
-        self.c = np.where(np.arange(n_groups) < beta, 0.3, 0.0)
-        self.w = np.where(np.arange(n_groups) < beta, 0.6, 0.1)
+        self.c = np.where(np.arange(n_groups) < beta, c_hard, 0.0)
+        self.w = np.where(np.arange(n_groups) < beta, w_hard, 0.1)
+        self.lam_star = c_hard - 0.1           # hard risks >= c_hard, easy risks <= 0.1
         self.M = float((radius + a + s * np.sqrt(dim)) ** 2)
         self.m2 = float(np.mean(np.sum(xi**2, axis=1)))
         self.diameter = 2 * self.radius
@@ -210,7 +214,8 @@ class SparseQuadraticGroups(AtomProblem):
         return self.mu[: self.beta].mean(axis=0)
 
     def optimal_value(self):
-        return float(0.3 + 0.6 * (self.a**2 * (1 - 1 / self.beta) + self.s**2 * self.m2) / self.M)
+        c, w = float(self.c[0]), float(self.w[0])
+        return float(c + w * (self.a**2 * (1 - 1 / self.beta) + self.s**2 * self.m2) / self.M)
 
 
 class HingeGroups(AtomProblem):

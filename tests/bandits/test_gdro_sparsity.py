@@ -157,13 +157,31 @@ def test_bad_input_is_rejected():
         gdro.HingeGroups(np.zeros((3, 2)), np.ones(4), np.zeros(3))
 
 
-def test_experiment_is_identical_with_1_and_2_workers(ray_session):
-    from rayml import experiments, runtime
+def test_experiment_budget_is_equal_in_samples_and_rejects_bad_settings():
+    from rayml.experiments import gdro_sparsity as exp
 
-    recs = []
-    for w in (1, 2):
-        with runtime.max_workers(w):
-            recs.append(experiments.run("gdro-sparsity", size="tiny", seed=3, workers=w))
-    assert recs[0]["tables"]["runs"] == recs[1]["tables"]["runs"]
-    assert recs[0]["env"]["tasks"] >= 2
-    assert {c["text"] for c in recs[0]["claims"]} and all("holds" in c for c in recs[0]["claims"])
+    cfg = dict(exp.SIZES["quick"])
+    for K in cfg["groups"]:
+        b = exp.budget(K, cfg)
+        m = int(gdro.samples_per_group(cfg["lam"], K, cfg["delta"], cfg["dim"]))
+        assert b["estimation"] == K * m and b["rounds"]["sb-gdro"] + K * m == b["rounds"]["smd-gdro"] == b["samples"]
+        assert b["rounds"]["sb-gdro"] >= 3 * K * m                      # the game is longer than the estimation
+    with pytest.raises(ValueError, match="budget_ratio"):
+        exp.run({**cfg, "budget_ratio": 1.0}, 0)
+    with pytest.raises(ValueError, match="lam"):
+        exp.run({**cfg, "lam": 0.6}, 0)                                  # above this instance's lambda* = 0.5
+
+
+def test_separated_instance_has_the_stated_lambda_and_optimum():
+    p = gdro.SparseQuadraticGroups(6, 2, 2, hard=(0.6, 0.4))
+    assert p.lam_star == pytest.approx(0.5)
+    rng = np.random.default_rng(0)
+    thetas = p.project(rng.uniform(-1, 1, (200, 2)))
+    r = p.risks(thetas)
+    assert np.all(r[:, :2].min(1) >= 0.6) and np.all(r[:, 2:].max(1) <= 0.1)
+    assert r.max(1).min() >= p.optimal_value() - 1e-12
+    assert p.risks(p.minimiser()[None]).max() == pytest.approx(p.optimal_value())
+    res = gdro.play(p, gdro.GDROConfig(lam=0.5, rounds=200), 2, 0)
+    assert np.allclose(res.awake_mean, 2.0)                              # the dominant set is the hard pair
+    with pytest.raises(ValueError, match="hard"):
+        gdro.SparseQuadraticGroups(6, 2, 2, hard=(0.05, 0.4))
