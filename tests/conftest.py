@@ -24,6 +24,24 @@ def ray_kwargs():
     return dict(SHARED_RAY)
 
 
+def record_numbers(record) -> dict:
+    """What must not depend on the number of workers or nodes: everything but wall-clock numbers
+    (``timings`` keys and tables whose names start with ``timing``; see ``Outcome``)."""
+
+    def strip(obj):
+        return {k: strip(v) for k, v in obj.items() if k != "timings"} if isinstance(obj, dict) else obj
+
+    return {"metrics": strip(record["metrics"]), "baselines": strip(record["baselines"]),
+            "tables": {k: v for k, v in record["tables"].items() if not k.startswith("timing")}}
+
+
+@pytest.fixture(scope="session")
+def tiny_records():
+    """``{method name: record_numbers of its tiny run with seed 1}``, filled by the contract suite
+    and reused by the scale-out test (which computes what is missing)."""
+    return {}
+
+
 @pytest.fixture
 def ray_session():
     """The shared local Ray (2 CPUs), started on first use and reused."""

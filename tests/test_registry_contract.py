@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import record_numbers
 from rayml import experiments, registry, results
 
 IMPLEMENTED = [m.name for m in registry.runnable()]
@@ -24,20 +25,6 @@ PRE_V2 = {
     "gs-poweropt", "kernel-pde", "kl-bandit", "llm-substrate", "merge3", "multinoulli-scg",
     "parallel-sampling", "ssni", "zapformat",
 }
-
-
-def _strip_timings(obj):
-    if isinstance(obj, dict):
-        return {k: _strip_timings(v) for k, v in obj.items() if k != "timings"}
-    return obj
-
-
-def _numbers(record):
-    """What must not depend on the number of workers: everything but wall-clock measurements
-    (``timings`` keys and tables whose names start with ``timing``; see ``Outcome``)."""
-    tables = {k: v for k, v in record["tables"].items() if not k.startswith("timing")}
-    return {"metrics": _strip_timings(record["metrics"]), "baselines": _strip_timings(record["baselines"]),
-            "tables": tables}
 
 
 def test_the_registry_matches_methods_md():
@@ -76,7 +63,7 @@ def test_paper_claims_name_their_source_and_threshold_claims_a_control(name):
 
 
 @pytest.mark.parametrize("name", IMPLEMENTED)
-def test_tiny_run_writes_the_contract_and_is_worker_count_invariant(name, ray_session, tmp_path):
+def test_tiny_run_writes_the_contract_and_is_worker_count_invariant(name, ray_session, tmp_path, tiny_records):
     one = experiments.run(name, size="tiny", seed=1, workers=1)
     two = experiments.run(name, size="tiny", seed=1, workers=2, json_path=tmp_path / "r.json")
     for rec in (one, two):
@@ -85,7 +72,8 @@ def test_tiny_run_writes_the_contract_and_is_worker_count_invariant(name, ray_se
         assert len(rec["claims"]) == len(registry.get(name).load_experiment().claims)
         assert rec["env"]["tasks"] >= 2
     assert two["env"]["worker_pids"] >= 2, "the work ran in more than one Ray worker process"
-    assert _numbers(one) == _numbers(two)
+    assert record_numbers(one) == record_numbers(two)
+    tiny_records[name] = record_numbers(two)
     assert (tmp_path / "r.json").exists()
 
 

@@ -4,8 +4,10 @@ against its endpoints.
 
 Setup. Two endpoints are fine-tuned from ``rayml.llm.pretrained(config["base"])`` with
 ``rayml.llm.training.fine_tune``, each on one task of ``config["tasks"]`` (cached under
-``~/.cache/rayml/merge3/endpoints/<hash>/``, the hash covering the base checkpoint's weights and
-the fine-tune recipe, so a retrained base is fine-tuned again). The multi-task sets: a search
+``~/.cache/rayml/merge3/endpoints/<hash>/`` of the node that trained them, the hash covering the
+base checkpoint's weights and the fine-tune recipe, so a retrained base is fine-tuned again).
+Checkpoints travel between the driver, tasks and actors as ``CheckpointBlob`` bytes through the
+object store, never as paths: a node's cache is its own. The multi-task sets: a search
 set of ``items_per_task`` items per task (the "full" fitness data, ``N`` items) and a separate
 test set. The IRT population: the base, the endpoints and ``population`` random merges of them
 (random SLERP and DARE-TIES genomes), all answering the full search set (pmap tasks); a
@@ -35,7 +37,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -74,7 +75,7 @@ BENCH_SIZES = {
 # --- checkpoints: base and endpoints ---------------------------------------------------------------
 
 def _cache_root() -> Path:
-    return Path(os.environ.get("RAYML_CACHE", Path.home() / ".cache" / "rayml")) / "merge3"
+    return runtime.cache_root() / "merge3"
 
 
 def base_dir(name: str) -> Path:
@@ -90,42 +91,39 @@ def base_dir(name: str) -> Path:
     return training.cache_dir(training.get_config(name), 0)
 
 
-def _file_hash(path: Path) -> str:
-    from rayml.llm.checkpoint import file_sha256
-
-    return file_sha256(path)
-
-
-def endpoint_dir(base: Path, task: str, config: Mapping[str, Any]) -> Path:
-    """Cache directory of the endpoint fine-tuned from ``base`` on ``task`` (config-hash keyed)."""
-    recipe = {"base_sha256": _file_hash(Path(base) / "model.safetensors"), "task": task,
+def endpoint_dir(base_sha256: str, task: str, config: Mapping[str, Any]) -> Path:
+    """This node's cache directory of the endpoint fine-tuned on ``task`` from the base whose weights
+    hash to ``base_sha256`` (config-hash keyed)."""
+    recipe = {"base_sha256": base_sha256, "task": task,
               **{k: config[k] for k in _FT}}
     key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
     return _cache_root() / "endpoints" / key
 
 
-def finetune_endpoint(item: tuple, shared: Mapping[str, Any]) -> str:
-    """pmap task: fine-tune the base on one task (or find it cached); returns its directory."""
+def finetune_endpoint(task: str, shared: Mapping[str, Any]):
+    """pmap task: fine-tune the base (``shared["base"]``, a ``CheckpointBlob``) on one task, or find
+    it in this node's cache; returns the endpoint as a ``CheckpointBlob``. Checkpoints travel as
+    bytes through the object store: a path in one node's cache means nothing on another node."""
     import torch
 
     from rayml.llm import training
-    from rayml.llm.checkpoint import CARD_FILE, load_checkpoint, save_checkpoint
+    from rayml.llm.checkpoint import CARD_FILE, load_checkpoint, read_blob, save_checkpoint
 
-    task, base = item
-    out = endpoint_dir(Path(base), task, shared)
+    base = shared["base"]
+    out = endpoint_dir(base.digest, task, shared)
     if (out / CARD_FILE).exists():
-        return str(out)
+        return read_blob(out)
     torch.set_num_threads(1)
     model, tok, _ = load_checkpoint(base)
     res = training.fine_tune(model, tok, {task: 1.0}, steps=int(shared["finetune_steps"]),
                              lr=float(shared["finetune_lr"]), seed=int(shared["finetune_seed"]),
                              rows=int(shared["finetune_rows"]), row_len=int(shared["finetune_row_len"]),
                              warmup=max(1, int(shared["finetune_steps"]) // 10))
-    card = {"name": f"merge3-endpoint-{task}", "base": str(base), "task": task,
+    card = {"name": f"merge3-endpoint-{task}", "base_sha256": base.digest, "task": task,
             "recipe": {k: shared[k] for k in _FT}, "final_loss": float(np.mean(res.losses[-5:])),
             "training_seconds": round(res.seconds, 1)}
     save_checkpoint(out, res.model, tok, card)
-    return str(out)
+    return read_blob(out)
 
 
 # --- answering item sets (pmap tasks) --------------------------------------------------------------
@@ -133,8 +131,8 @@ def finetune_endpoint(item: tuple, shared: Mapping[str, Any]) -> str:
 _LOADED: dict = {}
 
 
-def _models(base: str, endpoints: tuple) -> tuple:
-    key = (base, endpoints)
+def _models(base, endpoints: tuple) -> tuple:
+    key = (base.digest, tuple(e.digest for e in endpoints))
     if key not in _LOADED:
         from rayml.llm.backends import EmbeddedLM
         from rayml.llm.checkpoint import load_checkpoint
@@ -214,19 +212,18 @@ def setup(config: Mapping[str, Any], seed: int) -> dict:
             raise ValueError(f"{k} must be >= 1, got {config[k]!r}")
     if int(config["anchors_per_task"]) > int(config["items_per_task"]):
         raise ValueError("anchors_per_task must be <= items_per_task")
-    base = base_dir(str(config["base"]))
-    ft_cfg = {k: config[k] for k in _FT}
-    endpoints = runtime.pmap(finetune_endpoint, [(t, str(base)) for t in tasks_], shared=ft_cfg,
-                             desc="merge3 endpoints")
-    from rayml.llm.checkpoint import read_card
+    from rayml.llm.checkpoint import read_blob
 
-    n_layers = int(read_card(base)["model_config"]["n_layers"])
+    base = read_blob(base_dir(str(config["base"])))
+    ft_cfg = {**{k: config[k] for k in _FT}, "base": base}
+    endpoints = runtime.pmap(finetune_endpoint, tasks_, shared=ft_cfg, desc="merge3 endpoints")
+    n_layers = int(base.card["model_config"]["n_layers"])
     search, test, groups = item_sets(config, seed)
     s_pop, s_hold, s_extract = runtime.seeds(seed, 3)
     pop_models = [("base",), ("endpoint", 0), ("endpoint", 1)]
     pop_models += random_genomes(int(config["population"]), s_pop, n_layers, 2)
     holdout = random_genomes(int(config["holdout_models"]), s_hold, n_layers, 2)
-    shared = {"base": str(base), "endpoints": endpoints, "seed": int(seed), "sets": {"full": search, "test": test}}
+    shared = {"base": base, "endpoints": endpoints, "seed": int(seed), "sets": {"full": search, "test": test}}
     jobs = [(m, "full") for m in pop_models + holdout] + [(m, "test") for m in pop_models[:3]]
     answers = runtime.pmap(answer_model, jobs, shared=shared, desc="merge3 population")
     Y_pop = np.array(answers[:len(pop_models)])

@@ -10,14 +10,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 import torch
 
 from rayml.llm.model import ModelConfig, TransformerLM
 from rayml.llm.tokenizer import BPETokenizer
 
-__all__ = ["save_checkpoint", "load_checkpoint", "read_card", "file_sha256", "WEIGHTS_FILE", "CARD_FILE",
+__all__ = ["save_checkpoint", "load_checkpoint", "read_card", "CheckpointBlob", "read_blob", "file_sha256", "WEIGHTS_FILE", "CARD_FILE",
            "TOKENIZER_FILE"]
 
 WEIGHTS_FILE = "model.safetensors"
@@ -64,10 +67,40 @@ def read_card(directory: str | os.PathLike) -> dict:
     return json.loads((Path(directory) / CARD_FILE).read_text())
 
 
-def load_checkpoint(directory: str | os.PathLike, *, device: str = "cpu") -> tuple[TransformerLM, BPETokenizer, dict]:
-    """``(model in float32, eval mode; tokenizer; card)`` from a checkpoint directory."""
+@dataclass(frozen=True)
+class CheckpointBlob:
+    """A checkpoint's files as bytes: what travels to Ray tasks and actors on other nodes in place of
+    a node-local directory (whose path means nothing there). ``load_checkpoint`` takes either."""
+
+    files: Mapping[str, bytes]
+
+    @property
+    def digest(self) -> str:
+        """Hex sha256 of the weights file (a cache key that is the same on every node)."""
+        return hashlib.sha256(self.files[WEIGHTS_FILE]).hexdigest()
+
+    @property
+    def card(self) -> dict:
+        """The checkpoint's card."""
+        return json.loads(self.files[CARD_FILE])
+
+
+def read_blob(directory: str | os.PathLike) -> CheckpointBlob:
+    """The weights, tokenizer and card of a checkpoint directory as a ``CheckpointBlob``."""
+    d = Path(directory)
+    return CheckpointBlob({name: (d / name).read_bytes() for name in (WEIGHTS_FILE, TOKENIZER_FILE, CARD_FILE)})
+
+
+def load_checkpoint(directory: str | os.PathLike | CheckpointBlob, *, device: str = "cpu"
+                    ) -> tuple[TransformerLM, BPETokenizer, dict]:
+    """``(model in float32, eval mode; tokenizer; card)`` from a checkpoint directory or blob."""
     from safetensors.torch import load_file
 
+    if isinstance(directory, CheckpointBlob):
+        with tempfile.TemporaryDirectory(prefix="rayml-ckpt-") as tmp:
+            for name, data in directory.files.items():
+                (Path(tmp) / name).write_bytes(data)
+            return load_checkpoint(tmp, device=device)
     d = Path(directory)
     card = read_card(d)
     model = TransformerLM(ModelConfig(**card["model_config"]))

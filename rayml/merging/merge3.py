@@ -243,15 +243,16 @@ class MergeEvaluator:
     """Holds the base and endpoint models (loaded once) and the item sets; answers genomes.
 
     Args:
-        base: checkpoint directory of the base model.
-        endpoints: checkpoint directories of the endpoint models.
+        base: the base model's checkpoint, a ``rayml.llm.checkpoint.CheckpointBlob`` (or a
+            directory, on a single node: a path is node-local).
+        endpoints: the endpoint models' checkpoints, likewise.
         item_sets: name -> list of ``rayml.llm.tasks.Item``.
         seed: the run seed (DARE masks).
         threads: torch intra-op threads.
         batch_size: generation batch.
     """
 
-    def __init__(self, base: str, endpoints: Sequence[str], item_sets: Mapping[str, list], *,
+    def __init__(self, base, endpoints: Sequence, item_sets: Mapping[str, list], *,
                  seed: int = 0, threads: int = 1, batch_size: int = 64):
         import torch
 
@@ -293,7 +294,7 @@ class MergeEvaluator:
         return os.getpid()
 
 
-def make_pool(base: str, endpoints: Sequence[str], item_sets: Mapping[str, list], *, actors: int = 2,
+def make_pool(base, endpoints: Sequence, item_sets: Mapping[str, list], *, actors: int = 2,
               seed: int = 0, num_cpus: float = 1, actor_cls=None, **kwargs):
     """A ``ResilientActorPool`` of ``actors`` ``MergeEvaluator``s (``actor_cls``: a subclass;
     ``kwargs`` go to its constructor)."""
@@ -301,7 +302,7 @@ def make_pool(base: str, endpoints: Sequence[str], item_sets: Mapping[str, list]
 
     cls = actor_cls or MergeEvaluator
     return ResilientActorPool(cls, size=int(actors), num_cpus=num_cpus,
-                              kwargs=dict(base=str(base), endpoints=[str(p) for p in endpoints],
+                              kwargs=dict(base=base, endpoints=list(endpoints),
                                           item_sets=dict(item_sets), seed=seed,
                                           threads=max(1, int(num_cpus)), **kwargs))
 

@@ -138,3 +138,17 @@ def test_init_from_rejects_a_parent_of_another_shape(tmp_path, monkeypatch):
     monkeypatch.setitem(training.CONFIGS, "tiny-wide", dataclasses.replace(tiny, init_from="tiny", d_model=64))
     with pytest.raises(ValueError, match="init_from"):
         training.train_model(training.get_config("tiny-wide"), seed=1, evaluate=False)
+
+
+def test_a_checkpoint_blob_loads_the_same_model_anywhere():
+    import torch
+
+    from rayml.llm.checkpoint import read_blob
+
+    d = rayml.llm.WEIGHTS_DIR / "base"
+    blob = read_blob(d)
+    assert blob.digest == file_sha256(d / WEIGHTS_FILE) and blob.card["sha256"][WEIGHTS_FILE] == blob.digest
+    a, tok_a, _ = load_checkpoint(d)
+    b, tok_b, _ = load_checkpoint(blob)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert tok_a.to_json() == tok_b.to_json()

@@ -187,9 +187,12 @@ def _local_answers(base, endpoints, sets, genomes):
 
 
 def test_pool_answers_match_local_merges(ray_session, tiny_checkpoints):
+    from rayml.llm.checkpoint import read_blob
+
     base, endpoints, sets = tiny_checkpoints
     genomes = merge3.GenomeSpace("slerp", 2, 2).random(3, 0)
-    pool = merge3.make_pool(base, endpoints, sets, actors=2, num_cpus=0.5)
+    # the actors get the checkpoints as bytes (what works across nodes), the local reference paths
+    pool = merge3.make_pool(read_blob(base), [read_blob(p) for p in endpoints], sets, actors=2, num_cpus=0.5)
     try:
         got = merge3.pool_evaluate(pool, "slerp", "full")(genomes)
     finally:

@@ -1,0 +1,114 @@
+"""Every implemented method's tiny run on a multi-node cluster whose nodes share no disk.
+
+Each ``ray.cluster_utils.Cluster`` node gets its own ``RAYML_CACHE`` (as on KubeRay without a
+shared volume), and so does the driver: a method that passes a path in one node's cache to a task
+or actor on another node fails here: the nodes share this machine's disk, so every worker process
+gets an audit hook that refuses to open a file under another node's (or the driver's) cache, as
+if that disk were not there. The records must equal the single-node run's: those of the
+contract suite (``tiny_records``, seed 1), computed here on the shared local Ray where missing.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from conftest import SHARED_RAY, record_numbers
+from rayml import experiments, registry, runtime
+
+pytestmark = pytest.mark.slow
+
+NAMES = [m.name for m in registry.runnable()]
+
+
+def _selected(request) -> list[str]:
+    return [item.callspec.params["name"] for item in request.session.items
+            if item.module is request.module and hasattr(item, "callspec") and "name" in item.callspec.params]
+
+
+@pytest.fixture(scope="module")
+def cluster_without_shared_disk(request, tiny_records, tmp_path_factory):
+    import ray
+    from ray.cluster_utils import Cluster
+
+    missing = [n for n in _selected(request) if n not in tiny_records]
+    if missing:  # this module run alone: the single-node records first
+        runtime.connect(**SHARED_RAY)
+        for name in missing:
+            tiny_records[name] = record_numbers(experiments.run(name, size="tiny", seed=1))
+    runtime.shutdown()
+    if ray.is_initialized():
+        ray.shutdown()
+
+    old = os.environ.get("RAYML_CACHE")
+    driver, head = tmp_path_factory.mktemp("driver-cache"), tmp_path_factory.mktemp("head-cache")
+    caches = [tmp_path_factory.mktemp(f"node{i}-cache") for i in range(2)]
+    every = os.pathsep.join(str(p) for p in (driver, head, *caches))
+    os.environ["RAYML_CACHE"] = str(driver)
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 0, "env_vars": {"RAYML_CACHE": str(head), "RAYML_TEST_CACHES": every}})
+    for cache in caches:
+        cluster.add_node(num_cpus=1, object_store_memory=200 * 1024 * 1024,
+                         env_vars={"RAYML_CACHE": str(cache), "RAYML_TEST_CACHES": every})
+    cluster.wait_for_nodes()
+    runtime.connect(address=cluster.address, runtime_env={"worker_process_setup_hook": _refuse_other_caches})
+    yield caches
+    runtime.shutdown()
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster.shutdown()
+    if old is None:
+        os.environ.pop("RAYML_CACHE", None)
+    else:
+        os.environ["RAYML_CACHE"] = old
+
+
+def _refuse_other_caches() -> None:
+    """Worker setup hook: opening a file under a cache that is not this node's raises."""
+    import os
+    import sys
+
+    own = os.environ.get("RAYML_CACHE", "")
+    others = tuple(r for r in os.environ.get("RAYML_TEST_CACHES", "").split(os.pathsep) if r and r != own)
+
+    def hook(event, args):
+        if event == "open" and args and isinstance(args[0], (str, bytes)):
+            path = os.path.abspath(os.fsdecode(args[0]))
+            if path.startswith(others):
+                raise PermissionError(f"{path}: a node-local path of another node reached this one")
+
+    if others:
+        sys.addaudithook(hook)
+
+
+def test_each_node_really_has_its_own_cache(cluster_without_shared_disk):
+    caches = runtime.pmap(_cache_of, list(range(8)), chunk_size=1, progress=False)
+    assert set(caches) == {str(c) for c in cluster_without_shared_disk}
+
+
+def test_a_path_from_the_drivers_cache_cannot_be_read_on_a_node(cluster_without_shared_disk):
+    path = runtime.cache_root() / "driver-only.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("x")
+    with pytest.raises(runtime.PmapItemError, match="another node"):
+        runtime.pmap(_read, [str(path)], progress=False)
+
+
+def _read(path: str) -> str:
+    with open(path) as fh:
+        return fh.read()
+
+
+def _cache_of(_item: int) -> str:
+    import time
+
+    time.sleep(0.2)  # long enough that both nodes take tasks
+    return str(runtime.cache_root())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_tiny_run_on_nodes_with_their_own_caches_equals_one_node(name, tiny_records, cluster_without_shared_disk):
+    record = experiments.run(name, size="tiny", seed=1)
+    assert record["env"]["ray_nodes"] == 3
+    assert record_numbers(record) == tiny_records[name]
