@@ -513,7 +513,9 @@ def plots(record: Mapping) -> dict:
     ws = record["tables"]["warm_start"]
     names = list(dict.fromkeys(r["method"] for r in ws))
     fig, ax = plt.subplots(figsize=(5, 3.6))
-    ax.boxplot([[r["value"] for r in ws if r["method"] == n] for n in names], labels=names)
+    ax.boxplot([[r["value"] for r in ws if r["method"] == n] for n in names])
+    ax.set_xticks(range(1, len(names) + 1))
+    ax.set_xticklabels(names, fontsize=8)
     ax.set_ylabel("OSQP iterations to tolerance")
     fig.tight_layout()
     figs["warm_start"] = fig
