@@ -222,9 +222,7 @@ def ours_loss(m, nets: dict, x0: torch.Tensor, sched: Schedule, g: torch.Generat
     zt, mean, _, v = _forward(m, m.psi(x0), s[:, 0], sched, g)
     beta = sched.beta(s)
     with torch.no_grad():
-        xs = m.phi(zt)
-        target = m.drift_target(zt, mean, v[:, None], beta)
-        cov = m.cov_target(zt)
+        xs, target, cov = m.targets(zt, mean, v[:, None], beta)
     feats = m.features(xs)
     # parameterised as f = beta * net / sqrt(v_s) (the epsilon-scale of Euclidean DSM; assumed)
     loss = ((nets["drift"](feats, s) - v[:, None].sqrt() * target / beta) ** 2).mean()
@@ -514,21 +512,27 @@ def c2st_accuracy(x: np.ndarray, y: np.ndarray, seed: int) -> float:
     return float((clf.predict(b) == lb).mean())
 
 
-def time_per_step(m, method: str, cfg: TrainConfig, seed: int, repeats: int = 5) -> float:
-    """Median wall-clock seconds of one training step of ``method`` on ``m`` (after a warm-up)."""
+def time_per_step(m, methods, cfg: TrainConfig, seed: int, repeats: int = 5) -> dict:
+    """Seconds per training step of each of ``methods`` on ``m``: steps of the methods are
+    interleaved (so a load change hits all of them alike) and the minimum over ``repeats`` is kept
+    (the least-disturbed run), after one warm-up step each."""
     g = mf._gen(seed)
     x0 = m.phi(m.noise(cfg.batch, g)).to(torch.float32)
     torch.manual_seed(int(seed) % (2**63))
-    nets = _nets(m, method, cfg)
-    opt = torch.optim.Adam([p for net in nets.values() for p in net.parameters()], lr=cfg.lr)
-    sched = _schedule(method, cfg)
-    times = []
+    state = {}
+    for method in methods:
+        nets = _nets(m, method, cfg)
+        opt = torch.optim.Adam([p for net in nets.values() for p in net.parameters()], lr=cfg.lr)
+        state[method] = (nets, opt, _schedule(method, cfg))
+    times: dict = {method: [] for method in methods}
     for r in range(repeats + 1):
-        t0 = time.perf_counter()
-        loss = _LOSSES[method](m, nets, x0, sched, g, cfg.t_eps)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if r:
-            times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+        for method in methods:
+            nets, opt, sched = state[method]
+            t0 = time.perf_counter()
+            loss = _LOSSES[method](m, nets, x0, sched, g, cfg.t_eps)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if r:
+                times[method].append(time.perf_counter() - t0)
+    return {method: float(np.min(v)) for method, v in times.items()}

@@ -165,6 +165,10 @@ class Torus:
     def cov_target(self, zt: dict) -> torch.Tensor:
         return torch.zeros(zt["v"].shape[0], 0, dtype=zt["v"].dtype)
 
+    def targets(self, zt, mean, var, beta):
+        """``(phi(z), drift_target, cov_target)``."""
+        return self.phi(zt), self.drift_target(zt, mean, var, beta), self.cov_target(zt)
+
     def features(self, x: torch.Tensor) -> torch.Tensor:
         return torch.cat([torch.cos(x), torch.sin(x)], -1)
 
@@ -238,6 +242,10 @@ class Sphere:
 
     def cov_target(self, zt):
         return 1.0 / (zt["v"] ** 2).sum(-1, keepdim=True)
+
+    def targets(self, zt, mean, var, beta):
+        """``(phi(z), drift_target, cov_target)``."""
+        return self.phi(zt), self.drift_target(zt, mean, var, beta), self.cov_target(zt)
 
     def features(self, x):
         return x
@@ -335,9 +343,18 @@ class SpecialOrthogonal:
         return {"A": (m + m.transpose(-1, -2)) / math.sqrt(2.0),  # GOE: off-diagonal var 1, diagonal 2
                 "v": torch.randn(batch, n - 1, generator=g, dtype=dtype)}
 
-    def drift_target(self, zt, mean, var, beta):
+    def targets(self, zt, mean, var, beta):
+        """``(phi(z), drift_target, cov_target)`` from one eigendecomposition."""
         lam, vec = sorted_eigh(zt["A"])
         vec = canonical_sign(vec)
+        x = self.join(vec, torch.remainder(zt["v"], TWO_PI))
+        return x, self._drift(lam, vec, zt, mean, var, beta), _upper(lam[..., :, None] - lam[..., None, :])
+
+    def drift_target(self, zt, mean, var, beta):
+        lam, vec = sorted_eigh(zt["A"])
+        return self._drift(lam, canonical_sign(vec), zt, mean, var, beta)
+
+    def _drift(self, lam, vec, zt, mean, var, beta):
         b = beta[..., None] * (0.5 * zt["A"] - (zt["A"] - mean["A"]) / var[..., None])
         proj = vec.transpose(-1, -2) @ b @ vec                      # [j, i] = u_j^T B u_i
         gap = lam[..., None, :] - lam[..., :, None]                 # [j, i] = lambda_i - lambda_j
@@ -448,10 +465,18 @@ class Unitary:
         s = (k_off * top[..., :, None]).sum(-2) / torch.where(top.abs() > 1e-12, top, torch.full_like(top, 1e-12))
         return -s.imag
 
-    def drift_target(self, zt, mean, var, beta):
-        n = self.n
+    def targets(self, zt, mean, var, beta):
+        """``(phi(z), drift_target, cov_target)`` from one eigendecomposition."""
         lam, vec = sorted_eigh(zt["A"])
-        u = self.point(self.phi(zt))
+        u = canonical_phase(vec) * torch.exp(1j * zt["v"].to(vec.real.dtype))[..., None, :]
+        return (self.from_unitaries(u), self._drift(lam, u, zt, mean, var, beta),
+                _upper(lam[..., :, None] - lam[..., None, :]))
+
+    def drift_target(self, zt, mean, var, beta):
+        lam, _ = sorted_eigh(zt["A"])
+        return self._drift(lam, self.point(self.phi(zt)), zt, mean, var, beta)
+
+    def _drift(self, lam, u, zt, mean, var, beta):
         b = beta[..., None] * (0.5 * zt["A"] - (zt["A"] - mean["A"]) / var[..., None])
         proj = u.transpose(-1, -2).conj() @ b @ u                  # [j, i] = u_j^* B u_i
         gap = (lam[..., None, :] - lam[..., :, None]).to(proj.dtype)

@@ -270,3 +270,20 @@ def test_bad_input_is_rejected():
         mf.SpecialOrthogonal(1)
     with pytest.raises(TypeError, match="data"):
         md.train(m, np.zeros((5, 2)), "ours", cfg, 0)
+
+
+def test_one_eigendecomposition_targets_equal_the_separate_ones():
+    for m in (mf.SpecialOrthogonal(4), mf.Unitary(3), mf.Sphere(2), mf.Torus(2)):
+        g = mf._gen(11)
+        z, mean = m.noise(5, g, dtype=torch.float64), m.noise(5, g, dtype=torch.float64)
+        var, beta = torch.full((5, 1), 0.3, dtype=torch.float64), torch.full((5, 1), 2.0, dtype=torch.float64)
+        x, drift, cov = m.targets(z, mean, var, beta)
+        assert torch.allclose(x, m.phi(z))
+        assert torch.allclose(drift, m.drift_target(z, mean, var, beta))
+        assert torch.allclose(cov, m.cov_target(z))
+
+
+def test_time_per_step_reports_every_method():
+    out = md.time_per_step(mf.SpecialOrthogonal(3), ("euclid", "ours", "ism"),
+                           md.TrainConfig(batch=8, hidden=8, layers=1), seed=0, repeats=1)
+    assert set(out) == {"euclid", "ours", "ism"} and all(v > 0 for v in out.values())
