@@ -194,6 +194,10 @@ def _run_or_bench(args) -> int:
             for key, (typ, value) in experiments.settable(name, args.command, size).items():
                 print(f"  {key:24} {typ:6} {json.dumps(value)}")
         return 0
+    if len(names) > 1 and args.json_path:
+        from rayml import results
+
+        results.check_writable(args.json_path, is_dir=False)  # before any work, not after an hour
     records = []
     for name in names:
         last = experiments.last_seconds(name, args.command, size)
@@ -211,9 +215,9 @@ def _run_or_bench(args) -> int:
         if json_path:
             print(f"  wrote {json_path}")
         if out_dir:
-            from pathlib import Path
+            from rayml import results
 
-            for path in sorted(Path(out_dir).iterdir()):
+            for path in results.list_outputs(out_dir):
                 print(f"  wrote {path}")
         print()
     if len(names) > 1:
@@ -222,7 +226,6 @@ def _run_or_bench(args) -> int:
         if args.json_path:
             from rayml import results
 
-            results.check_writable(args.json_path, is_dir=False)
             results.write_json({"schema_version": results.SCHEMA_VERSION, "kind": f"{args.command}-all", "records": records},
                                args.json_path)
             print(f"wrote {args.json_path}")

@@ -55,6 +55,7 @@ __all__ = [
     "write_json",
     "write_outputs",
     "check_writable",
+    "list_outputs",
     "to_jsonable",
 ]
 
@@ -382,12 +383,23 @@ def validate_record(record: Mapping) -> None:
     json.dumps(record, allow_nan=False)
 
 
+def _is_uri(path) -> bool:
+    return isinstance(path, str) and "://" in path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide results from the user's group
         os.replace(tmp, path)
     except BaseException:
         _unlink_quietly(tmp)
@@ -401,30 +413,77 @@ def _unlink_quietly(path: str) -> None:
         pass
 
 
-def write_json(record: Mapping, path: str | os.PathLike) -> Path:
-    """Write ``record`` as JSON to ``path`` atomically (temporary file, then rename)."""
-    path = Path(path)
+def _join(base: str | os.PathLike, name: str) -> str | Path:
+    return f"{str(base).rstrip('/')}/{name}" if _is_uri(base) else Path(base) / name
 
-    def write(tmp: str) -> None:
-        with open(tmp, "w") as fh:
-            json.dump(record, fh, indent=1, allow_nan=False)
-            fh.write("\n")
 
-    _atomic_write(path, write)
-    return path
+def _write_bytes(target: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to a local path atomically, or to a URI (``s3://``, ``gs://``, ``file://``, ...)
+    through pyarrow's filesystems (object stores publish a file whole when it is closed)."""
+    if _is_uri(target):
+        from pyarrow import fs as pafs
+
+        filesystem, path = pafs.FileSystem.from_uri(str(target))
+        parent = path.rsplit("/", 1)[0]
+        if parent and parent != path:
+            filesystem.create_dir(parent, recursive=True)
+        with filesystem.open_output_stream(path) as fh:
+            fh.write(data)
+        return
+    _atomic_write(Path(target), lambda tmp: Path(tmp).write_bytes(data))
+
+
+def write_json(record: Mapping, path: str | os.PathLike) -> str | Path:
+    """Write ``record`` as JSON to ``path`` (a local path, atomically, or a URI)."""
+    data = (json.dumps(record, indent=1, allow_nan=False) + "\n").encode()
+    _write_bytes(path, data)
+    return path if _is_uri(path) else Path(path)
 
 
 def check_writable(path: str | os.PathLike, *, is_dir: bool) -> None:
-    """Raise ``ValueError`` before any work starts if ``path`` cannot be written."""
-    p = Path(path)
+    """Raise ``ValueError`` before any work starts if ``path`` cannot be written: a probe file is
+    really created and removed where the output will go (``os.access`` says yes to ``/proc`` as
+    root), and special files (devices, pipes) are refused rather than replaced."""
     flag = "--out" if is_dir else "--json"
-    if p.exists() and p.is_dir() != is_dir:
-        raise ValueError(f"{flag} {str(path)!r}: exists and is not {'a directory' if is_dir else 'a file'}")
+    if _is_uri(path):
+        from pyarrow import fs as pafs
+
+        try:
+            filesystem, p = pafs.FileSystem.from_uri(str(path))
+            probe_dir = p if is_dir else (p.rsplit("/", 1)[0] if "/" in p else "")
+            probe = f"{probe_dir.rstrip('/')}/.rayml-write-probe-{os.getpid()}" if probe_dir else \
+                f".rayml-write-probe-{os.getpid()}"
+            if probe_dir:
+                filesystem.create_dir(probe_dir, recursive=True)
+            with filesystem.open_output_stream(probe) as fh:
+                fh.write(b"")
+            filesystem.delete_file(probe)
+        except (OSError, ValueError, _arrow_error()) as exc:
+            raise ValueError(f"{flag} {str(path)!r}: cannot write there ({exc})") from None
+        return
+    p = Path(path)
+    if p.exists():
+        if p.is_dir() != is_dir:
+            raise ValueError(f"{flag} {str(path)!r}: exists and is not {'a directory' if is_dir else 'a file'}")
+        if not is_dir and not p.is_file():
+            raise ValueError(f"{flag} {str(path)!r}: is a special file (device, pipe or socket), not a regular file")
     probe = p if is_dir else p.parent
     while not probe.exists():
         probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+    if not probe.is_dir():
         raise ValueError(f"{flag} {str(path)!r}: cannot write under {str(probe)!r}")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".rayml-write-probe-", dir=probe)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise ValueError(f"{flag} {str(path)!r}: cannot write under {str(probe)!r} ({exc.strerror})") from None
+
+
+def _arrow_error() -> type:
+    import pyarrow as pa
+
+    return pa.ArrowException
 
 
 def tidy_rows(record: Mapping) -> list[dict]:
@@ -436,28 +495,57 @@ def tidy_rows(record: Mapping) -> list[dict]:
     return rows
 
 
-def write_outputs(record: Mapping, out_dir: str | os.PathLike, figures: Mapping[str, Any] | None = None) -> list[Path]:
-    """Write ``record.json``, ``results.parquet`` and ``<plot>.png`` files into ``out_dir``."""
+def list_outputs(out_dir: str | os.PathLike) -> list[str]:
+    """The files in an output folder (local or URI), sorted."""
+    if _is_uri(out_dir):
+        from pyarrow import fs as pafs
+
+        filesystem, path = pafs.FileSystem.from_uri(str(out_dir))
+        infos = filesystem.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+        return sorted(_join(out_dir, info.base_name) for info in infos if info.type == pafs.FileType.File)
+    return sorted(str(p) for p in Path(out_dir).iterdir() if p.is_file())
+
+
+def write_outputs(record: Mapping, out_dir: str | os.PathLike, figures: Mapping[str, Any] | None = None) -> list:
+    """Write ``record.json``, ``results.parquet`` and ``<plot>.png`` files into ``out_dir`` (a local
+    folder or a URI such as ``s3://bucket/run1``); returns what was written.
+
+    The parquet file is tidy long format and carries the record's provenance (name, kind, size,
+    seed, git, claims fingerprint) as schema metadata; integer columns stay integers."""
+    import io
+
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    out = Path(out_dir)
-    written = [write_json(record, out / "record.json")]
+    written = [write_json(record, _join(out_dir, "record.json"))]
     rows = tidy_rows(record)
     if rows:
         columns = sorted({k for r in rows for k in r})
         data = {}
         for col in columns:
             vals = [r.get(col) for r in rows]
-            if all(v is None or isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+            numbers = [v for v in vals if v is not None]
+            if numbers and all(isinstance(v, int) and not isinstance(v, bool) for v in numbers):
+                data[col] = pa.array(vals, type=pa.int64())
+            elif all(v is None or isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
                 data[col] = pa.array([None if v is None else float(v) for v in vals], type=pa.float64())
             else:
                 data[col] = pa.array([None if v is None else str(v) for v in vals], type=pa.string())
-        table = pa.table(data)
-        _atomic_write(out / "results.parquet", lambda tmp: pq.write_table(table, tmp))
-        written.append(out / "results.parquet")
+        env = record.get("env", {})
+        meta = {"rayml." + k: str(v) for k, v in (("name", record.get("name")), ("kind", record.get("kind")),
+                                                   ("size", record.get("size")), ("seed", record.get("seed")),
+                                                   ("git", env.get("git")), ("rayml", env.get("rayml")),
+                                                   ("claims_fingerprint", record.get("claims_fingerprint")))}
+        table = pa.table(data).replace_schema_metadata(meta)
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        target = _join(out_dir, "results.parquet")
+        _write_bytes(target, sink.getvalue().to_pybytes())
+        written.append(target)
     for name, fig in (figures or {}).items():
-        target = out / f"{name}.png"
-        _atomic_write(target, lambda tmp, fig=fig: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"))
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+        target = _join(out_dir, f"{name}.png")
+        _write_bytes(target, buf.getvalue())
         written.append(target)
     return written

@@ -210,3 +210,44 @@ def test_check_writable(tmp_path):
         results.check_writable(tmp_path / "file", is_dir=True)
     with pytest.raises(ValueError, match="cannot write"):
         results.check_writable(tmp_path / "file" / "below", is_dir=True)
+
+
+def test_outputs_go_to_a_uri_through_pyarrow_filesystems(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pyarrow.parquet as pq
+
+    uri = (tmp_path / "bucket" / "run1").as_uri()  # file://..., as s3://... would be
+    results.check_writable(uri, is_dir=True)
+    assert not list((tmp_path / "bucket" / "run1").iterdir())  # the probe is gone
+    rec = _record()
+    results.write_outputs(rec, uri, {"plot": plt.figure()})
+    assert [p.rsplit("/", 1)[1] for p in results.list_outputs(uri)] == ["plot.png", "record.json", "results.parquet"]
+    assert json.loads((tmp_path / "bucket" / "run1" / "record.json").read_text())["name"] == "x"
+    table = pq.read_table(tmp_path / "bucket" / "run1" / "results.parquet")
+    assert table.schema.field("seed").type == "int64"          # integer seeds stay integers
+    assert table.schema.metadata[b"rayml.name"] == b"x" and b"rayml.claims_fingerprint" in table.schema.metadata
+    results.write_json(rec, (tmp_path / "r.json").as_uri())
+    assert json.loads((tmp_path / "r.json").read_text())["name"] == "x"
+
+
+def test_results_are_written_with_the_users_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        path = results.write_json({"a": 1}, tmp_path / "r.json")
+    finally:
+        os.umask(old)
+    assert (os.stat(path).st_mode & 0o777) == 0o644
+
+
+def test_special_files_are_refused_not_replaced(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="special file"):
+        results.check_writable(fifo, is_dir=False)
+    with pytest.raises(ValueError, match="special file"):
+        results.check_writable("/dev/null", is_dir=False)
+    with pytest.raises(ValueError, match="cannot write"):
+        results.check_writable("/proc/rayml-out", is_dir=True)
