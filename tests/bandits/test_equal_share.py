@@ -145,7 +145,7 @@ def test_bad_input_is_rejected(fn, match):
 
 
 def test_experiment_tiny_is_identical_with_1_and_2_workers(ray_session):
-    from rayml import experiments, runtime
+    from rayml import runtime
     from rayml.experiments.equal_share import EXPERIMENT, SIZES, parse_game
 
     cfg = dict(SIZES["tiny"])
@@ -154,9 +154,52 @@ def test_experiment_tiny_is_identical_with_1_and_2_workers(ray_session):
     with runtime.max_workers(2):
         two = EXPERIMENT.run(cfg, 3)
     assert one.metrics == two.metrics and one.tables["runs"] == two.tables["runs"]
-    record = experiments.run("equal-share", size="tiny", seed=0)
-    assert len(record["claims"]) == 9 and all(isinstance(c["holds"], bool) for c in record["claims"])
+    assert len(EXPERIMENT.claims) == 9 and sum(c.kind == "sanity" for c in EXPERIMENT.claims) == 4
+    assert all(c.controls for c in EXPERIMENT.claims if c.kind == "paper")
     with pytest.raises(ValueError, match="game"):
         parse_game("coordination-3")
     with pytest.raises(ValueError, match="chunk_runs"):
         EXPERIMENT.run({**cfg, "runs": 3}, 0)
+
+
+def _saol_reference(game, T, pure):
+    """SAOL over Hedge written from Daniely, Gonen & Shalev-Shwartz (2015) interval by interval:
+    geometric covering intervals [i 2^k, (i + 1) 2^k - 1], i >= 1; a fresh Hedge copy (rate tuned to
+    2^k) and meta weight eta_I = min(1/2, |I|^-1/2) when I starts; w_I *= 1 + eta_I r_t(I)."""
+    m, B = game.n_actions, game.payoff_bound
+    others = np.zeros(m)
+    others[pure] = game.n_players - 1
+    U = es.payoff_vectors(game, others[None])[0]
+    experts, total = {}, 0.0
+    for t in range(1, T + 1):
+        live, k = {}, 0
+        while 2 ** k <= t:
+            key = (k, (t // 2 ** k) * 2 ** k)
+            live[key] = experts.get(key) or [np.zeros(m), min(0.5, 2 ** (-k / 2))]
+            k += 1
+        experts = live
+        xs = {}
+        for key, (S, _) in experts.items():
+            z = np.exp(es.hedge_rate(2 ** key[0], m, B) * (S - S.max()))
+            xs[key] = z / z.sum()
+        W = sum(w for _, w in experts.values())
+        x = sum(experts[key][1] * xs[key] for key in experts) / W
+        total += float(x @ U)
+        g = (U + B) / (2 * B)
+        for key, v in experts.items():
+            v[1] *= 1 + min(0.5, 2 ** (-key[0] / 2)) * (float(xs[key] @ g) - float(x @ g))
+            v[0] = v[0] + U
+    return total / (T * B)
+
+
+def test_saol_matches_an_interval_by_interval_reference_and_its_cost_is_the_restarts():
+    g = es.majority_game(3, 2)
+    for T in (37, 300):
+        vec = es.play(g, "saol-hedge", {"kind": "identical", "sigma": [1.0, 0.0]}, T, 2, 0)
+        assert vec == pytest.approx([_saol_reference(g, T, 0)] * 2, abs=1e-12)
+    # against a fixed pure opponent SAOL trails Hedge (fresh copies play uniform: every round the
+    # length-1 copy, and at t = 2^j every copy restarts), and the gap shrinks with T
+    short = es.play(g, "saol-hedge", {"kind": "identical", "sigma": [1.0, 0.0]}, 128, 2, 0).mean()
+    long = es.play(g, "saol-hedge", {"kind": "identical", "sigma": [1.0, 0.0]}, 2048, 2, 0).mean()
+    hedge = es.play(g, "hedge", {"kind": "identical", "sigma": [1.0, 0.0]}, 2048, 2, 0).mean()
+    assert short < long < hedge
