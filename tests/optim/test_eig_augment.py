@@ -128,3 +128,19 @@ def test_experiment_tiny_runs_and_is_worker_count_invariant(ray_session):
     assert r1["metrics"] == r2["metrics"] and r1["tables"] == r2["tables"]
     assert r1["metrics"]["min_bound_minus_opt"] >= -1e-6
     assert all(c["holds"] in (True, False) for c in r1["claims"])
+
+
+def test_experiment_rejects_rank_deficient_e_design_budgets_before_work():
+    from rayml import experiments
+
+    with pytest.raises(ValueError, match="rank-deficient"):
+        experiments.run("eig-augment", size="tiny", overrides={"ks": [1, 2]})
+
+
+def test_equal_evaluation_budget_is_greedys_count():
+    from rayml.experiments.eig_augment import greedy_evals
+
+    rng = np.random.default_rng(3)
+    M, As = e_design_instance(4, 7, 2, 0.05, rng)
+    for k in (1, 2, 3):
+        assert greedy(AugmentationProblem(M, As, k)).evaluations == greedy_evals(7, k)
