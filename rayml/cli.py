@@ -78,6 +78,10 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("app", help=f"one of {sorted(SERVE_APPS)} or an import path 'module:app'")
     s.add_argument("--address", default=None)
     s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; Serve has no authentication: see docs/serving.md)")
+    s.add_argument("--request-timeout-s", type=float, default=60.0, dest="request_timeout_s",
+                   help="Serve's per-request timeout, as in clusters/serve.yaml")
     return p
 
 
@@ -271,9 +275,11 @@ def _serve(args) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     runtime.connect(args.address)
-    serve.start(http_options={"host": "127.0.0.1", "port": args.port})
+    if args.request_timeout_s <= 0:
+        raise UsageError(f"--request-timeout-s must be > 0, got {args.request_timeout_s}")
+    serve.start(http_options={"host": args.host, "port": args.port, "request_timeout_s": args.request_timeout_s})
     serve.run(app, name=args.app.replace(":", "-").replace(".", "-"), route_prefix="/")
-    print(f"serving {target} on http://127.0.0.1:{args.port}/ (Ctrl-C to stop)", flush=True)
+    print(f"serving {target} on http://{args.host}:{args.port}/ (Ctrl-C to stop)", flush=True)
     while not stop.wait(1.0):
         pass
     serve.shutdown()

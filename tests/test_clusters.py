@@ -91,6 +91,56 @@ def _check_ray_cluster_spec(spec: dict):
         assert group["template"]["spec"]["containers"][0]["image"]
 
 
+SCHEMAS = Path(__file__).resolve().parent / "data" / "kuberay"
+
+
+@pytest.mark.parametrize("name", ["raycluster.yaml", "rayjob.yaml", "rayservice.yaml"])
+def test_kuberay_manifests_validate_against_the_crd_schemas(name):
+    import json
+
+    import jsonschema
+
+    doc = _load(f"kuberay/{name}")
+    schema = json.loads((SCHEMAS / f"{doc['kind']}.v1.schema.json").read_text())
+    jsonschema.validate(doc, schema)
+    # the schema has teeth: a string where the CRD wants an integer is refused
+    bad = yaml.safe_load((CLUSTERS / "kuberay" / name).read_text())
+    spec = bad["spec"].get("rayClusterSpec") or bad["spec"].get("rayClusterConfig") or bad["spec"]
+    spec["workerGroupSpecs"][0]["replicas"] = "two"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+
+
+def _containers(spec: dict) -> list:
+    groups = [spec["headGroupSpec"], *spec["workerGroupSpecs"]]
+    return [c for g in groups for c in g["template"]["spec"]["containers"]]
+
+
+@pytest.mark.parametrize("name", ["raycluster.yaml", "rayjob.yaml", "rayservice.yaml"])
+def test_kuberay_containers_request_and_limit_resources(name):
+    doc = _load(f"kuberay/{name}")
+    spec = doc["spec"].get("rayClusterSpec") or doc["spec"].get("rayClusterConfig") or doc["spec"]
+    for container in _containers(spec):
+        assert {"cpu", "memory"} <= set(container["resources"]["requests"]), container["name"]
+        assert {"cpu", "memory"} <= set(container["resources"]["limits"]), container["name"]
+
+
+def test_kuberay_rayservice_serves_every_app_of_serve_yaml():
+    doc = _load("kuberay/rayservice.yaml")
+    apps = yaml.safe_load(doc["spec"]["serveConfigV2"])["applications"]
+    assert apps == _load("serve.yaml")["applications"]
+
+
+def test_kuberay_rayjob_keeps_its_results_on_a_volume():
+    doc = _load("kuberay/rayjob.yaml")
+    entry = doc["spec"]["entrypoint"]
+    head = doc["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    mounts = {m["mountPath"]: m["name"] for m in head["containers"][0]["volumeMounts"]}
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in head["volumes"]}
+    out = entry.split("--out ")[1].split()[0]
+    assert any(out.startswith(path + "/") and mounts[path] in claims for path in mounts)
+
+
 def test_kuberay_raycluster():
     doc = _load("kuberay/raycluster.yaml")
     assert doc["apiVersion"] == "ray.io/v1" and doc["kind"] == "RayCluster" and doc["metadata"]["name"]
