@@ -4,6 +4,9 @@
   Vishnoi): the projected Euclidean process on the torus, sphere, SO(n) and U(n)
   (``manifolds``), trained by the Ito's-lemma regression, with the heat-kernel RSGM and
   Euclidean-then-project baselines.
+- ``diffadvmap``: DiffAdvMAP, unrestricted adversarial examples as MAP estimation under the
+  digits diffusion prior of ``rayml.purify.diffusion``, with PGD, guided-diffusion and semantic
+  baselines.
 """
 
-__all__ = ["manifolds", "manifold_diffusion"]
+__all__ = ["manifolds", "manifold_diffusion", "diffadvmap"]
