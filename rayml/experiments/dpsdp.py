@@ -101,7 +101,7 @@ def _load(state: Mapping[str, np.ndarray]):
 
     base, _ = _base()
     m = copy.deepcopy(base)
-    m.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in state.items()})
+    m.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in state.items()})
     return m.eval()
 
 

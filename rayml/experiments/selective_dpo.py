@@ -129,7 +129,7 @@ def _sft_policy(shared):
 
         base, _ = _base()
         m = copy.deepcopy(base)
-        m.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in shared["sft"].items()})
+        m.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in shared["sft"].items()})
         _SFT.clear()
         _SFT[key] = m.eval()
     return _SFT[key]
