@@ -16,12 +16,18 @@ Anish Acharya, Sujay Sanghavi, Alexandros G. Dimakis, Inderjit S. Dhillon, "Geom
 
 Baselines (``select`` with ``method=``): ``random``; ``easy`` (closest to the class centre);
 ``hard`` (farthest); ``moderate`` (the band around the median distance, Xia et al., ICLR 2023);
-``herding`` (the same herding towards the class mean).
+``herding`` (the same herding towards the class mean); ``k-center`` (greedy farthest-first
+traversal, the k-center coreset of Sener & Savarese, ICLR 2018, started at the point nearest the
+class mean).
 
 Details taken from the authors' code (anishacharya/GM-Matching): Weiszfeld starts at the mean,
 zero distances are replaced by ``1e-8``, it stops when the step is at most ``1e-5`` or after
-5000 iterations; herding works on the unit sphere (points and target L2-normalised, "cosine")
-and starts from a random data point; the centre of easy / hard / moderate is the class mean.
+5000 iterations; herding starts from a random data point; the centre of easy / hard / moderate is
+the class mean. The authors herd on the unit sphere (points and target L2-normalised, "cosine"),
+which suits embeddings away from the origin but is undefined for centred data (a geometric median
+near 0 has no direction); so ``normalize`` defaults to False here (Euclidean herding, where the
+O(1/k) guarantee is stated) and ``normalize=True`` raises a ``ValueError`` when the target's norm
+is below 1e-3 of the points' median norm.
 Assumed: when ``k`` is not a multiple of the number of classes the remainder goes to the largest
 classes (the authors' code drops it); a class smaller than its share gives all its points and
 the rest is spread over the other classes.
@@ -50,10 +56,11 @@ __all__ = [
     "gm_matching",
     "select",
     "select_per_class",
+    "k_center",
     "GMMatching",
 ]
 
-METHODS = ("gm-matching", "herding", "random", "easy", "hard", "moderate")
+METHODS = ("gm-matching", "herding", "random", "easy", "hard", "moderate", "k-center")
 
 
 def _check_points(X, name: str = "X") -> np.ndarray:
@@ -119,7 +126,7 @@ def _unit(X: np.ndarray) -> np.ndarray:
     return X / np.maximum(norms, 1e-12)
 
 
-def herding(X, k: int, target, *, normalize: bool = True, init: str = "random", seed=None) -> np.ndarray:
+def herding(X, k: int, target, *, normalize: bool = False, init: str = "random", seed=None) -> np.ndarray:
     """Herding towards ``target`` (the moment-matching greedy of GM Matching's Algorithm 1).
 
     ``theta <- theta + target - x_t`` after picking ``x_t = argmax_{x unselected} <theta, x>``.
@@ -128,7 +135,8 @@ def herding(X, k: int, target, *, normalize: bool = True, init: str = "random", 
         X: points ``(n, d)``.
         k: how many to pick, ``1 <= k <= n``.
         target: the moment to match, ``(d,)``.
-        normalize: herd on the unit sphere (points and target L2-normalised; the authors' default).
+        normalize: herd on the unit sphere (points and target L2-normalised; the authors' choice for
+            embeddings). Default False: Euclidean herding (see the module docstring).
         init: ``"random"`` (a random data point, the authors' default), ``"target"`` or ``"mean"``.
         seed: seed or Generator for ``init="random"``.
 
@@ -144,6 +152,10 @@ def herding(X, k: int, target, *, normalize: bool = True, init: str = "random", 
     if init not in ("random", "target", "mean"):
         raise ValueError(f"init must be 'random', 'target' or 'mean', got {init!r}")
     if normalize:
+        scale = float(np.median(np.linalg.norm(X, axis=1)))
+        if np.linalg.norm(target) < 1e-3 * max(scale, 1e-300):
+            raise ValueError("normalize=True: the target is at the origin (centred data), so it has no direction "
+                             "on the unit sphere; use normalize=False or uncentred embeddings")
         X, target = _unit(X), _unit(target)
     if init == "random":
         theta = X[_rng(seed).integers(n)].copy()
@@ -162,7 +174,7 @@ def herding(X, k: int, target, *, normalize: bool = True, init: str = "random", 
     return chosen
 
 
-def gm_matching(X, k: int, *, normalize: bool = True, init: str = "random", seed=None,
+def gm_matching(X, k: int, *, normalize: bool = False, init: str = "random", seed=None,
                 tol: float = 1e-5, max_iter: int = 5000) -> np.ndarray:
     """GM Matching (Algorithm 1): herding towards the geometric median of ``X``; ``k`` indices."""
     X = _check_points(X)
@@ -170,7 +182,7 @@ def gm_matching(X, k: int, *, normalize: bool = True, init: str = "random", seed
     return herding(X, k, geometric_median(X, tol=tol, max_iter=max_iter), normalize=normalize, init=init, seed=seed)
 
 
-def select(X, k: int, method: str = "gm-matching", *, normalize: bool = True, seed=None) -> np.ndarray:
+def select(X, k: int, method: str = "gm-matching", *, normalize: bool = False, seed=None) -> np.ndarray:
     """``k`` row indices of ``X`` chosen by ``method`` (one of ``METHODS``), without class labels."""
     X = _check_points(X)
     n = X.shape[0]
@@ -184,6 +196,8 @@ def select(X, k: int, method: str = "gm-matching", *, normalize: bool = True, se
         return herding(X, k, X.mean(axis=0), normalize=normalize, seed=rng)
     if method == "random":
         return rng.permutation(n)[:k]
+    if method == "k-center":
+        return k_center(X, k)
     order = np.argsort(np.linalg.norm(X - X.mean(axis=0), axis=1), kind="stable")
     if method == "easy":
         return order[:k]
@@ -191,6 +205,21 @@ def select(X, k: int, method: str = "gm-matching", *, normalize: bool = True, se
         return order[::-1][:k]
     low = min(max(int(round(0.5 * n - k / 2)), 0), n - k)  # moderate: the band around the median
     return order[low : low + k]
+
+
+def k_center(X, k: int) -> np.ndarray:
+    """Greedy k-center (farthest-first traversal): start at the point nearest the mean, then add the
+    point farthest from the chosen set; ``k`` indices in the order picked."""
+    X = _check_points(X)
+    k = _check_k(k, X.shape[0])
+    first = int(np.argmin(np.linalg.norm(X - X.mean(axis=0), axis=1)))
+    chosen = [first]
+    dist = np.linalg.norm(X - X[first], axis=1)
+    for _ in range(k - 1):
+        j = int(np.argmax(dist))
+        chosen.append(j)
+        dist = np.minimum(dist, np.linalg.norm(X - X[j], axis=1))
+    return np.array(chosen, dtype=np.int64)
 
 
 def _class_budgets(counts: np.ndarray, k: int) -> np.ndarray:
@@ -209,7 +238,7 @@ def _class_budgets(counts: np.ndarray, k: int) -> np.ndarray:
     return budget
 
 
-def select_per_class(X, y, k: int, method: str = "gm-matching", *, normalize: bool = True, seed=None) -> np.ndarray:
+def select_per_class(X, y, k: int, method: str = "gm-matching", *, normalize: bool = False, seed=None) -> np.ndarray:
     """``select`` within each class of ``y`` with ``k`` split evenly over classes; sorted indices."""
     X = _check_points(X)
     y = np.asarray(y)
@@ -235,7 +264,7 @@ class GMMatching:
         k: subset size (an integer), or ``None`` to use ``fraction``.
         fraction: subset size as a fraction of ``n_samples`` in ``(0, 1]`` (used when ``k`` is None).
         method: ``"gm-matching"`` or one of the baselines in ``METHODS``.
-        normalize: herd on the unit sphere (the authors' default).
+        normalize: herd on the unit sphere (the authors' choice for embeddings; default False).
         random_state: seed for the random start of herding / random selection.
 
     Attributes (after ``fit``):
@@ -245,7 +274,7 @@ class GMMatching:
     """
 
     def __init__(self, k: int | None = None, *, fraction: float | None = None, method: str = "gm-matching",
-                 normalize: bool = True, random_state=None):
+                 normalize: bool = False, random_state=None):
         self.k = k
         self.fraction = fraction
         self.method = method

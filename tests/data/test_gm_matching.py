@@ -70,7 +70,7 @@ def test_gm_matching_error_decays_like_one_over_k_and_beats_random():
 
 def test_normalized_herding_selects_distinct_points_towards_the_normalized_target():
     X = np.random.default_rng(3).standard_normal((300, 6)) + 2.0
-    idx = gm_matching(X, 100, seed=0)
+    idx = gm_matching(X, 100, normalize=True, seed=0)
     assert len(set(idx.tolist())) == 100
     U = X / np.linalg.norm(X, axis=1, keepdims=True)
     gm = geometric_median(X)
@@ -133,8 +133,8 @@ def test_experiment_cells_are_deterministic_and_bad_configs_fail():
     from rayml.experiments import gm_matching as exp
 
     config = dict(exp.SIZES["tiny"])
-    a = exp.robustness_one(("feature", 0.4, 0, 123), config)
-    b = exp.robustness_one(("feature", 0.4, 0, 123), config)
+    a = exp.robustness_one(("shift", 0.4, 0, 123), config)
+    b = exp.robustness_one(("shift", 0.4, 0, 123), config)
     assert a == b and {r["method"] for r in a} == set(METHODS)
     assert exp.convergence_one((0, 9), config) == exp.convergence_one((0, 9), config)
     with pytest.raises(ValueError, match="ks"):
@@ -142,3 +142,43 @@ def test_experiment_cells_are_deterministic_and_bad_configs_fail():
     with pytest.raises(ValueError, match="levels"):
         exp.run({**config, "levels": [1.5]}, 0)
 
+
+
+def test_k_center_is_farthest_first_and_covers_better_than_random():
+    from rayml.data.gm_matching import k_center
+
+    X = np.random.default_rng(3).standard_normal((60, 2))
+    idx = k_center(X, 8)
+    assert len(set(idx.tolist())) == 8
+    assert idx[0] == np.argmin(np.linalg.norm(X - X.mean(0), axis=1))
+    for t in range(1, 8):                                   # each pick is the farthest from those before
+        d = np.min(np.linalg.norm(X[:, None] - X[idx[:t]][None], axis=2), axis=1)
+        assert d[idx[t]] == pytest.approx(d.max())
+    radius = lambda s: np.max(np.min(np.linalg.norm(X[:, None] - X[s][None], axis=2), axis=1))  # noqa: E731
+    assert radius(idx) < radius(np.random.default_rng(0).permutation(60)[:8])
+
+
+def test_normalisation_is_off_by_default_and_refuses_a_target_at_the_origin():
+    X = np.random.default_rng(4).standard_normal((50, 3))
+    X -= X.mean(0)
+    with pytest.raises(ValueError, match="origin"):
+        herding(X, 5, np.zeros(3), normalize=True)
+    assert herding(X, 5, np.zeros(3), seed=0).shape == (5,)             # Euclidean by default
+    assert GMMatching(k=5).get_params()["normalize"] is False
+
+
+def test_shift_and_cluster_corruption_move_the_mean_not_the_geometric_median():
+    from rayml.experiments import gm_matching as exp
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((400, 6))
+    y = np.zeros(400, dtype=int)
+    for kind in ("shift", "cluster"):
+        Xc, yc = exp.corrupt(X, y, kind, 0.3, 4.0, np.random.default_rng(1))
+        assert np.array_equal(yc, y) and (np.abs(Xc - X).sum(1) > 0).sum() == 120
+        mean_move = np.linalg.norm(Xc.mean(0) - X.mean(0))
+        gm_move = np.linalg.norm(geometric_median(Xc) - geometric_median(X))
+        assert mean_move > 0.8 and gm_move < 0.5 * mean_move
+    y2 = np.repeat([0, 1, 2, 3], 100)
+    Xl, yl = exp.corrupt(X, y2, "label", 0.25, 4.0, np.random.default_rng(2))
+    assert np.array_equal(Xl, X) and (yl != y2).sum() == 100
