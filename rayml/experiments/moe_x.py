@@ -35,7 +35,7 @@ _COMMON = dict(n_heads=4, n_experts=8, top_k=2, greedy_share=0.5, probe_layer=-1
 SIZES = {
     "tiny": dict(games_train=48, games_eval=24, seq_len=48, d_model=32, n_layers=1, hidden=64, steps=12, batch=8,
                  lr_grid=[3e-3], tune_seeds=1, seeds=2, sae_l1_grid=[1e-3], sae_steps=40, **_COMMON),
-    "quick": dict(games_train=400, games_eval=160, seq_len=128, d_model=64, n_layers=2, hidden=256, steps=150,
+    "quick": dict(games_train=400, games_eval=160, seq_len=96, d_model=64, n_layers=2, hidden=256, steps=120,
                   batch=16, lr_grid=[1e-3, 3e-3], tune_seeds=1, seeds=3, sae_l1_grid=[3e-4, 3e-3], sae_steps=600,
                   **_COMMON),
     "full": dict(games_train=20000, games_eval=2000, seq_len=256, d_model=256, n_layers=6, hidden=1024,
