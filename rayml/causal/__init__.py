@@ -1,0 +1,1 @@
+"""Causal inference: partial identification of treatment effects."""
