@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-__all__ = ["json_body", "generate_grouped"]
+__all__ = ["json_body", "generate_grouped", "make_api", "BodyLimit"]
 
 
 async def json_body(request: Request, path: str | None = None) -> tuple[Any, JSONResponse | None]:
@@ -46,3 +46,77 @@ async def generate_grouped(reqs: Sequence[dict], generate: Callable[[list], list
         for i, o in zip(idx, outs):
             results[i] = o
     return results
+
+
+# --- FastAPI ingress shared by every app -------------------------------------------------------------
+
+class BodyLimit:
+    """ASGI middleware: a request body over ``max_bytes`` is answered 413 before it is read whole
+    (the declared ``Content-Length`` is checked first, a chunked body is counted as it streams)."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, int(max_bytes)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or ()).get(b"content-length")
+        too_big = JSONResponse({"error": f"the body is over {self.max_bytes} bytes"}, status_code=413)
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            return await too_big(scope, receive, send)
+        seen = 0
+
+        async def limited_receive():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _BodyTooLarge()
+            return message
+
+        try:
+            return await self.app(scope, limited_receive, send)
+        except _BodyTooLarge:
+            return await too_big(scope, receive, send)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+def _where(loc) -> str:
+    parts = [str(p) for p in loc if p not in ("body",)]
+    return ".".join(parts) or "body"
+
+
+def make_api(title: str, *, max_body_bytes: int = 1 << 20, description: str = ""):
+    """A FastAPI app for a Serve ingress: OpenAPI at ``/openapi.json`` and ``/docs``, bodies capped
+    at ``max_body_bytes`` (413), and every error as JSON ``{"error": ...}``: 422 naming the field
+    for a request that fails its pydantic model, the ``HTTPException``'s status for those, and 503
+    (never 500) for anything unexpected inside a request's own work."""
+    from fastapi import FastAPI
+    from fastapi.exceptions import RequestValidationError
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    from rayml import __version__
+
+    api = FastAPI(title=title, version=__version__, description=description)
+    api.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+
+    @api.exception_handler(RequestValidationError)
+    async def _invalid(request, exc):  # noqa: ANN001
+        errors = [{"field": _where(e.get("loc", ())), "message": e.get("msg", "")} for e in exc.errors()]
+        first = errors[0] if errors else {"field": "body", "message": "invalid"}
+        return JSONResponse({"error": f"'{first['field']}': {first['message']}", "errors": errors},
+                            status_code=422)
+
+    @api.exception_handler(StarletteHTTPException)
+    async def _http(request, exc):  # noqa: ANN001
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code)
+
+    @api.exception_handler(Exception)
+    async def _unexpected(request, exc):  # noqa: ANN001
+        return JSONResponse({"error": f"the request could not be served ({type(exc).__name__})"}, status_code=503)
+
+    return api

@@ -1,94 +1,120 @@
 """Ray Serve app: GS-PowerOpt and its baselines on the standard test functions, over HTTP.
 
-``serve run rayml.actors.serve.optimize:app`` (or ``rayml serve optimize``) exposes
-``POST /`` with a JSON body::
+``serve run rayml.actors.serve.optimize:app`` (or ``rayml serve optimize``) exposes, through a
+FastAPI ingress (OpenAPI schema at ``/openapi.json``, docs at ``/docs``), ``POST /`` with a JSON
+body::
 
     {"function": "ackley", "dim": 2, "method": "gs-poweropt", "iterations": 200,
      "samples": 50, "sigma": 1.0, "power": 20.0, "lr": 0.1, "seed": 0, "x0": [3.0, 0.0]}
 
 and answers ``{"x": [...], "fun": f(x), "gap": f(x) - f*, "evals": n, "method": ...}``. Every
-field but ``function`` and ``dim`` is optional. Work per request is bounded in evaluations
-(``iterations * (samples + 1) <= MAX_EVALS``); bad input gets a 400 with a message naming the
-field, never a 500, and the replica stays up.
+field but ``function`` and ``dim`` is optional. The request model (``OptimizeRequest``) bounds
+every number; work per request is bounded in evaluations (``iterations * (samples + 1) <=
+MAX_EVALS``); bad input gets a 422 naming the field, a body over 64 KiB a 413, never a 500, and the
+replica stays up.
 """
 
-from __future__ import annotations
 
+# No ``from __future__ import annotations`` here: FastAPI (through Serve's ingress) must see the
+# request model's class in the route's signature, not a string.
 import asyncio
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
+from fastapi import HTTPException
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 from ray import serve
-from starlette.requests import Request
-from starlette.responses import JSONResponse
 
-from rayml.actors.serve.http import json_body
-
+from rayml.actors.serve.http import make_api
 from rayml.optim import smoothing_baselines as sb
+from rayml.optim._zeroth_order import Negated
 from rayml.optim.gs_poweropt import GSPowerOptConfig, maximize
 from rayml.optim.test_functions import FUNCTIONS, optimum
-from rayml.optim._zeroth_order import Negated
 
-__all__ = ["Optimizer", "app", "MAX_EVALS", "parse_request", "solve"]
+__all__ = ["Optimizer", "OptimizeRequest", "OptimizeResponse", "app", "api", "MAX_EVALS", "parse_request", "solve",
+           "BadRequest"]
 
 MAX_EVALS = 200_000
 MAX_DIM = 100
 METHODS = ("gs-poweropt", "gaussian-smoothing", "homotopy", "zo-slgh", "cma-es")
-_NUMBER = (int, float)
+_FLOAT = dict(allow_inf_nan=False, strict=False)
 
 
 class BadRequest(ValueError):
     """A request field is missing, of the wrong type, or out of range."""
 
 
-def _field(body: dict, name: str, kind, default=None, lo=None, hi=None):
-    value = body.get(name, default)
-    if value is None:
-        raise BadRequest(f"'{name}' is required")
-    if kind is int and (not isinstance(value, int) or isinstance(value, bool)):
-        raise BadRequest(f"'{name}' must be an integer, got {value!r}")
-    if kind is float and (not isinstance(value, _NUMBER) or isinstance(value, bool) or not np.isfinite(value)):
-        raise BadRequest(f"'{name}' must be a finite number, got {value!r}")
-    if kind is str and not isinstance(value, str):
-        raise BadRequest(f"'{name}' must be a string, got {value!r}")
-    if lo is not None and value < lo or hi is not None and value > hi:
-        raise BadRequest(f"'{name}' must be in [{lo}, {hi}], got {value!r}")
-    return value
+class OptimizeRequest(BaseModel):
+    """One optimisation: a test function, its dimension, the method and its settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    function: str = Field(description=f"one of {sorted(FUNCTIONS)}")
+    dim: StrictInt = Field(ge=1, le=MAX_DIM)
+    method: str = Field("gs-poweropt", description=f"one of {list(METHODS)}")
+    iterations: StrictInt = Field(200, ge=1, le=100_000)
+    samples: StrictInt = Field(50, ge=2, le=10_000)
+    sigma: float = Field(1.0, ge=1e-6, le=1e3, **_FLOAT)
+    power: float = Field(20.0, ge=1e-6, le=1e4, **_FLOAT)
+    lr: float = Field(0.1, ge=1e-9, le=1e3, **_FLOAT)
+    seed: StrictInt = Field(0, ge=0, le=2**63 - 1)
+    x0: Optional[list[float]] = Field(None, description="the start point (default: 3 away from the optimum)")
+
+    @field_validator("function")
+    @classmethod
+    def _known_function(cls, v: str) -> str:
+        if v not in FUNCTIONS:
+            raise ValueError(f"must be one of {sorted(FUNCTIONS)}")
+        return v
+
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, v: str) -> str:
+        if v not in METHODS:
+            raise ValueError(f"must be one of {list(METHODS)}")
+        return v
+
+    @field_validator("x0")
+    @classmethod
+    def _finite(cls, v):
+        if v is not None and not all(np.isfinite(x) for x in v):
+            raise ValueError("must hold finite numbers")
+        return v
+
+    @model_validator(mode="after")
+    def _bounded(self):
+        if self.iterations * (self.samples + 1) > MAX_EVALS:
+            raise ValueError(f"iterations * (samples + 1) must be <= {MAX_EVALS}")
+        if self.x0 is not None and len(self.x0) != self.dim:
+            raise ValueError(f"'x0' must be a list of {self.dim} finite numbers")
+        return self
+
+
+class OptimizeResponse(BaseModel):
+    """The best point found, its value and gap to the optimum, and the evaluations spent."""
+
+    method: str
+    x: list[float]
+    fun: float
+    gap: float
+    evals: int
+    iterations: int
 
 
 def parse_request(body: Any) -> dict:
-    """Validate a request body; returns the settings or raises ``BadRequest`` naming the field."""
+    """Validate a request body; returns the settings (``x0`` filled in) or raises ``BadRequest``
+    naming the field."""
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
-    unknown = set(body) - {"function", "dim", "method", "iterations", "samples", "sigma", "power",
-                           "lr", "seed", "x0"}
-    if unknown:
-        raise BadRequest(f"unknown fields {sorted(unknown)}")
-    req = {
-        "function": _field(body, "function", str),
-        "dim": _field(body, "dim", int, lo=1, hi=MAX_DIM),
-        "method": _field(body, "method", str, "gs-poweropt"),
-        "iterations": _field(body, "iterations", int, 200, lo=1, hi=100_000),
-        "samples": _field(body, "samples", int, 50, lo=2, hi=10_000),
-        "sigma": _field(body, "sigma", float, 1.0, lo=1e-6, hi=1e3),
-        "power": _field(body, "power", float, 20.0, lo=1e-6, hi=1e4),
-        "lr": _field(body, "lr", float, 0.1, lo=1e-9, hi=1e3),
-        "seed": _field(body, "seed", int, 0, lo=0, hi=2**63 - 1),
-    }
-    if req["function"] not in FUNCTIONS:
-        raise BadRequest(f"'function' must be one of {sorted(FUNCTIONS)}, got {req['function']!r}")
-    if req["method"] not in METHODS:
-        raise BadRequest(f"'method' must be one of {list(METHODS)}, got {req['method']!r}")
-    if req["iterations"] * (req["samples"] + 1) > MAX_EVALS:
-        raise BadRequest(f"iterations * (samples + 1) must be <= {MAX_EVALS}")
-    x0 = body.get("x0")
-    if x0 is None:
+    try:
+        req = OptimizeRequest.model_validate(body).model_dump()
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "body"
+        raise BadRequest(f"'{where}': {err['msg']}") from None
+    if req["x0"] is None:
         u = np.random.default_rng(req["seed"]).standard_normal(req["dim"])
-        x0 = (optimum(req["function"], req["dim"]) + 3.0 * u / np.linalg.norm(u)).tolist()
-    if (not isinstance(x0, list) or len(x0) != req["dim"]
-            or not all(isinstance(v, _NUMBER) and not isinstance(v, bool) and np.isfinite(v) for v in x0)):
-        raise BadRequest(f"'x0' must be a list of {req['dim']} finite numbers")
-    req["x0"] = [float(v) for v in x0]
+        req["x0"] = (optimum(req["function"], req["dim"]) + 3.0 * u / np.linalg.norm(u)).tolist()
     return req
 
 
@@ -114,23 +140,21 @@ def solve(req: dict) -> dict:
             "evals": res.evals, "iterations": res.iterations}
 
 
-@serve.deployment(max_ongoing_requests=4, ray_actor_options={"num_cpus": 0.5})
-class Optimizer:
-    """The deployment: validates, runs the bounded optimisation in a thread, answers JSON."""
+api = make_api("rayml optimize: GS-PowerOpt and baselines on test functions", max_body_bytes=64 * 1024)
 
-    async def __call__(self, request: Request) -> JSONResponse:
-        body, error = await json_body(request)
-        if error is not None:
-            return error
+
+@serve.deployment(max_ongoing_requests=4, ray_actor_options={"num_cpus": 0.5})
+@serve.ingress(api)
+class Optimizer:
+    """The deployment: validated requests, the bounded optimisation in a thread, JSON answers."""
+
+    @api.post("/", response_model=OptimizeResponse)
+    async def optimize(self, request: OptimizeRequest) -> dict:
         try:
-            req = parse_request(body)
-        except BadRequest as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
-        try:
-            answer = await asyncio.to_thread(solve, req)
+            req = parse_request(request.model_dump())
+            return await asyncio.to_thread(solve, req)
         except ValueError as exc:  # e.g. a config the optimiser rejects
-            return JSONResponse({"error": str(exc)}, status_code=400)
-        return JSONResponse(answer)
+            raise HTTPException(status_code=400, detail=str(exc)) from None
 
 
 app = Optimizer.bind()

@@ -47,25 +47,43 @@ def test_concurrent_requests_complete(url):
 @pytest.mark.parametrize(
     "payload, needle",
     [
-        ({"dim": 2}, "'function' is required"),
-        ({"function": "ackley"}, "'dim' is required"),
-        ({"function": "nope", "dim": 2}, "'function' must be one of"),
-        ({"function": "ackley", "dim": "2"}, "'dim' must be an integer"),
-        ({"function": "ackley", "dim": 2, "sigma": -1}, "'sigma' must be in"),
+        ({"dim": 2}, "'function': Field required"),
+        ({"function": "ackley"}, "'dim': Field required"),
+        ({"function": "nope", "dim": 2}, "'function': Value error, must be one of"),
+        ({"function": "ackley", "dim": "2"}, "'dim': Input should be a valid integer"),
+        ({"function": "ackley", "dim": 2, "sigma": -1}, "'sigma': Input should be greater than or equal"),
         ({"function": "ackley", "dim": 2, "x0": [1.0]}, "'x0' must be a list of 2"),
-        ({"function": "ackley", "dim": 2, "method": "sgd"}, "'method' must be one of"),
+        ({"function": "ackley", "dim": 2, "method": "sgd"}, "'method': Value error, must be one of"),
         ({"function": "ackley", "dim": 2, "iterations": 10**5, "samples": 1000}, "must be <="),
-        ({"function": "ackley", "dim": 2, "extra": 1}, "unknown fields"),
-        ([1, 2], "JSON object"),
+        ({"function": "ackley", "dim": 2, "extra": 1}, "'extra': Extra inputs are not permitted"),
+        ([1, 2], "'body'"),
+        # the reproducers of the hardening issue: a 401-digit integer, seeds past int64
+        ({"function": "ackley", "dim": 2, "sigma": 10**400}, "'sigma': Input should be a valid number"),
+        ({"function": "ackley", "dim": 2, "seed": 2**64}, "'seed': Input should be less than or equal"),
+        ({"function": "ackley", "dim": 10**400}, "'dim': Input should be less than or equal"),
     ],
 )
-def test_bad_requests_get_400_and_the_replica_survives(url, payload, needle):
+def test_bad_requests_get_422_naming_the_field_and_the_replica_survives(url, payload, needle):
     r = requests.post(url, json=payload, timeout=30)
-    assert r.status_code == 400 and needle in r.json()["error"], r.text
+    assert r.status_code == 422 and needle in r.json()["error"], r.text
     ok = requests.post(url, json={"function": "ackley", "dim": 2, "iterations": 5, "samples": 4}, timeout=30)
     assert ok.status_code == 200
 
 
-def test_malformed_json_and_wrong_method(url):
-    assert requests.post(url, data=b"{not json", timeout=30).status_code == 400
+def test_malformed_json_wrong_method_and_a_huge_body(url):
+    bad = requests.post(url, data=b"{not json", headers={"content-type": "application/json"}, timeout=30)
+    assert bad.status_code == 422 and "error" in bad.json()
     assert requests.get(url, timeout=30).status_code == 405
+    huge = requests.post(url, data=b"[" + b"1," * 100_000 + b"1]", headers={"content-type": "application/json"},
+                         timeout=30)
+    assert huge.status_code == 413 and "bytes" in huge.json()["error"]
+    nested = requests.post(url, data=b"[" * 30000 + b"]" * 30000, headers={"content-type": "application/json"},
+                           timeout=30)
+    assert 400 <= nested.status_code < 500
+
+
+def test_the_app_publishes_its_openapi_schema(url):
+    schema = requests.get(url.rstrip("/") + "/openapi.json", timeout=30).json()
+    assert schema["info"]["title"].startswith("rayml optimize")
+    assert "OptimizeRequest" in schema["components"]["schemas"]
+    assert requests.get(url.rstrip("/") + "/docs", timeout=30).status_code == 200
