@@ -3,4 +3,8 @@
 - ``message_passing``: gather + ``index_add`` aggregation shared by every method here.
 - ``generators``: stochastic block models with controllable homophily (and a sensitive attribute).
 - ``cur_mgae``: the structure-aware curriculum masked graph autoencoder (P1.7).
+- ``stop``: centralised spatio-temporal interaction for OOD forecasting (P2.14).
+
+The message-passing GNN for quadratic programs (P2.4) lives beside the optimisation methods
+(``rayml.optim.qp_gnn``) and uses ``message_passing`` from here.
 """
