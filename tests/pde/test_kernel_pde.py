@@ -160,3 +160,32 @@ def test_experiment_config_errors_and_cells():
     row = exp.scaling_one((64, "daks"), cfg)
     assert row["ran"] is False and row["needed_mib"] > cfg["max_gram_mib"]
     assert exp.scaling_one((8, "kronecker"), cfg)["ran"] is True
+
+
+def test_matrix_free_gauss_newton_matvec_equals_the_dense_normal_matrix():
+    from rayml.pde import kernel_solver as ks
+
+    for problem, grid, ls in ((NonlinearElliptic(), (9, 8), (0.25, 0.3)), (Burgers(nu=0.02), (12, 6), (0.1, 0.3))):
+        cfg = ks.KernelPDEConfig(grid=grid, lengthscale=ls)
+        obj = ks._Objective(problem, cfg)
+        Xi = np.random.default_rng(0).standard_normal(grid) * 1e-2
+        C = problem.dresidual(obj.fields(Xi), obj.X1, obj.X2)
+        J, B = obj.dense_jacobians(Xi)
+        H = np.eye(J.shape[1]) + 2 * cfg.v * (J.T @ J) + 2 * cfg.tau * (B.T @ B)
+        S = np.random.default_rng(1).standard_normal(grid)
+        np.testing.assert_allclose(ks.gauss_newton_matvec(obj, C, S).ravel(), H @ S.ravel(),
+                                   rtol=1e-8, atol=1e-8 * np.abs(H @ S.ravel()).max())
+        # the preconditioner inverts I + 2 v (G1 kron G2) exactly: P(P^{-1} S) = S
+        P = ks.KroneckerPreconditioner(obj, C)
+        M = np.kron(P.Q1, P.Q2) @ np.diag(P.scale.ravel()) @ np.kron(P.Q1, P.Q2).T
+        np.testing.assert_allclose(M @ P(S).ravel(), S.ravel(), rtol=1e-6, atol=1e-6 * np.abs(S).max())
+
+
+def test_matrix_free_gauss_newton_reaches_the_dense_solvers_accuracy():
+    cfg = dict(grid=(14, 14), lengthscale=(0.22, 0.22), iterations=12)
+    dense = solve(NonlinearElliptic(), KernelPDEConfig(**cfg))
+    free = solve(NonlinearElliptic(), KernelPDEConfig(**cfg, optimizer="gauss-newton-cg"))
+    assert free.rmse < 2 * dense.rmse + 1e-6
+    assert free.info["cg_steps"] and max(free.info["cg_steps"]) <= 300
+    with pytest.raises(ValueError, match="cg_iterations"):
+        KernelPDEConfig(cg_iterations=0)
