@@ -1,0 +1,449 @@
+"""L2D reproduction on the substrate: accuracy against the number of ODE steps, LoRA at equal budget.
+
+The shipped base model (``rayml.llm.pretrained("base")``) adds 3-digit numbers perfectly and 4-digit
+numbers never (the sum is written least-significant digit first). L2D adds a flow path beside the
+frozen base and is trained on 4-digit addition with the flow-matching cross-entropy; the baseline
+is LoRA finetuning of the same base on the same items with the same number of trainable
+parameters (rank chosen to match), steps, batch and learning-rate grid. Test accuracy (exact match
+of the generated sum, greedy) is measured for the base (``steps = 0``: the L2D model at ``t = 0`` is
+the base bit for bit), for L2D with Euler and midpoint at each number of steps, and for the
+adaptive solver, whose evaluations per problem are recorded.
+
+Ray: training runs (method x lr x tuning seed, then method x test seed) are tasks; evaluations
+(method x seed x solver x steps) are tasks; the base weights come from the package in each task and
+the trained adapters travel through the object store. Tuning: each method's learning rate on the
+same grid (the authors' 1e-4 inside it) by held-out loss on a tuning seed kept apart from the test seeds.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Mapping
+
+import numpy as np
+
+from rayml import runtime
+from rayml.experiments import Experiment, Outcome
+from rayml.results import Claim, Control
+
+PAPER = "Large Language Models to Diffusion Finetuning (L2D), ICML 2025"
+METHOD = "l2d"
+IGNORE = -100
+
+SIZES = {
+    "tiny": dict(digits=4, train_items=64, eval_items=4, adaptive_items=1, adaptive_max_evals=6, steps=3, batch=8, lr_grid=[1e-3],
+                 tune_seeds=1, seeds=2, ode_steps=[1, 2], solvers=["euler"], adaptive_tol=0.05, lora_rank=8,
+                 flow_dim=32, noise_scale=64.0, cond_dim=16),
+    "quick": dict(digits=4, train_items=4000, eval_items=100, adaptive_items=10, adaptive_max_evals=64, steps=200, batch=24,
+                  lr_grid=[1e-4, 1e-3, 1e-2], tune_seeds=1, seeds=2, ode_steps=[1, 2, 4, 8, 16], solvers=["euler", "midpoint"],
+                  adaptive_tol=0.05, lora_rank=8, flow_dim=64, noise_scale=64.0, cond_dim=32),
+    "full": dict(digits=4, train_items=50000, eval_items=500, adaptive_items=200, adaptive_max_evals=256, steps=3000, batch=64,
+                 lr_grid=[1e-4, 1e-3, 3e-3, 1e-2], tune_seeds=2, seeds=5, ode_steps=[1, 2, 4, 8, 16, 32],
+                 solvers=["euler", "midpoint"], adaptive_tol=0.02, lora_rank=16, flow_dim=64, noise_scale=64.0,
+                 cond_dim=32),
+}
+
+
+def _check(config: Mapping[str, Any]) -> None:
+    for key in ("digits", "train_items", "eval_items", "adaptive_items", "adaptive_max_evals", "steps", "batch", "tune_seeds", "seeds",
+                "lora_rank", "flow_dim", "cond_dim"):
+        v = config[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{key} must be a positive integer, got {v!r}")
+    if config["digits"] > 6:
+        raise ValueError(f"digits must be <= 6 (the context stays short), got {config['digits']}")
+    if config["adaptive_items"] > config["eval_items"]:
+        raise ValueError(f"adaptive_items ({config['adaptive_items']}) must be <= eval_items ({config['eval_items']})")
+    for key in ("lr_grid", "ode_steps"):
+        grid = config[key]
+        if not isinstance(grid, list) or not grid or any(not isinstance(v, (int, float)) or v <= 0 for v in grid):
+            raise ValueError(f"{key} must be a non-empty list of numbers > 0, got {grid!r}")
+    if any(not isinstance(s, int) for s in config["ode_steps"]) or len(config["ode_steps"]) < 2:
+        raise ValueError(f"ode_steps must list at least two integers, got {config['ode_steps']!r}")
+    from rayml.architectures.l2d import SOLVERS
+
+    bad = [s for s in config["solvers"] if s not in SOLVERS or s == "adaptive_heun"]
+    if not config["solvers"] or bad:
+        raise ValueError(f"solvers must be fixed-step solvers of {SOLVERS[:2]}, got {config['solvers']!r}")
+    if not 0 < float(config["adaptive_tol"]) < 1 or not float(config["noise_scale"]) > 0:
+        raise ValueError("adaptive_tol must be in (0, 1) and noise_scale > 0")
+
+
+def _l2d_cfg(config):
+    from rayml.architectures.l2d import L2DConfig
+
+    return L2DConfig(lora_rank=int(config["lora_rank"]), lora_alpha=float(config["lora_rank"]),
+                     flow_dim=int(config["flow_dim"]), noise_scale=float(config["noise_scale"]),
+                     cond_dim=int(config["cond_dim"]))
+
+
+def _base():
+    import rayml.llm as L
+
+    lm = L.pretrained("base")
+    lm.model.eval()
+    return lm.model, lm.tokenizer
+
+
+def _build(method, config, base):
+    from rayml.architectures import l2d
+
+    if method == "l2d":
+        return l2d.FlowLM(base, _l2d_cfg(config))
+    rank = l2d.lora_rank_for_budget(base.config, _budget(config))
+    return l2d.LoRALM(base, rank)
+
+
+_BUDGET: dict = {}
+
+
+def _budget(config) -> int:
+    """Trainable parameters of the L2D flow path for this config (the LoRA baseline matches it)."""
+    from rayml.architectures import l2d
+
+    key = (config["lora_rank"], config["flow_dim"], config["cond_dim"], config["noise_scale"])
+    if key not in _BUDGET:
+        base, _ = _base()
+        _BUDGET[key] = l2d.trainable_parameters(l2d.FlowLM(base, _l2d_cfg(config)))
+    return _BUDGET[key]
+
+
+def _batch(tok, items):
+    """(ids, targets) of ``<bos> prompt answer <eos>`` rows, right-padded, loss on answer and eos only."""
+    import torch
+
+    rows = []
+    for it in items:
+        p = [tok.bos_id] + tok.encode(it.prompt)
+        a = tok.encode(it.answer) + [tok.eos_id]
+        ids = p + a
+        tgt = [IGNORE] * (len(p) - 1) + a + [IGNORE]
+        rows.append((ids, tgt))
+    L = max(len(r[0]) for r in rows)
+    ids = torch.full((len(rows), L), tok.pad_id, dtype=torch.long)
+    tgt = torch.full((len(rows), L), IGNORE, dtype=torch.long)
+    for i, (a, b) in enumerate(rows):
+        ids[i, :len(a)] = torch.tensor(a)
+        tgt[i, :len(b)] = torch.tensor(b)
+    return ids, tgt
+
+
+def _items(config, seed, n, split):
+    from rayml.llm import tasks
+
+    return tasks.make_items("add", n, seed, split=split, digits=int(config["digits"]))
+
+
+def _trainable_state(model) -> dict:
+    return {k: v.detach().numpy().copy() for k, v in model.named_parameters() if v.requires_grad}
+
+
+def _load_state(model, state):
+    import torch
+
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for k, v in state.items():
+            params[k].copy_(torch.as_tensor(np.array(v)))
+
+
+def train_task(item: tuple, shared: Mapping[str, Any]) -> dict:
+    """One finetuning run ``(phase, method, lr, seed index, seed)``: trainable weights, held-out loss."""
+    import time
+
+    import torch
+
+    from rayml.architectures import l2d
+
+    phase, method, lr, si, seed = item
+    config = shared["config"]
+    base, tok = _base()
+    model = _build(method, config, base)
+    train = shared["train"]
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
+    gen = torch.Generator().manual_seed(int(seed) % (2**63))
+    steps, bsz = int(config["steps"]), int(config["batch"])
+    t0, c0 = time.perf_counter(), time.process_time()
+    losses = []
+    for step in range(steps):
+        rows = np.random.default_rng([int(seed) % (2**63), step]).integers(0, len(train), bsz)
+        ids, tgt = _batch(tok, [train[i] for i in rows])
+        scale = min(1.0, (step + 1) / max(1, steps // 10))
+        for g in opt.param_groups:
+            g["lr"] = lr * scale
+        loss = l2d.l2d_loss(model, ids, tgt, gen) if method == "l2d" else l2d.lm_loss(model, ids, tgt)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+    timings = {"train_s": time.perf_counter() - t0, "train_cpu_s": time.process_time() - c0}
+    ids, tgt = _batch(tok, shared["heldout"])
+    with torch.no_grad():
+        g2 = torch.Generator().manual_seed(12345)
+        held = float(l2d.l2d_loss(model, ids, tgt, g2) if method == "l2d" else l2d.lm_loss(model, ids, tgt))
+    return {"phase": phase, "method": method, "lr": lr, "si": si, "state": _trainable_state(model),
+            "heldout_loss": held, "curve": losses[:: max(1, steps // 30)], "timings": timings,
+            "trainable": l2d.trainable_parameters(model)}
+
+
+def _generate_base(model, tok, items, max_new):
+    """Greedy answers of an ordinary LM (base or LoRA) for prompts of equal token length."""
+    import torch
+
+    prompts = torch.tensor([[tok.bos_id] + tok.encode(it.prompt) for it in items])
+    cache = model.new_cache(prompts.shape[0], capacity=prompts.shape[1] + max_new + 1)
+    logits = model(prompts, cache=cache, last_only=True)
+    out = []
+    for _ in range(max_new):
+        nxt = logits[:, -1].argmax(-1)
+        out.append(nxt)
+        logits = model(nxt[:, None], cache=cache)
+    return torch.stack(out, 1)
+
+
+def _generate_l2d(flow, tok, items, max_new, method, steps, seed, tol, max_evals=256):
+    """Answers of the L2D model: per token, the ODE from noise to the argmax representation."""
+    import torch
+
+    from rayml.architectures import l2d
+
+    prompts = torch.tensor([[tok.bos_id] + tok.encode(it.prompt) for it in items])
+    b = prompts.shape[0]
+    gen = torch.Generator().manual_seed(int(seed) % (2**63))
+    cache = flow.base.new_cache(b, capacity=prompts.shape[1] + max_new + 1)
+    h, cache = flow.main_path(prompts, cache)
+    out, evals = [], torch.zeros(b, dtype=torch.long)
+    for _ in range(max_new):
+        x0 = torch.randn(b, 1, flow.cfg.flow_dim, generator=gen) * flow.cfg.noise_scale
+        logits, ev = l2d.solve(flow, h[:, -1:], cache, x0, method=method, steps=max(1, steps), rtol=tol, atol=tol,
+                               max_evals=max_evals)
+        nxt = logits[:, -1].argmax(-1)
+        out.append(nxt)
+        evals += ev
+        h, cache = flow.main_path(nxt[:, None], cache)
+    return torch.stack(out, 1), evals
+
+
+def _score(tok, items, gen_ids):
+    from rayml.llm import tasks
+
+    scores = []
+    for it, row in zip(items, gen_ids.tolist()):
+        cut = row.index(tok.eos_id) if tok.eos_id in row else len(row)
+        scores.append(tasks.score(it, tok.decode(row[:cut])))
+    return scores
+
+
+def eval_task(item: tuple, shared: Mapping[str, Any]) -> dict:
+    """Accuracy of one ``(method, seed index, solver, steps, state, eval seed)`` on the test items."""
+    import torch
+
+    method, si, solver, steps, state, eseed = item
+    config = shared["config"]
+    base, tok = _base()
+    items = shared["test"]
+    max_new = int(config["digits"]) + 2
+    out = {"method": method, "si": si, "solver": solver, "steps": steps}
+    with torch.no_grad():
+        if method == "base":
+            ids = _generate_base(base, tok, items, max_new)
+            evals = torch.ones(len(items), dtype=torch.long)
+        elif method == "lora":
+            model = _build("lora", config, base)
+            _load_state(model, state)
+            ids = _generate_base(model.base, tok, items, max_new)
+            evals = torch.ones(len(items), dtype=torch.long)
+        else:
+            import torch as _t
+
+            _t.manual_seed(1000 + si)
+            flow = _build("l2d", config, base)
+            if state is not None:
+                _load_state(flow, state)
+            if solver == "adaptive_heun":
+                items = items[: int(config["adaptive_items"])]
+            ids, evals = _generate_l2d(flow, tok, items, max_new, solver, steps, eseed, float(config["adaptive_tol"]),
+                                       int(config["adaptive_max_evals"]))
+    out["correct"] = _score(tok, items, ids)
+    out["evals"] = (evals.float() / max_new).tolist()  # velocity evaluations per generated token
+    return out
+
+
+def run(config: Mapping[str, Any], seed: int) -> Outcome:
+    """Tune, finetune (L2D and LoRA at equal trainable parameters), evaluate against ODE steps; on Ray."""
+    _check(config)
+    s_train, s_held, s_test, s_eval = runtime.seeds(seed, 4)
+    train = _items(config, s_train, int(config["train_items"]), "train")
+    held = _items(config, s_held, 64, "train")
+    test = _items(config, s_test, int(config["eval_items"]), "test")
+    n_tune, n_test = int(config["tune_seeds"]), int(config["seeds"])
+    all_seeds = runtime.seeds(seed + 1, n_tune + n_test)
+    lrs = [float(v) for v in config["lr_grid"]]
+    shared = {"config": dict(config), "train": train, "heldout": held, "test": test}
+    methods = ("l2d", "lora")
+    tune = runtime.pmap(train_task, [("tune", m, lr, i, s) for m in methods for lr in lrs
+                                     for i, s in enumerate(all_seeds[:n_tune])],
+                        shared=shared, chunk_size=1, desc="l2d tuning runs")
+    chosen = {m: min(lrs, key=lambda lr: np.mean([r["heldout_loss"] for r in tune if r["method"] == m and r["lr"] == lr]))
+              for m in methods}
+    trained = runtime.pmap(train_task, [("train", m, chosen[m], i, s) for m in methods
+                                        for i, s in enumerate(all_seeds[n_tune:])],
+                           shared=shared, chunk_size=1, desc="l2d training runs")
+    eval_seeds = runtime.seeds(s_eval, n_test)
+    steps_list = [int(s) for s in config["ode_steps"]]
+    jobs = [("base", -1, "none", 0, None, 0)]
+    for r in trained:
+        if r["method"] == "lora":
+            jobs.append(("lora", r["si"], "none", 0, r["state"], 0))
+        else:
+            jobs += [("l2d", r["si"], sv, st, r["state"], eval_seeds[r["si"]])
+                     for sv in config["solvers"] for st in steps_list]
+            jobs.append(("l2d", r["si"], "adaptive_heun", 1, r["state"], eval_seeds[r["si"]]))
+    for i in range(n_test):  # the control: a flow path at its initialisation (no finetuning)
+        jobs += [("untrained", i, config["solvers"][0], st, None, eval_seeds[i]) for st in (steps_list[0], steps_list[-1])]
+    evals = runtime.pmap(eval_task, jobs, shared=shared, chunk_size=1, desc="l2d evaluations")
+
+    acc_rows, step_rows = [], []
+    for e in evals:
+        seeds_of = range(n_test) if e["method"] == "base" else [e["si"]]
+        name = f"l2d-{e['solver']}" if e["method"] == "l2d" else e["method"]
+        for si in seeds_of:
+            for j, (c, ev) in enumerate(zip(e["correct"], e["evals"])):
+                level = "top" if e["steps"] == max(steps_list) else ("first" if e["steps"] == steps_list[0] else "mid")
+                acc_rows.append({"method": name, "seed": si, "steps": e["steps"], "level": level, "item": j,
+                                 "metric": "correct", "value": float(c)})
+                if e["solver"] == "adaptive_heun":
+                    step_rows.append({"method": name, "seed": si, "item": j, "metric": "evals_per_token",
+                                      "value": float(ev)})
+    # the base at steps = 0 is also the L2D model at t = 0 (tested exactly): one curve
+    for sv in config["solvers"]:
+        for r in [r for r in acc_rows if r["method"] == "base"]:
+            acc_rows.append({**r, "method": f"l2d-{sv}", "steps": 0, "level": "zero"})
+
+    def acc(method, steps=None, seed=None):
+        v = [r["value"] for r in acc_rows if r["method"] == method and (steps is None or r["steps"] == steps)
+             and (seed is None or r["seed"] == seed)]
+        return float(np.mean(v)) if v else float("nan")
+
+    main = f"l2d-{config['solvers'][0]}"
+    top = max(steps_list)
+    curve = {sv: {str(st): acc(f"l2d-{sv}", st) for st in [0] + steps_list} for sv in config["solvers"]}
+    means = [curve[config["solvers"][0]][str(st)] for st in [0] + steps_list]
+    gains = np.diff(means)
+    adaptive_evals = [r["value"] for r in step_rows]
+    metrics = {
+        "accuracy": acc(main, top), "accuracy_1_step": acc(main, steps_list[0]), "accuracy_base": acc("base"),
+        "accuracy_by_steps": curve, "step_gain": acc(main, top) - acc(main, steps_list[0]),
+        "monotone_fraction": float(np.mean(gains >= -1e-12)),
+        "adaptive": {"accuracy": acc("l2d-adaptive_heun"), "evals_per_token_mean": float(np.mean(adaptive_evals)),
+                     "evals_per_token_min": float(np.min(adaptive_evals)), "evals_per_token_max": float(np.max(adaptive_evals))},
+        "accuracy_top_steps_on_adaptive_items": float(np.mean([r["value"] for r in acc_rows if r["method"] == main
+                                                               and r["steps"] == top and r["item"] < int(config["adaptive_items"])])),
+        "trainable_parameters": trained[0]["trainable"] if trained[0]["method"] == "l2d" else trained[-1]["trainable"],
+    }
+    metrics["adaptive"]["accuracy_ratio_to_top_steps"] = metrics["adaptive"]["accuracy"] / max(
+        metrics["accuracy_top_steps_on_adaptive_items"], 1e-12)
+    first_adaptive = np.mean([r["value"] for r in acc_rows if r["method"] == main and r["steps"] == steps_list[0]
+                              and r["item"] < int(config["adaptive_items"])])
+    metrics["accuracy_ratio_1_step_on_adaptive_items"] = float(first_adaptive) / max(
+        metrics["accuracy_top_steps_on_adaptive_items"], 1e-12)
+    lora_tr = next(r["trainable"] for r in trained if r["method"] == "lora")
+    baselines = {"lora": {"accuracy": acc("lora"), "trainable_parameters": lora_tr},
+                 "base": {"accuracy": acc("base")},
+                 "untrained_flow": {"accuracy": acc("untrained", top),
+                                    "step_gain": acc("untrained", top) - acc("untrained", steps_list[0])}}
+    budget = {"trainable_parameters": {"l2d": metrics["trainable_parameters"], "lora": lora_tr},
+              "steps": int(config["steps"]), "batch": int(config["batch"]), "train_items": int(config["train_items"]),
+              "tuning": {"lr_grid": lrs, "chosen_lr": chosen, "tune_seeds": n_tune, "criterion": "held-out loss"},
+              "test_seeds": n_test}
+    tuning_rows = [{"method": r["method"], "lr": r["lr"], "seed": r["si"], "metric": "heldout_loss",
+                    "value": r["heldout_loss"]} for r in tune]
+    curve_rows = [{"method": r["method"], "seed": r["si"], "point": j, "metric": "train_loss", "value": v}
+                  for r in trained for j, v in enumerate(r["curve"])]
+    timing_rows = [{"method": r["method"], "seed": r["si"], "metric": k, "value": v}
+                   for r in trained for k, v in r["timings"].items()]
+    return Outcome(metrics=metrics, baselines=baselines,
+                   tables={"accuracy": acc_rows, "adaptive_steps": step_rows, "tuning": tuning_rows,
+                           "curves": curve_rows, "timing_train": timing_rows},
+                   budget=budget)
+
+
+def _claims(config_solver="euler"):
+    main = f"l2d-{config_solver}"
+    return (
+        Claim(text="L2D's accuracy rises with ODE steps: most steps vs one step (paired over seed x item)",
+              metric="metrics.accuracy", compare="metrics.accuracy_1_step", op=">",
+              test="paired sign test over seeds", table="accuracy",
+              a={"method": main, "level": "top"}, b={"method": main, "level": "first"}, pair_on=("seed", "item"),
+              source="abstract: 'By increasing the number of diffusion steps, we show our finetuned models "
+                     "achieve monotonically increasing accuracy'"),
+        Claim(text="the gain in accuracy from one ODE step to the most steps is at least 5 points (a flow path "
+                   "that was not trained is the control)",
+              metric="metrics.step_gain", compare=0.05, op=">=",
+              source="abstract: 'By increasing the number of diffusion steps, we show our finetuned models "
+                     "achieve monotonically increasing accuracy'",
+              controls=(Control("untrained flow path", "baselines.untrained_flow.step_gain"),)),
+        Claim(text="L2D at its most steps is more accurate than LoRA finetuning with the same trainable parameters",
+              metric="metrics.accuracy", compare="baselines.lora.accuracy", op=">",
+              test="paired sign test over seeds", table="accuracy",
+              a={"method": main, "level": "top"}, b={"method": "lora"},
+              pair_on=("seed", "item"),
+              source="abstract: 'We show our method can be more effective ... than traditional finetuning'"),
+        Claim(text="the adaptive solver keeps >= 95% of the most-steps accuracy (same items), choosing its steps per problem",
+              metric="metrics.adaptive.accuracy_ratio_to_top_steps", compare=0.95, op=">=",
+              source="abstract: 'autonomously determine the compute required for a given problem by leveraging "
+                     "adaptive ODE solvers'",
+              controls=(Control("euler, 1 step", "metrics.accuracy_ratio_1_step_on_adaptive_items"),)),
+    )
+
+
+CLAIMS = _claims()
+
+
+def plots(record: Mapping) -> dict:
+    """Accuracy against ODE steps (seed spread as a band) with LoRA and the base; adaptive evaluations."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = record["tables"]["accuracy"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    ax = axes[0]
+    for method in sorted({r["method"] for r in rows if r["method"].startswith("l2d-") and r["method"] != "l2d-adaptive_heun"}):
+        steps = sorted({r["steps"] for r in rows if r["method"] == method})
+        seeds = sorted({r["seed"] for r in rows if r["method"] == method})
+        per = np.array([[np.mean([r["value"] for r in rows if r["method"] == method and r["steps"] == st
+                                  and r["seed"] == s]) for st in steps] for s in seeds])
+        x = np.array(steps, dtype=float)
+        x[0] = 0.5  # steps 0 (the base) on the log axis
+        ax.plot(x, per.mean(0), marker="o", label=method)
+        ax.fill_between(x, per.min(0), per.max(0), alpha=0.2)
+    for name, style in (("lora", "--"), ("base", ":")):
+        ax.axhline(record["baselines"][name]["accuracy"], ls=style, color="k", label=f"{name} (equal budget)" if name == "lora" else name)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("ODE steps (0.5 = base, t = 0)")
+    ax.set_ylabel("test accuracy (4-digit addition)")
+    ax.legend(fontsize=7)
+    ax = axes[1]
+    ev = [r["value"] for r in record["tables"]["adaptive_steps"]]
+    ax.hist(ev, bins=20)
+    ax.set_xlabel("adaptive solver: velocity evaluations per token, per problem")
+    ax.set_ylabel("problems x seeds")
+    fig.tight_layout()
+    return {"accuracy_vs_steps": fig}
+
+
+EXPERIMENT = Experiment(
+    name=METHOD,
+    paper=PAPER,
+    ray="finetuning runs (method x lr x tuning seed, method x test seed) and evaluations (method x seed x solver x "
+        "steps) as tasks; adapters through the object store, the frozen base from the package in each task",
+    checked_against="abstract; the authors' code (SakanaAI/L2D: flow path, modulation head, velocity, solvers); "
+                    "research notes; t = 0 reproduces the base logits exactly (test)",
+    sizes=SIZES,
+    run=run,
+    claims=CLAIMS,
+    plots=plots,
+)
