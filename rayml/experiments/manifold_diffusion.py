@@ -228,7 +228,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                "c2st_mean_groups": mean(method, "c2st", ("so", "unitary")),
                "ll_error_mean": mean(method, "ll_error", ("torus", "sphere")),
                "per_case": {c: {"mmd": mean(method, "mmd", (c,)), "c2st": mean(method, "c2st", (c,))} for c in CASES},
-               "finite": all(r["finite"] for r in res if r["method"] == method)}
+               "finite": float(all(r["finite"] for r in res if r["method"] == method))}
         return out
 
     timing_rows, timings = [], {}
