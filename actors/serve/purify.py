@@ -10,23 +10,28 @@
 It answers ``{"purified": <array like the input>, "t": t*, "label": class, "score_norm": ...,
 "method": ..., "ssni": ...}`` (per image lists for a batch). Defaults: DiffPure + SSNI-N,
 ``t* = 100``, full DDPM sampler. A wrong shape, dtype, value range, body or image size gets a 400
-with a message, never a 500, and the replica stays up. Work per request is bounded (at most
-``MAX_BATCH`` images, ``MAX_BODY`` bytes) and a replica takes at most 4 requests at once.
+with a message (a body over ``MAX_BODY`` bytes a 413, before it is read whole), never a 500, and
+the replica stays up: deeply nested JSON, numbers past Python's digit limit and PNGs that declare
+huge sizes (decompression bombs) are refused before any work. The body is parsed off the event
+loop. Work per request is bounded (at most ``MAX_BATCH`` images) and a replica takes at most 4
+requests at once. The app is a FastAPI ingress: its OpenAPI schema is at ``/openapi.json``.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: FastAPI must see the route's types, not strings.
 import asyncio
 import io
 import json
-from typing import Any
+from typing import Any, Optional, Union
 
 import numpy as np
+from fastapi import HTTPException, Request
+from pydantic import BaseModel
 from ray import serve
-from starlette.requests import Request
-from starlette.responses import JSONResponse
 
-__all__ = ["Purifier", "app", "BadRequest", "parse_json", "parse_png", "MAX_BATCH", "MAX_BODY", "SIDE"]
+from rayml.actors.serve.http import make_api
+
+__all__ = ["Purifier", "app", "api", "BadRequest", "parse_json", "parse_png", "parse_body", "MAX_BATCH", "MAX_BODY",
+           "SIDE"]
 
 SIDE = 8
 MAX_BATCH = 16
@@ -98,19 +103,61 @@ def parse_png(data: bytes) -> dict:
     if not data.startswith(PNG_MAGIC):
         raise BadRequest("the body is not a PNG image")
     try:
-        img = Image.open(io.BytesIO(data))
+        img = Image.open(io.BytesIO(data))  # reads the header only: the size is known before decoding
+        if img.size != (SIDE, SIDE):
+            raise BadRequest(f"the PNG must be 8x8 pixels, got {img.size[0]}x{img.size[1]}")
         img.load()
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
+        if isinstance(exc, BadRequest):
+            raise
         raise BadRequest(f"the PNG could not be decoded: {exc}") from None
-    if img.size != (SIDE, SIDE):
-        raise BadRequest(f"the PNG must be 8x8 pixels, got {img.size[0]}x{img.size[1]}")
     if img.mode != "L":
         raise BadRequest(f"the PNG must be 8-bit grayscale (mode 'L'), got mode {img.mode!r}")
     arr = np.asarray(img, dtype=np.float32) / 255.0
     return {"images": arr.reshape(1, 1, SIDE, SIDE), "single": True, "method": "diffpure", "ssni": "N", "seed": 0}
 
 
+def parse_body(data: bytes, content_type: str = "") -> dict:
+    """A request from raw body bytes: PNG (by content type or magic) or JSON; ``BadRequest`` for
+    anything malformed, including JSON nested past the parser's depth or numbers past Python's
+    digit limit."""
+    if content_type.startswith("image/png") or data.startswith(PNG_MAGIC):
+        return parse_png(data)
+    try:
+        body = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise BadRequest("the body is neither valid JSON nor a PNG image") from None
+    except RecursionError:
+        raise BadRequest("the JSON body is nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer past sys.get_int_max_str_digits()
+        raise BadRequest(f"the JSON body holds an unreadable number: {exc}") from None
+    return parse_json(body)
+
+
+class PurifyAnswer(BaseModel):
+    """The purified image(s), SSNI's noise level t*, the classifier's label and the score norm."""
+
+    purified: list
+    t: Union[float, list[float]]
+    label: Union[int, list[int]]
+    score_norm: Union[float, list[float]]
+    method: str
+    ssni: Optional[str]
+
+
+_BODY_DOC = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": {"oneOf": [
+        {"type": "array", "description": "an image (8, 8) / (1, 8, 8) or a batch (N, 8, 8) / (N, 1, 8, 8), values in [0, 1]"},
+        {"type": "object", "required": ["image"], "additionalProperties": False, "properties": {
+            "image": {"type": "array"}, "method": {"enum": ["diffpure", "gdmp"]},
+            "ssni": {"enum": ["N", "L", None]}, "seed": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}}}]}},
+    "image/png": {"schema": {"type": "string", "format": "binary", "description": "8x8 8-bit grayscale"}}}}}
+
+api = make_api("rayml purify: SSNI diffusion purification of digit images", max_body_bytes=MAX_BODY)
+
+
 @serve.deployment(max_ongoing_requests=4, ray_actor_options={"num_cpus": 0.5})
+@serve.ingress(api)
 class Purifier:
     """The deployment: loads the score model, classifier and reference statistics once; purifies requests."""
 
@@ -120,7 +167,6 @@ class Purifier:
 
         runtime.pin_threads(1)
         self.models = load_models()
-
     def purify(self, req: dict) -> dict:
         """Purify a validated request; returns the JSON answer."""
         import torch
@@ -141,29 +187,14 @@ class Purifier:
         return {"purified": out_np.tolist(), "t": t.tolist(), "label": labels.tolist(),
                 "score_norm": norms.tolist(), "method": req["method"], "ssni": req["ssni"]}
 
-    async def __call__(self, request: Request) -> JSONResponse:
-        if request.method != "POST":
-            return JSONResponse({"error": "use POST with a JSON image or PNG bytes"}, status_code=405)
+    @api.post("/", response_model=PurifyAnswer, openapi_extra=_BODY_DOC)
+    async def purify_request(self, request: Request) -> dict:
         data = await request.body()
-        if len(data) > MAX_BODY:
-            return JSONResponse({"error": f"the body is {len(data)} bytes; at most {MAX_BODY} are accepted"},
-                                status_code=400)
         try:
-            if request.headers.get("content-type", "").startswith("image/png") or data.startswith(PNG_MAGIC):
-                req = parse_png(data)
-            else:
-                try:
-                    body = json.loads(data)
-                except (json.JSONDecodeError, UnicodeDecodeError):
-                    raise BadRequest("the body is neither valid JSON nor a PNG image") from None
-                req = parse_json(body)
-        except BadRequest as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
-        try:
-            answer = await asyncio.to_thread(self.purify, req)
-        except ValueError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
-        return JSONResponse(answer)
+            req = await asyncio.to_thread(parse_body, data, request.headers.get("content-type", ""))
+            return await asyncio.to_thread(self.purify, req)
+        except ValueError as exc:  # BadRequest, or a setting the purifier rejects
+            raise HTTPException(status_code=400, detail=str(exc)) from None
 
 
 app = Purifier.bind()

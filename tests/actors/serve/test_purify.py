@@ -1,4 +1,4 @@
-"""The purify Serve app over real HTTP: JSON and PNG images, batches, 400s for bad input, replica survives."""
+"""The purify Serve app over real HTTP: JSON and PNG images, batches, 4xx for bad input, replica survives."""
 
 from __future__ import annotations
 
@@ -101,16 +101,37 @@ def test_bad_json_gets_400_and_the_replica_survives(url, digit, payload, needle)
     assert ok.status_code == 200
 
 
-def test_bad_bodies_and_pngs_get_400(url):
+def _png_header_declaring(width: int, height: int) -> bytes:
+    """A PNG whose IHDR declares ``width x height`` (a decompression bomb's header) and no pixels."""
+    import struct
+    import zlib
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    chunk = b"IHDR" + ihdr
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", len(ihdr)) + chunk + struct.pack(">I", zlib.crc32(chunk))
+
+
+def test_bad_bodies_and_pngs_get_4xx(url):
     cases = [
-        (_png(np.zeros((16, 16), np.uint8)), "8x8 pixels"),
-        (_png(np.zeros((8, 8, 3), np.uint8), "RGB"), "grayscale"),
-        (b"\x89PNG\r\n\x1a\n" + b"garbage", "could not be decoded"),
-        (b"{not json", "neither valid JSON"),
-        (b"[" + b"0.0," * 30000 + b"0.0]", "at most"),
+        (_png(np.zeros((16, 16), np.uint8)), 400, "8x8 pixels"),
+        (_png(np.zeros((8, 8, 3), np.uint8), "RGB"), 400, "grayscale"),
+        (b"\x89PNG\r\n\x1a\n" + b"garbage", 400, "could not be decoded"),
+        (b"{not json", 400, "neither valid JSON"),
+        (b"[" + b"0.0," * 30000 + b"0.0]", 413, "bytes"),
+        # the reproducers of the hardening issue: each was a 500
+        (b"[" * 30000 + b"]" * 30000, 400, "nested too deeply"),
+        (b"[" * 5000 + b"]" * 5000, 400, "nested too deeply"),
+        (b"[" + b"9" * 5000 + b"]", 400, "unreadable number"),
+        (_png_header_declaring(20000, 20000), 400, "PNG"),
     ]
-    for data, needle in cases:
+    for data, status, needle in cases:
         r = requests.post(url, data=data, timeout=30)
-        assert r.status_code == 400 and needle in r.json()["error"], (needle, r.text)
+        assert r.status_code == status and needle in r.json()["error"], (needle, r.text)
     assert requests.get(url, timeout=30).status_code == 405
     assert requests.post(url, json=np.zeros((8, 8)).tolist(), timeout=60).status_code == 200
+
+
+def test_the_app_publishes_its_openapi_schema(url):
+    schema = requests.get(url.rstrip("/") + "/openapi.json", timeout=30).json()
+    body = schema["paths"]["/"]["post"]["requestBody"]["content"]
+    assert {"application/json", "image/png"} <= set(body)
