@@ -43,11 +43,11 @@ SIZES = {
                  turbulence=True, ins_n_fine=16, ins_trajectories=4, ins_frames=5, ins_k0=2.0, ins_k0_ood=3.0),
     "quick": dict(n=16, boundary="periodic", dt=0.01, stride=5, train_trajectories=24, val_trajectories=6,
                   test_trajectories=10, frames=16, test_frames=32, base_width=6, steps=200, batch=8,
-                  lrs=[0.001, 0.003], seeds=2, alternatives=True, data_dir="",
+                  lrs=[0.001, 0.003, 0.01], seeds=2, alternatives=True, data_dir="",
                   turbulence=True, ins_n_fine=32, ins_trajectories=12, ins_frames=10, ins_k0=3.0, ins_k0_ood=5.0),
     "full": dict(n=32, boundary="periodic", dt=0.005, stride=10, train_trajectories=200, val_trajectories=20,
                  test_trajectories=50, frames=40, test_frames=120, base_width=12, steps=5000, batch=16,
-                 lrs=[0.0003, 0.001, 0.003], seeds=5, alternatives=True, data_dir="",
+                 lrs=[0.0003, 0.001, 0.003, 0.01], seeds=5, alternatives=True, data_dir="",
                  turbulence=True, ins_n_fine=128, ins_trajectories=100, ins_frames=40, ins_k0=4.0, ins_k0_ood=8.0),
 }
 
@@ -172,9 +172,11 @@ def test_task(item: tuple, shared: Mapping[str, Any]) -> dict:
         pred = st.rollout(model, ref[:, 0], ref.shape[1] - 1)
         scores = st.rollout_scores(pred, ref)
         if task == "ins":
+            # divergence the surrogate adds to the (float32-stored, so ~1e-7 divergent) initial state
             vel = np.abs(pred[:, :1, 1:]).mean(axis=(-1, -2, -3))
-            div = np.nan_to_num(np.abs(turb.divergence(pred)).max(axis=(-1, -2)), nan=1e6) / np.maximum(vel, 1e-300)
-            scores["divergence"] = div
+            div = turb.divergence(pred)
+            added = np.abs(div - div[:, :1]).max(axis=(-1, -2))
+            scores["divergence"] = np.nan_to_num(added, nan=1e6) / np.maximum(vel, 1e-300)
         out[split] = {k: v.tolist() for k, v in scores.items()}
     out["equivariance_error"] = st.equivariance_error(model, data["test"][:2, 0].astype(np.float64), "p4m")
     out["p4_equivariance_error"] = st.equivariance_error(model, data["test"][:2, 0].astype(np.float64), "p4")
@@ -399,12 +401,13 @@ CLAIMS = (
     _paired("decaying turbulence, unseen initial conditions (spectral peak moved): p4m/divfree beats p1/none",
             "ins_p4m_divfree", "ins_p1_none", split="ood", source=ABSTRACT_GEN),
     Claim(text="decaying turbulence: the stream-function output layer keeps the rollouts divergence-free "
-               "(max |div| / mean |u| <= 1e-10)",
+               "(divergence added over the rollout, max |div_t - div_0| / mean |u| <= 1e-10)",
           metric="metrics.turbulence.ins_p4m_divfree.test.divergence", compare=1e-10, op="<=", source=ABSTRACT_LAYERS,
           controls=(Control("ins_p1_none", "metrics.turbulence.ins_p1_none.test.divergence"),
                     Control("ins_p4m_none", "metrics.turbulence.ins_p4m_none.test.divergence"))),
-    Claim(text="the coarsened turbulence data is exactly divergence-free (max |div| / mean |u| <= 1e-10)",
-          metric="metrics.turbulence.solver_divergence", compare=1e-10, op="<=", kind="sanity"),
+    Claim(text="the coarsened turbulence data is divergence-free to float32 storage precision "
+               "(max |div| / mean |u| <= 1e-6)",
+          metric="metrics.turbulence.solver_divergence", compare=1e-6, op="<=", kind="sanity"),
     Claim(text="p4m/both has the lowest mean rollout eta-NRMSE of the 12 ablation cells",
           metric="metrics.test.nrmse_mean", compare="metrics.best_other_ablation_nrmse_mean", op="<",
           source=ABSTRACT_RANK),
@@ -535,12 +538,12 @@ def plots(record: Mapping) -> dict:
             ax.axvline(cfg["ins_frames"], color="grey", lw=0.8, ls=":")
             ax.set_yscale("log")
             ax.set_xlabel("autoregressive step (dotted: training horizon)")
-            ax.set_title(f"decaying turbulence: velocity NRMSE ({'test' if split == 'test' else 'unseen spectra'})")
+            ax.set_title(f"turbulence: velocity NRMSE ({'test' if split == 'test' else 'unseen spectra'})")
         for c in ins:
             x, m = series(c, "test", "divergence_max")
             axes[2].plot(x, np.maximum(m, 1e-18), label=c[4:].replace("_", "/"))
         axes[2].set_yscale("log")
-        axes[2].set_title("max |div u| / mean |u| (worst rollout)")
+        axes[2].set_title("divergence added, max |div_t - div_0| / mean |u|")
         axes[2].set_xlabel("autoregressive step")
         axes[0].set_ylabel("NRMSE (mean, 10-90% band)")
         axes[2].legend(fontsize=7)
