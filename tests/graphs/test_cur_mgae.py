@@ -9,6 +9,15 @@ from rayml.graphs import generators as gen
 from rayml.graphs.message_passing import add_self_loops, dense_adjacency
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Small graphs: one thread is much faster than a contended pool (and is what Ray tasks use)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def test_self_paced_step_is_the_box_constrained_minimiser():
     rng = np.random.default_rng(0)
     d, prev = rng.random(50), rng.random(50)

@@ -7,6 +7,15 @@ import torch
 from rayml.graphs import message_passing as mp
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Small graphs: one thread is much faster than a contended pool (and is what Ray tasks use)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def _coo(n_rows, n_cols, nnz, seed):
     g = torch.Generator().manual_seed(seed)
     rows = torch.randint(0, n_rows, (nnz,), generator=g)

@@ -7,6 +7,15 @@ import torch
 from rayml.graphs import stop as st
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Small graphs: one thread is much faster than a contended pool (and is what Ray tasks use)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def test_cau_equals_a_dense_re_derivation_and_blocks_masked_nodes():
     torch.manual_seed(0)
     cau = st.ContextAwareUnit(8, 8, cores=3, heads=2)

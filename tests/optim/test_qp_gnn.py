@@ -10,6 +10,15 @@ from rayml.optim import qp_gnn as qg
 from rayml.optim import qp_instances as qi
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Small graphs: one thread is much faster than a contended pool (and is what Ray tasks use)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def _instances(k, seed=0, **kw):
     rng = np.random.default_rng(seed)
     return [qi.random_lcqp(rng, **kw) for _ in range(k)]
