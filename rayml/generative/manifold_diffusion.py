@@ -29,8 +29,10 @@ Baselines:
   RSGM / TDM objective on SO(n) and U(n), paper Table 1).
 
 Assumed (the full text was not reachable; the authors' README and code were read): linear
-``beta`` from 0.1 to ``beta_max`` on ``s in [0, 1]``; loss weight ``v_s`` for both the drift and
-the covariance regression; the covariance model on SO(n) / U(n) regresses the eigenvalue gaps
+``beta`` from 0.1 to ``beta_max`` on ``s in [0, 1]``; the drift network is parameterised as
+``f = beta * net / sqrt(v_s)`` and regressed with unit weight (the epsilon scale of Euclidean
+denoising score matching; RSGM's score likewise as ``net / sqrt(t)``), the covariance regression
+is weighted by ``v_s``; the covariance model on SO(n) / U(n) regresses the eigenvalue gaps
 and the sampler uses ``beta / gap^2`` as the variance of each frame coordinate (authors' code);
 the sphere's covariance model regresses ``1/|z|^2``; ``psi`` of the sphere is the identity; RSGM's
 ``beta_max`` is 20 so that its forward process reaches the uniform law.
