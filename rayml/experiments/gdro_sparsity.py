@@ -36,7 +36,7 @@ SOURCE = ("abstract: 'the eps-dependent term in the sample complexity can swap a
 SIZES = {
     "tiny": dict(groups=[3, 4], beta=2, dim=2, hard=[0.9, 0.1], lam=0.8, delta=0.5, budget_ratio=1.25, seeds=2,
                  runs_per_task=1),
-    "quick": dict(groups=[4, 16], beta=2, dim=2, hard=[0.6, 0.4], lam=0.5, delta=0.01, budget_ratio=4.0, seeds=8,
+    "quick": dict(groups=[4, 16], beta=2, dim=2, hard=[0.6, 0.4], lam=0.5, delta=0.01, budget_ratio=10.0, seeds=8,
                   runs_per_task=8),
     "full": dict(groups=[4, 16, 64], beta=2, dim=2, hard=[0.6, 0.4], lam=0.5, delta=0.01, budget_ratio=20.0,
                  seeds=32, runs_per_task=8),

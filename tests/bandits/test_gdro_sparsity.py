@@ -165,7 +165,7 @@ def test_experiment_budget_is_equal_in_samples_and_rejects_bad_settings():
         b = exp.budget(K, cfg)
         m = int(gdro.samples_per_group(cfg["lam"], K, cfg["delta"], cfg["dim"]))
         assert b["estimation"] == K * m and b["rounds"]["sb-gdro"] + K * m == b["rounds"]["smd-gdro"] == b["samples"]
-        assert b["rounds"]["sb-gdro"] >= 3 * K * m                      # the game is longer than the estimation
+        assert b["rounds"]["sb-gdro"] >= 9 * K * m                      # the game is much longer than the estimation
     with pytest.raises(ValueError, match="budget_ratio"):
         exp.run({**cfg, "budget_ratio": 1.0}, 0)
     with pytest.raises(ValueError, match="lam"):
