@@ -16,28 +16,28 @@ prefix). Compiled grammars are cached across requests (LRU, ``cache_size``) and 
 process under the ``GrammarLimits`` time and memory limits; concurrent requests are batched with
 ``@serve.batch`` (one KV-cache batch per group of equal sampling settings, one grammar per row).
 
-Errors: a malformed body, field, spec, JSON Schema, regex or grammar is a 400 naming the problem;
-a constraint over a size / complexity / compile-time / memory limit is a 422 naming the limit; a
-failure inside a generation batch is a 500 for the requests of that batch only. The replica
-survives all of them (compilation runs in a killable child; generation has a deadline,
-``max_generation_s``).
+Errors (a FastAPI ingress; OpenAPI schema at ``/openapi.json``): a body that fails the request
+model (``ConstrainedRequest``) is a 422 naming the field; a malformed spec, JSON Schema, regex or
+grammar is a 400 naming the problem; a constraint over a size / complexity / compile-time /
+memory limit is a 422 naming the limit; a failure inside a generation batch is a 503 for the
+failing request only. The replica survives all of them (compilation runs in a killable child;
+generation has a deadline, ``max_generation_s``).
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: FastAPI must see the route's types, not strings.
 import asyncio
 import time
-import uuid
+from typing import Any, Optional
 
+from fastapi import HTTPException
+from pydantic import StrictStr, field_validator
 from ray import serve
-from starlette.requests import Request
-from starlette.responses import JSONResponse
 
-from rayml.actors.serve.http import generate_grouped, json_body
+from rayml.actors.serve.generate import MAX_BODY, BadRequest, CompletionRequest, scalar_values, tokenize
+from rayml.actors.serve.http import completion_answer, generate_grouped, make_api
 
-from rayml.actors.serve.generate import BadRequest, parse_request
-
-__all__ = ["ConstrainedGenerator", "app", "build", "parse_constraint", "CONSTRAINT_FIELDS"]
+__all__ = ["ConstrainedGenerator", "ConstrainedRequest", "app", "api", "build", "parse_constraint",
+           "CONSTRAINT_FIELDS"]
 
 CONSTRAINT_FIELDS = ("response_format", "regex", "grammar")
 
@@ -62,7 +62,29 @@ def parse_constraint(body: dict):
     return {"type": key, key: value}
 
 
+class ConstrainedRequest(CompletionRequest):
+    """A completions request with at most one constraint: ``response_format`` (``json_schema``,
+    ``json_object``, ``regex`` or ``grammar``), ``regex`` or ``grammar`` (EBNF)."""
+
+    response_format: Optional[dict[str, Any]] = None
+    regex: Optional[StrictStr] = None
+    grammar: Optional[StrictStr] = None
+
+    @field_validator("regex", "grammar")
+    @classmethod
+    def _source(cls, v, info):
+        if v is None:
+            return v
+        if not v:
+            raise ValueError("must be a non-empty string")
+        return scalar_values(v, info.field_name)
+
+
+api = make_api("rayml constrained: ZapFormat-constrained completions", max_body_bytes=MAX_BODY)
+
+
 @serve.deployment(max_ongoing_requests=32, ray_actor_options={"num_cpus": 0.5})
+@serve.ingress(api)
 class ConstrainedGenerator:
     """The deployment: validates and compiles constraints (cached), batches, generates.
 
@@ -118,38 +140,29 @@ class ConstrainedGenerator:
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.02)
     async def _batched(self, reqs: list[dict]) -> list:
-        return await generate_grouped(reqs, self._generate, catch=True)
+        return await generate_grouped(reqs, self._generate)
 
-    async def __call__(self, request: Request) -> JSONResponse:
+    def _prepare(self, body: dict) -> dict:
         from rayml.decoding.logits import GrammarError, GrammarTooComplex
 
-        body, error = await json_body(request, "/v1/completions")
-        if error is not None:
-            return error
         try:
-            if not isinstance(body, dict):
-                raise BadRequest("the body must be a JSON object")
             spec = parse_constraint(body)
-            req = parse_request({k: v for k, v in body.items() if k not in CONSTRAINT_FIELDS}, self.lm.tokenizer,
-                                self.lm.max_seq_len)
-            req["compiled"] = await asyncio.to_thread(self.cache.get, spec) if spec is not None else None
+            req = tokenize({k: v for k, v in body.items() if k not in CONSTRAINT_FIELDS}, self.lm.tokenizer,
+                           self.lm.max_seq_len)
+            req["compiled"] = self.cache.get(spec) if spec is not None else None
         except (BadRequest, GrammarError) as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
+            raise HTTPException(status_code=400, detail=str(exc)) from None
         except GrammarTooComplex as exc:
-            return JSONResponse({"error": str(exc)}, status_code=422)
+            raise HTTPException(status_code=422, detail=str(exc)) from None
+        return req
+
+    @api.post("/v1/completions")
+    async def completions(self, request: ConstrainedRequest) -> dict:
+        req = await asyncio.to_thread(self._prepare, request.model_dump())
         choices = await self._batched(req)
         if isinstance(choices, Exception):
-            return JSONResponse({"error": f"generation failed: {type(choices).__name__}: {choices}"}, status_code=500)
-        tok = self.lm.tokenizer
-        n_prompt = sum(len(i) for i in req["ids"])
-        n_out = sum(len(t) for t, _ in choices)
-        return JSONResponse({
-            "id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion", "created": int(time.time()),
-            "model": self.name,
-            "choices": [{"index": i, "text": tok.decode(t), "finish_reason": "stop" if stopped else "length",
-                         "logprobs": None} for i, (t, stopped) in enumerate(choices)],
-            "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out},
-        })
+            raise HTTPException(status_code=503, detail=f"generation failed: {type(choices).__name__}: {choices}")
+        return completion_answer(self.name, self.lm.tokenizer, req, choices)
 
     def cache_info(self) -> dict:
         """Cached grammars and hit / miss / error counts (for tests and monitoring)."""

@@ -9,84 +9,124 @@ answers ``{"id", "object": "text_completion", "created", "model", "choices": [{"
 "text": "2611", "finish_reason": "stop" | "length", "logprobs": null}], "usage": {...}}``.
 ``prompt`` may also be a list of strings (one choice each). Concurrent requests are gathered by
 ``@serve.batch`` and generated together (one KV-cache batch per group of equal sampling
-settings). Bad requests (missing prompt, wrong types, ``max_tokens`` out of ``[1, MAX_TOKENS]``,
-prompt plus ``max_tokens`` over the context length, unknown fields) get a 400 naming the field;
-the replica stays up. ``build(checkpoint)`` serves another checkpoint (a name or a directory).
+settings). The app is a FastAPI ingress (OpenAPI schema at ``/openapi.json``): bad requests
+(missing prompt, wrong types, numbers out of range, strings that are not Unicode scalar values,
+unknown fields) get a 422 naming the field, a prompt plus ``max_tokens`` over the context length a
+400, a body over 256 KiB a 413 before it is read whole; prompts are tokenized off the event loop;
+a request whose generation fails gets a 503 without failing the requests batched with it. The
+replica stays up. ``build(checkpoint)`` serves another checkpoint (a name or a directory).
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations``: FastAPI must see the route's types, not strings.
+import asyncio
+from typing import Any, Literal, Optional, Union
 
-import time
-import uuid
-from typing import Any
-
+from fastapi import HTTPException
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
 from ray import serve
-from starlette.requests import Request
-from starlette.responses import JSONResponse
 
-from rayml.actors.serve.http import generate_grouped, json_body
+from rayml.actors.serve.http import completion_answer, generate_grouped, make_api
 
-__all__ = ["Generator", "app", "build", "parse_request", "BadRequest", "MAX_TOKENS", "MAX_PROMPTS"]
+__all__ = ["Generator", "app", "api", "build", "parse_request", "BadRequest", "CompletionRequest", "MAX_TOKENS",
+           "MAX_PROMPTS", "MAX_BODY"]
 
 MAX_TOKENS = 512
 MAX_PROMPTS = 16
-_KNOWN = {"model", "prompt", "max_tokens", "temperature", "top_p", "seed", "n", "stream", "user"}
+MAX_BODY = 256 * 1024
+MIN_TEMPERATURE = 1e-3  # below it softmax(logits / T) overflows; 0 means greedy
 
 
 class BadRequest(ValueError):
     """A request field is missing, of the wrong type, or out of range."""
 
 
-def _num(body, name, default, lo, hi, *, integer=False, lo_open=False):
-    v = body.get(name, default)
-    if integer:
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise BadRequest(f"'{name}' must be an integer, got {v!r}")
-    elif isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
-        raise BadRequest(f"'{name}' must be a number, got {v!r}")
-    if (v <= lo if lo_open else v < lo) or v > hi:
-        raise BadRequest(f"'{name}' must be in {'(' if lo_open else '['}{lo}, {hi}], got {v!r}")
-    return v
+def scalar_values(text: str, field: str) -> str:
+    """``text`` if it is a string of Unicode scalar values (no lone surrogates, which no tokenizer
+    can encode), else ``ValueError`` naming ``field``."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"'{field}' must be valid Unicode text (a lone surrogate is not)") from None
+    return text
 
 
-def parse_request(body: Any, tokenizer, max_seq_len: int) -> dict:
-    """Validate a completions body; returns the settings with the encoded prompts, or raises
-    ``BadRequest`` naming the field."""
+class CompletionRequest(BaseModel):
+    """An OpenAI-style completions request (the fields rayml serves)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: Union[StrictStr, list[StrictStr]] = Field(description=f"a string or 1 to {MAX_PROMPTS} strings")
+    max_tokens: StrictInt = Field(16, ge=1, le=MAX_TOKENS)
+    temperature: float = Field(1.0, ge=0.0, le=2.0, allow_inf_nan=False,
+                               description=f"0 (greedy) or at least {MIN_TEMPERATURE}")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
+    seed: Optional[StrictInt] = Field(None, ge=0, le=2**63 - 1)
+    n: Literal[1] = 1
+    stream: Literal[False] = False
+    model: Optional[StrictStr] = None
+    user: Optional[StrictStr] = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompts(cls, v):
+        prompts = [v] if isinstance(v, str) else v
+        if not 1 <= len(prompts) <= MAX_PROMPTS:
+            raise ValueError(f"must be a string or a list of 1 to {MAX_PROMPTS} strings")
+        for p in prompts:
+            scalar_values(p, "prompt")
+        return v
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature(cls, v):
+        if 0.0 < v < MIN_TEMPERATURE:
+            raise ValueError(f"must be 0 (greedy) or at least {MIN_TEMPERATURE}")
+        return v
+
+    @field_validator("model", "user")
+    @classmethod
+    def _text(cls, v, info):
+        return v if v is None else scalar_values(v, info.field_name)
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "body"
+    return f"'{where}': {err['msg']}"
+
+
+def validate_body(body: Any, model=CompletionRequest) -> dict:
+    """``body`` checked against the request ``model``; ``BadRequest`` naming the first bad field."""
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
-    unknown = set(body) - _KNOWN
-    if unknown:
-        raise BadRequest(f"unknown fields {sorted(unknown)}")
-    if "prompt" not in body:
-        raise BadRequest("'prompt' is required")
-    prompt = body["prompt"]
-    prompts = [prompt] if isinstance(prompt, str) else prompt
-    if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
-        raise BadRequest("'prompt' must be a string or a non-empty list of strings")
-    if len(prompts) > MAX_PROMPTS:
-        raise BadRequest(f"'prompt' may hold at most {MAX_PROMPTS} strings, got {len(prompts)}")
-    req = {
-        "max_tokens": _num(body, "max_tokens", 16, 1, MAX_TOKENS, integer=True),
-        "temperature": float(_num(body, "temperature", 1.0, 0.0, 2.0)),
-        "top_p": float(_num(body, "top_p", 1.0, 0.0, 1.0, lo_open=True)),
-        "seed": body.get("seed"),
-    }
-    if req["seed"] is not None and (isinstance(req["seed"], bool) or not isinstance(req["seed"], int) or req["seed"] < 0):
-        raise BadRequest(f"'seed' must be an integer >= 0, got {req['seed']!r}")
-    if body.get("n", 1) != 1:
-        raise BadRequest("'n' must be 1")
-    if body.get("stream", False) is not False:
-        raise BadRequest("'stream' is not supported (must be false)")
+    try:
+        return model.model_validate(body).model_dump()
+    except ValidationError as exc:
+        raise BadRequest(_first_error(exc)) from None
+
+
+def tokenize(req: dict, tokenizer, max_seq_len: int) -> dict:
+    """``req`` with its prompts encoded (``ids``); ``BadRequest`` when one does not fit the context."""
+    prompts = [req["prompt"]] if isinstance(req["prompt"], str) else list(req["prompt"])
     ids = [tokenizer.encode(p, bos=True) for p in prompts]
     for i, p in enumerate(ids):
         if len(p) + req["max_tokens"] > max_seq_len:
             raise BadRequest(f"'prompt'[{i}] has {len(p)} tokens; with max_tokens {req['max_tokens']} it exceeds "
                              f"the context length {max_seq_len}")
-    req["ids"] = ids
-    return req
+    return {**req, "ids": ids}
+
+
+def parse_request(body: Any, tokenizer, max_seq_len: int) -> dict:
+    """Validate a completions body; returns the settings with the encoded prompts, or raises
+    ``BadRequest`` naming the field."""
+    return tokenize(validate_body(body), tokenizer, max_seq_len)
+
+
+api = make_api("rayml generate: completions on the embedded LM", max_body_bytes=MAX_BODY)
 
 
 @serve.deployment(max_ongoing_requests=32, ray_actor_options={"num_cpus": 0.5})
+@serve.ingress(api)
 class Generator:
     """The deployment: validates requests, batches them, generates with the KV cache."""
 
@@ -122,25 +162,16 @@ class Generator:
     async def _batched(self, reqs: list[dict]) -> list[list]:
         return await generate_grouped(reqs, self._generate)
 
-    async def __call__(self, request: Request) -> JSONResponse:
-        body, error = await json_body(request, "/v1/completions")
-        if error is not None:
-            return error
+    @api.post("/v1/completions")
+    async def completions(self, request: CompletionRequest) -> dict:
         try:
-            req = parse_request(body, self.lm.tokenizer, self.lm.max_seq_len)
+            req = await asyncio.to_thread(tokenize, request.model_dump(), self.lm.tokenizer, self.lm.max_seq_len)
         except BadRequest as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
+            raise HTTPException(status_code=400, detail=str(exc)) from None
         choices = await self._batched(req)
-        tok = self.lm.tokenizer
-        n_prompt = sum(len(i) for i in req["ids"])
-        n_out = sum(len(t) for t, _ in choices)
-        return JSONResponse({
-            "id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion", "created": int(time.time()),
-            "model": self.name,
-            "choices": [{"index": i, "text": tok.decode(t), "finish_reason": "stop" if stopped else "length",
-                         "logprobs": None} for i, (t, stopped) in enumerate(choices)],
-            "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out},
-        })
+        if isinstance(choices, Exception):
+            raise HTTPException(status_code=503, detail=f"generation failed: {type(choices).__name__}: {choices}")
+        return completion_answer(self.name, self.lm.tokenizer, req, choices)
 
 
 def build(checkpoint: str = "base"):

@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-__all__ = ["json_body", "generate_grouped", "make_api", "BodyLimit"]
+__all__ = ["json_body", "generate_grouped", "completion_answer", "make_api", "BodyLimit"]
 
 
 async def json_body(request: Request, path: str | None = None) -> tuple[Any, JSONResponse | None]:
@@ -25,12 +25,13 @@ async def json_body(request: Request, path: str | None = None) -> tuple[Any, JSO
 
 
 async def generate_grouped(reqs: Sequence[dict], generate: Callable[[list], list], *,
-                           keys: tuple = ("temperature", "top_p", "seed"), catch: bool = False) -> list:
+                           keys: tuple = ("temperature", "top_p", "seed"), catch: bool = True) -> list:
     """Answers to a ``@serve.batch`` of requests, in order: requests that share the sampling
     settings ``keys`` go to ``generate`` (run in a thread) together.
 
-    With ``catch``, a group whose ``generate`` raises gets the exception as each of its answers
-    (the caller turns it into a 500 for those requests only); the other groups are unaffected.
+    With ``catch`` (the default), a group whose ``generate`` raises is generated again one request
+    at a time, so only the requests that fail alone get their exception as the answer (the caller
+    answers those with a 503); one poison request never fails the innocent requests batched with it.
     """
     groups: dict = {}
     for i, r in enumerate(reqs):
@@ -39,13 +40,32 @@ async def generate_grouped(reqs: Sequence[dict], generate: Callable[[list], list
     for idx in groups.values():
         try:
             outs = await asyncio.to_thread(generate, [reqs[i] for i in idx])
-        except Exception as exc:  # noqa: BLE001 - a failed group answers 500; the replica stays up
+        except Exception as exc:  # noqa: BLE001 - isolate the failing request; the replica stays up
             if not catch:
                 raise
-            outs = [exc] * len(idx)
+            if len(idx) == 1:
+                outs = [exc]
+            else:
+                outs = [(await generate_grouped([reqs[i]], generate, keys=keys, catch=True))[0] for i in idx]
         for i, o in zip(idx, outs):
             results[i] = o
     return results
+
+
+def completion_answer(model: str, tokenizer, req: dict, choices: list) -> dict:
+    """The OpenAI-style ``text_completion`` body for one request's ``(tokens, stopped)`` choices."""
+    import time
+    import uuid
+
+    n_prompt = sum(len(i) for i in req["ids"])
+    n_out = sum(len(t) for t, _ in choices)
+    return {
+        "id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion", "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": i, "text": tokenizer.decode(t), "finish_reason": "stop" if stopped else "length",
+                     "logprobs": None} for i, (t, stopped) in enumerate(choices)],
+        "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out},
+    }
 
 
 # --- FastAPI ingress shared by every app -------------------------------------------------------------

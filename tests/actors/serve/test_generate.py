@@ -69,28 +69,44 @@ def test_concurrent_requests_complete_and_agree_with_alone(url):
 
 
 @pytest.mark.parametrize(
-    "payload, needle",
+    "payload, status, needle",
     [
-        ({"max_tokens": 4}, "'prompt' is required"),
-        ({"prompt": 12}, "'prompt' must be a string"),
-        ({"prompt": "1+1=", "max_tokens": 0}, "'max_tokens' must be in"),
-        ({"prompt": "1+1=", "max_tokens": 100000}, "'max_tokens' must be in"),
-        ({"prompt": "1+1=", "max_tokens": "4"}, "'max_tokens' must be an integer"),
-        ({"prompt": "1" * 80, "max_tokens": 4}, "context length"),
-        ({"prompt": "1+1=", "temperature": "hot"}, "'temperature' must be a number"),
-        ({"prompt": "1+1=", "top_p": 0}, "'top_p' must be in"),
-        ({"prompt": "1+1=", "frequency": 1}, "unknown fields"),
-        ([1, 2], "JSON object"),
+        ({"max_tokens": 4}, 422, "'prompt': Field required"),
+        ({"prompt": 12}, 422, "'prompt"),
+        ({"prompt": "1+1=", "max_tokens": 0}, 422, "'max_tokens': Input should be greater than or equal to 1"),
+        ({"prompt": "1+1=", "max_tokens": 100000}, 422, "'max_tokens': Input should be less than or equal"),
+        ({"prompt": "1+1=", "max_tokens": "4"}, 422, "'max_tokens': Input should be a valid integer"),
+        ({"prompt": "1" * 80, "max_tokens": 4}, 400, "context length"),
+        ({"prompt": "1+1=", "temperature": "hot"}, 422, "'temperature'"),
+        ({"prompt": "1+1=", "top_p": 0}, 422, "'top_p': Input should be greater than 0"),
+        ({"prompt": "1+1=", "frequency": 1}, 422, "'frequency': Extra inputs are not permitted"),
+        ([1, 2], 422, "'body'"),
+        # the reproducers of the hardening issue (each was a 500)
+        ({"prompt": "\ud800"}, 422, "lone surrogate"),
+        ({"prompt": "1+1=", "seed": 2**64}, 422, "'seed': Input should be less than or equal"),
+        ({"prompt": "1+1=", "temperature": 1e-300}, 422, "'temperature': Value error, must be 0 (greedy)"),
+        ({"prompt": "1+1=", "max_tokens": 10**400}, 422, "'max_tokens'"),
     ],
 )
-def test_bad_requests_get_400_and_the_replica_survives(url, payload, needle):
+def test_bad_requests_get_4xx_naming_the_field_and_the_replica_survives(url, payload, status, needle):
     r = requests.post(url, json=payload, timeout=30)
-    assert r.status_code == 400 and needle in r.json()["error"], r.text
+    assert r.status_code == status and needle in r.json()["error"], r.text
     ok = requests.post(url, json={"prompt": "1+1=", "max_tokens": 2}, timeout=30)
     assert ok.status_code == 200
+
+
+def test_a_huge_prompt_is_refused_before_it_is_read_or_tokenized(url):
+    r = requests.post(url, json={"prompt": "x" * (2 * app_module.MAX_BODY)}, timeout=30)
+    assert r.status_code == 413
+
+
+def test_the_app_publishes_its_openapi_schema(url):
+    schema = requests.get(url.replace("/v1/completions", "/openapi.json"), timeout=30).json()
+    assert "/v1/completions" in schema["paths"] and "CompletionRequest" in schema["components"]["schemas"]
 
 
 def test_wrong_route_and_method_are_4xx(url):
     assert requests.get(url, timeout=30).status_code == 405
     assert requests.post(url.replace("/v1/completions", "/v1/chat"), json={}, timeout=30).status_code == 404
-    assert requests.post(url, data="not json", timeout=30).status_code == 400
+    assert requests.post(url, data="not json", headers={"content-type": "application/json"},
+                         timeout=30).status_code == 422

@@ -109,15 +109,20 @@ def test_compiled_grammars_are_cached_across_requests(url):
     ({"prompt": "a", "regex": "[0-9"}, 400, "invalid regex"),
     ({"prompt": "a", "grammar": "root ::= undefined_rule"}, 400, "undefined rule 'undefined_rule'"),
     ({"prompt": "a", "regex": "a", "grammar": "root ::= \"a\""}, 400, "at most one of"),
-    ({"prompt": "a", "response_format": "json"}, 400, "'response_format' must be an object"),
+    ({"prompt": "a", "response_format": "json"}, 422, "'response_format': Input should be a valid dictionary"),
     ({"prompt": "a", "response_format": {"type": "yaml"}}, 400, "'type' must be one of"),
-    ({"prompt": "a", "regex": ""}, 400, "'regex' must be a non-empty string"),
-    ({"prompt": "a", "regex": "[0-9]", "max_tokens": 0}, 400, "'max_tokens' must be in"),
+    ({"prompt": "a", "regex": ""}, 422, "'regex': Value error, must be a non-empty string"),
+    ({"prompt": "a", "regex": "[0-9]", "max_tokens": 0}, 422, "'max_tokens': Input should be greater than or equal"),
     ({"prompt": "a", "regex": "a" * 3000}, 422, "over the limit of 2000"),
     # seconds to determinise (2^17 states): killed at the 3 s compile limit (or, on a machine fast
     # enough to finish, refused by the 50000 DFA-state limit)
     ({"prompt": "a", "regex": "(a|b)*a(a|b){16}"}, 422, "limit"),
-    ([1, 2], 400, "JSON object"),
+    ([1, 2], 422, "'body'"),
+    # the reproducers of the hardening issue (each was a 500)
+    ({"prompt": "a", "regex": "\ud800"}, 422, "lone surrogate"),
+    ({"prompt": "\udfff", "regex": "[0-9]"}, 422, "lone surrogate"),
+    ({"prompt": "a", "regex": "[0-9]", "seed": 2**64}, 422, "'seed'"),
+    ({"prompt": "a", "regex": "[0-9]", "temperature": 1e-300}, 422, "'temperature'"),
 ])
 def test_bad_constraints_get_4xx_and_the_replica_survives(url, payload, status, needle):
     r = _post(url, payload, timeout=60)
@@ -129,7 +134,8 @@ def test_bad_constraints_get_4xx_and_the_replica_survives(url, payload, status, 
 def test_wrong_route_and_method_are_4xx(url):
     assert requests.get(url, timeout=30).status_code == 405
     assert _post(url.replace("/v1/completions", "/v1/chat"), {}).status_code == 404
-    assert requests.post(url, data="not json", timeout=30).status_code == 400
+    assert requests.post(url, data="not json", headers={"content-type": "application/json"},
+                         timeout=30).status_code == 422
 
 
 def test_parse_constraint_forms():
