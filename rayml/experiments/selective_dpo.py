@@ -51,11 +51,11 @@ PAPER_FRACTION = 0.5
 PAPER_BETA = 0.01
 
 _COMMON = dict(levels=[3, 4, 5], noise=0.1, evals=4, lr_full=1e-5, lr_lora=1e-4, beta_ref=0.1,
-               reweight_temperature=1.0, beta_grid=[0.01, 0.1])
+               reweight_temperature=1.0, beta_grid=[0.01, 0.1], lr_scale_grid=[1, 3, 10])
 SIZES = {
     "tiny": dict(_COMMON, train_digits=[3, 4], sft_items=8, sft_steps=2, sft_lr=1e-3, n_pairs=16, capacities=["lora1"], ref_seeds=2, ref_steps=2, steps=2,
                  batch_size=4, fractions=[0.5], test_seeds=2, tune_seeds=1, eval_per_level=3, evals=2,
-                 beta_grid=[0.1]),
+                 beta_grid=[0.1], lr_scale_grid=[1]),
     "quick": dict(_COMMON, **_WARM, n_pairs=192, capacities=["lora2", "full"], ref_seeds=2, ref_steps=24, steps=24,
                   batch_size=16, fractions=[0.25, 0.5, 0.75], test_seeds=3, tune_seeds=1, eval_per_level=40),
     "full": dict(_COMMON, **_WARM, n_pairs=1024, capacities=["lora1", "lora4", "lora16", "full"], ref_seeds=3,
@@ -90,9 +90,10 @@ def _check(config: Mapping[str, Any]) -> None:
     fr = config["fractions"]
     if not fr or any(isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1 for f in fr):
         raise ValueError(f"fractions must be numbers in (0, 1], got {fr!r}")
-    grid = config["beta_grid"]
-    if not grid or any(not isinstance(b, (int, float)) or b <= 0 for b in grid):
-        raise ValueError(f"beta_grid must hold numbers > 0, got {grid!r}")
+    for key in ("beta_grid", "lr_scale_grid"):
+        grid = config[key]
+        if not grid or any(isinstance(b, bool) or not isinstance(b, (int, float)) or b <= 0 for b in grid):
+            raise ValueError(f"{key} must hold numbers > 0, got {grid!r}")
     for key in ("lr_full", "lr_lora", "beta_ref", "reweight_temperature", "sft_lr"):
         if not isinstance(config[key], (int, float)) or not config[key] > 0:
             raise ValueError(f"{key} must be a number > 0, got {config[key]!r}")
@@ -156,10 +157,10 @@ def _trainable(capacity: str) -> int:
     return int(sum(p.numel() for p in _policy(capacity, 0).parameters() if p.requires_grad))
 
 
-def _dpo_config(config, capacity: str, beta: float, steps: int):
+def _dpo_config(config, capacity: str, beta: float, steps: int, scale: float = 1.0):
     from rayml.alignment.dpo import DPOConfig
 
-    lr = config["lr_full"] if _capacity(capacity) == 0 else config["lr_lora"]
+    lr = (config["lr_full"] if _capacity(capacity) == 0 else config["lr_lora"]) * float(scale)
     return DPOConfig(beta=float(beta), lr=float(lr), steps=int(steps), batch_size=int(config["batch_size"]),
                      length_grouped=True)
 
@@ -195,15 +196,15 @@ def reference_task(item: tuple, shared: Mapping[str, Any]) -> dict:
 
 
 def train_task(item: tuple, shared: Mapping[str, Any]) -> dict:
-    """One DPO run: ``(phase, capacity, method, fraction, beta, seed index, seed)`` -> accuracy by level."""
+    """One DPO run: ``(phase, capacity, method, fraction, beta, lr scale, seed index, seed)`` -> accuracy."""
     from rayml.alignment import dpo, selective_dpo as sd
 
-    phase, capacity, method, fraction, beta, s_idx, seed = item
+    phase, capacity, method, fraction, beta, scale, s_idx, seed = item
     config = shared["config"]
     pairs, tp = _data(shared["seed"], config["n_pairs"], tuple(config["levels"]), config["noise"])
     model, tok = _base()
     order = np.asarray(shared["orders"][capacity])
-    cfg = _dpo_config(config, capacity, beta, config["steps"])
+    cfg = _dpo_config(config, capacity, beta, config["steps"], scale)
     policy = _policy(capacity, seed, shared)
     if method == "dpo":
         res = dpo.train_dpo(policy, tp, cfg, seed=seed, pad_id=tok.pad_id)
@@ -225,7 +226,7 @@ def train_task(item: tuple, shared: Mapping[str, Any]) -> dict:
     lv = np.array([len(str(it.meta["a"])) for it in items])
     by_level = {str(d): float(correct[lv == d].mean()) for d in config["levels"]}
     return {"phase": phase, "capacity": capacity, "method": method, "fraction": float(fraction), "beta": float(beta),
-            "seed": int(s_idx), "accuracy": float(correct.mean()), "by_level": by_level,
+            "lr_scale": float(scale), "seed": int(s_idx), "accuracy": float(correct.mean()), "by_level": by_level,
             "final_loss": float(np.mean(res.losses[-max(1, len(res.losses) // 4):]))}
 
 
@@ -305,39 +306,44 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     random_scorer = {"spearman_mean": float(spearmanr(rand_a, rand_b).statistic), "noisy_auc": _auc(rand_a, noisy)}
     shared["orders"] = {c: orders[c].tolist() for c in caps}
 
-    # 2. tuning: each method's beta on the tuning seeds, first capacity
+    # 2. tuning: each method's (beta, lr scale) on the tuning seeds, first capacity
     methods = [("dpo", 1.0), ("selective", PAPER_FRACTION), ("random", PAPER_FRACTION), ("reweight", 1.0)]
     tune_seeds = runtime.seeds(ss[1], int(config["tune_seeds"]))
-    tune_items = [("tune", caps[0], m, f, float(b), s, tune_seeds[s]) for m, f in methods
-                  for b in config["beta_grid"] for s in range(int(config["tune_seeds"]))]
-    # 3. test runs (betas filled after tuning)
+    grid = [(float(b), float(g)) for b in config["beta_grid"] for g in config["lr_scale_grid"]]
+    tune_items = [("tune", caps[0], m, f, b, g, s, tune_seeds[s]) for m, f in methods
+                  for b, g in grid for s in range(int(config["tune_seeds"]))]
+    # 3. test runs (settings filled after tuning)
     tuned = runtime.pmap(train_task, tune_items, shared=shared, chunk_size=1, desc="tuning")
-    best_beta = {}
+    best = {}
     for m, _f in methods:
-        scores = {b: np.mean([t["accuracy"] for t in tuned if t["method"] == m and t["beta"] == float(b)])
-                  for b in config["beta_grid"]}
-        best_beta[m] = float(max(sorted(scores), key=lambda b: (scores[b], -abs(np.log(b / PAPER_BETA)))))
+        scores = {bg: np.mean([t["accuracy"] for t in tuned if t["method"] == m and (t["beta"], t["lr_scale"]) == bg])
+                  for bg in grid}
+        # ties: the beta nearest the paper's 0.01, then the smallest learning rate
+        best[m] = max(sorted(scores), key=lambda bg: (scores[bg], -abs(np.log(bg[0] / PAPER_BETA)), -bg[1]))
+    best_beta = {m: best[m][0] for m in best}
     test_seeds = runtime.seeds(ss[2], int(config["test_seeds"]))
     test_items = []
     for c in caps:
         for s in range(int(config["test_seeds"])):
             sd_ = test_seeds[s]
-            test_items.append(("test", c, "dpo", 1.0, best_beta["dpo"], s, sd_))
+            test_items.append(("test", c, "dpo", 1.0, *best["dpo"], s, sd_))
             for f in config["fractions"]:
-                test_items.append(("test", c, "selective", float(f), best_beta["selective"], s, sd_))
-            test_items.append(("test", c, "random", PAPER_FRACTION, best_beta["random"], s, sd_))
-            test_items.append(("test", c, "reweight", 1.0, best_beta["reweight"], s, sd_))
+                test_items.append(("test", c, "selective", float(f), *best["selective"], s, sd_))
+            test_items.append(("test", c, "random", PAPER_FRACTION, *best["random"], s, sd_))
+            test_items.append(("test", c, "reweight", 1.0, *best["reweight"], s, sd_))
     test_items.append(("base",))
     out = runtime.pmap(_dispatch, test_items, shared=shared, chunk_size=1, desc="test runs")
     base = out.pop()
-    return _summarize(config, caps, out, base, tuned, best_beta, agreement, random_scorer, order_rows)
+    return _summarize(config, caps, out, base, tuned, best, agreement, random_scorer, order_rows)
 
 
 def _dispatch(item, shared):
     return base_task(item, shared) if item[0] == "base" else train_task(item, shared)
 
 
-def _summarize(config, caps, out, base, tuned, best_beta, agreement, random_scorer, order_rows) -> Outcome:
+def _summarize(config, caps, out, base, tuned, best, agreement, random_scorer, order_rows) -> Outcome:
+    best_beta = {m: float(best[m][0]) for m in best}
+    best_scale = {m: float(best[m][1]) for m in best}
     def name(r):
         return r["method"] if r["method"] in ("dpo", "reweight") else f"{r['method']}@{r['fraction']:g}"
 
@@ -348,8 +354,8 @@ def _summarize(config, caps, out, base, tuned, best_beta, agreement, random_scor
         for d, v in r["by_level"].items():
             level_rows.append({"capacity": r["capacity"], "method": name(r), "seed": r["seed"], "level": int(d),
                                "metric": "accuracy", "value": v})
-    tune_rows = [{"method": name(t), "beta": t["beta"], "seed": t["seed"], "metric": "accuracy",
-                  "value": t["accuracy"]} for t in tuned]
+    tune_rows = [{"method": name(t), "beta": t["beta"], "lr_scale": t["lr_scale"], "seed": t["seed"],
+                  "metric": "accuracy", "value": t["accuracy"]} for t in tuned]
 
     def mean_acc(method, cap=None):
         v = [r["value"] for r in runs_rows if r["method"] == method and (cap is None or r["capacity"] == cap)]
@@ -375,21 +381,26 @@ def _summarize(config, caps, out, base, tuned, best_beta, agreement, random_scor
         "best_fraction_largest": best_fraction[large],
         "trainable_params": trainable,
         "beta": best_beta["selective"],
+        "lr_scale": best_scale["selective"],
         "fractions": {f"{float(f):g}": mean_acc(f"selective@{float(f):g}") for f in config["fractions"]},
     }
     baselines = {
-        "dpo_all": {"accuracy": mean_acc("dpo"), "beta": best_beta["dpo"],
+        "dpo_all": {"accuracy": mean_acc("dpo"), "beta": best_beta["dpo"], "lr_scale": best_scale["dpo"],
                     "accuracy_by_capacity": {c: mean_acc("dpo", c) for c in caps}},
-        "random_half": {"accuracy": mean_acc(rnd), "beta": best_beta["random"]},
-        "reweight": {"accuracy": mean_acc("reweight"), "beta": best_beta["reweight"]},
+        "random_half": {"accuracy": mean_acc(rnd), "beta": best_beta["random"], "lr_scale": best_scale["random"]},
+        "reweight": {"accuracy": mean_acc("reweight"), "beta": best_beta["reweight"],
+                     "lr_scale": best_scale["reweight"]},
         "sft_base": base,
         "random_scorer": random_scorer,
     }
     budget = {"optimizer_steps": int(config["steps"]), "pairs_per_step": int(config["batch_size"]),
               "reference_runs": len(caps) * int(config["ref_seeds"]) * 2, "reference_steps": int(config["ref_steps"]),
-              "tuning": {"grid": {"beta": list(config["beta_grid"])}, "seeds": int(config["tune_seeds"]),
-                         "capacity": caps[0], "chosen": best_beta,
-                         "rule": "highest mean tuning accuracy; ties to the beta nearest the paper's 0.01"},
+              "tuning": {"grid": {"beta": list(config["beta_grid"]), "lr_scale": list(config["lr_scale_grid"])},
+                         "seeds": int(config["tune_seeds"]), "capacity": caps[0],
+                         "chosen": {m: {"beta": best_beta[m], "lr_scale": best_scale[m]} for m in best},
+                         "lr": {"full": float(config["lr_full"]), "lora": float(config["lr_lora"])},
+                         "rule": "highest mean tuning accuracy; ties to the beta nearest the paper's 0.01, "
+                                 "then the smallest learning rate"},
               "test_seeds": int(config["test_seeds"]),
               "note": "every method: the same optimizer steps x pairs per step (selection repeats its subset)"}
     return Outcome(metrics=metrics, baselines=baselines,
