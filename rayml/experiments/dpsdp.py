@@ -42,14 +42,14 @@ SYSTEMS = ("sft", "dpsdp", "single_agent")
 
 SIZES = {
     "tiny": dict(train_digits=[3, 4], ood_digits=[5], sft_items=8, sft_steps=2, sft_lr=1e-3, train_questions=8,
-                 tune_questions=4, chunk=4, n_candidates=2, mc_rollouts=1, dpo_steps=2, batch_size=4, lr=1e-5,
+                 tune_questions=4, chunk=4, n_candidates=2, mc_rollouts=1, dpo_steps=2, batch_size=4, lr_grid=[1e-5],
                  beta_grid=[0.1], test_per_level=3, turns=3, seeds=2),
-    "quick": dict(train_digits=[3, 4], ood_digits=[5], sft_items=1500, sft_steps=300, sft_lr=1e-3,
+    "quick": dict(train_digits=[3, 4], ood_digits=[5], sft_items=1500, sft_steps=900, sft_lr=1e-3,
                   train_questions=128, tune_questions=32, chunk=16, n_candidates=4, mc_rollouts=2, dpo_steps=30,
-                  batch_size=16, lr=1e-5, beta_grid=[0.1, 0.5], test_per_level=40, turns=5, seeds=2),
-    "full": dict(train_digits=[3, 4], ood_digits=[2, 5], sft_items=1500, sft_steps=300, sft_lr=1e-3,
+                  batch_size=16, lr_grid=[1e-5, 3e-5, 1e-4], beta_grid=[0.1, 0.5], test_per_level=40, turns=5, seeds=2),
+    "full": dict(train_digits=[3, 4], ood_digits=[2, 5], sft_items=1500, sft_steps=900, sft_lr=1e-3,
                  train_questions=1024, tune_questions=128, chunk=32, n_candidates=8, mc_rollouts=4, dpo_steps=200,
-                 batch_size=16, lr=1e-5, beta_grid=[0.1, 0.3, 1.0], test_per_level=250, turns=5, seeds=4),
+                 batch_size=16, lr_grid=[1e-5, 3e-5, 1e-4], beta_grid=[0.1, 0.3, 1.0], test_per_level=250, turns=5, seeds=4),
 }
 
 
@@ -67,12 +67,12 @@ def _check(config: Mapping[str, Any]) -> None:
             raise ValueError(f"{key} must be a positive integer, got {v!r}")
     if config["n_candidates"] < 2:
         raise ValueError(f"n_candidates must be >= 2, got {config['n_candidates']}")
-    for key in ("sft_lr", "lr"):
-        if not isinstance(config[key], (int, float)) or not config[key] > 0:
-            raise ValueError(f"{key} must be a number > 0, got {config[key]!r}")
-    grid = config["beta_grid"]
-    if not grid or any(not isinstance(b, (int, float)) or b <= 0 for b in grid):
-        raise ValueError(f"beta_grid must hold numbers > 0, got {grid!r}")
+    if not isinstance(config["sft_lr"], (int, float)) or not config["sft_lr"] > 0:
+        raise ValueError(f"sft_lr must be a number > 0, got {config['sft_lr']!r}")
+    for key in ("beta_grid", "lr_grid"):
+        grid = config[key]
+        if not grid or any(isinstance(b, bool) or not isinstance(b, (int, float)) or b <= 0 for b in grid):
+            raise ValueError(f"{key} must hold numbers > 0, got {grid!r}")
 
 
 @lru_cache(maxsize=1)
@@ -140,7 +140,7 @@ def collect_task(item: tuple, shared: Mapping[str, Any]) -> dict:
     return {"phase": phase, "d0": pairs.d0, "d1": pairs.d1, "d2": pairs.d2, "q": pairs.q_means}
 
 
-def _train_system(system, data, config, beta, seed):
+def _train_system(system, data, config, beta, lr, seed):
     """Two agents (actor on D0 u D2, critic on D1) or one agent on everything, same total steps."""
     from rayml.alignment import dpo, dpsdp as dp
 
@@ -151,7 +151,7 @@ def _train_system(system, data, config, beta, seed):
     critic_pairs = dp.encode_state_pairs(data["d1"], tok)
 
     def cfg(steps):
-        return dpo.DPOConfig(beta=float(beta), lr=float(config["lr"]), steps=max(1, steps),
+        return dpo.DPOConfig(beta=float(beta), lr=float(lr), steps=max(1, steps),
                              batch_size=int(config["batch_size"]), length_grouped=True)
 
     if system == "single_agent":
@@ -175,7 +175,7 @@ def system_task(item: tuple, shared: Mapping[str, Any]) -> dict:
     """Train one system (or take the SFT one) and refine the evaluation questions greedily."""
     from rayml.alignment import dpsdp as dp
 
-    phase, system, beta, s_idx, seed = item
+    phase, system, beta, lr, s_idx, seed = item
     config = shared["config"]
     _, tok = _base()
     data = {"sft": shared["sft"], **shared["pairs"][phase]}
@@ -183,8 +183,9 @@ def system_task(item: tuple, shared: Mapping[str, Any]) -> dict:
         actor = critic = _load(shared["sft"])
         steps = 0
     else:
-        actor, critic, steps = _train_system(system, data, config, beta, seed)
-    out = {"phase": phase, "system": system, "beta": float(beta), "seed": int(s_idx), "steps": steps}
+        actor, critic, steps = _train_system(system, data, config, beta, lr, seed)
+    out = {"phase": phase, "system": system, "beta": float(beta), "lr": float(lr), "seed": int(s_idx),
+           "steps": steps}
     for split, items in shared["eval"][phase].items():
         ro = dp.refine(actor, critic, tok, [it.prompt for it in items], turns=int(config["turns"]))
         out[split] = dp.refine_metrics(ro, items)
@@ -254,14 +255,15 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     shared = {"config": dict(config), "sft": sft, "pairs": pairs,
               "eval": {"tune": {"id": tune_eval}, "test": test_eval}}
     run_seeds = runtime.seeds(ss[4], int(config["seeds"]))
-    tune_items = [("tune", s, float(b), 0, run_seeds[0] % 2**31) for s in SYSTEMS[1:] for b in config["beta_grid"]]
+    grid = [(float(b), float(lr)) for b in config["beta_grid"] for lr in config["lr_grid"]]
+    tune_items = [("tune", s, b, lr, 0, run_seeds[0] % 2**31) for s in SYSTEMS[1:] for b, lr in grid]
     tuned = runtime.pmap(system_task, tune_items, shared=shared, chunk_size=1, desc="tuning")
     best = {}
     for s in SYSTEMS[1:]:
-        sc = {t["beta"]: t["id"]["maj_turnT"] for t in tuned if t["system"] == s}
-        best[s] = float(max(sorted(sc), key=lambda b: (sc[b], -b)))
-    test_items = [("test", "sft", 0.0, 0, 0)] + [("test", s, best[s], k, run_seeds[k] % 2**31)
-                                                for s in SYSTEMS[1:] for k in range(int(config["seeds"]))]
+        sc = {(t["beta"], t["lr"]): t["id"]["maj_turnT"] for t in tuned if t["system"] == s}
+        best[s] = max(sorted(sc), key=lambda bl: (sc[bl], -bl[0], -bl[1]))  # ties: smaller beta, then lr
+    test_items = [("test", "sft", 0.0, 0.0, 0, 0)] + [("test", s, *best[s], k, run_seeds[k] % 2**31)
+                                                     for s in SYSTEMS[1:] for k in range(int(config["seeds"]))]
     out = runtime.pmap(system_task, test_items, shared=shared, chunk_size=1, desc="systems")
     return _summarize(config, out, tuned, best, pairs)
 
@@ -293,23 +295,24 @@ def _summarize(config, out, tuned, best, pairs) -> Outcome:
 
     ours = block("dpsdp")
     metrics = {**ours, "maj_gain_id": ours["id"]["maj_turnT"] - ours["id"]["pass1_turn1"],
-               "beta": best["dpsdp"],
+               "beta": best["dpsdp"][0], "lr": best["dpsdp"][1],
                "pairs": {k: len(pairs["test"][k]) for k in ("d0", "d1", "d2")},
                "q_means": {k: float(np.mean([q[k] for q in pairs["test"]["q"]])) for k in ("q0", "q1", "q2")}}
     sft, single = block("sft"), block("single_agent")
     baselines = {"sft": {**sft, "maj_gain_id": sft["id"]["maj_turnT"] - sft["id"]["pass1_turn1"]},
-                 "single_agent": {**single, "beta": best["single_agent"],
+                 "single_agent": {**single, "beta": best["single_agent"][0], "lr": best["single_agent"][1],
                                   "maj_gain_id": single["id"]["maj_turnT"] - single["id"]["pass1_turn1"]}}
     steps = sorted({r["steps"] for r in out if r["system"] != "sft"})
     budget = {"dpo_steps_total": int(config["dpo_steps"]), "pairs_per_step": int(config["batch_size"]),
               "steps_used": steps, "collection": {"questions": int(config["train_questions"]),
                                                   "n_candidates": int(config["n_candidates"]),
                                                   "mc_rollouts": int(config["mc_rollouts"])},
-              "tuning": {"grid": {"beta": list(config["beta_grid"])}, "chosen": best,
+              "tuning": {"grid": {"beta": list(config["beta_grid"]), "lr": list(config["lr_grid"])},
+                         "chosen": {s: {"beta": b, "lr": lr} for s, (b, lr) in best.items()},
                          "questions": int(config["tune_questions"]), "rule": "highest maj@turnT on tuning questions"},
               "turns": int(config["turns"]), "seeds": seeds}
-    tune_rows = [{"system": t["system"], "beta": t["beta"], "metric": "maj_turnT", "value": t["id"]["maj_turnT"]}
-                 for t in tuned]
+    tune_rows = [{"system": t["system"], "beta": t["beta"], "lr": t["lr"], "metric": "maj_turnT",
+                  "value": t["id"]["maj_turnT"]} for t in tuned]
     return Outcome(metrics=metrics, baselines=baselines,
                    tables={"items": rows, "turns": turn_rows, "tuning": tune_rows}, budget=budget)
 
