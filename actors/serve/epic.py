@@ -14,31 +14,76 @@
 
 Chunk KV lives in the ``KVStore`` actor (``rayml.actors.kvstore``; keys: content hash + model
 fingerprint), so every replica reuses what any replica compiled; a lost or restarted store only
-costs recompilation. Errors: malformed JSON or fields -> 400 naming the field, unknown document
-ids -> 404 listing them, a document or prompt over the context length -> 413, other methods than
-POST -> 405; the replica stays up. Registered texts are kept by the replica and mirrored in the
-store actor (for other replicas); Assumed: a document registry that must survive the loss of
-every replica and of the store belongs in a database, not here.
+costs recompilation. Errors (a FastAPI ingress; OpenAPI schema at ``/openapi.json``): a body that
+fails its request model (``DocumentRequest``, ``AskRequest``) -> 422 naming the field, unknown
+document ids -> 404 listing them, a document or prompt over the context length or a body over
+256 KiB -> 413, other methods than POST -> 405; texts are tokenized off the event loop; the replica
+stays up. Registered texts are kept by the replica (the most recent ``max_registered``, so the
+registry is bounded) and mirrored in the store actor (for other replicas); Assumed: a document
+registry that must survive the loss of every replica and of the store belongs in a database.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: FastAPI must see the route's types, not strings.
 import asyncio
 import hashlib
 import threading
-from typing import Any
+from collections import OrderedDict
+from typing import Any, Optional
 
+from fastapi import HTTPException
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
 from ray import serve
-from starlette.requests import Request
-from starlette.responses import JSONResponse
 
-from rayml.actors.serve.http import json_body
+from rayml.actors.serve.generate import scalar_values
+from rayml.actors.serve.http import make_api
 
-__all__ = ["EpicServer", "app", "build", "parse_ask", "parse_document", "HTTPError", "MAX_TOKENS", "MAX_DOCUMENTS"]
+__all__ = ["EpicServer", "app", "api", "build", "parse_ask", "parse_document", "HTTPError", "DocumentRequest",
+           "AskRequest", "MAX_TOKENS", "MAX_DOCUMENTS"]
 
 MAX_TOKENS = 256
 MAX_DOCUMENTS = 256
-_ASK_FIELDS = {"documents", "query", "max_tokens", "method", "k"}
+MAX_BODY = 256 * 1024
+
+
+class DocumentRequest(BaseModel):
+    """An immutable document to register and compile."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: StrictStr = Field(min_length=1)
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, v):
+        return scalar_values(v, "text")
+
+
+def _methods() -> tuple:
+    from rayml.kvcache.epic import METHODS
+
+    return tuple(METHODS)
+
+
+class AskRequest(BaseModel):
+    """A query over registered documents, linked in the given order."""
+
+    model_config = ConfigDict(extra="forbid")
+    documents: list[StrictStr] = Field(min_length=1, max_length=MAX_DOCUMENTS)
+    query: StrictStr = Field(min_length=1)
+    max_tokens: StrictInt = Field(8, ge=1, le=MAX_TOKENS)
+    method: StrictStr = "legolink"
+    k: Optional[StrictInt] = Field(None, ge=0, le=1 << 20, description="LegoLink's k (default: the app's)")
+
+    @field_validator("query")
+    @classmethod
+    def _query(cls, v):
+        return scalar_values(v, "query")
+
+    @field_validator("method")
+    @classmethod
+    def _method(cls, v):
+        if v not in _methods():
+            raise ValueError(f"must be one of {list(_methods())}")
+        return v
 
 
 class HTTPError(ValueError):
@@ -54,55 +99,44 @@ def doc_id(text: str) -> str:
     return "doc-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def parse_document(body: Any, tokenizer, max_seq_len: int) -> tuple[str, list[int]]:
-    """Validate a ``/documents`` body; returns ``(text, ids)`` or raises ``HTTPError``."""
+def _validated(model, body: Any) -> dict:
     if not isinstance(body, dict):
-        raise HTTPError(400, "the body must be a JSON object")
-    unknown = set(body) - {"text"}
-    if unknown:
-        raise HTTPError(400, f"unknown fields {sorted(unknown)}")
-    text = body.get("text")
-    if not isinstance(text, str) or not text:
-        raise HTTPError(400, "'text' must be a non-empty string")
+        raise HTTPError(422, "the body must be a JSON object")
+    try:
+        return model.model_validate(body).model_dump()
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise HTTPError(422, f"'{'.'.join(str(p) for p in err['loc']) or 'body'}': {err['msg']}") from None
+
+
+def tokenize_document(text: str, tokenizer, max_seq_len: int) -> list[int]:
+    """The token ids of a document, or ``HTTPError`` (400 none, 413 over the context length)."""
     ids = tokenizer.encode(text)
     if not ids:
         raise HTTPError(400, "'text' encodes to no tokens")
     if len(ids) + 2 > max_seq_len:
         raise HTTPError(413, f"'text' has {len(ids)} tokens; the context length is {max_seq_len}")
-    return text, ids
+    return ids
+
+
+def parse_document(body: Any, tokenizer, max_seq_len: int) -> tuple[str, list[int]]:
+    """Validate a ``/documents`` body; returns ``(text, ids)`` or raises ``HTTPError``."""
+    text = _validated(DocumentRequest, body)["text"]
+    return text, tokenize_document(text, tokenizer, max_seq_len)
 
 
 def parse_ask(body: Any, default_k: int) -> dict:
     """Validate an ``/ask`` body (types and ranges; ids and lengths are checked against the
-    registry and the model later); raises ``HTTPError`` 400 naming the field."""
-    from rayml.kvcache.epic import METHODS
+    registry and the model later); raises ``HTTPError`` 422 naming the field."""
+    req = _validated(AskRequest, body)
+    return {**req, "k": default_k if req["k"] is None else req["k"]}
 
-    if not isinstance(body, dict):
-        raise HTTPError(400, "the body must be a JSON object")
-    unknown = set(body) - _ASK_FIELDS
-    if unknown:
-        raise HTTPError(400, f"unknown fields {sorted(unknown)}")
-    docs = body.get("documents")
-    if not isinstance(docs, list) or not docs or not all(isinstance(d, str) for d in docs):
-        raise HTTPError(400, "'documents' must be a non-empty list of document ids")
-    if len(docs) > MAX_DOCUMENTS:
-        raise HTTPError(400, f"'documents' may hold at most {MAX_DOCUMENTS} ids, got {len(docs)}")
-    query = body.get("query")
-    if not isinstance(query, str) or not query:
-        raise HTTPError(400, "'query' must be a non-empty string")
-    max_tokens = body.get("max_tokens", 8)
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= MAX_TOKENS:
-        raise HTTPError(400, f"'max_tokens' must be an integer in [1, {MAX_TOKENS}], got {max_tokens!r}")
-    method = body.get("method", "legolink")
-    if method not in METHODS:
-        raise HTTPError(400, f"'method' must be one of {list(METHODS)}, got {method!r}")
-    k = body.get("k", default_k)
-    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-        raise HTTPError(400, f"'k' must be an integer >= 0, got {k!r}")
-    return {"documents": docs, "query": query, "max_tokens": max_tokens, "method": method, "k": k}
+
+api = make_api("rayml epic: position-independent context caching (LegoLink)", max_body_bytes=MAX_BODY)
 
 
 @serve.deployment(max_ongoing_requests=16, ray_actor_options={"num_cpus": 0.5})
+@serve.ingress(api)
 class EpicServer:
     """The deployment: a document registry, the KV store client and the LegoLink engine.
 
@@ -111,10 +145,12 @@ class EpicServer:
         k: LegoLink's default ``k``.
         store_name: the name of the ``KVStore`` actor (shared by every replica).
         budget_bytes: the store's byte budget (when this replica creates it).
+        max_registered: documents this replica keeps (least recently used go first; the store's
+            mirror and a re-registration bring them back).
     """
 
     def __init__(self, checkpoint: str = "base", k: int = 16, store_name: str = "rayml-epic-kvstore",
-                 budget_bytes: int = 512 << 20):
+                 budget_bytes: int = 512 << 20, max_registered: int = 4096):
         import torch
 
         import rayml.llm
@@ -128,15 +164,24 @@ class EpicServer:
         self.model_id = model_fingerprint(self.lm.model)
         self.store = get_or_create_store(store_name, budget_bytes=budget_bytes, detached=True)
         self.client = KVStoreClient(self.store, self.model_id)
-        self.docs: dict[str, list[int]] = {}
-        self.texts: dict[str, str] = {}
+        self.max_registered = int(max_registered)
+        self.docs: OrderedDict[str, list[int]] = OrderedDict()  # bounded LRU of registered documents
         self.prefix_cache = PrefixCache(max_entries=64)  # for method "prefix" (exact-prefix caching)
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # the model and the store client
+        self.registry_lock = threading.Lock()
 
     # -- blocking work (run in a thread) --
-    def _register(self, text: str, ids: list[int]) -> dict:
+    def _remember(self, did: str, ids: list[int]) -> None:
+        with self.registry_lock:
+            self.docs[did] = ids
+            self.docs.move_to_end(did)
+            while len(self.docs) > self.max_registered:
+                self.docs.popitem(last=False)
+
+    def _register(self, text: str) -> dict:
+        ids = tokenize_document(text, self.lm.tokenizer, self.lm.max_seq_len)
         did = doc_id(text)
-        self.docs[did], self.texts[did] = ids, text
+        self._remember(did, ids)
         try:
             self.store.put_doc.remote(did, text)
         except Exception:  # noqa: BLE001 - the store is only a cache/mirror
@@ -150,9 +195,11 @@ class EpicServer:
 
         return cache_to_arrays(precompute_chunk(self.lm.model, ids))
 
-    def _lookup(self, did: str) -> list[int] | None:
-        if did in self.docs:
-            return self.docs[did]
+    def _lookup(self, did: str) -> Optional[list[int]]:
+        with self.registry_lock:
+            if did in self.docs:
+                self.docs.move_to_end(did)
+                return self.docs[did]
         import ray
 
         try:
@@ -161,8 +208,9 @@ class EpicServer:
             text = None
         if text is None or doc_id(text) != did:
             return None
-        self.texts[did], self.docs[did] = text, self.lm.tokenizer.encode(text)
-        return self.docs[did]
+        ids = self.lm.tokenizer.encode(text)
+        self._remember(did, ids)
+        return ids
 
     def _ask(self, req: dict) -> dict:
         from rayml.kvcache.epic import answer, cache_from_arrays
@@ -198,27 +246,27 @@ class EpicServer:
                 "n_prompt_tokens": out.n_prompt, "recomputed_tokens": out.recomputed,
                 "cache": {key: after[key] - before[key] for key in after}}
 
-    async def __call__(self, request: Request) -> JSONResponse:
-        path = request.url.path.rstrip("/")
-        route = "documents" if path.endswith("/documents") else "ask" if path.endswith("/ask") else None
-        if route is None:
-            return JSONResponse({"error": "not found: use POST /documents or POST /ask"}, status_code=404)
-        body, error = await json_body(request)
-        if error is not None:
-            return error
+    async def _run(self, fn, *args) -> dict:
         try:
-            if route == "documents":
-                text, ids = parse_document(body, self.lm.tokenizer, self.lm.max_seq_len)
-                return JSONResponse(await asyncio.to_thread(self._register, text, ids))
-            req = parse_ask(body, self.k)
-            return JSONResponse(await asyncio.to_thread(self._ask, req))
+            return await asyncio.to_thread(fn, *args)
         except HTTPError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=exc.status)
+            raise HTTPException(status_code=exc.status, detail=str(exc)) from None
+
+    @api.post("/documents")
+    async def documents(self, request: DocumentRequest) -> dict:
+        return await self._run(self._register, request.text)
+
+    @api.post("/ask")
+    async def ask(self, request: AskRequest) -> dict:
+        req = request.model_dump()
+        return await self._run(self._ask, {**req, "k": self.k if req["k"] is None else req["k"]})
 
 
-def build(checkpoint: str = "base", k: int = 16, store_name: str = "rayml-epic-kvstore", budget_bytes: int = 512 << 20):
-    """The app serving ``checkpoint`` with LegoLink's default ``k`` and the named store."""
-    return EpicServer.bind(checkpoint, k, store_name, budget_bytes)
+def build(checkpoint: str = "base", k: int = 16, store_name: str = "rayml-epic-kvstore", budget_bytes: int = 512 << 20,
+          max_registered: int = 4096):
+    """The app serving ``checkpoint`` with LegoLink's default ``k``, the named store and a bounded
+    document registry."""
+    return EpicServer.bind(checkpoint, k, store_name, budget_bytes, max_registered)
 
 
 app = build()

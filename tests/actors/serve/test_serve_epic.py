@@ -1,6 +1,6 @@
 """The EPIC Serve app over real HTTP: register documents, ask with LegoLink and the baselines
 (answers equal the local engine's), a killed KV store actor is restarted and answers stay the
-same, and bad requests get 400 / 404 / 405 / 413 while the replica stays up."""
+same, and bad requests get 404 / 405 / 413 / 422 while the replica stays up."""
 
 from __future__ import annotations
 
@@ -91,16 +91,19 @@ def test_register_ask_and_survive_a_store_kill(base, checkpoint):
 
 @pytest.mark.parametrize("route, payload, status, needle", [
     ("ask", {"documents": ["doc-0000000000000000"], "query": "?a:"}, 404, "unknown document ids"),
-    ("ask", {"documents": [], "query": "?a:"}, 400, "'documents'"),
-    ("ask", {"documents": ["x"], "query": 3}, 400, "'query'"),
-    ("ask", {"documents": ["x"], "query": "?a:", "max_tokens": 0}, 400, "'max_tokens'"),
-    ("ask", {"documents": ["x"], "query": "?a:", "method": "magic"}, 400, "'method'"),
-    ("ask", {"documents": ["x"], "query": "?a:", "k": -1}, 400, "'k'"),
-    ("ask", {"documents": ["x"], "query": "?a:", "extra": 1}, 400, "unknown fields"),
-    ("documents", {"text": ""}, 400, "'text'"),
-    ("documents", ["not", "an", "object"], 400, "JSON object"),
+    ("ask", {"documents": [], "query": "?a:"}, 422, "'documents'"),
+    ("ask", {"documents": ["x"], "query": 3}, 422, "'query'"),
+    ("ask", {"documents": ["x"], "query": "?a:", "max_tokens": 0}, 422, "'max_tokens'"),
+    ("ask", {"documents": ["x"], "query": "?a:", "method": "magic"}, 422, "'method'"),
+    ("ask", {"documents": ["x"], "query": "?a:", "k": -1}, 422, "'k'"),
+    ("ask", {"documents": ["x"], "query": "?a:", "extra": 1}, 422, "'extra': Extra inputs are not permitted"),
+    ("documents", {"text": ""}, 422, "'text'"),
+    ("documents", ["not", "an", "object"], 422, "'body'"),
+    # the reproducers of the hardening issue (each was a 500)
+    ("documents", {"text": "\ud800"}, 422, "'text'"),
+    ("ask", {"documents": ["x"], "query": "\ud800"}, 422, "'query'"),
     ("documents", {"text": "[bako:123]" * 200}, 413, "context length"),
-    ("nowhere", {}, 404, "not found"),
+    ("nowhere", {}, 404, "Not Found"),
 ])
 def test_bad_requests_get_4xx_and_the_replica_stays_up(base, route, payload, status, needle):
     r = requests.post(f"{base}/{route}", json=payload, timeout=60)
@@ -116,7 +119,34 @@ def test_over_length_prompt_malformed_json_and_get(base):
     r = requests.post(f"{base}/ask", json={"documents": ids * 4, "query": "?tuli:", "max_tokens": 8}, timeout=60)
     assert r.status_code == 413 and "context length" in r.json()["error"]
     r = requests.post(f"{base}/ask", data=b"{not json", headers={"content-type": "application/json"}, timeout=60)
-    assert r.status_code == 400 and "valid JSON" in r.json()["error"]
+    assert r.status_code == 422 and "JSON" in r.json()["error"]
     assert requests.get(f"{base}/ask", timeout=60).status_code == 405
     r = requests.post(f"{base}/ask", json={"documents": ids[:1], "query": "?tuli:", "max_tokens": 2}, timeout=60)
     assert r.status_code == 200
+
+
+def test_the_document_registry_is_bounded(base, checkpoint):
+    import ray
+    from ray import serve
+
+    from rayml.actors.serve import epic
+
+    serve.run(epic.build(checkpoint, k=2, store_name="rayml-epic-test-bounded", max_registered=2),
+              name="epic-bounded", route_prefix="/epicb")
+    other = base.rsplit("/epic", 1)[0] + "/epicb"
+    try:
+        ids = [requests.post(f"{other}/documents", json={"text": t}, timeout=60).json()["id"] for t in DOCS[:3]]
+        # the replica forgot the oldest, but the store's mirror brings it back on use
+        r = requests.post(f"{other}/ask", json={"documents": ids[:1], "query": "?tuli:", "max_tokens": 2},
+                          timeout=60)
+        assert r.status_code == 200, r.text
+    finally:
+        serve.delete("epic-bounded")
+        from rayml.actors.kvstore import NAMESPACE
+
+        ray.kill(ray.get_actor("rayml-epic-test-bounded", namespace=NAMESPACE))
+
+
+def test_the_app_publishes_its_openapi_schema(base):
+    schema = requests.get(f"{base}/openapi.json", timeout=60).json()
+    assert {"/documents", "/ask"} <= set(schema["paths"])
