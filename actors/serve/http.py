@@ -1,27 +1,14 @@
-"""Small HTTP helpers shared by rayml's Serve apps."""
+"""HTTP pieces shared by rayml's Serve apps: the FastAPI ingress factory (OpenAPI, body cap,
+uniform JSON errors), batched generation with per-request failure isolation, the completion answer."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
-from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-__all__ = ["json_body", "generate_grouped", "completion_answer", "make_api", "BodyLimit"]
-
-
-async def json_body(request: Request, path: str | None = None) -> tuple[Any, JSONResponse | None]:
-    """``(body, None)`` for a POST with a JSON body, else ``(None, the 404 / 405 / 400 response to
-    send)``; with ``path``, a request whose URL path does not end with it is a 404."""
-    if path is not None and not request.url.path.rstrip("/").endswith(path):
-        return None, JSONResponse({"error": f"not found: use POST {path}"}, status_code=404)
-    if request.method != "POST":
-        return None, JSONResponse({"error": "use POST with a JSON body"}, status_code=405)
-    try:
-        return await request.json(), None
-    except Exception:  # noqa: BLE001 - any malformed body is the client's error
-        return None, JSONResponse({"error": "the body is not valid JSON"}, status_code=400)
+__all__ = ["generate_grouped", "completion_answer", "make_api", "BodyLimit"]
 
 
 async def generate_grouped(reqs: Sequence[dict], generate: Callable[[list], list], *,
