@@ -44,27 +44,32 @@ PAPER_LR = 3e-4  # the authors' train.py default
 SIZES = {
     "tiny": dict(m=3, n=8, nnz=10, instances=320, instances_per_task=80, train=24, tune_train=16, tune_val=16,
                  test=24, emb_sizes=[4, 16], layers=2, epochs=8, batch=16, lr_grid=[3e-4, 3e-3], seeds=1,
-                 sep_steps=30, sep_seeds=1, warm_instances=8, osqp_eps=1e-5, highs_checks=8),
+                 sep_steps=30, sep_seeds=1, warm_instances=8, osqp_eps=1e-5, highs_checks=8,
+                 mi_instances=60, mi_m=2, mi_n=4, mi_nnz=5),
     "quick": dict(m=6, n=24, nnz=40, instances=1400, instances_per_task=175, train=160, tune_train=96,
                   tune_val=96, test=200, emb_sizes=[4, 16, 64], layers=2, epochs=60, batch=32,
                   lr_grid=[3e-4, 1e-3, 3e-3], seeds=2, sep_steps=300, sep_seeds=3, warm_instances=60,
-                  osqp_eps=1e-5, highs_checks=60),
+                  osqp_eps=1e-5, highs_checks=60, mi_instances=500, mi_m=2, mi_n=6, mi_nnz=8),
     "full": dict(m=10, n=50, nnz=100, instances=20000, instances_per_task=500, train=2000, tune_train=500,
                  tune_val=500, test=2000, emb_sizes=[4, 8, 16, 32, 64, 128], layers=4, epochs=500, batch=64,
                  lr_grid=[3e-4, 1e-3, 3e-3], seeds=5, sep_steps=2000, sep_seeds=10, warm_instances=500,
-                 osqp_eps=1e-6, highs_checks=500),
+                 osqp_eps=1e-6, highs_checks=500, mi_instances=4000, mi_m=4, mi_n=8, mi_nnz=16),
 }
 TARGETS = ("objective", "solution", "feasibility")
 
 
 def _check(config: Mapping[str, Any]) -> None:
     for key in ("m", "n", "nnz", "instances", "instances_per_task", "train", "tune_train", "tune_val", "test",
-                "layers", "epochs", "batch", "seeds", "sep_steps", "sep_seeds", "warm_instances", "highs_checks"):
+                "layers", "epochs", "batch", "seeds", "sep_steps", "sep_seeds", "warm_instances", "highs_checks",
+                "mi_instances", "mi_m", "mi_n", "mi_nnz"):
         v = config[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{key} must be an integer >= 1, got {v!r}")
     if config["nnz"] > config["m"] * config["n"]:
         raise ValueError(f"nnz must be <= m * n, got {config['nnz']}")
+    if config["mi_nnz"] > config["mi_m"] * config["mi_n"] or config["mi_n"] > 10:
+        raise ValueError(f"mi_nnz must be <= mi_m * mi_n and mi_n <= 10 (exact enumeration), got "
+                         f"{config['mi_nnz']}, {config['mi_n']}")
     emb = config["emb_sizes"]
     if len(emb) < 2 or any(isinstance(e, bool) or not isinstance(e, int) or e < 1 for e in emb):
         raise ValueError(f"emb_sizes must hold at least 2 integers >= 1, got {emb!r}")
@@ -155,6 +160,39 @@ def _mean_predictor(target, tr_labels, ev_labels):
     mu = np.mean(np.stack(tr_labels), axis=0)
     return (qg.relative_errors(target, [mu] * len(tr_labels), tr_labels),
             qg.relative_errors(target, [mu] * len(ev_labels), ev_labels))
+
+
+# ----------------------------------------------------------------------------- part 2b: MI-LCQPs
+MI_BOUND_SCALE = 1.5  # small integer domains, so that exact enumeration stays cheap
+
+
+def mi_label_task(item: tuple, config: Mapping[str, Any]) -> list[dict]:
+    """Draw a chunk of random MI-LCQPs (half the variables integer) and solve them exactly by enumeration."""
+    from rayml.optim import qp_gnn as qg
+    from rayml.optim import qp_instances as qi
+
+    chunk, seed, count = item
+    rng = np.random.default_rng(seed)
+    rows = []
+    for k in range(count):
+        qp = qi.random_lcqp(rng, m=int(config["mi_m"]), n=int(config["mi_n"]), nnz=int(config["mi_nnz"]),
+                            bound_scale=MI_BOUND_SCALE, integer_prob=0.5)
+        sol = qi.solve_miqp_enumerate(qp, max_assignments=20_000)
+        rows.append(qi.to_row(qp, sol, chunk=chunk, index=k, unfoldable=float(qg.is_unfoldable(qp))))
+    return rows
+
+
+def mi_train_task(item: tuple, data: Mapping[str, Any]) -> dict:
+    """Fit the mixed-integer GNN variant (gather_first) to MI-LCQP optimal values; training errors."""
+    from rayml.optim import qp_gnn as qg
+
+    emb, seed_idx, seed = item
+    cfg = data["config"]
+    tc = qg.TrainConfig(target="objective", emb=int(emb), layers=int(cfg["layers"]), epochs=int(cfg["epochs"]),
+                        batch=int(cfg["batch"]), lr=float(data["lr"]), gather_first=True)
+    model, scale = qg.train(data["graphs"], data["labels"], tc, seed)
+    err = qg.relative_errors("objective", qg.predict(model, data["graphs"], scale), data["labels"])
+    return {"emb": int(emb), "seed": seed_idx, "train_err": err.tolist()}
 
 
 # ----------------------------------------------------------------------------- part 3: separation
@@ -310,10 +348,34 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         baselines["mean_predictor"][t] = {"train_emb_max": float(np.mean(mtr)), "test_emb_max": float(np.mean(mev)),
                                           "train_emb_min": float(np.mean(mtr))}
 
-    # part 3: separation
+    # part 2b: random MI-LCQPs (exact labels), the mixed-integer GNN variant at the smallest and largest width
     from rayml.optim import qp_gnn as qg
     from rayml.optim import qp_instances as qi
 
+    mi_seed = runtime.seeds(seed, 5)[4]
+    n_mi = int(config["mi_instances"])
+    mi_chunks = max(2, -(-n_mi // 100))
+    per_mi = -(-n_mi // mi_chunks)
+    mi_items = [(c, s, max(0, min(per_mi, n_mi - c * per_mi))) for c, s in enumerate(runtime.seeds(mi_seed, mi_chunks))]
+    mi_rows = [r for part in runtime.pmap(mi_label_task, mi_items, shared=dict(config), chunk_size=1, desc="mi labels")
+               for r in part]
+    mi_feas = [r for r in mi_rows if r["feasible"]][:ntr]
+    mi_data = {"config": dict(config), "lr": best_lr[("objective", "qp-gnn")],
+               "graphs": [qg.encode(qi.from_row(r)) for r in mi_feas], "labels": [float(r["obj"]) for r in mi_feas]}
+    mi_out = runtime.pmap(mi_train_task, [(e, k, s) for e in (min(emb_sizes), emb_max) for k, s in enumerate(seeds)],
+                          shared=mi_data, chunk_size=1, desc="mi training")
+    for o in mi_out:
+        for i, e in enumerate(o["train_err"]):
+            err_rows.append({"target": "mi-objective", "method": "qp-gnn-mi", "emb": o["emb"],
+                             "width": "max" if o["emb"] == emb_max else "min", "seed": o["seed"], "split": "train",
+                             "instance": i, "metric": "rel_error", "value": float(e)})
+    metrics["mi_objective"] = {
+        f"train_emb_{w}": float(np.mean([np.mean(o["train_err"]) for o in mi_out if o["emb"] == e]))
+        for w, e in (("min", min(emb_sizes)), ("max", emb_max))}
+    metrics["mi_objective"].update({"instances": len(mi_rows), "feasible_used": len(mi_feas),
+                                    "unfoldable_fraction": float(np.mean([r["unfoldable"] for r in mi_rows]))})
+
+    # part 3: separation
     pairs = qg.separation_pairs()
     sep_items = [(p, c, k, s) for p in pairs for c in qg.CLASSES
                  for k, s in enumerate(runtime.seeds(sep_seed, int(config["sep_seeds"])))]
@@ -423,6 +485,17 @@ CLAIMS = (
                                 a={"target": t, "method": "mean-predictor", "split": "test"}),))
         for t in ("objective", "solution")
     ),
+    Claim(text="random MI-LCQPs (unfoldable: WL gives every variable its own colour; exact labels): the mixed-integer "
+               "GNN variant fits their optimal values better at the largest width than at the smallest (paired over "
+               "seed x instance)",
+          metric="metrics.mi_objective.train_emb_max", compare="metrics.mi_objective.train_emb_min", op="<",
+          test="wilcoxon signed-rank over seeds", table="errors",
+          a={"target": "mi-objective", "width": "max"}, b={"target": "mi-objective", "width": "min"},
+          pair_on=("seed", "instance"), kind="paper",
+          source="abstract: 'while GNNs are not universal approximators, we identify a subclass of QP problems that "
+                 "GNNs can reliably represent' (unfoldable MI-LCQPs, Section 4)"),
+    Claim(text="sanity: almost every random MI-LCQP is unfoldable (fraction >= 0.9)",
+          metric="metrics.mi_objective.unfoldable_fraction", compare=0.9, op=">=", kind="sanity"),
     Claim(text="no MP-GNN separates the WL-indistinguishable MI-LCQP pairs (different optimal value / feasibility): "
                "separation ratio of the trained paper's GNN < 1e-3 on both pairs; the random-feature GNN is the control",
           metric="metrics.separation.qp_gnn_mi_max", compare=1e-3, op="<", kind="paper",
