@@ -213,8 +213,9 @@ EXPERIMENT = Experiment(
     name=METHOD, paper=PAPER,
     ray="(game x algorithm x chunk of runs) as pmap tasks; each task plays its runs against every "
         "opponent type, vectorised in numpy",
-    checked_against="abstract and reviews of arXiv 2406.04201 (secondary); SAOL (Daniely et al. 2015) against an "
-                    "independent interval-by-interval reimplementation (tests); the full text was not reachable, so "
+    checked_against="abstract and reviews of arXiv 2406.04201 (secondary; searched again for issue 16: the "
+                    "arXiv HTML page is stored but only its abstract and introduction could be read); SAOL "
+                    "(Daniely et al. 2015) against an independent interval-by-interval reimplementation (tests); "
                     "games, opponents and step sizes are documented assumptions",
     sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
 )

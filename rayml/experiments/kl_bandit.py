@@ -167,7 +167,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     etas, grid = _check(config)
     etas = sorted(etas)
     bandit, _ = _envs(config)
-    tuned = runtime.pmap(run_task, _tuning_items(config, seed, etas, grid), shared=dict(config), desc="kl-bandit tuning")
+    tuned = runtime.pmap(run_task, _tuning_items(config, seed, etas, grid), shared=dict(config),
+                         desc="kl-bandit tuning")
     chosen, tuning_rows = _tune(tuned, etas)
     items = _test_items(config, seed, etas, chosen)
     out = runtime.pmap(run_task, items, shared=dict(config), desc="kl-bandit runs")
