@@ -501,6 +501,9 @@ def batch_evaluator(f: Callable, **kwargs: Any) -> BatchEvaluator:
     return BatchEvaluator(f, **kwargs)
 
 
+PACKAGE_MARKER = ".rayml-package"
+
+
 def package_for_cluster(dest: str | os.PathLike) -> str:
     """Assemble the installed rayml as one importable folder ``dest/rayml`` for Ray's ``py_modules``.
 
@@ -508,7 +511,9 @@ def package_for_cluster(dest: str | os.PathLike) -> str:
     folders at install time, so a source checkout's ``rayml/`` alone lacks them (and a wheel in
     ``py_modules`` makes Ray ``pip install --target`` all of rayml's dependencies again). This
     copies the three parts, without caches, into ``dest/rayml`` and returns that path: pass it as
-    ``{"py_modules": [path]}`` in a job's ``runtime_env``.
+    ``{"py_modules": [path]}`` in a job's ``runtime_env``. An existing ``dest/rayml`` is replaced
+    only if an earlier ``package_for_cluster`` made it (its marker file); anything else there is
+    left alone and is a ``ValueError``.
     """
     import shutil
     import tempfile
@@ -519,6 +524,10 @@ def package_for_cluster(dest: str | os.PathLike) -> str:
 
     dest = os.fspath(dest)
     target = os.path.join(dest, "rayml")
+    marker = os.path.join(target, PACKAGE_MARKER)
+    if os.path.lexists(target) and not os.path.isfile(marker):
+        raise ValueError(f"dest {dest!r}: {target!r} exists and was not made by rayml package; "
+                         "remove it yourself or choose another folder")
     os.makedirs(dest, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".rayml-pkg-", dir=dest)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
@@ -530,6 +539,8 @@ def package_for_cluster(dest: str | os.PathLike) -> str:
             if os.path.realpath(os.path.dirname(mod.__file__)) != os.path.realpath(dst):
                 shutil.rmtree(dst, ignore_errors=True)
                 shutil.copytree(os.path.dirname(mod.__file__), dst, ignore=ignore)
+        with open(os.path.join(root, PACKAGE_MARKER), "w") as fh:
+            fh.write("made by `rayml package`; it replaces this folder when run again\n")
         if os.path.exists(target):
             shutil.rmtree(target)
         os.replace(root, target)

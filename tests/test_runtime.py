@@ -170,6 +170,16 @@ def test_package_for_cluster_has_the_mapped_subpackages(tmp_path):
     for sub in ("actors/pool.py", "actors/serve/optimize.py", "kernels/__init__.py", "runtime.py"):
         assert os.path.exists(os.path.join(path, sub)), sub
     assert not any("__pycache__" in d for d, _, _ in os.walk(path))
+    assert runtime.package_for_cluster(tmp_path / "pkg") == path  # its own folder: replaced
+
+
+def test_package_for_cluster_never_deletes_what_it_did_not_make(tmp_path):
+    mine = tmp_path / "dest" / "rayml"
+    mine.mkdir(parents=True)
+    (mine / "precious.txt").write_text("keep me")
+    with pytest.raises(ValueError, match="was not made by rayml package"):
+        runtime.package_for_cluster(tmp_path / "dest")
+    assert (mine / "precious.txt").read_text() == "keep me"
 
 
 def test_worker_limit_reports_the_enclosing_max_workers_block():

@@ -283,7 +283,8 @@ def train_model(config: TrainConfig, seed: int = 0, *, out: str | os.PathLike | 
     start, opt_state, prev_losses, prev_seconds = 0, None, [], 0.0
     out = Path(out) if out is not None else None
     if out is not None and (out / "resume.pt").exists():
-        state = torch.load(out / "resume.pt", map_location=device, weights_only=False)
+        # weights_only: tensors and plain containers, nothing that runs code when it is loaded
+        state = torch.load(out / "resume.pt", map_location=device, weights_only=True)
         if state.get("config") == config.to_dict() and state.get("seed") == seed:
             model.load_state_dict(state["model"])
             start, opt_state, prev_losses = state["step"], state["opt"], state["losses"]

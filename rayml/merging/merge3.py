@@ -46,14 +46,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-import cloudpickle
 import numpy as np
 
+from rayml import signed_pickle
 from rayml.merging import irt as _irt
 
 __all__ = [
@@ -393,14 +392,6 @@ def _fingerprint(config: EvolveConfig, space: GenomeSpace, n_obj: int, tag: str)
     return f"{config!r}|{space!r}|{n_obj}|{tag}"
 
 
-def _save(path: Path, state: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "wb") as fh:
-        cloudpickle.dump(state, fh)  # pymoo's algorithm holds local functions plain pickle refuses
-    os.replace(tmp, path)
-
-
 def evolve(space: GenomeSpace, evaluate: Callable[[np.ndarray], Sequence[np.ndarray]],
            fitness: Callable[[np.ndarray], Sequence[float]], config: EvolveConfig, *, n_obj: int = 1,
            checkpoint: str | os.PathLike | None = None, stop_after: int | None = None,
@@ -433,9 +424,9 @@ def evolve(space: GenomeSpace, evaluate: Callable[[np.ndarray], Sequence[np.ndar
     path = Path(checkpoint) if checkpoint is not None else None
     state = None
     if path is not None and path.exists():
-        with open(path, "rb") as fh:
-            state = pickle.load(fh)
-        if state.get("fingerprint") != fp:
+        try:  # checked (fingerprint, this user's signature) before anything is unpickled
+            state = signed_pickle.load(path, fp)
+        except signed_pickle.InvalidCheckpoint:
             state = None
     if state is None:
         algo = _algorithm(config, space)
@@ -470,7 +461,7 @@ def evolve(space: GenomeSpace, evaluate: Callable[[np.ndarray], Sequence[np.ndar
                                  "best": float(np.min(F.sum(axis=1))) if n_obj == 1 else
                                  [float(v) for v in F.min(axis=0)]})
         if path is not None:
-            _save(path, state)
+            signed_pickle.dump(state, path, fp)  # cloudpickle: pymoo's algorithm holds local functions
     res = algo.result()
     finished = not algo.has_next()
     popX = np.asarray(algo.pop.get("X"), float) if algo.pop is not None else np.zeros((0, space.n_var))
