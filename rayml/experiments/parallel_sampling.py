@@ -78,7 +78,7 @@ SIZES = {
                  logit_slices=[2, 4], theorem_log10_dims=[1, 2, 3], diff_dims=[10, 30, 100],
                  strict_eps=0.2, strict_dims=[10, 30],
                  **_GAUSS, **_LOGIT, **_DIFF),
-    "quick": dict(dims=[10, 30, 100, 300, 1000, 3000, 10000], chains=64, chains_per_task=32, ref_chains=32,
+    "quick": dict(dims=[10, 100, 1000, 10000, 100000], chains=64, chains_per_task=32, ref_chains=32,
                   ref_steps=1500, logit_slices=[2, 4, 8, 12, 16, 24], theorem_log10_dims=list(range(1, 16)),
                   diff_dims=[10, 30, 100, 300, 1000], strict_eps=0.1, strict_dims=[10, 100, 1000],
                   **_GAUSS, **_LOGIT, **_DIFF),
