@@ -35,7 +35,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="rayml", description="Ray-native implementations of ICML 2025 methods.")
+    p = _Parser(prog="rayml", description="Ray-native implementations of ICML 2025 methods. "
+                                          "--debug (anywhere) prints tracebacks.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     ls = sub.add_parser("list", help="the registered methods and their status")
@@ -195,7 +196,7 @@ def _run_or_bench(args) -> int:
     if args.show_config:
         for name in names:
             print(f"{name} ({args.command}, size={size}): settable with --set KEY=VALUE")
-            for key, (typ, value) in experiments.settable(name, args.command, size).items():
+            for key, (typ, value) in experiments.settable(name, args.command, size, overrides).items():
                 print(f"  {key:24} {typ:6} {json.dumps(value)}")
         return 0
     if len(names) > 1 and args.json_path:
@@ -288,9 +289,14 @@ def _serve(args) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``rayml`` command; returns the exit code."""
+    """Entry point of the ``rayml`` command; returns the exit code: 0, 2 for bad input (one line,
+    before any work), 1 when a run fails (one line; ``--debug`` prints the traceback)."""
+    from rayml.experiments import ExperimentFailed
     from rayml.runtime import ConnectError
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
     try:
         args = _build_parser().parse_args(argv)
         if args.command == "list":
@@ -312,7 +318,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps(runtime.doctor(args.tasks), indent=1))
             return 0
         return _serve(args)
+    except ExperimentFailed as exc:
+        if debug:
+            import traceback
+
+            traceback.print_exception(exc.__cause__ or exc, file=sys.stderr)
+        print(f"rayml: {exc}".splitlines()[0] + ("" if debug else " (--debug prints the traceback)"),
+              file=sys.stderr)
+        return 1
     except (UsageError, ConnectError, ValueError, KeyError) as exc:
+        if debug:
+            import traceback
+
+            traceback.print_exc(file=sys.stderr)
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"rayml: error: {msg}".splitlines()[0], file=sys.stderr)
         return 2

@@ -190,3 +190,47 @@ def test_progress_is_plain_lines_when_stderr_is_not_a_terminal():
     assert "\r" not in res.stderr
     lines = res.stderr.strip().splitlines()
     assert lines[0].startswith("work: 2/20") and lines[-1].startswith("work: 20/20") and len(lines) == 10
+
+
+@pytest.mark.parametrize("setting, needle", [
+    ("iterations=1.5", "expected an integer"),
+    ("sigma=-1", "must be >= 0"),
+    ("iterations=-5", "must be >= 0"),
+    ("cases=[1,2]", "expected a list of ['str']"),
+    ("seeds=100000000", "at most"),
+    ("sigma=NaN", "expected a finite number"),
+])
+def test_set_values_are_checked_against_the_sizes_before_any_work(capsys, setting, needle):
+    err = _one_line_error(capsys, ["run", "gs-poweropt", "--size", "tiny", "--set", setting])
+    assert needle in err and setting.split("=")[0] in err
+
+
+def test_a_setting_refused_by_the_experiment_itself_is_bad_input(capsys):
+    # merge3 checks its task list before any Ray task: one line, exit 2
+    err = _one_line_error(capsys, ["run", "merge3", "--size", "tiny", "--set", 'tasks=["copy"]'])
+    assert "tasks must name 2 tasks" in err
+
+
+def _submits_then_crashes(config, seed):
+    from rayml import runtime
+
+    runtime.pmap(abs, [-1, -2], progress=False)
+    raise KeyError("a bug in the middle of the run")
+
+
+def test_a_run_that_fails_after_work_started_is_exit_1_and_debug_shows_the_traceback(ray_session, monkeypatch, capsys):
+    import dataclasses
+
+    from rayml import experiments
+
+    real = registry.get("gs-poweropt")
+    broken = dataclasses.replace(real.load_experiment(), run=_submits_then_crashes)
+    monkeypatch.setattr(type(real), "load_experiment", lambda self: broken)
+    assert main(["run", "gs-poweropt", "--size", "tiny"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("rayml: run 'gs-poweropt' failed: KeyError") and "--debug" in err[-1]
+    assert main(["run", "gs-poweropt", "--size", "tiny", "--debug"]) == 1
+    assert "Traceback" in capsys.readouterr().err
+    with pytest.raises(experiments.ExperimentFailed) as info:
+        experiments.run("gs-poweropt", size="tiny")
+    assert isinstance(info.value.__cause__, KeyError)

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 from rayml import registry, results, runtime
 from rayml.results import Claim, Control
 
-__all__ = ["Claim", "Control", "Experiment", "last_seconds", "settable", "Outcome", "SIZES", "BENCH_ALIASES", "run", "bench", "resolve_config", "parse_overrides"]
+__all__ = ["Claim", "Control", "Experiment", "ExperimentFailed", "last_seconds", "settable", "Outcome", "SIZES", "BENCH_ALIASES", "run", "bench", "resolve_config", "parse_overrides"]
 
 SIZES = ("tiny", "quick", "full")
 # `rayml bench FAMILY` for issues that ask for one benchmark of a family of methods.
@@ -81,6 +81,16 @@ class Experiment:
             raise ValueError(f"experiment {self.name!r} lacks sizes {missing}")
 
 
+class ExperimentFailed(RuntimeError):
+    """The experiment raised after its work had started (Ray tasks were submitted); ``__cause__``
+    is what it raised. A ``ValueError`` / ``TypeError`` raised before any task (a setting the
+    experiment refuses) propagates as it is: that is bad input, not a failed run."""
+
+
+# --set values: a count or scale can grow at most this much past its largest declared size.
+MAX_GROWTH = 100
+
+
 def parse_overrides(pairs: Sequence[str]) -> dict:
     """``["key=value", ...]`` to a dict; values are parsed as JSON when they parse, else strings."""
     import json
@@ -97,8 +107,40 @@ def parse_overrides(pairs: Sequence[str]) -> dict:
     return out
 
 
+def _check_value(key: str, value: Any, old: Any, largest: Any) -> None:
+    like = f"--set {key}={value!r}: expected a value like {old!r}"
+    if isinstance(old, bool) or isinstance(value, bool):
+        if not (isinstance(old, bool) and isinstance(value, bool)):
+            raise ValueError(like)
+        return
+    if isinstance(old, int) and not isinstance(value, int):
+        raise ValueError(f"--set {key}={value!r}: expected an integer, like {old!r}")
+    if isinstance(old, (int, float)):
+        if not isinstance(value, (int, float)) or value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"--set {key}={value!r}: expected a finite number, like {old!r}")
+        if old >= 0 and value < 0:
+            raise ValueError(f"--set {key}={value!r}: must be >= 0 (like {old!r})")
+        cap = MAX_GROWTH * max(abs(largest), 1)
+        if abs(value) > cap:
+            raise ValueError(f"--set {key}={value!r}: at most {cap:g} ({MAX_GROWTH}x the largest size's "
+                             f"{largest!r}); use the Python API for more")
+        return
+    if isinstance(old, (list, str)) and not isinstance(value, type(old)):
+        raise ValueError(like)
+    if isinstance(old, list) and old and value:
+        kinds = {type(v) for v in old}
+        if any(type(v) not in kinds and not (isinstance(v, int) and float in kinds) for v in value):
+            raise ValueError(f"--set {key}={value!r}: expected a list of {sorted(k.__name__ for k in kinds)}, "
+                             f"like {old!r}")
+        if len(value) > MAX_GROWTH * max(len(largest) if isinstance(largest, list) else 1, 1):
+            raise ValueError(f"--set {key}: at most {MAX_GROWTH}x as many entries as the largest size's")
+
+
 def resolve_config(sizes: Mapping[str, Mapping], size: str, overrides: Mapping[str, Any] | None) -> dict:
-    """The config of ``size`` with ``overrides`` applied; unknown keys or wrong types are errors."""
+    """The config of ``size`` with ``overrides`` applied. Unknown keys, wrong types (an integer
+    setting takes integers only; a list keeps its elements' types), negative values of settings
+    that are not negative, and values more than ``MAX_GROWTH`` times the largest size's are
+    ``ValueError``s naming the key, raised before any work."""
     if size not in SIZES:
         raise ValueError(f"size must be one of {SIZES}, got {size!r}")
     config = dict(sizes[size])
@@ -106,10 +148,11 @@ def resolve_config(sizes: Mapping[str, Mapping], size: str, overrides: Mapping[s
         if key not in config:
             raise ValueError(f"--set {key}: unknown setting; known: {', '.join(sorted(config))}")
         old = config[key]
-        if isinstance(old, bool) != isinstance(value, bool) or (
-            isinstance(old, (int, float)) and not isinstance(value, (int, float))
-        ) or (isinstance(old, (list, str)) and not isinstance(value, type(old))):
-            raise ValueError(f"--set {key}={value!r}: expected a value like {old!r}")
+        declared = [sz[key] for sz in sizes.values() if key in sz]
+        numbers = [abs(v) for v in declared if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        lists = [v for v in declared if isinstance(v, list)]
+        largest = max(numbers) if numbers else (max(lists, key=len) if lists else old)
+        _check_value(key, value, old, largest)
         config[key] = value
     return config
 
@@ -140,13 +183,13 @@ def _remember_seconds(name: str, kind: str, size: str, seconds: float) -> None:
         pass  # a cache that cannot be written only loses the next estimate
 
 
-def settable(name: str, kind: str = "run", size: str = "quick") -> dict:
-    """``{key: (type name, value)}`` of the settings ``--set`` accepts for ``name`` at ``size``."""
+def settable(name: str, kind: str = "run", size: str = "quick", overrides: Mapping[str, Any] | None = None) -> dict:
+    """``{key: (type name, value)}`` of the settings ``--set`` accepts for ``name`` at ``size``
+    (with ``overrides`` applied and checked as ``run`` would)."""
     experiment = registry.get(BENCH_ALIASES.get(name, name) if kind == "bench" else name).load_experiment()
     sizes = experiment.sizes if kind == "run" else experiment.bench_sizes
-    if size not in sizes:
-        raise ValueError(f"size must be one of {tuple(sizes)}, got {size!r}")
-    return {k: (type(v).__name__, v) for k, v in sizes[size].items()}
+    config = resolve_config(sizes, size, overrides)
+    return {k: (type(v).__name__, v) for k, v in config.items()}
 
 
 def _execute(kind: str, name: str, *, size: str, seed: int, overrides, address, json_path, out_dir,
@@ -171,7 +214,12 @@ def _execute(kind: str, name: str, *, size: str, seed: int, overrides, address, 
     runtime.reset_stats()
     t0 = time.perf_counter()
     with runtime.max_workers(workers):
-        outcome = fn(config, seed)
+        try:
+            outcome = fn(config, seed)
+        except Exception as exc:  # noqa: BLE001 - surfaced whole as the cause
+            if isinstance(exc, (ValueError, TypeError)) and not runtime.stats().get("tasks"):
+                raise
+            raise ExperimentFailed(f"{kind} {name!r} failed: {type(exc).__name__}: {exc}") from exc
     seconds = time.perf_counter() - t0
     _remember_seconds(name, kind, size, seconds)
     record = {
