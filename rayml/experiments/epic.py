@@ -46,7 +46,7 @@ import numpy as np
 
 from rayml import runtime
 from rayml.experiments import Experiment, Outcome
-from rayml.results import Claim
+from rayml.results import Claim, Control
 
 PAPER = "EPIC: Efficient Position-Independent Caching for Serving Large Language Models, ICML 2025"
 METHOD = "epic"
@@ -182,24 +182,42 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                    budget=budget)
 
 
+ABSTRACT_ACCURACY = ("abstract: 'LegoLink ... mitigates the inappropriate \"attention sink\" effect at every "
+                     "document beginning, to maintain accuracy with minimal computation' ... 'with negligible or "
+                     "no accuracy loss'")
+ABSTRACT_SINK = ("abstract: 'LegoLink ... mitigates the inappropriate \"attention sink\" effect at every document "
+                 "beginning' (naive position-independent reuse suffers from it)")
+ABSTRACT_TTFT = ("abstract: 'EPIC achieves up to 8x improvements in Time-To-First-Token (TTFT) ... over existing "
+                 "systems'")
+BLEND = f"cacheblend-r{round(100 * CLAIM_R)}"
+
 CLAIMS = [
     Claim(text=f"LegoLink with small k (k={CLAIM_K}) keeps task accuracy within 5 points of full recompute",
-          metric="metrics.legolink_claim.accuracy", compare="baselines.full.accuracy", op=">=", margin=-0.05),
+          metric="metrics.legolink_claim.accuracy", compare="baselines.full.accuracy", op=">=", margin=-0.05,
+          source=ABSTRACT_ACCURACY, controls=(Control("naive", "baselines.naive.accuracy"),)),
     Claim(text="naive position-independent reuse (k=0) loses accuracy: more than 5 points below full recompute",
-          metric="baselines.naive.accuracy", compare="baselines.full.accuracy", op="<", margin=0.05),
+          metric="baselines.naive.accuracy", compare="baselines.full.accuracy", op="<", margin=0.05,
+          source=ABSTRACT_SINK,
+          controls=(Control(f"legolink-k{CLAIM_K}", "metrics.legolink_claim.accuracy"),
+                    Control(BLEND, f"baselines.{BLEND}.accuracy"))),
     Claim(text=f"LegoLink-{CLAIM_K} is closer to full recompute than naive reuse (first-token KL, paired over items)",
           metric="metrics.legolink_claim.kl", compare="baselines.naive.kl", op="<",
           test="wilcoxon signed-rank over seeds", table="items",
           a={"method": f"legolink-k{CLAIM_K}", "metric": "kl"}, b={"method": "naive", "metric": "kl"},
-          pair_on=("n_docs", "item")),
+          pair_on=("n_docs", "item"), source=ABSTRACT_SINK),
     Claim(text=f"LegoLink-{CLAIM_K} keeps the first answer token of full recompute (top-1 agreement >= 0.95)",
-          metric="metrics.legolink_claim.top1_agreement", compare=0.95, op=">="),
+          metric="metrics.legolink_claim.top1_agreement", compare=0.95, op=">=", source=ABSTRACT_ACCURACY,
+          controls=(Control("naive", "baselines.naive.top1_agreement"),)),
     Claim(text=f"LegoLink-{CLAIM_K} is within 5 accuracy points of CacheBlend-{round(100 * CLAIM_R)} or better",
-          metric="metrics.legolink_claim.accuracy", compare=f"baselines.cacheblend-r{round(100 * CLAIM_R)}.accuracy",
-          op=">=", margin=-0.05),
-    Claim(text=f"LegoLink-{CLAIM_K} recomputes fewer prompt tokens than CacheBlend-{round(100 * CLAIM_R)}",
+          metric="metrics.legolink_claim.accuracy", compare=f"baselines.{BLEND}.accuracy",
+          op=">=", margin=-0.05, source=ABSTRACT_ACCURACY + " (against CacheBlend, the paper's PIC baseline)",
+          controls=(Control("naive", "baselines.naive.accuracy"),)),
+    # Holds by construction: CacheBlend recomputes its check layer (layer 0) for every token, LegoLink-k only
+    # k tokens per document plus the query, so this is a check of the engine's bookkeeping, not evidence.
+    Claim(text=f"LegoLink-{CLAIM_K} recomputes fewer prompt tokens than CacheBlend-{round(100 * CLAIM_R)} "
+               "(by construction: CacheBlend recomputes layer 0 for every token)",
           metric="metrics.legolink_claim.recomputed_frac",
-          compare=f"baselines.cacheblend-r{round(100 * CLAIM_R)}.recomputed_frac", op="<"),
+          compare=f"baselines.{BLEND}.recomputed_frac", op="<", kind="sanity"),
 ]
 
 
@@ -322,8 +340,18 @@ def bench(config: Mapping[str, Any], seed: int) -> Outcome:
     # recompute; here a suffix prefill after a cached prefix pays for an explicit attention mask)
     speed_exact = {f"docs{n}": min(ttft[(m, n)] for m in ("full", "prefix", "full-nocache")) / ttft[("legolink", n)]
                    for n in n_docs}
+    # the same ratios with a baseline in LegoLink's place (the bench claims' controls)
+    at = f"docs{largest}"
+    controls = {
+        "speedup_vs_full_largest": {m: ttft[("full", largest)] / ttft[(m, largest)] for m in ("prefix", "cacheblend")},
+        "speedup_vs_prefix_largest": {m: ttft[("prefix", largest)] / ttft[(m, largest)]
+                                      for m in ("full", "cacheblend")},
+        "speedup_vs_best_exact_largest": {"cacheblend": speed_exact[at] * ttft[("legolink", largest)]
+                                          / ttft[("cacheblend", largest)]},
+    }
     metrics = {"timings": {
         "ttft_s": timings,
+        "controls": controls,
         "speedup_vs_full": speed_full,
         "speedup_vs_prefix": speed_prefix,
         "speedup_vs_cacheblend": speed_blend,
@@ -345,16 +373,26 @@ def bench(config: Mapping[str, Any], seed: int) -> Outcome:
 
 BENCH_CLAIMS = [
     Claim(text="LegoLink's TTFT beats full recompute at the largest number of documents (ratio > 1)",
-          metric="metrics.timings.speedup_vs_full_largest", compare=1.0, op=">"),
-    Claim(text="LegoLink's TTFT beats even a cache-less causal forward at the largest number of documents",
-          metric="metrics.timings.speedup_vs_full_nocache.largest", compare=1.0, op=">"),
+          metric="metrics.timings.speedup_vs_full_largest", compare=1.0, op=">", source=ABSTRACT_TTFT,
+          controls=tuple(Control(m, f"metrics.timings.controls.speedup_vs_full_largest.{m}")
+                         for m in ("prefix", "cacheblend"))),
+    Claim(text="LegoLink's TTFT beats even a cache-less causal forward at the largest number of documents "
+               "(an engineering check of this engine; the paper makes no such comparison)",
+          metric="metrics.timings.speedup_vs_full_nocache.largest", compare=1.0, op=">", kind="sanity"),
     Claim(text="LegoLink's TTFT beats exact-prefix caching when documents come in a new order (ratio > 1)",
-          metric="metrics.timings.speedup_vs_prefix_largest", compare=1.0, op=">"),
+          metric="metrics.timings.speedup_vs_prefix_largest", compare=1.0, op=">",
+          source=ABSTRACT_TTFT + " ('existing context caching requires exact prefix matches across requests')",
+          controls=tuple(Control(m, f"metrics.timings.controls.speedup_vs_prefix_largest.{m}")
+                         for m in ("full", "cacheblend"))),
     Claim(text="LegoLink's TTFT beats the fastest exact method (full, prefix, cache-less forward) at the largest size",
-          metric="metrics.timings.speedup_vs_best_exact.largest", compare=1.0, op=">"),
+          metric="metrics.timings.speedup_vs_best_exact.largest", compare=1.0, op=">", source=ABSTRACT_TTFT,
+          controls=(Control("cacheblend", "metrics.timings.controls.speedup_vs_best_exact_largest.cacheblend"),)),
     Claim(text="LegoLink's TTFT grows more slowly with the number of documents than full recompute's "
                "(log-log slope)",
-          metric="metrics.timings.loglog_slope.legolink", compare="metrics.timings.loglog_slope.full", op="<"),
+          metric="metrics.timings.loglog_slope.legolink", compare="metrics.timings.loglog_slope.full", op="<",
+          source="paper text: LegoLink recomputes O(k x chunks) tokens (linear in the number of documents) "
+                 "where full recompute prefills the whole prompt",
+          controls=(Control("cacheblend", "metrics.timings.loglog_slope.cacheblend"),)),
 ]
 
 EXPERIMENT = Experiment(
