@@ -11,8 +11,9 @@ Ray: every training run (architecture x learning rate x tuning seed, then archit
 is a task; then every probe (hidden units of a trained model against the board states, the SAE
 fitted and probed for the dense GELU model, router sparsity, the sparse-MLP identity check) is a
 task; weights travel through the object store. Tuning: every architecture's learning rate is chosen
-on the same grid (the paper-like 3e-3 inside it) by validation loss on tuning seeds kept apart from
-the test seeds; the SAE's L1 coefficient on its own grid by coverage on the tuning seeds.
+on the same grid by validation loss on tuning seeds kept apart from the test seeds (the paper's own
+learning rate could not be read); the SAE's L1 coefficient on its own grid by coverage on the
+tuning seeds.
 """
 
 from __future__ import annotations
