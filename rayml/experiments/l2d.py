@@ -103,8 +103,11 @@ def _budget(config) -> int:
 
     key = (config["lora_rank"], config["flow_dim"], config["cond_dim"], config["noise_scale"])
     if key not in _BUDGET:
+        import torch
+
         base, _ = _base()
-        _BUDGET[key] = l2d.trainable_parameters(l2d.FlowLM(base, _l2d_cfg(config)))
+        with torch.random.fork_rng():  # counting must not move the caller's random stream
+            _BUDGET[key] = l2d.trainable_parameters(l2d.FlowLM(base, _l2d_cfg(config)))
     return _BUDGET[key]
 
 
@@ -158,6 +161,7 @@ def train_task(item: tuple, shared: Mapping[str, Any]) -> dict:
     phase, method, lr, si, seed = item
     config = shared["config"]
     base, tok = _base()
+    torch.manual_seed(int(seed) % (2**63))  # the adapters' initialisation depends on the item only
     model = _build(method, config, base)
     train = shared["train"]
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
