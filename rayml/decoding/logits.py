@@ -54,12 +54,12 @@ import numpy as np
 
 from rayml.decoding.matcher import (CompiledGrammar, GrammarMatcher, MatcherConfig, TokenIndex,
                                        allocate_token_bitmask, bitmask_to_bool)
-from rayml.decoding.spec import (GrammarError, GrammarLimits, GrammarSpec, GrammarTooComplex, build_grammar,
-                                 normalize_spec)
+from rayml.decoding.spec import (GrammarCompileFailed, GrammarError, GrammarLimits, GrammarSpec, GrammarTooComplex,
+                                 build_grammar, normalize_spec)
 from rayml.decoding.vocab import Vocabulary
 
-__all__ = ["GrammarError", "GrammarTooComplex", "GrammarLimits", "GrammarSpec", "normalize_spec", "build_grammar",
-           "GrammarCache", "vocabulary_from_tokenizer", "vocabulary_from_hf", "BatchGrammarState",
+__all__ = ["GrammarError", "GrammarTooComplex", "GrammarCompileFailed", "GrammarLimits", "GrammarSpec",
+           "normalize_spec", "build_grammar", "GrammarCache", "compiled_nbytes", "vocabulary_from_tokenizer", "vocabulary_from_hf", "BatchGrammarState",
            "apply_bitmask_", "EmbeddedGrammarProcessor", "ConstrainedOutput", "constrained_generate",
            "make_vllm_logits_processor", "EXTRA_ARGS_KEY"]
 # Also (lazy, module ``__getattr__``; not in ``__all__`` so that ``import *`` needs neither package):
@@ -72,6 +72,46 @@ class _Failure:
     message: str
 
 
+_FAILURE_BYTES = 256  # what a cached error is charged against the byte cap
+
+
+def compiled_nbytes(compiled: CompiledGrammar) -> int:
+    """Estimated memory of a compiled grammar: the bytes of the numpy arrays it holds (the
+    terminals' DFAs, the Earley engine's tables, the mask / terminal caches filled so far), each array
+    counted once; the shared ``TokenIndex`` is not counted (every grammar of the cache shares it).
+    Python objects other than arrays (production tuples, dict slots) are charged 64 bytes each."""
+    seen: set = set()
+    skip = (TokenIndex, MatcherConfig, type, str, bytes, int, float, bool, type(None))
+    total = 0
+    stack = [(compiled, 0)]
+    while stack:
+        obj, depth = stack.pop()
+        if id(obj) in seen or isinstance(obj, skip):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, np.ndarray):
+            base = obj.base if isinstance(obj.base, np.ndarray) else None
+            if base is not None:
+                stack.append((base, depth))
+            else:
+                total += obj.nbytes
+            continue
+        total += 64
+        if depth >= 8:
+            continue
+        if isinstance(obj, dict):
+            children = list(obj.values())
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            children = list(obj)
+        else:
+            children = list(getattr(obj, "__dict__", {}).values())
+            for slot in getattr(type(obj), "__slots__", ()):
+                if hasattr(obj, slot):
+                    children.append(getattr(obj, slot))
+        stack.extend((c, depth + 1) for c in children)
+    return total
+
+
 class GrammarCache:
     """Compiled grammars for one vocabulary, kept across requests (LRU, thread-safe).
 
@@ -80,29 +120,37 @@ class GrammarCache:
         vocab_size: the logits width when it exceeds the vocabulary (padded embedding tables).
         limits: ``GrammarLimits``.
         capacity: compiled grammars kept.
-        isolate: compile in a child process (time and memory limits enforced; a crash or a timeout
-            kills the child, never the caller).
+        max_bytes: cap on the estimated bytes of the grammars kept (``compiled_nbytes``, re-estimated
+            at each insertion since the grammars' own caches grow with use); least recently used
+            grammars are evicted past it (the newest is always kept). ``None``: no cap.
+        isolate: compile in child processes (``IsolatedCompiler``: time and memory limits enforced; a
+            crash or a timeout kills the child, never the caller).
+        compile_workers: compiling child processes when ``isolate``.
         config: the engine switches (``MatcherConfig``).
     """
 
     def __init__(self, vocab, *, vocab_size: int | None = None, limits: GrammarLimits = GrammarLimits(),
-                 capacity: int = 64, isolate: bool = False, config: MatcherConfig = MatcherConfig()):
+                 capacity: int = 64, max_bytes: int | None = 512 * 2**20, isolate: bool = False,
+                 compile_workers: int = 2, config: MatcherConfig = MatcherConfig()):
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"capacity must be an int >= 1, got {capacity!r}")
+        if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1):
+            raise ValueError(f"max_bytes must be an int >= 1 or None, got {max_bytes!r}")
         if not isinstance(limits, GrammarLimits):
             raise TypeError(f"limits must be a GrammarLimits, got {type(limits).__name__}")
         self.index = vocab if isinstance(vocab, TokenIndex) else TokenIndex(vocab, vocab_size)
-        self.limits, self.capacity, self.config = limits, capacity, config
+        self.limits, self.capacity, self.max_bytes, self.config = limits, capacity, max_bytes, config
         self._lru: OrderedDict = OrderedDict()
+        self._sizes: dict = {}
         self._lock = threading.Lock()
         self._building: dict = {}
         self._compiler = None
         if isolate:
             from rayml.decoding.compile_worker import IsolatedCompiler
 
-            self._compiler = IsolatedCompiler()
+            self._compiler = IsolatedCompiler(compile_workers)
             self._compiler.start()
-        self.stats = {"hits": 0, "misses": 0, "errors": 0}
+        self.stats = {"hits": 0, "misses": 0, "errors": 0, "evicted": 0}
 
     @property
     def vocab_size(self) -> int:
@@ -111,11 +159,18 @@ class GrammarCache:
     def __len__(self) -> int:
         return len(self._lru)
 
+    @property
+    def nbytes(self) -> int:
+        """Estimated bytes of the grammars kept (as of their last estimate)."""
+        with self._lock:
+            return sum(self._sizes.values())
+
     def get(self, spec) -> CompiledGrammar | None:
         """The compiled grammar of ``spec`` (a spec dict or ``GrammarSpec``; ``None`` stays
         unconstrained), from the cache or compiled now. Concurrent misses on one spec compile once;
-        a spec that failed (``GrammarError`` / ``GrammarTooComplex``) is cached as its error, so a
-        repeated over-limit grammar is refused without compiling it again."""
+        a spec that is invalid or over a size limit (``GrammarError`` / ``GrammarTooComplex``) is cached
+        as its error, so a repeated over-limit grammar is refused without compiling it again; a
+        ``GrammarCompileFailed`` (time or memory limit, crash, busy compiler) is not cached."""
         spec = normalize_spec(spec) if spec is not None else None
         if spec is None:
             return None
@@ -139,21 +194,43 @@ class GrammarCache:
             grammar = self._compiler.compile(spec, self.limits) if self._compiler else build_grammar(spec, self.limits)
             entry = CompiledGrammar(grammar, self.index, self.config)
             return entry
+        except GrammarCompileFailed:
+            raise
         except (GrammarError, GrammarTooComplex) as exc:
             entry = _Failure(type(exc), str(exc))
             raise
         finally:
+            sizes = {}
+            if self.max_bytes is not None and entry is not None:  # estimated outside the lock
+                with self._lock:
+                    kept = list(self._lru.items())
+                sizes = {k: (_FAILURE_BYTES if isinstance(v, _Failure) else compiled_nbytes(v)) for k, v in kept}
+                sizes[spec] = _FAILURE_BYTES if isinstance(entry, _Failure) else compiled_nbytes(entry)
             with self._lock:
                 if entry is None or isinstance(entry, _Failure):
                     self.stats["errors"] += 1
                 if entry is not None:
                     self._lru[spec] = entry
-                    while len(self._lru) > self.capacity:
-                        self._lru.popitem(last=False)
+                    for k in self._lru:
+                        self._sizes[k] = sizes.get(k, self._sizes.get(k, _FAILURE_BYTES))
+                    self._evict(spec)
                 self._building.pop(spec).set()
 
+    def _evict(self, newest) -> None:
+        """Drop least recently used entries past ``capacity`` or ``max_bytes`` (under the lock)."""
+        total = sum(self._sizes.values())
+        while len(self._lru) > 1 and (len(self._lru) > self.capacity
+                                      or (self.max_bytes is not None and total > self.max_bytes)):
+            key = next(iter(self._lru))
+            if key == newest:
+                self._lru.move_to_end(key)
+                continue
+            self._lru.pop(key)
+            total -= self._sizes.pop(key, 0)
+            self.stats["evicted"] += 1
+
     def close(self) -> None:
-        """Stop the compiling child process (if any)."""
+        """Stop the compiling child processes (if any)."""
         if self._compiler is not None:
             self._compiler.close()
 

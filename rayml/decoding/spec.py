@@ -16,7 +16,7 @@ from rayml.decoding.grammar import Grammar, parse_ebnf
 from rayml.decoding.json_schema import json_grammar, schema_grammar
 from rayml.decoding.regex import EngineSizeLimit, compile_regex
 
-__all__ = ["GrammarError", "GrammarTooComplex", "GrammarLimits", "GrammarSpec", "normalize_spec", "build_grammar",
+__all__ = ["GrammarError", "GrammarTooComplex", "GrammarCompileFailed", "GrammarLimits", "GrammarSpec", "normalize_spec", "build_grammar",
            "SPEC_KINDS"]
 
 SPEC_KINDS = ("json_schema", "json_object", "regex", "grammar")
@@ -28,6 +28,12 @@ class GrammarError(ValueError):
 
 class GrammarTooComplex(ValueError):
     """The grammar is over a size / complexity / compile-time / memory limit (an HTTP 422)."""
+
+
+class GrammarCompileFailed(GrammarTooComplex):
+    """The compilation hit the time or memory limit, crashed its process, or the compiler was busy:
+    a failure that depends on the load and the compiler's state, not on the grammar alone, so it is
+    never cached (``GrammarCache``); the same request may succeed later."""
 
 
 @dataclass(frozen=True)
