@@ -51,3 +51,17 @@ def test_the_grid_holds_the_twelve_ablation_cells_and_the_three_alternatives():
 def test_bad_settings_are_rejected(override, match):
     with pytest.raises(ValueError, match=match):
         exp._validate({**exp.SIZES["tiny"], **override})
+
+
+def test_trajectories_are_stored_as_parquet_with_their_parameters(ray_session, tmp_path):
+    config = {**exp.SIZES["tiny"], "data_dir": str(tmp_path), "train_trajectories": 2, "val_trajectories": 1,
+              "test_trajectories": 1, "ins_trajectories": 3}
+    data, items, _ = exp._generate(config, 3)
+    ins, ins_items = exp._generate_ins(config, 3)
+    trajs, params = swe.read_trajectories_parquet(tmp_path / "shallow_water.parquet")
+    assert len(trajs) == len(items) == 5 and {p["split"] for p in params} == {"train", "val", "test", "ood"}
+    assert params[0]["boundary"] == "periodic" and params[0]["n"] == 8
+    assert np.array_equal(trajs[0].astype(np.float32), data["train"][0])
+    iturbs, iparams = swe.read_trajectories_parquet(tmp_path / "turbulence.parquet")
+    assert len(iturbs) == len(ins_items) and iparams[-1]["k0_initial"] == config["ins_k0_ood"]
+    assert np.array_equal(iturbs[0].astype(np.float32), ins["train"][0])
