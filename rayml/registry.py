@@ -55,7 +55,7 @@ class Method:
 # whose presence shows that a group is installed. The core install (ray, torch, numpy, scipy,
 # pyarrow, matplotlib, tqdm, scikit-learn, cma) runs every method whose family needs no extra.
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "optim": ("cvxpy", "clarabel", "networkx"),
+    "optim": ("cvxpy", "clarabel", "networkx", "osqp", "highspy"),
     "llm": ("safetensors", "tokenizers", "mistral_common", "sentencepiece", "jsonschema", "pymoo"),
     "graphs": ("networkx",),
     "serve": ("fastapi", "starlette", "PIL"),
