@@ -92,8 +92,51 @@ def test_waits_are_bounded(ray_session):
         pool.shutdown()
 
 
+class Counted(Holder):
+    """A Holder that appends its pid to ``births`` each time its constructor runs."""
+
+    def __init__(self, offset, births, marker=None, die_on=None):
+        super().__init__(offset, marker, die_on)
+        with open(births, "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+def test_the_actor_handle_survives_a_death_ray_restarts_it_in_place(ray_session, tmp_path):
+    births, marker = str(tmp_path / "births"), str(tmp_path / "died")
+    pool = ResilientActorPool(Counted, size=1, args=(10, births), kwargs={"marker": marker, "die_on": 3},
+                              num_cpus=0.5)
+    try:
+        handle = pool.actors[0]
+        first = pool.call_all("pid")[0]
+        assert pool.map("apply", range(8), per_actor=3) == [10 + x for x in range(8)]
+        assert pool.actors[0] is handle  # the same handle: Ray restarted the actor in place
+        assert os.path.exists(marker) and pool.replaced == 1 and pool.rebuilt == 0
+        with open(births) as f:
+            pids = [int(line) for line in f]
+        assert len(pids) == 2 and pids[0] == first  # the constructor ran again, in a new process
+        assert pool.call_all("pid") == [pids[1]] != [first]
+    finally:
+        pool.shutdown()
+
+
+def test_past_rays_restart_budget_a_new_actor_is_built_in_the_slot(ray_session, tmp_path):
+    births, marker = str(tmp_path / "births"), str(tmp_path / "died")
+    pool = ResilientActorPool(Counted, size=1, args=(10, births), kwargs={"marker": marker, "die_on": 3},
+                              num_cpus=0.5, max_restarts=0)
+    try:
+        handle = pool.actors[0]
+        assert pool.map("apply", range(8), per_actor=2) == [10 + x for x in range(8)]
+        assert pool.replaced == 1 and pool.rebuilt == 1 and pool.actors[0] is not handle
+        with open(births) as f:
+            assert len(f.read().split()) == 2
+    finally:
+        pool.shutdown()
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="size"):
         ResilientActorPool(Holder, size=0)
     with pytest.raises(ValueError, match="max_attempts"):
         ResilientActorPool(Holder, size=1, max_attempts=0)
+    with pytest.raises(ValueError, match="max_restarts"):
+        ResilientActorPool(Holder, size=1, max_restarts=-2)
