@@ -186,7 +186,8 @@ def test_replica_kill_under_load_recovers(apps):
             if stop.is_set():
                 return
             try:
-                outcomes.append(_post(url, body, timeout=60).status_code)
+                r = _post(url, body, timeout=60)
+                outcomes.append(r.status_code if r.status_code == 200 else f"{r.status_code} {r.text[:120]}")
             except requests.RequestException as exc:
                 outcomes.append(type(exc).__name__)
 
