@@ -56,7 +56,7 @@ class Method:
 # pyarrow, matplotlib, tqdm, scikit-learn, cma) runs every method whose family needs no extra.
 EXTRAS: dict[str, tuple[str, ...]] = {
     "optim": ("cvxpy", "clarabel", "networkx", "osqp", "highspy"),
-    "llm": ("safetensors", "tokenizers", "mistral_common", "sentencepiece", "jsonschema", "pymoo"),
+    "llm": ("safetensors", "tokenizers", "mistral_common", "sentencepiece", "jsonschema", "pymoo", "chess"),
     "graphs": ("networkx",),
     "serve": ("fastapi", "starlette", "PIL"),
     "bench": ("transformers", "xgrammar", "llguidance", "outlines_core"),

@@ -55,7 +55,7 @@ def test_bad_flag(capsys):
 def test_bad_set(capsys, tmp_path):
     assert "unknown setting" in _one_line_error(capsys, ["run", "gs-poweropt", "--size", "tiny", "--set", "nope=1"])
     assert "expected key=value" in _one_line_error(capsys, ["run", "gs-poweropt", "--size", "tiny", "--set", "x"])
-    assert "expected a value like" in _one_line_error(
+    assert "expected an integer" in _one_line_error(
         capsys, ["run", "gs-poweropt", "--size", "tiny", "--set", "seeds=many"])
 
 

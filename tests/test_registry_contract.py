@@ -16,11 +16,6 @@ from rayml import experiments, registry, results
 IMPLEMENTED = [m.name for m in registry.runnable()]
 BENCHED = [n for n in IMPLEMENTED if registry.get(n).load_experiment().bench is not None]
 
-# Experiments written before version 2 of the claim contract, whose claims the audit (issue 16)
-# is still rewriting. An experiment leaves this set when every paper claim names its source and
-# every threshold claim a control; the test below fails if one is listed after that happens, so
-# the set only shrinks, and a new experiment can never join it.
-PRE_V2 = {"epic", "ganq", "llm-substrate", "merge3", "ssni", "zapformat"}
 
 
 def test_the_registry_matches_methods_md():
@@ -52,10 +47,7 @@ def _incomplete(claims) -> list[str]:
 def test_paper_claims_name_their_source_and_threshold_claims_a_control(name):
     exp = registry.get(name).load_experiment()
     incomplete = _incomplete(list(exp.claims) + list(exp.bench_claims))
-    if name in PRE_V2:
-        assert incomplete, f"{name} is declared under version 2 now: remove it from PRE_V2"
-    else:
-        assert incomplete == [], f"paper claims without a source, or threshold claims without a control"
+    assert incomplete == [], "paper claims without a source, or threshold claims without a control"
 
 
 @pytest.mark.parametrize("name", IMPLEMENTED)

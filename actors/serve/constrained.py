@@ -18,8 +18,9 @@ process under the ``GrammarLimits`` time and memory limits; concurrent requests 
 
 Errors (a FastAPI ingress; OpenAPI schema at ``/openapi.json``): a body that fails the request
 model (``ConstrainedRequest``) is a 422 naming the field; a malformed spec, JSON Schema, regex or
-grammar is a 400 naming the problem; a constraint over a size / complexity / compile-time /
-memory limit is a 422 naming the limit; a failure inside a generation batch is a 503 for the
+grammar is a 400 naming the problem; a constraint over a size / complexity limit is a 422 naming
+the limit; a compile that hits the time or memory limit or finds the compile pool full is a 503
+(it depends on load: it is not cached, and a retry may succeed); a failure inside a generation batch is a 503 for the
 failing request only. The replica survives all of them (compilation runs in a killable child;
 generation has a deadline, ``max_generation_s``).
 """
@@ -144,6 +145,7 @@ class ConstrainedGenerator:
 
     def _prepare(self, body: dict) -> dict:
         from rayml.decoding.logits import GrammarError, GrammarTooComplex
+        from rayml.decoding.spec import GrammarCompileFailed
 
         try:
             spec = parse_constraint(body)
@@ -152,6 +154,8 @@ class ConstrainedGenerator:
             req["compiled"] = self.cache.get(spec) if spec is not None else None
         except (BadRequest, GrammarError) as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from None
+        except GrammarCompileFailed as exc:  # a time / memory limit or a busy compiler: load, not the grammar
+            raise HTTPException(status_code=503, detail=str(exc)) from None
         except GrammarTooComplex as exc:
             raise HTTPException(status_code=422, detail=str(exc)) from None
         return req

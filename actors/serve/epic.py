@@ -34,7 +34,7 @@ from fastapi import HTTPException
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
 from ray import serve
 
-from rayml.actors.serve.generate import scalar_values
+from rayml.actors.serve.generate import longest_token_bytes, scalar_values
 from rayml.actors.serve.http import make_api
 
 __all__ = ["EpicServer", "app", "api", "build", "parse_ask", "parse_document", "HTTPError", "DocumentRequest",
@@ -110,7 +110,11 @@ def _validated(model, body: Any) -> dict:
 
 
 def tokenize_document(text: str, tokenizer, max_seq_len: int) -> list[int]:
-    """The token ids of a document, or ``HTTPError`` (400 none, 413 over the context length)."""
+    """The token ids of a document, or ``HTTPError`` (400 none, 413 over the context length; a text
+    too long in bytes to fit is refused before the tokenizer, which holds the GIL, runs)."""
+    limit = max_seq_len * longest_token_bytes(tokenizer)
+    if len(text.encode("utf-8")) > limit:
+        raise HTTPError(413, f"'text' is over {limit} bytes; it cannot fit the context length {max_seq_len}")
     ids = tokenizer.encode(text)
     if not ids:
         raise HTTPError(400, "'text' encodes to no tokens")

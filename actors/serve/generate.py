@@ -105,9 +105,30 @@ def validate_body(body: Any, model=CompletionRequest) -> dict:
         raise BadRequest(_first_error(exc)) from None
 
 
+_LONGEST_TOKEN: dict = {}
+
+
+def longest_token_bytes(tokenizer) -> int:
+    """The most bytes one token of ``tokenizer`` stands for (computed once per tokenizer)."""
+    key = id(tokenizer)
+    if key not in _LONGEST_TOKEN:
+        _LONGEST_TOKEN[key] = max(len(b) for b in tokenizer.byte_table())
+    return _LONGEST_TOKEN[key]
+
+
 def tokenize(req: dict, tokenizer, max_seq_len: int) -> dict:
-    """``req`` with its prompts encoded (``ids``); ``BadRequest`` when one does not fit the context."""
+    """``req`` with its prompts encoded (``ids``); ``BadRequest`` when one does not fit the context.
+
+    A prompt longer in bytes than ``max_seq_len`` tokens of the longest token cannot fit, so it is
+    refused before tokenizing: the tokenizer holds the GIL, and a huge prompt would stall every
+    other request of the replica for seconds."""
     prompts = [req["prompt"]] if isinstance(req["prompt"], str) else list(req["prompt"])
+    limit = max_seq_len * longest_token_bytes(tokenizer)
+    for i, p in enumerate(prompts):
+        n = len(p.encode("utf-8"))
+        if n > limit:
+            raise BadRequest(f"'prompt'[{i}] has {n} bytes; no prompt over {limit} bytes fits the context length "
+                             f"{max_seq_len}")
     ids = [tokenizer.encode(p, bos=True) for p in prompts]
     for i, p in enumerate(ids):
         if len(p) + req["max_tokens"] > max_seq_len:

@@ -111,16 +111,12 @@ def _latency(url, body) -> float:
     return time.perf_counter() - t0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 21, still open: the tokenizers library's Tokenizer.encode holds the GIL (1.9 s for a "
-    "252 KB prompt here), so asyncio.to_thread(tokenize, ...) still blocks the replica's event loop; "
-    "measured: 49 ms alone, 3,432 ms under 8 slow prompts. Fix: refuse a prompt whose UTF-8 length "
-    "exceeds max_seq_len times the longest token's bytes before tokenizing, or tokenize with "
-    "encode_batch, which releases the GIL"))
 def test_a_small_request_is_not_starved_by_slow_prompts(apps):
-    """Eight prompts just under the 256 KiB body cap (~360,000 tokens each: seconds of tokenizing,
-    then a 400 for the context length) in flight on the generate app; a small request's median
-    latency stays within ``FACTOR`` times its median latency alone.
+    """Eight clients sending prompts just under the 256 KiB body cap (~360,000 tokens each: seconds
+    of tokenizing, which holds the GIL) to the generate app; a small request's median latency stays
+    within ``FACTOR`` times its median latency alone. The app refuses such a prompt by its byte
+    length before tokenizing (it cannot fit the context), which is what keeps the replica
+    responsive: with tokenizing first, the ratio measured 66-70x.
 
     FACTOR = 15 is generous on purpose: the big prompts are tokenized off the event loop, but they
     still take the replica's CPU share (a quarter CPU here, on a machine whose 2 cores are shared
@@ -140,23 +136,18 @@ def test_a_small_request_is_not_starved_by_slow_prompts(apps):
     codes: list = []
 
     def send_big():
-        codes.append(_post(url, big, timeout=300).status_code)
+        for _ in range(4):  # keep the replica busy with big bodies while the small ones are timed
+            codes.append(_post(url, big, timeout=300).status_code)
 
     threads = [threading.Thread(target=send_big) for _ in range(8)]
     for t in threads:
         t.start()
-    time.sleep(0.5)  # the big bodies are in (read and being tokenized)
-    loaded = []
-    for _ in range(5):
-        if not any(t.is_alive() for t in threads):
-            break
-        loaded.append(_latency(url, small))
+    loaded = [_latency(url, small) for _ in range(5)]  # while the big bodies are being sent
     for t in threads:
         t.join(timeout=300)
     print(f"small request alone {alone * 1e3:.0f} ms, under 8 slow prompts {[round(x * 1e3) for x in loaded]} ms; "
           f"big prompts answered {codes}")
-    assert codes == [400] * 8  # over the context length, refused after tokenizing
-    assert loaded, "the slow prompts finished before a small request could be timed"
+    assert codes == [400] * 32  # over the context length, refused by their byte length before tokenizing
     assert statistics.median(loaded) <= FACTOR * alone, (alone, loaded)
 
 
