@@ -424,16 +424,16 @@ CLAIMS = (
     _paired("generalises to durations beyond training: eta-NRMSE at twice the training horizon, p4m/both beats "
             "p1/none", MAIN, "p1_none", metric="nrmse_final", source=ABSTRACT_GEN),
     Claim(text="the output layer conserves mass to float precision: relative mass drift over the test rollouts "
-               "<= 1e-10 (float64)", metric="metrics.test.mass_drift", compare=1e-10, op="<=", source=ABSTRACT_LAYERS,
+               "<= 1e-10 (float64)", metric="metrics.test.mass_drift", compare=1e-10, op="<=", kind="sanity",
           controls=(Control("p1_none", "baselines.p1_none.test.mass_drift"),
                     Control("p4m_none", "baselines.p4m_none.test.mass_drift"))),
     Claim(text="the output layer conserves momentum to float precision: relative momentum drift <= 1e-10",
-          metric="metrics.test.momentum_drift", compare=1e-10, op="<=", source=ABSTRACT_LAYERS,
+          metric="metrics.test.momentum_drift", compare=1e-10, op="<=", kind="sanity",
           controls=(Control("p1_none", "baselines.p1_none.test.momentum_drift"),
                     Control("p4m_mass", "baselines.p4m_mass.test.momentum_drift"))),
     Claim(text="the trained p4m surrogate is D4-equivariant on the staggered grid (rotate / reflect the input, "
                "the output follows, u / v permuted with signs): relative error <= 1e-10",
-          metric="metrics.equivariance_error", compare=1e-10, op="<=", source=ABSTRACT_LAYERS,
+          metric="metrics.equivariance_error", compare=1e-10, op="<=", kind="sanity",
           controls=(Control("p1_both", "baselines.p1_both.equivariance_error"),
                     Control("p4_both", "baselines.p4_both.equivariance_error"))),
     Claim(text="the p4 surrogate is equivariant to the rotations (p4) to float precision",
