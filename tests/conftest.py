@@ -35,13 +35,6 @@ def record_numbers(record) -> dict:
             "tables": {k: v for k, v in record["tables"].items() if not k.startswith("timing")}}
 
 
-@pytest.fixture(scope="session")
-def tiny_records():
-    """``{method name: record_numbers of its tiny run with seed 1}``, filled by the contract suite
-    and reused by the scale-out test (which computes what is missing)."""
-    return {}
-
-
 @pytest.fixture
 def ray_session():
     """The shared local Ray (2 CPUs), started on first use and reused."""

@@ -300,6 +300,10 @@ def _train(model: nn.Module, seed: int, epochs: int) -> nn.Module:
     if path.exists():
         model.load_state_dict(torch.load(path, weights_only=True))
     else:
+        # one thread: the trained weights must not depend on the caller's thread count (each node of a
+        # cluster trains its own cached copy, and they must all be the same model)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
         torch.manual_seed(seed)
         xtr, ytr, _, _ = D.digits_split()
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -312,6 +316,7 @@ def _train(model: nn.Module, seed: int, epochs: int) -> nn.Module:
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
+        torch.set_num_threads(threads)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{id(model)}")
         torch.save(model.state_dict(), tmp)
