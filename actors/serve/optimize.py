@@ -60,18 +60,12 @@ class OptimizeRequest(BaseModel):
     seed: StrictInt = Field(0, ge=0, le=2**63 - 1)
     x0: Optional[list[float]] = Field(None, description="the start point (default: 3 away from the optimum)")
 
-    @field_validator("function")
+    @field_validator("function", "method")
     @classmethod
-    def _known_function(cls, v: str) -> str:
-        if v not in FUNCTIONS:
-            raise ValueError(f"must be one of {sorted(FUNCTIONS)}")
-        return v
-
-    @field_validator("method")
-    @classmethod
-    def _known_method(cls, v: str) -> str:
-        if v not in METHODS:
-            raise ValueError(f"must be one of {list(METHODS)}")
+    def _known(cls, v: str, info) -> str:
+        allowed = sorted(FUNCTIONS) if info.field_name == "function" else list(METHODS)
+        if v not in allowed:
+            raise ValueError(f"must be one of {allowed}")
         return v
 
     @field_validator("x0")
