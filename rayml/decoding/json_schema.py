@@ -8,11 +8,14 @@ ignored):
 * ``type`` (a name or a list), ``enum``, ``const`` (values written as compact JSON),
 * objects: ``properties``, ``required``, ``additionalProperties`` (``false``, ``true`` or a
   schema; absent means ``true`` as in the spec; extra keys come after the listed ones and are
-  any string other than a listed name),
+  any string, with every RFC 8259 escape, that does not decode to a listed name),
 * arrays: ``items`` (a schema), ``minItems``, ``maxItems``, ``uniqueItems: false``,
 * strings: ``minLength``, ``maxLength`` (code points; an escape counts as one), ``pattern``
   (ECMA-262 subset of ``rayml.decoding.regex``, unanchored unless written with ``^...$``;
-  combined with the length bounds by DFA intersection),
+  combined with the length bounds by DFA intersection), ``format`` (``date-time``, ``date``,
+  ``time``, ``email``, ``uuid``, ``ipv4``, ``ipv6``, ``uri``: the RFC regexes of
+  ``rayml.decoding.formats``, intersected with ``pattern`` and the bounds; any other format is
+  an error naming it),
 * integers and numbers: ``minimum``, ``maximum``, ``exclusiveMinimum``, ``exclusiveMaximum``
   (numeric form); a bounded ``number`` is written without exponent and its bounds must be
   integers (a non-integer bound is a compile-time error),
@@ -25,7 +28,7 @@ Assumed / restrictions (each keeps every output valid; some valid texts are not 
 strings without ``pattern`` accept every RFC 8259 escape, except that a length-bounded
 string never contains a lone high-surrogate escape (so the bound counts exactly what Python and
 ``jsonschema`` count: a surrogate pair is one character); ``pattern`` strings use only the escapes
-RFC 8259 requires; ``oneOf`` is compiled as ``anyOf`` and is exact only when its branches are
+RFC 8259 requires, and so do ``format`` strings; listed property names are written canonically; ``oneOf`` is compiled as ``anyOf`` and is exact only when its branches are
 disjoint; without ``type``, the types implied by the keywords present are produced; integers
 are produced without fraction or exponent; ``enum``/``const`` values that violate sibling keywords
 are dropped when ``jsonschema`` is installed.
@@ -37,6 +40,7 @@ import json
 import math
 
 from rayml.decoding.grammar import Grammar, GrammarBuilder
+from rayml.decoding.formats import format_regex
 from rayml.decoding.regex import (MAX_CODEPOINT, dfa_from_ast, difference, intersect, json_string_ast,
                                      parse_regex, quoted_repeat)
 
@@ -48,11 +52,11 @@ ANNOTATIONS = frozenset({"title", "description", "$schema", "$id", "$comment", "
 SUPPORTED_KEYWORDS = frozenset({"type", "enum", "const", "properties", "required", "additionalProperties", "items",
                                 "minItems", "maxItems", "uniqueItems", "minLength", "maxLength", "pattern", "minimum",
                                 "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "$ref", "$defs",
-                                "definitions"}) | ANNOTATIONS
+                                "definitions", "format"}) | ANNOTATIONS
 _FAMILY = {
     "object": {"properties", "required", "additionalProperties"},
     "array": {"items", "minItems", "maxItems", "uniqueItems"},
-    "string": {"minLength", "maxLength", "pattern"},
+    "string": {"minLength", "maxLength", "pattern", "format"},
     "number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"},
 }
 _TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
@@ -99,6 +103,30 @@ def clear_caches() -> None:
 
     _STRING_DFAS.clear()
     regex.clear_caches()
+
+
+def _hex_ci(digits: str) -> list:
+    """``digits`` as hex digits in either case."""
+    return [("set", tuple(sorted({(ord(d.lower()),) * 2, (ord(d.upper()),) * 2}))) for d in digits]
+
+
+def _all_spellings(name: str) -> tuple:
+    """Every JSON string literal (quotes included) that decodes to ``name``: each character raw
+    (where RFC 8259 allows it), as its short escape, or as ``\\uXXXX`` in either case (a surrogate
+    pair of escapes above U+FFFF)."""
+    chars = []
+    for ch in name:
+        cp = ord(ch)
+        alts = []
+        if cp >= 0x20 and ch not in '"\\' and not 0xD800 <= cp <= 0xDFFF:
+            alts.append(("bytes", ch.encode("utf-8", "surrogatepass")))
+        short = {'"': '"', "\\": "\\", "/": "/", "\b": "b", "\f": "f", "\n": "n", "\r": "r", "\t": "t"}.get(ch)
+        if short:
+            alts.append(("bytes", b"\\" + short.encode()))
+        units = [cp] if cp <= 0xFFFF else [0xD800 + ((cp - 0x10000) >> 10), 0xDC00 + ((cp - 0x10000) & 0x3FF)]
+        alts.append(("cat", [x for u in units for x in (("bytes", b"\\u"), *_hex_ci(f"{u:04x}"))]))
+        chars.append(alts[0] if len(alts) == 1 else ("alt", alts))
+    return _quoted(("cat", chars))
 
 
 def _quoted(body) -> tuple:
@@ -288,6 +316,8 @@ class _Compiler:
         if unknown:
             raise ValueError(f"{path}: unsupported JSON Schema keyword(s) {unknown}; supported: "
                              f"{sorted(SUPPORTED_KEYWORDS - ANNOTATIONS)}")
+        if "format" in s:
+            format_regex(s["format"], path)  # an unsupported format is an error whatever the type
         keys = set(s) - ANNOTATIONS - {"$defs", "definitions"}
         if "$ref" in s:
             if keys - {"$ref"}:
@@ -420,29 +450,40 @@ class _Compiler:
                 raise ValueError(f"{path}: {k} must be an int in [0, {MAX_REPEAT}], got {v!r}")
         if mx is not None and mx < mn:
             raise ValueError(f"{path}: maxLength {mx} < minLength {mn}")
-        pattern = s.get("pattern")
-        if pattern is None:
+        pattern, fmt = s.get("pattern"), s.get("format")
+        if pattern is None and fmt is None:
             if mn == 0 and mx is None:
                 return self.generic_string()
             return self.b.terminal(_string_dfa(_JSON_CHAR, mn, mx), f"string{{{mn},{mx}}}")
-        if not isinstance(pattern, str):
-            raise ValueError(f"{path}: pattern must be a string")
+        pat = None
+        if pattern is not None:
+            if not isinstance(pattern, str):
+                raise ValueError(f"{path}: pattern must be a string")
+            pat = self._pattern_dfa(pattern, f"{path}: pattern {pattern!r}")
+        if fmt is not None:
+            f = self._pattern_dfa(format_regex(fmt, path), f"{path}: format {fmt!r}")
+            pat = f if pat is None else intersect(pat, f)
+        if mn or mx is not None:
+            pat = intersect(pat, _string_dfa(json_string_ast(_ALL), mn, mx))
+        if pat.empty:
+            what = " and ".join(x for x in (pattern is not None and f"pattern {pattern!r}",
+                                            fmt is not None and f"format {fmt!r}") if x)
+            raise ValueError(f"{path}: {what} with the length bounds admits no string")
+        return self.b.terminal(pat, f"string/{pattern}/" if fmt is None else f"string:{fmt}/{pattern}/")
+
+    @staticmethod
+    def _pattern_dfa(pattern: str, where: str):
+        """The DFA of the quoted JSON strings (canonical escapes) whose decoded text matches the
+        regex ``pattern`` (a search, unless anchored by ``^`` / ``$``)."""
         try:
-            body = pattern
-            anchored_start = body.startswith("^")
-            anchored_end = body.endswith("$") and not body.endswith("\\$")
-            ast = parse_regex(body)
+            anchored_start = pattern.startswith("^")
+            anchored_end = pattern.endswith("$") and not pattern.endswith("\\$")
+            ast = parse_regex(pattern)
         except ValueError as exc:
-            raise ValueError(f"{path}: pattern {pattern!r}: {exc}") from exc
+            raise ValueError(f"{where}: {exc}") from exc
         parts = ([] if anchored_start else [("rep", _ALL, 0, None)]) + [ast] + \
                 ([] if anchored_end else [("rep", _ALL, 0, None)])
-        pat = dfa_from_ast(_quoted(json_string_ast(("cat", parts))))
-        if mn or mx is not None:
-            length = _string_dfa(json_string_ast(_ALL), mn, mx)
-            pat = intersect(pat, length)
-        if pat.empty:
-            raise ValueError(f"{path}: pattern {pattern!r} with the length bounds admits no string")
-        return self.b.terminal(pat, f"string/{pattern}/")
+        return dfa_from_ast(_quoted(json_string_ast(("cat", parts))))
 
     def array(self, n: int, s, path):
         b = self.b
@@ -481,11 +522,11 @@ class _Compiler:
             members.append(([key, *self.sep(":"), val], name in required))
         extra_member = None
         if extra is not False:
-            keys_dfa = _string_dfa(json_string_ast(_ALL), 0, None)
+            # an extra key is any JSON string (every RFC 8259 escape) except every spelling of a
+            # listed name: "\u0061" is the property "a", not an extra key
+            keys_dfa = _string_dfa(_ANY_CHAR, 0, None)
             if names:
-                listed = dfa_from_ast(("alt", [("bytes", json.dumps(nm, ensure_ascii=False).encode("utf-8"))
-                                               for nm in names]))
-                keys_dfa = difference(keys_dfa, listed)
+                keys_dfa = difference(keys_dfa, dfa_from_ast(("alt", [_all_spellings(nm) for nm in names])))
             extra_member = [b.terminal(keys_dfa, "extra_key"), *self.sep(":"),
                             self.schema(extra, f"{path}/additionalProperties")]
         # first[i]: members i.. with none emitted yet; rest[i]: members i.. after one was emitted

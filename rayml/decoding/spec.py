@@ -17,7 +17,7 @@ from rayml.decoding.json_schema import json_grammar, schema_grammar
 from rayml.decoding.regex import EngineSizeLimit, compile_regex
 
 __all__ = ["GrammarError", "GrammarTooComplex", "GrammarCompileFailed", "GrammarLimits", "GrammarSpec", "normalize_spec", "build_grammar",
-           "SPEC_KINDS"]
+           "SPEC_KINDS", "canonical_schema"]
 
 SPEC_KINDS = ("json_schema", "json_object", "regex", "grammar")
 
@@ -66,8 +66,9 @@ class GrammarLimits:
 
 @dataclass(frozen=True)
 class GrammarSpec:
-    """A validated constraint: ``kind`` (one of ``SPEC_KINDS``) and ``source`` (compact sorted JSON
-    of the schema, the regex, the EBNF text, or ``""`` for any JSON). Hashable: the cache key."""
+    """A validated constraint: ``kind`` (one of ``SPEC_KINDS``) and ``source`` (the schema as
+    compact canonical JSON, see ``canonical_schema``; the regex; the EBNF text; or ``""`` for any
+    JSON). Hashable: the cache key."""
 
     kind: str
     source: str
@@ -77,6 +78,19 @@ class GrammarSpec:
             raise GrammarError(f"kind must be one of {SPEC_KINDS}, got {self.kind!r}")
         if not isinstance(self.source, str):
             raise GrammarError(f"source must be a str, got {type(self.source).__name__}")
+
+
+def canonical_schema(schema: Any, _ordered: bool = False) -> Any:
+    """``schema`` with the keys of every object sorted except the names of a ``properties`` map,
+    which keep the schema's order (generation emits properties in that order, so two schemas that
+    list them differently are different grammars; any other key order is irrelevant and sorted
+    so that it shares the cache entry). A property named like a keyword only costs a cache miss."""
+    if isinstance(schema, dict):
+        items = schema.items() if _ordered else sorted(schema.items(), key=lambda kv: str(kv[0]))
+        return {k: canonical_schema(v, _ordered=(k == "properties" and not _ordered)) for k, v in items}
+    if isinstance(schema, list):
+        return [canonical_schema(v) for v in schema]
+    return schema
 
 
 def normalize_spec(spec: Any) -> GrammarSpec | None:
@@ -105,7 +119,7 @@ def normalize_spec(spec: Any) -> GrammarSpec | None:
         if not isinstance(value, (dict, bool)):
             raise GrammarError(f"'json_schema' must be an object (a JSON Schema), got {type(value).__name__}")
         try:
-            source = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+            source = json.dumps(canonical_schema(value), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise GrammarError(f"'json_schema' is not JSON: {exc}") from None
         return GrammarSpec(kind, source)

@@ -119,7 +119,7 @@ def test_generic_json_outputs_parse(mistral):
 
 
 @pytest.mark.parametrize("schema,match", [
-    ({"type": "string", "format": "email"}, "format"),
+    ({"type": "string", "format": "hostname"}, "format"),
     ({"type": "object", "patternProperties": {"a": {}}}, "patternProperties"),
     ({"type": "array", "prefixItems": [{}]}, "prefixItems"),
     ({"type": "number", "multipleOf": 2}, "multipleOf"),
@@ -167,3 +167,37 @@ def test_string_escapes_and_control_characters():
     # a surrogate pair is one character for Python / jsonschema; a lone high surrogate is not produced
     assert bounded.recognizes(b'"\\ud83d\\ude00a"') and bounded.recognizes(b'"\\ude00a"')
     assert not bounded.recognizes(b'"\\ud83d\\ude00"') and not bounded.recognizes(b'"\\ud83da"')
+
+
+def test_schema_property_order_survives_the_spec_and_the_cache_key():
+    """Generation emits properties in the schema's order (``reasoning`` before ``answer``), through
+    ``normalize_spec`` as the servers and logits processors call it; key order elsewhere is
+    canonical, so reordering other keywords shares one cache entry."""
+    from rayml.decoding import EarleyEngine
+    from rayml.decoding.spec import build_grammar, normalize_spec
+    s = {"type": "object", "properties": {"reasoning": {"type": "string", "maxLength": 3}, "answer": {"type": "integer"}},
+         "required": ["reasoning", "answer"], "additionalProperties": False}
+    spec = normalize_spec({"type": "json_schema", "json_schema": s})
+    eng = EarleyEngine(build_grammar(spec))
+    assert eng.recognizes(b'{"reasoning":"x","answer":1}')
+    assert not eng.recognizes(b'{"answer":1,"reasoning":"x"}')
+    flipped = {"type": "object", "properties": {"answer": s["properties"]["answer"], "reasoning": s["properties"]["reasoning"]},
+               "required": ["reasoning", "answer"], "additionalProperties": False}
+    assert normalize_spec({"type": "json_schema", "json_schema": flipped}) != spec
+    shuffled = {"additionalProperties": False, "required": ["reasoning", "answer"], "properties": s["properties"],
+                "type": "object"}
+    assert normalize_spec({"type": "json_schema", "json_schema": shuffled}) == spec
+
+
+def test_extra_keys_take_every_escape_but_never_spell_a_listed_name():
+    from rayml.decoding import EarleyEngine
+    s = {"type": "object", "properties": {"a": {"type": "integer"}, "é/": {"type": "null"}},
+         "additionalProperties": {"type": "boolean"}}
+    eng = EarleyEngine(schema_grammar(s))
+    for ok in [b'{"\\/x":true}', b'{"\\u0062":true}', b'{"a":1,"\\u00E9x":false}', b'{"\\ud83d\\ude00":true}',
+               b'{"\\u00C9/":true}']:
+        assert eng.recognizes(ok), ok
+        obj = json.loads(ok)
+        jsonschema.validate(obj, s)
+    for bad in [b'{"\\u0061":true}', b'{"\\u00e9\\/":true}', b'{"\\u00E9/":true}', b'{"\\u00e9\\u002F":true}']:
+        assert not eng.recognizes(bad), bad  # these keys are the listed names "a" and "é/"

@@ -103,7 +103,9 @@ def test_compiled_grammars_are_cached_across_requests(url):
 
 
 @pytest.mark.parametrize("payload, status, needle", [
-    (_schema_body("a", {"type": "string", "format": "email"}), 400, "unsupported JSON Schema keyword(s) ['format']"),
+    (_schema_body("a", {"type": "string", "format": "hostname"}), 400, "format 'hostname' is not supported"),
+    (_schema_body("a", {"type": "object", "patternProperties": {"a": {}}}), 400,
+     "unsupported JSON Schema keyword(s) ['patternProperties']"),
     (_schema_body("a", {"type": "object", "properties": {"a": {"type": "strin"}}}), 400, "type must be one of"),
     (_schema_body("a", {"$ref": "#/$defs/missing"}), 400, "not found"),
     ({"prompt": "a", "regex": "[0-9"}, 400, "invalid regex"),
