@@ -28,7 +28,7 @@ from torch import nn
 from rayml.graphs.message_passing import add_self_loops, gcn_norm, spmm
 
 __all__ = ["fairness_gaps", "GCN", "train_gcn", "predict_gcn", "degree_histogram", "clustering_histogram",
-           "spectral_histogram", "gaussian_tv_mmd", "structure_mmd"]
+           "laplacian_spectrum", "spectral_histogram", "gaussian_tv_mmd", "structure_mmd"]
 
 
 def fairness_gaps(pred: np.ndarray, y: np.ndarray, s: np.ndarray) -> dict:
@@ -137,13 +137,18 @@ def clustering_histogram(edges: np.ndarray, n: int, bins: int = 20) -> np.ndarra
     return h / max(h.sum(), 1)
 
 
-def spectral_histogram(edges: np.ndarray, n: int, bins: int = 40) -> np.ndarray:
-    """Normalised histogram of the eigenvalues of ``I - D^-1/2 A D^-1/2`` on [0, 2] (isolated nodes: 0 rows)."""
+def laplacian_spectrum(edges: np.ndarray, n: int) -> np.ndarray:
+    """Eigenvalues of the normalised Laplacian ``I - D^-1/2 A D^-1/2`` (an isolated node contributes 0), ascending."""
     A = _adjacency(edges, n)
     deg = A.sum(1)
     inv = np.where(deg > 0, 1.0 / np.sqrt(np.maximum(deg, 1e-12)), 0.0)
-    L = np.eye(n) - inv[:, None] * A * inv[None, :]
-    ev = np.linalg.eigvalsh(L)
+    L = np.diag((deg > 0).astype(float)) - inv[:, None] * A * inv[None, :]
+    return np.linalg.eigvalsh(L)
+
+
+def spectral_histogram(edges: np.ndarray, n: int, bins: int = 40) -> np.ndarray:
+    """Normalised histogram of ``laplacian_spectrum`` on [0, 2]."""
+    ev = laplacian_spectrum(edges, n)
     h, _ = np.histogram(np.clip(ev, 0.0, 2.0), bins=bins, range=(0.0, 2.0))
     return h / h.sum()
 
