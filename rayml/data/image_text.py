@@ -15,7 +15,13 @@ backbone), and nothing may be downloaded at run time, so rayml trains its own mi
 * **loss**: the symmetric InfoNCE loss of CLIP (Radford et al., "Learning Transferable Visual
   Models From Natural Language Supervision", ICML 2021, Eq. in Fig. 3) with a learnable
   temperature (``logit_scale`` initialised at ``log(1 / 0.07)``, clamped at ``log(100)``);
-  random one-pixel shifts and small Gaussian noise augment the images.
+  random one-pixel shifts and small Gaussian noise augment the images;
+* **neutral texts**: a text with no class word (a question such as "what digit is shown in the
+  image?", an instruction) should not favour one class, so each batch also embeds a few random
+  filler-word texts and adds ``neutral_weight`` times the variance, across the batch's images, of
+  their cosine similarity to each image (``neutral_loss``; rayml's addition: without it the
+  question embedding leaned towards one class and a retriever that fuses image and question keys
+  retrieved that class's documents for every query).
 
 Training runs on one torch thread (the weights must not depend on the caller's thread count, so
 every node of a cluster that trains its own cached copy gets the same model) in a few seconds,
@@ -61,11 +67,12 @@ __all__ = [
     "class_captions",
     "tokenize",
     "contrastive_loss",
+    "neutral_loss",
     "train_encoder",
     "load_or_train",
 ]
 
-_VERSION = 1  # bump when the data, vocabulary or training changes: it is part of the cache key
+_VERSION = 2  # bump when the data, vocabulary or training changes: it is part of the cache key
 
 NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
@@ -127,6 +134,7 @@ class EncoderConfig:
     temperature_init: float = 0.07
     max_fillers: int = 3
     noise_std: float = 0.05
+    neutral_weight: float = 3.0
 
     def __post_init__(self):
         for name in ("dim", "hidden", "word_dim", "epochs", "batch_size"):
@@ -139,8 +147,10 @@ class EncoderConfig:
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not np.isfinite(v) or v <= 0:
                 raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
-        if not isinstance(self.noise_std, (int, float)) or not np.isfinite(self.noise_std) or self.noise_std < 0:
-            raise ValueError(f"noise_std must be a finite number >= 0, got {self.noise_std!r}")
+        for name in ("noise_std", "neutral_weight"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
 
 
 # ----------------------------------------------------------------------------------------- data
@@ -288,6 +298,17 @@ def _random_captions(labels: np.ndarray, rng: np.random.Generator, max_fillers: 
     return out
 
 
+def _filler_texts(n: int, rng: np.random.Generator) -> list[str]:
+    """Texts of 2-8 filler words and no class word (questions, instructions): the neutral batch."""
+    return [" ".join(_FILLER_WORDS[int(j)] for j in rng.integers(len(_FILLER_WORDS), size=int(rng.integers(2, 9))))
+            for _ in range(n)]
+
+
+def neutral_loss(img: torch.Tensor, neutral_txt: torch.Tensor) -> torch.Tensor:
+    """Mean over the neutral texts of the variance of their cosine similarity across the batch's images."""
+    return (neutral_txt @ img.T).var(dim=1).mean()
+
+
 def train_encoder(seed: int = 0, config: EncoderConfig = EncoderConfig()) -> ImageTextEncoder:
     """Train the encoder on the training split from scratch (one torch thread; no cache).
 
@@ -325,6 +346,9 @@ def train_encoder(seed: int = 0, config: EncoderConfig = EncoderConfig()) -> Ima
                 img = model.image_features(_augment(x_all[idx], gen, config.noise_std))
                 txt = model.text_features(_random_captions(ytr[idx], rng, config.max_fillers))
                 loss = contrastive_loss(img, txt, model.logit_scale)
+                if config.neutral_weight > 0:
+                    neutral = model.text_features(_filler_texts(max(2, len(idx) // 4), rng))
+                    loss = loss + config.neutral_weight * neutral_loss(img, neutral)
                 opt.zero_grad()
                 loss.backward()
                 opt.step()

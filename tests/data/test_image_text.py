@@ -7,6 +7,9 @@ import torch
 from rayml.data import image_text as it
 
 
+SMALL = it.EncoderConfig(epochs=2)
+
+
 @pytest.fixture(scope="module")
 def encoder():
     return it.train_encoder(seed=0)
@@ -30,27 +33,30 @@ def test_image_to_caption_retrieval_and_caption_to_image(encoder):
     np.testing.assert_allclose(np.linalg.norm(txt, axis=1), 1.0, atol=1e-5)
 
 
-def test_training_is_deterministic_from_the_seed(encoder):
-    again = it.train_encoder(seed=0)
-    for (k, a), (_, b) in zip(encoder.state_dict().items(), again.state_dict().items()):
+def test_training_is_deterministic_from_the_seed():
+    one, again = it.train_encoder(seed=0, config=SMALL), it.train_encoder(seed=0, config=SMALL)
+    for (k, a), (_, b) in zip(one.state_dict().items(), again.state_dict().items()):
         assert torch.equal(a, b), k
-    other = it.train_encoder(seed=1)
-    assert not torch.equal(encoder.state_dict()["text_tower.0.weight"], other.state_dict()["text_tower.0.weight"])
+    other = it.train_encoder(seed=1, config=SMALL)
+    assert not torch.equal(one.state_dict()["text_tower.0.weight"], other.state_dict()["text_tower.0.weight"])
 
 
-def test_load_or_train_caches_under_rayml_cache(tmp_path, monkeypatch, encoder):
+def test_load_or_train_caches_under_rayml_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("RAYML_CACHE", str(tmp_path))
-    first = it.load_or_train(seed=0)
+    first = it.load_or_train(seed=0, config=SMALL)
     files = list((tmp_path / "image_text").glob("clip-digits-*.pt"))
     assert len(files) == 1
-    second = it.load_or_train(seed=0)  # loaded from the file
+    second = it.load_or_train(seed=0, config=SMALL)  # loaded from the file
     x = it.digits_split()[2][:20]
     np.testing.assert_array_equal(first.encode_images(x), second.encode_images(x))
-    np.testing.assert_array_equal(first.encode_images(x), encoder.encode_images(x))
+    np.testing.assert_array_equal(first.encode_images(x), it.train_encoder(0, SMALL).encode_images(x))
+    # another seed or config is another file
+    it.load_or_train(seed=1, config=SMALL)
+    assert len(list((tmp_path / "image_text").glob("clip-digits-*.pt"))) == 2
     # a corrupt file is retrained over
     files[0].write_bytes(b"not a checkpoint")
-    third = it.load_or_train(seed=0)
-    np.testing.assert_array_equal(third.encode_images(x), encoder.encode_images(x))
+    third = it.load_or_train(seed=0, config=SMALL)
+    np.testing.assert_array_equal(third.encode_images(x), first.encode_images(x))
 
 
 def test_contrastive_loss_against_a_loop():
@@ -109,3 +115,12 @@ def test_encoder_pickles_for_ray_tasks(encoder):
     clone = pickle.loads(pickle.dumps(encoder))
     np.testing.assert_array_equal(clone.encode_images(x), encoder.encode_images(x))
     np.testing.assert_array_equal(clone.encode_texts(["seven"]), encoder.encode_texts(["seven"]))
+
+
+def test_a_question_without_class_words_is_near_neutral(encoder):
+    """The neutral term: a question's similarity to the classes' images varies far less than a caption's."""
+    xtr, ytr, _, _ = it.digits_split()
+    means = lambda t: np.array([(encoder.encode_images(xtr[ytr == c]) @ t).mean() for c in range(10)])  # noqa: E731
+    q = means(encoder.encode_texts(["what digit is shown in the image?"])[0])
+    c = means(encoder.encode_texts(["a handwritten digit seven"])[0])
+    assert np.ptp(q) < 0.5 * np.ptp(c), (np.ptp(q), np.ptp(c))
