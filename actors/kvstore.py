@@ -7,6 +7,15 @@ least recently used entries (an entry larger than the whole budget is not stored
 are owned by the store actor, so every replica on the cluster that holds the key
 can fetch them, and they live as long as the store keeps them (the actor puts them itself, so it owns them).
 
+Every payload is checked before it is stored: once a model is registered (``register_model``,
+or a client that sends its model's layout with each put, as the Serve app's does), the store takes
+only payloads of a registered model that match its layout (``check_epic_payload``: the arrays
+of ``cache_to_arrays`` with the model's layers, KV heads, head size, dtype, positions
+``0 .. n-1``, finite values), and every entry is
+tagged with its model, so a ``get`` for another model misses; a store without layouts (the vLLM
+connector's, whose engines find it by name) takes only plain data (dicts / lists of numpy arrays,
+numbers and strings). Registered document texts are a second LRU under their own byte budget.
+
 The store is only a cache. ``KVStoreClient.get_or_build`` asks the store, and on a miss, an
 evicted or lost object, or a dead / restarting store, compiles the chunk itself (``build``) and
 offers it back (best effort). The actor is created with ``max_restarts=-1``: a killed store comes
@@ -24,7 +33,8 @@ import time
 from collections import OrderedDict
 from typing import Any, Callable, Sequence
 
-__all__ = ["KVStore", "KVStoreClient", "get_or_create_store", "payload_nbytes", "DEFAULT_NAME", "NAMESPACE"]
+__all__ = ["KVStore", "KVStoreClient", "get_or_create_store", "payload_nbytes", "check_epic_payload", "check_plain_payload",
+           "epic_layout", "DEFAULT_NAME", "NAMESPACE"]
 
 DEFAULT_NAME = "rayml-epic-kvstore"
 NAMESPACE = "rayml"
@@ -43,41 +53,126 @@ def payload_nbytes(payload: Any) -> int:
     return 0
 
 
+def check_plain_payload(payload: Any, _depth: int = 0) -> None:
+    """``ValueError`` unless ``payload`` is plain data: dicts with string keys, lists, numpy arrays
+    of numbers, numbers, strings (what both payload formats are made of), nested at most 4 deep."""
+    import numpy as np
+
+    if _depth > 4:
+        raise ValueError("payload is nested too deeply")
+    if isinstance(payload, np.ndarray):
+        if payload.dtype.kind not in "biuf":
+            raise ValueError(f"payload arrays must be numeric, got dtype {payload.dtype}")
+    elif isinstance(payload, dict):
+        for k, v in payload.items():
+            if not isinstance(k, str):
+                raise ValueError(f"payload keys must be strings, got {type(k).__name__}")
+            check_plain_payload(v, _depth + 1)
+    elif isinstance(payload, (list, tuple)):
+        for v in payload:
+            check_plain_payload(v, _depth + 1)
+    elif not isinstance(payload, (bool, int, float, str)):
+        raise ValueError(f"payload holds a {type(payload).__name__}; only arrays, numbers and strings are stored")
+
+
+def epic_layout(model) -> dict:
+    """The layout ``check_epic_payload`` checks a chunk's KV against, from a ``TransformerLM``."""
+    c = model.config
+    return {"n_layers": int(c.n_layers), "n_kv_heads": int(c.n_kv_heads), "head_dim": int(c.head_dim),
+            "max_len": int(c.max_seq_len), "rope_theta": float(c.rope_theta), "dtype": "float32"}
+
+
+def check_epic_payload(payload: Any, layout: dict) -> None:
+    """``ValueError`` naming what is wrong unless ``payload`` is a compiled chunk of the model of
+    ``layout`` (``rayml.kvcache.epic.cache_to_arrays``: ``keys`` / ``values`` of shape
+    (n_layers, n_kv_heads, n, head_dim) and the model's dtype, ``positions`` = 0 .. n-1,
+    ``rope_theta``; 1 <= n <= max_len; every value finite)."""
+    import numpy as np
+
+    if not isinstance(payload, dict) or set(payload) != {"keys", "values", "positions", "rope_theta"}:
+        raise ValueError("payload must be a dict with exactly 'keys', 'values', 'positions', 'rope_theta'")
+    keys, values, pos = payload["keys"], payload["values"], payload["positions"]
+    for name, a in (("keys", keys), ("values", values)):
+        if not isinstance(a, np.ndarray) or a.dtype != np.dtype(layout["dtype"]) or a.ndim != 4:
+            raise ValueError(f"payload {name!r} must be a 4-d {layout['dtype']} array")
+        want = (layout["n_layers"], layout["n_kv_heads"], a.shape[2], layout["head_dim"])
+        if a.shape != want or not 1 <= a.shape[2] <= layout["max_len"]:
+            raise ValueError(f"payload {name!r} has shape {a.shape}; the model's chunks are "
+                             f"(n_layers={want[0]}, n_kv_heads={want[1]}, 1..{layout['max_len']}, head_dim={want[3]})")
+        if not np.isfinite(a).all():
+            raise ValueError(f"payload {name!r} holds non-finite values")
+    if keys.shape != values.shape:
+        raise ValueError("payload 'keys' and 'values' differ in shape")
+    n = keys.shape[2]
+    if not isinstance(pos, np.ndarray) or pos.shape != (n,) or pos.dtype.kind not in "iu" or \
+            not np.array_equal(pos, np.arange(n)):
+        raise ValueError(f"payload 'positions' must be the integers 0 .. {n - 1}")
+    if payload["rope_theta"] != layout["rope_theta"]:
+        raise ValueError(f"payload 'rope_theta' {payload['rope_theta']!r} is not the model's {layout['rope_theta']}")
+
+
 class KVStore:
-    """The store's state (run as a Ray actor; usable in-process for tests of the LRU policy).
+    """The store's state (run as a Ray actor or a Serve deployment; usable in-process for tests of
+    the LRU policy).
 
     Args:
         budget_bytes: the most bytes of entries held at once (> 0).
+        doc_budget_bytes: the most bytes of registered document texts (default ``budget_bytes // 8``).
 
-    Entries are ``key -> (ref, nbytes)`` in LRU order. ``get`` returns ``[ref]`` (wrapped so that
-    Ray passes the ref itself, not its value) or ``None``.
+    Entries are ``key -> (ref, nbytes, model_id)`` in LRU order. ``get`` returns ``[ref]``
+    (wrapped so that Ray passes the ref itself, not its value) or ``None``.
     """
 
-    def __init__(self, budget_bytes: int):
+    def __init__(self, budget_bytes: int, doc_budget_bytes: int | None = None):
         if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes <= 0:
             raise ValueError(f"budget_bytes must be a positive integer, got {budget_bytes!r}")
+        if doc_budget_bytes is None:
+            doc_budget_bytes = max(1, budget_bytes // 8)
+        if isinstance(doc_budget_bytes, bool) or not isinstance(doc_budget_bytes, int) or doc_budget_bytes <= 0:
+            raise ValueError(f"doc_budget_bytes must be a positive integer, got {doc_budget_bytes!r}")
         self.budget_bytes = budget_bytes
+        self.doc_budget_bytes = doc_budget_bytes
         self._entries: OrderedDict = OrderedDict()
         self._bytes = 0
-        self._docs: dict = {}
-        self.hits = self.misses = self.evictions = self.rejected = 0
+        self._docs: OrderedDict = OrderedDict()
+        self._doc_bytes = 0
+        self._layouts: dict[str, dict] = {}
+        self.hits = self.misses = self.evictions = self.rejected = self.invalid = 0
         self.started = time.time()
 
-    def get(self, key: str):
-        """``[ref]`` of ``key`` (marking it most recently used), or ``None``."""
+    def register_model(self, model_id: str, layout: dict) -> None:
+        """Take payloads of ``model_id`` from now on, checked against ``layout`` (``epic_layout``).
+        Once a model is registered, payloads of unregistered models are refused."""
+        if not isinstance(model_id, str) or not model_id:
+            raise ValueError(f"model_id must be a non-empty string, got {model_id!r}")
+        need = {"n_layers", "n_kv_heads", "head_dim", "max_len", "rope_theta", "dtype"}
+        if not isinstance(layout, dict) or set(layout) != need:
+            raise ValueError(f"layout must be a dict with keys {sorted(need)}")
+        old = self._layouts.get(model_id)
+        if old is not None and old != layout:
+            raise ValueError(f"model {model_id!r} is already registered with another layout")
+        self._layouts[model_id] = dict(layout)
+
+    def get(self, key: str, model_id: str | None = None):
+        """``[ref]`` of ``key`` (marking it most recently used), or ``None`` (absent, or stored
+        for another model)."""
         entry = self._entries.get(key)
-        if entry is None:
+        if entry is None or (model_id is not None and entry[2] is not None and entry[2] != model_id):
             self.misses += 1
             return None
         self._entries.move_to_end(key)
         self.hits += 1
         return [entry[0]]
 
-    def put(self, key: str, ref_box: list, nbytes: int) -> bool:
+    def put(self, key: str, ref_box: list, nbytes: int, model_id: str | None = None) -> bool:
         """Store ``ref_box[0]`` (an object ref) under ``key``; evict LRU entries to fit the budget.
+        In process only (the LRU policy): over Ray, payloads come by value (``put_value``), so
+        that the store checks them and owns their objects.
 
         Returns False (and stores nothing) when ``nbytes`` alone exceeds the budget.
         """
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"key must be a non-empty string, got {key!r}")
         if not isinstance(ref_box, list) or len(ref_box) != 1:
             raise ValueError("ref_box must be a one-element list holding an object ref")
         nbytes = int(nbytes)
@@ -90,18 +185,35 @@ class KVStore:
         if old is not None:
             self._bytes -= old[1]
         while self._entries and self._bytes + nbytes > self.budget_bytes:
-            _, (_, b) = self._entries.popitem(last=False)
+            _, (_, b, _) = self._entries.popitem(last=False)
             self._bytes -= b
             self.evictions += 1
-        self._entries[key] = (ref_box[0], nbytes)
+        self._entries[key] = (ref_box[0], nbytes, model_id)
         self._bytes += nbytes
         return True
 
-    def put_value(self, key: str, payload: Any) -> bool:
-        """Store a payload given by value (the actor puts it in the object store itself)."""
+    def put_value(self, key: str, payload: Any, model_id: str | None = None, layout: dict | None = None) -> bool:
+        """Store a payload given by value (the actor puts it in the object store itself) after
+        checking it (module docstring); False, counted as ``invalid``, if the check fails. A
+        ``layout`` registers ``model_id`` first (or must equal its registered layout), so a
+        store that restarted empty learns its models again from their next put."""
         import ray
 
-        return self.put(key, [ray.put(payload)], payload_nbytes(payload))
+        try:
+            if layout is not None:
+                self.register_model(model_id, layout)
+            if self._layouts:
+                if model_id not in self._layouts:
+                    raise ValueError(f"model {model_id!r} is not registered with this store")
+                check_epic_payload(payload, self._layouts[model_id])
+            else:
+                check_plain_payload(payload)
+            if not isinstance(key, str) or not 0 < len(key) <= 256:
+                raise ValueError("key must be a string of 1 to 256 characters")
+        except ValueError:
+            self.invalid += 1
+            return False
+        return self.put(key, [ray.put(payload)], payload_nbytes(payload), model_id)
 
     def contains(self, key: str) -> bool:
         """Whether ``key`` is held (no LRU or counter update)."""
@@ -123,16 +235,35 @@ class KVStore:
         """Entries, bytes, budget and hit / miss / eviction counters."""
         return {"entries": len(self._entries), "bytes": self._bytes, "budget_bytes": self.budget_bytes,
                 "hits": self.hits, "misses": self.misses, "evictions": self.evictions, "rejected": self.rejected,
-                "started": self.started}
+                "invalid": self.invalid, "docs": len(self._docs), "doc_bytes": self._doc_bytes,
+                "models": sorted(self._layouts), "started": self.started}
 
     # registered documents (the Serve app's id -> text); small, kept for other replicas
-    def put_doc(self, doc_id: str, text: str) -> None:
-        """Remember a registered document's text under its id."""
-        self._docs[doc_id] = text
+    def put_doc(self, doc_id: str, text: str) -> bool:
+        """Remember a registered document's text under its id (an LRU under ``doc_budget_bytes``;
+        False if the text alone is over it)."""
+        if not isinstance(doc_id, str) or not isinstance(text, str):
+            raise ValueError("doc_id and text must be strings")
+        nbytes = len(text.encode("utf-8", "surrogatepass"))
+        if nbytes > self.doc_budget_bytes:
+            return False
+        old = self._docs.pop(doc_id, None)
+        if old is not None:
+            self._doc_bytes -= old[1]
+        while self._docs and self._doc_bytes + nbytes > self.doc_budget_bytes:
+            _, (_, b) = self._docs.popitem(last=False)
+            self._doc_bytes -= b
+        self._docs[doc_id] = (text, nbytes)
+        self._doc_bytes += nbytes
+        return True
 
     def get_doc(self, doc_id: str):
-        """A registered document's text, or None."""
-        return self._docs.get(doc_id)
+        """A registered document's text (marking it recently used), or None."""
+        entry = self._docs.get(doc_id)
+        if entry is None:
+            return None
+        self._docs.move_to_end(doc_id)
+        return entry[0]
 
     def ping(self) -> bool:
         """Liveness check."""
@@ -142,7 +273,8 @@ class KVStore:
 def get_or_create_store(name: str = DEFAULT_NAME, *, budget_bytes: int = 512 << 20, num_cpus: float = 0,
                         namespace: str = NAMESPACE, detached: bool = False):
     """The named store actor, created if it does not exist yet (``max_restarts=-1``: restarted
-    empty after a crash). ``detached``: outlive the creating process (Serve replicas use it)."""
+    empty after a crash). ``detached``: outlive the creating process (the vLLM connector's
+    engines, which find it by name; the Serve app has its own store deployment instead)."""
     import ray
 
     from rayml import runtime
@@ -155,24 +287,28 @@ def get_or_create_store(name: str = DEFAULT_NAME, *, budget_bytes: int = 512 << 
 
 
 class KVStoreClient:
-    """Get-or-build access to a ``KVStore`` actor for one model.
+    """Get-or-build access to a ``KVStore`` for one model.
 
     Args:
-        store: the actor handle (``get_or_create_store``), or None for a local-only client.
+        store: the actor handle (``get_or_create_store``), a Serve deployment handle of a
+            ``KVStore`` deployment (the EPIC app's), or None for a local-only client.
         model_id: the model part of every key (``rayml.kvcache.epic.model_fingerprint``).
+        layout: the model's KV layout (``epic_layout``), sent with every put so that the store
+            checks this model's payloads against it (None: plain-data check only).
         timeout_s: the longest one store call may take before it counts as a miss.
 
     Counters: ``hits``, ``misses`` (absent keys), ``lost`` (entries whose object or store was
     gone), ``builds``.
     """
 
-    def __init__(self, store, model_id: str, *, timeout_s: float = 10.0):
+    def __init__(self, store, model_id: str, *, layout: dict | None = None, timeout_s: float = 10.0):
         if not isinstance(model_id, str) or not model_id:
             raise ValueError(f"model_id must be a non-empty string, got {model_id!r}")
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
         self.store = store
         self.model_id = model_id
+        self.layout = layout
         self.timeout_s = float(timeout_s)
         self.hits = self.misses = self.lost = self.builds = 0
 
@@ -183,9 +319,31 @@ class KVStoreClient:
         return chunk_key(self.model_id, ids)
 
     def _call(self, method: str, *args):
+        """Call the store (a Ray actor handle or a Serve deployment handle) with the timeout."""
         import ray
 
-        return ray.get(getattr(self.store, method).remote(*args), timeout=self.timeout_s)
+        call = getattr(self.store, method).remote(*args)
+        if hasattr(call, "result"):  # a Serve DeploymentResponse
+            return call.result(timeout_s=self.timeout_s)
+        return ray.get(call, timeout=self.timeout_s)
+
+    def put_doc(self, doc_id: str, text: str) -> bool:
+        """Mirror a registered document's text in the store (best effort)."""
+        if self.store is None:
+            return False
+        try:
+            return bool(self._call("put_doc", doc_id, text))
+        except Exception:  # noqa: BLE001 - the store is only a cache/mirror
+            return False
+
+    def get_doc(self, doc_id: str):
+        """A mirrored document's text, or None (absent, evicted, or the store is down)."""
+        if self.store is None:
+            return None
+        try:
+            return self._call("get_doc", doc_id)
+        except Exception:  # noqa: BLE001
+            return None
 
     def get(self, ids: Sequence[int]):
         """The stored payload of a chunk, or None (absent, evicted, lost, or the store is down)."""
@@ -198,7 +356,7 @@ class KVStoreClient:
         if self.store is None:
             return None
         try:
-            box = self._call("get", key)
+            box = self._call("get", key, self.model_id)
         except Exception:  # noqa: BLE001 - a dead/restarting/slow store is a miss, never an error
             self.lost += 1
             return None
@@ -218,7 +376,7 @@ class KVStoreClient:
         if self.store is None:
             return False
         try:
-            return self._call("get", key) is not None
+            return self._call("get", key, self.model_id) is not None
         except Exception:  # noqa: BLE001
             return False
 
@@ -236,7 +394,7 @@ class KVStoreClient:
         if self.store is None:
             return False
         try:
-            return bool(self._call("put_value", key, payload))
+            return bool(self._call("put_value", key, payload, self.model_id, self.layout))
         except Exception:  # noqa: BLE001 - best effort: the caller already has the payload
             return False
 

@@ -12,14 +12,19 @@
   recomputes with ``method`` (``rayml.kvcache.epic.METHODS``; default LegoLink with the app's ``k``;
   ``prefix`` uses the replica's own exact-prefix cache) and decodes greedily.
 
-Chunk KV lives in the ``KVStore`` actor (``rayml.actors.kvstore``; keys: content hash + model
-fingerprint), so every replica reuses what any replica compiled; a lost or restarted store only
-costs recompilation. Errors (a FastAPI ingress; OpenAPI schema at ``/openapi.json``): a body that
+Chunk KV lives in the app's own store, ``EpicKVStore`` (a Serve deployment of
+``rayml.actors.kvstore.KVStore``, bound into this app: it starts and is deleted with the app and is
+not a cluster-wide named actor; keys: content hash + model fingerprint), so every replica reuses
+what any replica compiled; a lost or restarted store only costs recompilation. Each replica
+registers its model's KV layout with the store, which then refuses payloads of other models or
+of the wrong shape, dtype or positions (``check_epic_payload``) and serves an entry only to the
+model that stored it. Errors (a FastAPI ingress; OpenAPI schema at ``/openapi.json``): a body that
 fails its request model (``DocumentRequest``, ``AskRequest``) -> 422 naming the field, unknown
 document ids -> 404 listing them, a document or prompt over the context length or a body over
 256 KiB -> 413, other methods than POST -> 405; texts are tokenized off the event loop; the replica
 stays up. Registered texts are kept by the replica (the most recent ``max_registered``, so the
-registry is bounded) and mirrored in the store actor (for other replicas); Assumed: a document
+registry is bounded) and mirrored in the store under its own byte budget (for other replicas);
+Assumed: a document
 registry that must survive the loss of every replica and of the store belongs in a database.
 """
 
@@ -37,7 +42,7 @@ from ray import serve
 from rayml.actors.serve.generate import longest_token_bytes, scalar_values
 from rayml.actors.serve.http import make_api
 
-__all__ = ["EpicServer", "app", "api", "build", "parse_ask", "parse_document", "HTTPError", "DocumentRequest",
+__all__ = ["EpicServer", "EpicKVStore", "app", "api", "build", "parse_ask", "parse_document", "HTTPError", "DocumentRequest",
            "AskRequest", "MAX_TOKENS", "MAX_DOCUMENTS"]
 
 MAX_TOKENS = 256
@@ -139,6 +144,19 @@ def parse_ask(body: Any, default_k: int) -> dict:
 api = make_api("rayml epic: position-independent context caching (LegoLink)", max_body_bytes=MAX_BODY)
 
 
+def _kv_store_class():
+    from rayml.actors.kvstore import KVStore
+
+    return KVStore
+
+
+@serve.deployment(num_replicas=1, max_ongoing_requests=256, ray_actor_options={"num_cpus": 0})
+class EpicKVStore(_kv_store_class()):
+    """The app's chunk-KV store: ``rayml.actors.kvstore.KVStore`` as a Serve deployment with no
+    route (reached only through the handle the app binds into ``EpicServer``). Serve restarts a
+    crashed replica, empty."""
+
+
 @serve.deployment(max_ongoing_requests=16, ray_actor_options={"num_cpus": 0.5})
 @serve.ingress(api)
 class EpicServer:
@@ -147,18 +165,17 @@ class EpicServer:
     Args:
         checkpoint: a checkpoint name (shipped / cached) or directory.
         k: LegoLink's default ``k``.
-        store_name: the name of the ``KVStore`` actor (shared by every replica).
-        budget_bytes: the store's byte budget (when this replica creates it).
+        store: the handle of the app's ``EpicKVStore`` deployment (``build`` binds it), or None
+            for a replica-local cache only.
         max_registered: documents this replica keeps (least recently used go first; the store's
             mirror and a re-registration bring them back).
     """
 
-    def __init__(self, checkpoint: str = "base", k: int = 16, store_name: str = "rayml-epic-kvstore",
-                 budget_bytes: int = 512 << 20, max_registered: int = 4096):
+    def __init__(self, checkpoint: str = "base", k: int = 16, store=None, max_registered: int = 4096):
         import torch
 
         import rayml.llm
-        from rayml.actors.kvstore import KVStoreClient, get_or_create_store
+        from rayml.actors.kvstore import KVStoreClient, epic_layout
         from rayml.kvcache.epic import PrefixCache, model_fingerprint
 
         torch.set_num_threads(1)
@@ -166,8 +183,8 @@ class EpicServer:
         self.k = int(k)
         self.lm = rayml.llm.pretrained(checkpoint, train_if_missing=False)
         self.model_id = model_fingerprint(self.lm.model)
-        self.store = get_or_create_store(store_name, budget_bytes=budget_bytes, detached=True)
-        self.client = KVStoreClient(self.store, self.model_id)
+        self.store = store
+        self.client = KVStoreClient(store, self.model_id, layout=epic_layout(self.lm.model))
         self.max_registered = int(max_registered)
         self.docs: OrderedDict[str, list[int]] = OrderedDict()  # bounded LRU of registered documents
         self.prefix_cache = PrefixCache(max_entries=64)  # for method "prefix" (exact-prefix caching)
@@ -186,10 +203,7 @@ class EpicServer:
         ids = tokenize_document(text, self.lm.tokenizer, self.lm.max_seq_len)
         did = doc_id(text)
         self._remember(did, ids)
-        try:
-            self.store.put_doc.remote(did, text)
-        except Exception:  # noqa: BLE001 - the store is only a cache/mirror
-            pass
+        self.client.put_doc(did, text)
         with self.lock:
             self.client.get_or_build(ids, self._compile)
         return {"id": did, "n_tokens": len(ids)}
@@ -204,12 +218,7 @@ class EpicServer:
             if did in self.docs:
                 self.docs.move_to_end(did)
                 return self.docs[did]
-        import ray
-
-        try:
-            text = ray.get(self.store.get_doc.remote(did), timeout=10)
-        except Exception:  # noqa: BLE001
-            text = None
+        text = self.client.get_doc(did)
         if text is None or doc_id(text) != did:
             return None
         ids = self.lm.tokenizer.encode(text)
@@ -266,11 +275,12 @@ class EpicServer:
         return await self._run(self._ask, {**req, "k": self.k if req["k"] is None else req["k"]})
 
 
-def build(checkpoint: str = "base", k: int = 16, store_name: str = "rayml-epic-kvstore", budget_bytes: int = 512 << 20,
-          max_registered: int = 4096):
-    """The app serving ``checkpoint`` with LegoLink's default ``k``, the named store and a bounded
-    document registry."""
-    return EpicServer.bind(checkpoint, k, store_name, budget_bytes, max_registered)
+def build(checkpoint: str = "base", k: int = 16, budget_bytes: int = 512 << 20, max_registered: int = 4096,
+          doc_budget_bytes: Optional[int] = None):
+    """The app serving ``checkpoint`` with LegoLink's default ``k``, its own KV store deployment
+    (``budget_bytes`` of chunk KV, ``doc_budget_bytes`` of mirrored document texts) and a bounded
+    document registry per replica."""
+    return EpicServer.bind(checkpoint, k, EpicKVStore.bind(budget_bytes, doc_budget_bytes), max_registered)
 
 
 app = build()

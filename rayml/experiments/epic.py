@@ -399,8 +399,9 @@ EXPERIMENT = Experiment(
     name=METHOD,
     paper=PAPER,
     ray=("retrieval items (Monte Carlo draws) mapped over rayml.runtime.pmap; the bench runs one Ray task per "
-         "number of documents; the chunk KV store is a Ray actor (rayml.actors.kvstore) holding object refs, "
-         "and rayml.actors.serve.epic serves register/ask over Ray Serve"),
+         "number of documents; the chunk KV store (rayml.actors.kvstore) holds object refs and checks payloads "
+         "against the model's layout; rayml.actors.serve.epic serves register/ask over Ray Serve with its own "
+         "store deployment"),
     checked_against=("paper text (arXiv 2410.15332 v3: LegoLink recompute procedure) and the authors' demo code "
                      "DerekHJH/epic (CacheBlend selection by value deviation at the check layer); exactness "
                      "tests: k = all tokens equals full recompute, rotated keys equal keys computed at the "

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from rayml.actors.kvstore import KVStore, KVStoreClient, get_or_create_store, payload_nbytes
+from rayml.actors.kvstore import (KVStore, KVStoreClient, check_epic_payload, check_plain_payload, epic_layout,
+                                  get_or_create_store, payload_nbytes)
 
 
 def test_lru_eviction_respects_the_budget_and_matches_a_brute_force_replay():
@@ -62,6 +63,61 @@ def test_bad_input_names_the_argument():
         KVStore(10).put("k", "not a list", 1)
 
 
+def _tiny_model(seed=0, n_kv_heads=2):
+    from rayml.llm.model import ModelConfig, TransformerLM
+
+    torch.manual_seed(seed)
+    return TransformerLM(ModelConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=4, n_kv_heads=n_kv_heads, d_ff=48,
+                                     max_seq_len=128)).eval()
+
+
+def test_payloads_are_checked_against_the_models_layout_and_served_only_to_that_model():
+    import ray  # noqa: F401 - put_value puts into the object store of the session Ray or a local one
+
+    from rayml.kvcache import epic
+
+    model, other = _tiny_model(), _tiny_model(n_kv_heads=4)
+    layout, good = epic_layout(model), epic.cache_to_arrays(epic.precompute_chunk(model, [5, 6, 7]))
+    check_epic_payload(good, layout)
+    bad = {
+        "another model's chunk": epic.cache_to_arrays(epic.precompute_chunk(other, [5, 6, 7])),
+        "float64": {**good, "keys": good["keys"].astype(np.float64)},
+        "non-finite": {**good, "values": np.where(good["values"] > 0, np.nan, good["values"]).astype(np.float32)},
+        "shifted positions": {**good, "positions": good["positions"] + 3},
+        "missing values": {k: v for k, v in good.items() if k != "values"},
+        "other rope": {**good, "rope_theta": 1.0},
+        "mismatched": {**good, "values": good["values"][:, :, :2]},
+    }
+    for what, payload in bad.items():
+        with pytest.raises(ValueError):
+            check_epic_payload(payload, layout)
+        store = KVStore(1 << 20)
+        assert store.register_model("m", layout) is None
+        assert not store.put_value("k", payload, "m"), what
+        assert store.stats()["invalid"] == 1 and store.stats()["entries"] == 0
+    store = KVStore(1 << 20)
+    assert store.put_value("k0", good, "m")  # no model registered yet: the plain-data check only
+    assert store.put_value("k", good, "m", layout)  # a layout registers the model: checked from now on
+    assert not store.put_value("k2", good, "unregistered-model")
+    assert store.get("k", "m") is not None and store.get("k", "other") is None
+    with pytest.raises(ValueError, match="another layout"):
+        store.register_model("m", epic_layout(other))
+
+
+def test_plain_payload_check_and_the_bounded_document_mirror():
+    check_plain_payload({"data": np.zeros(3, np.int16), "dtype": "bfloat16", "n": [1, 2.0]})
+    for bad in ({"x": object()}, {1: np.zeros(1)}, {"x": np.array(["a"])}, [[[[[[1]]]]]]):
+        with pytest.raises(ValueError):
+            check_plain_payload(bad)
+    store = KVStore(1 << 20, doc_budget_bytes=10)
+    assert store.put_doc("a", "aaaa") and store.put_doc("b", "bbbb") and store.get_doc("a") == "aaaa"
+    assert store.put_doc("c", "cccc")  # evicts b, the least recently used
+    assert store.get_doc("b") is None and store.get_doc("a") == "aaaa" and store.stats()["doc_bytes"] == 8
+    assert not store.put_doc("big", "x" * 11)
+    with pytest.raises(ValueError, match="doc_budget_bytes"):
+        KVStore(10, doc_budget_bytes=0)
+
+
 def test_local_only_client_builds_every_time():
     c = KVStoreClient(None, "m")
     calls = []
@@ -94,11 +150,8 @@ def test_store_actor_serves_hits_and_survives_a_kill_with_correct_answers(ray_se
     import ray
 
     from rayml.kvcache import epic
-    from rayml.llm.model import ModelConfig, TransformerLM
 
-    torch.manual_seed(0)
-    model = TransformerLM(ModelConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=48,
-                                      max_seq_len=128)).eval()
+    model = _tiny_model()
     name = f"test-kv-{uuid.uuid4().hex[:8]}"
     store = get_or_create_store(name, budget_bytes=1 << 20)
     try:

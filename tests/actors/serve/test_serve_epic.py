@@ -1,13 +1,14 @@
 """The EPIC Serve app over real HTTP: register documents, ask with LegoLink and the baselines
-(answers equal the local engine's), a killed KV store actor is restarted and answers stay the
-same, and bad requests get 404 / 405 / 413 / 422 while the replica stays up."""
+(answers equal the local engine's), the app's own KV store deployment checks payloads, is
+replaced after a kill with answers unchanged and goes away with the app, and bad requests get
+404 / 405 / 413 / 422 while the replica stays up."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
-import uuid
 
+import numpy as np
 import pytest
 import requests
 
@@ -18,7 +19,14 @@ from rayml.llm.checkpoint import save_checkpoint
 pytestmark = pytest.mark.slow  # starts Serve over HTTP (about 50 s here)
 
 DOCS = ["[bako:123;tuli:456]\n", "[mosu:054;kadu:598]\n", "[lani:637;boge:865]\n"]
-STORE = f"test-epic-store-{uuid.uuid4().hex[:8]}"
+
+
+def _store_replicas(app_name: str) -> list:
+    """The live replica actors of an app's ``EpicKVStore`` deployment."""
+    import ray
+
+    return [a for a in ray.util.list_named_actors(all_namespaces=True)
+            if f"{app_name}#EpicKVStore" in a["name"]]
 
 
 @pytest.fixture(scope="module")
@@ -32,14 +40,8 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def base(serve_app, checkpoint):
-    import ray
-
-    with serve_app(app_module.build(checkpoint, k=2, store_name=STORE, budget_bytes=1 << 20), "epic", "/epic") as url:
+    with serve_app(app_module.build(checkpoint, k=2, budget_bytes=1 << 20), "epic", "/epic") as url:
         yield url
-    try:
-        ray.kill(ray.get_actor(STORE, namespace="rayml"), no_restart=True)  # detached: clean up
-    except Exception:  # noqa: BLE001 - already gone
-        pass
 
 
 def _local(checkpoint, docs, query, method, k, max_tokens):
@@ -78,8 +80,18 @@ def test_register_ask_and_survive_a_store_kill(base, checkpoint):
     # exact-prefix caching: a miss recomputes everything, a hit on the same documents only the query
     assert recomputed["prefix"] == [recomputed["full"][0], recomputed["naive"][0]]
 
-    store = ray.get_actor(STORE, namespace="rayml")
-    ray.kill(store, no_restart=False)  # the cache is lost; Ray restarts the actor empty
+    from ray import serve
+
+    handle = serve.get_deployment_handle("EpicKVStore", app_name="epic")
+    stats = handle.stats.remote().result(timeout_s=30)
+    assert stats["entries"] == 3 and len(stats["models"]) == 1 and stats["invalid"] == 0
+    bogus = {"keys": np.zeros((1, 1, 2, 1), np.float32), "values": np.zeros((1, 1, 2, 1), np.float32),
+             "positions": np.arange(2), "rope_theta": 10000.0}
+    assert not handle.put_value.remote("k", bogus, stats["models"][0]).result(timeout_s=30)  # wrong shape
+    assert not handle.put_value.remote("k", bogus, "some-other-model").result(timeout_s=30)  # not registered
+    assert handle.stats.remote().result(timeout_s=30)["invalid"] == 2
+    (replica,) = _store_replicas("epic")
+    ray.kill(ray.get_actor(replica["name"], namespace=replica["namespace"]), no_restart=True)  # cache lost
     texts = []
     for _ in range(2):
         r = requests.post(f"{base}/ask", json=body, timeout=60)
@@ -131,8 +143,11 @@ def test_the_document_registry_is_bounded(base, checkpoint):
 
     from rayml.actors.serve import epic
 
-    serve.run(epic.build(checkpoint, k=2, store_name="rayml-epic-test-bounded", max_registered=2),
-              name="epic-bounded", route_prefix="/epicb")
+    def named_rayml():
+        return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == "rayml"}
+
+    before = named_rayml()
+    serve.run(epic.build(checkpoint, k=2, max_registered=2), name="epic-bounded", route_prefix="/epicb")
     other = base.rsplit("/epic", 1)[0] + "/epicb"
     try:
         ids = [requests.post(f"{other}/documents", json={"text": t}, timeout=60).json()["id"] for t in DOCS[:3]]
@@ -140,11 +155,14 @@ def test_the_document_registry_is_bounded(base, checkpoint):
         r = requests.post(f"{other}/ask", json={"documents": ids[:1], "query": "?tuli:", "max_tokens": 2},
                           timeout=60)
         assert r.status_code == 200, r.text
+        assert len(_store_replicas("epic-bounded")) == 1
     finally:
         serve.delete("epic-bounded")
-        from rayml.actors.kvstore import NAMESPACE
-
-        ray.kill(ray.get_actor("rayml-epic-test-bounded", namespace=NAMESPACE))
+    deadline = time.time() + 60
+    while _store_replicas("epic-bounded") and time.time() < deadline:
+        time.sleep(0.5)
+    assert not _store_replicas("epic-bounded")  # the store is the app's: deleted with it
+    assert named_rayml() <= before  # and no cluster-wide named store was made
 
 
 def test_the_app_publishes_its_openapi_schema(base):
