@@ -411,12 +411,12 @@ class BudgetAware(_Base):
         if not r.collaborative or not self._can_pay(self._plan_cost() + r.coding_cost):
             return False
         guided_left = any(g for *_, g in self.queue)
-        stuck = self.failed_proposals >= self.params.get("patience", 1) or (bool(self.tried) and not guided_left)
+        stuck = (self.failed_proposals >= self.params.get("patience", 1) or (bool(self.tried) and not guided_left)
+                 or not (self.queue or self._refill()))
         if not stuck:
             return False
-        # proposals still expected without help: half of what the remaining budget and candidates allow
-        affordable = int((self.balance - self._plan_cost()) // r.coding_cost)
-        expected = max(1.0, min(len(self.queue) + self.params.get("per_suspect", 4), affordable) / 2)
+        # without help it expects to need half of the proposals its balance would still pay for
+        expected = max(1.0, ((self.balance - self._plan_cost()) // r.coding_cost) / 2)
         return self._plan_cost() + r.coding_cost <= expected * r.coding_cost
 
     def _policy(self):
