@@ -180,6 +180,7 @@ def _git(root: str, *args: str, date: str | None = None) -> str:
 def build_git_repo(repo: Mapping, root: str) -> list[str]:
     """Commit ``repo["commits"]`` (full snapshots) into a new git repository at ``root``; returns
     the commit hashes, oldest first (dates and author fixed, so hashes are reproducible)."""
+    os.makedirs(root, exist_ok=True)
     _git(root, "init", "-q")
     hashes = []
     previous: set = set()
