@@ -67,6 +67,8 @@ _FAMILY_EXTRAS: dict[str, tuple[str, ...]] = {
     "optim": ("optim",), "llm": ("llm",), "decoding": ("llm",), "kvcache": ("llm",), "quant": ("llm",),
     "merging": ("llm",), "alignment": ("llm",), "architectures": ("llm",), "graphs": ("graphs",),
 }
+# Methods of a family that need less than their family (checked by the light-install test).
+_METHOD_EXTRAS: dict[str, tuple[str, ...]] = {"gs-poweropt": (), "multinoulli-scg": ()}
 _BENCH_EXTRAS: dict[str, tuple[str, ...]] = {"llm-substrate": ("bench",), "zapformat": ("bench",)}
 
 
@@ -77,7 +79,7 @@ class MissingExtra(ValueError):
 def extras_of(name: str, kind: str = "run") -> tuple[str, ...]:
     """The extras method ``name`` needs for ``rayml run`` (``kind="run"``) or ``rayml bench``."""
     m = get(name)
-    extras = _FAMILY_EXTRAS.get(m.family, ())
+    extras = _METHOD_EXTRAS.get(name, _FAMILY_EXTRAS.get(m.family, ()))
     if kind == "bench":
         extras += tuple(e for e in _BENCH_EXTRAS.get(name, ()) if e not in extras)
     return extras

@@ -35,7 +35,6 @@ import random
 import socket
 import sys
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 JSON = "application/json"
@@ -54,27 +53,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def deploy_all(root: str = "", *, store_name: str | None = None, skip: tuple = ()) -> dict:
+def deploy_all(root: str = "", *, skip: tuple = ()) -> dict:
     """Deploy the five apps (``serve.run``, each under its route prefix) on the running Serve;
-    returns ``{app: base url}`` given ``root`` (``http://127.0.0.1:port``) and the epic store name
-    under ``"_store"``. ``skip`` names apps already running."""
+    returns ``{app: base url}`` given ``root`` (``http://127.0.0.1:port``). ``skip`` names apps
+    already running. The epic app's KV store is its own deployment (deleted with the app)."""
     from ray import serve
 
     from rayml.actors.serve import constrained, epic, generate, optimize, purify
 
     opts = {"ray_actor_options": {"num_cpus": 0.25}}
-    store_name = store_name or f"rayml-epic-load-{uuid.uuid4().hex[:8]}"
     apps = {
         "optimize": lambda: optimize.Optimizer.options(**opts).bind(),
         "purify": lambda: purify.Purifier.options(**opts).bind(),
         "generate": lambda: generate.Generator.options(**opts).bind("base"),
         "constrained": lambda: constrained.ConstrainedGenerator.options(**opts).bind("base", GEN_LIMITS, 16, 30.0),
-        "epic": lambda: epic.EpicServer.options(**opts).bind("base", 2, store_name, 8 << 20, 256),
+        "epic": lambda: epic.EpicServer.options(**opts).bind("base", 2, epic.EpicKVStore.bind(8 << 20), 256),
     }
     for name, make in apps.items():
         if name not in skip:
             serve.run(make(), name=name, route_prefix=f"/{name}")
-    return {**{name: f"{root}/{name}" for name in apps}, "_store": store_name}
+    return {name: f"{root}/{name}" for name in apps}
 
 
 def endpoints(bases: dict) -> dict:
@@ -273,10 +271,6 @@ def main(argv=None) -> int:
             print(f"5xx / no answer: {e}")
     finally:
         serve.shutdown()
-        try:
-            ray.kill(ray.get_actor(bases["_store"], namespace="rayml"), no_restart=True)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
         ray.shutdown()
     return 1 if errors else 0
 

@@ -36,8 +36,6 @@ load = _load_script()
 @pytest.fixture(scope="module")
 def apps(serve_app):
     """``(endpoint urls, registered epic document ids)`` with all five apps running."""
-    import ray
-
     from rayml.actors.serve import optimize
 
     first = optimize.Optimizer.options(ray_actor_options={"num_cpus": 0.25}).bind()
@@ -45,13 +43,7 @@ def apps(serve_app):
         root = base.rsplit("/optimize", 1)[0]
         bases = load.deploy_all(root, skip=("optimize",))
         urls = load.endpoints(bases)
-        try:
-            yield urls, load.register_docs(urls)
-        finally:
-            try:
-                ray.kill(ray.get_actor(bases["_store"], namespace="rayml"), no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
+        yield urls, load.register_docs(urls)
 
 
 def _post(url, body, timeout=120):
