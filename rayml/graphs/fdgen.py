@@ -20,7 +20,8 @@ What is implemented:
   (probabilistic) adjacency, so it can be a training term.
 - the generator (``GeneratorConfig``, ``fit_generator``): a one-shot attributed-graph generator over
   the node set of the real graph, a variational graph autoencoder (Kipf and Welling 2016): a
-  two-layer GCN encoder to ``q(z | X, A)``, an inner-product edge decoder
+  two-layer GCN encoder to ``q(z | X, A)`` (with a root/self term per layer, ``A_hat H W + H R``, so
+  a node's own features are not averaged away), an inner-product edge decoder
   ``P = sigmoid(z z^T + b)`` and an MLP feature decoder ``X_hat = g(z)``. Its loss is
   ``L = L_A + L_X + KL + lambda_f * feature_bias(X_hat, s) + lambda_s * structural_bias(P, s)``,
   where the two fairness terms are FDGen's and ``lambda_f = lambda_s = 0`` is the same generator
@@ -159,15 +160,16 @@ class GeneratorConfig:
 class _VGAE(nn.Module):
     def __init__(self, d: int, hidden: int, latent: int):
         super().__init__()
-        self.l1 = nn.Linear(d, hidden)
-        self.mu = nn.Linear(hidden, latent)
+        self.l1, self.r1 = nn.Linear(d, hidden), nn.Linear(d, hidden, bias=False)
+        self.mu, self.r_mu = nn.Linear(hidden, latent), nn.Linear(hidden, latent, bias=False)
         self.logstd = nn.Linear(hidden, latent)
         self.bias = nn.Parameter(torch.zeros(()))
         self.dec_x = nn.Sequential(nn.Linear(latent, hidden), nn.ReLU(), nn.Linear(hidden, d))
 
     def encode(self, x, e, w, n):
-        h = torch.relu(spmm(e[0], e[1], w, self.l1(x), n))
-        return spmm(e[0], e[1], w, self.mu(h), n), spmm(e[0], e[1], w, self.logstd(h), n).clamp(-6, 2)
+        h = torch.relu(spmm(e[0], e[1], w, self.l1(x), n) + self.r1(x))
+        mu = spmm(e[0], e[1], w, self.mu(h), n) + self.r_mu(h)
+        return mu, spmm(e[0], e[1], w, self.logstd(h), n).clamp(-6, 2)
 
     def edge_logits(self, z):
         return z @ z.T + self.bias
