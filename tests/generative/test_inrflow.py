@@ -1,0 +1,277 @@
+"""rayml.generative.inrflow: the flow-matching path, the point-wise decoder's properties, resolution-free
+sampling, the baselines, the metrics, determinism and bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from rayml.generative import inrflow as F
+from rayml.generative import inrflow_baselines as B
+from rayml.generative import inrflow_data as D
+
+torch.set_num_threads(1)
+
+
+def _img_model(seed=0, **kw):
+    torch.manual_seed(seed)
+    model = F.INRFlow(F.ModelConfig(modality="image", hidden=16, depth=1, heads=2, grid=2, **kw))
+    _perturb(model, seed)
+    return model.eval()
+
+
+def _pts_model(seed=0):
+    torch.manual_seed(seed)
+    model = F.INRFlow(F.ModelConfig(modality="points", hidden=16, depth=1, heads=2, latents=4))
+    _perturb(model, seed)
+    return model.eval()
+
+
+def _perturb(model, seed):
+    # adaLN-Zero and the zero read-out make a fresh model output 0: give every weight a value
+    g = torch.Generator().manual_seed(seed + 100)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.2 * torch.randn(p.shape, generator=g))
+
+
+# ---------------------------------------------------------------- the path: closed form
+
+
+def test_interpolant_and_target_match_the_closed_form_in_float64():
+    g = torch.Generator().manual_seed(0)
+    y1 = torch.randn(5, 7, 3, generator=g, dtype=torch.float64)
+    eps = torch.randn(5, 7, 3, generator=g, dtype=torch.float64)
+    t = torch.rand(5, generator=g, dtype=torch.float64)
+    yt, ut = F.interpolant(t, eps, y1)
+    for i in range(5):
+        ti = float(t[i])
+        assert torch.allclose(yt[i], ti * y1[i] + (1 - ti) * eps[i], atol=1e-14)
+        assert torch.allclose(ut[i], y1[i] - eps[i], atol=1e-14)
+    # the target is the time derivative of the path: a central finite difference
+    h = 1e-6
+    yp, _ = F.interpolant(t + h, eps, y1)
+    ym, _ = F.interpolant(t - h, eps, y1)
+    assert torch.allclose((yp - ym) / (2 * h), ut, atol=1e-7)
+    # the ends: noise at t = 0, data at t = 1
+    assert torch.equal(F.interpolant(torch.zeros(5, dtype=torch.float64), eps, y1)[0], eps)
+    assert torch.equal(F.interpolant(torch.ones(5, dtype=torch.float64), eps, y1)[0], y1)
+
+
+def test_logit_normal_is_the_sigmoid_of_a_normal():
+    t = F.logit_normal(20000, torch.Generator().manual_seed(1))
+    assert float(t.min()) > 0 and float(t.max()) < 1
+    u = torch.logit(t.double())
+    assert abs(float(u.mean())) < 0.03 and abs(float(u.std()) - 1) < 0.03
+
+
+def test_cicfm_loss_equals_a_direct_computation_on_the_query_subset():
+    model = _img_model()
+    x = F.image_grid(6).expand(3, -1, -1)
+    g = torch.Generator().manual_seed(2)
+    y1, eps = torch.randn(3, 36, 1, generator=g), torch.randn(3, 36, 1, generator=g)
+    t = torch.tensor([0.1, 0.5, 0.9])
+    q = torch.tensor([3, 17, 30, 5])
+    yt = t.view(-1, 1, 1) * y1 + (1 - t.view(-1, 1, 1)) * eps
+    expect = ((model(x, yt, t, x[:, q], yt[:, q]) - (y1 - eps)[:, q]) ** 2).mean()
+    assert torch.allclose(F.cicfm_loss(model, x, y1, t, eps, q), expect)
+
+
+def test_the_ode_sampler_transports_noise_exactly_along_a_known_straight_field():
+    # an oracle velocity y1 - eps for a fixed y1 (the conditional field u_t(y | y1) = (y1 - y) / (1 - t))
+    y1 = torch.full((2, 4, 1), 0.7)
+
+    class Oracle(torch.nn.Module):
+        def forward(self, cx, cy, t, qx, qy):
+            return (y1 - qy) / (1 - t.view(-1, 1, 1))
+
+    y0 = torch.randn(2, 4, 1, generator=torch.Generator().manual_seed(3))
+    x = F.image_grid(2).expand(2, -1, -1)
+    out = F.ode_sample(Oracle(), x, y0, 50, t_eps=0.0)
+    # Euler on this field is exact until the last step, which lands on y1 exactly
+    assert torch.allclose(out, y1, atol=1e-5)
+
+
+# ---------------------------------------------------------------- the point-wise decoder
+
+
+def test_decoder_is_permutation_equivariant_over_queries_and_invariant_to_context_order():
+    model = _img_model()
+    g = torch.Generator().manual_seed(4)
+    x = F.image_grid(8).expand(2, -1, -1)
+    y = torch.randn(2, 64, 1, generator=g)
+    t = torch.tensor([0.3, 0.8])
+    out = model(x, y, t, x, y)
+    perm = torch.randperm(64, generator=g)
+    assert torch.allclose(model(x, y, t, x[:, perm], y[:, perm]), out[:, perm], atol=1e-5)
+    assert torch.allclose(model(x[:, perm], y[:, perm], t, x, y), out, atol=1e-5)
+    pts = _pts_model()
+    c = torch.randn(2, 20, 3, generator=g)
+    v = pts(c, c, t, c, c)
+    p = torch.randperm(20, generator=g)
+    assert torch.allclose(pts(c[:, p], c[:, p], t, c[:, p], c[:, p]), v[:, p], atol=1e-5)
+
+
+def test_queries_are_conditionally_independent_given_the_context():
+    # a query's velocity does not depend on which other queries are decoded with it
+    model = _img_model(1)
+    g = torch.Generator().manual_seed(5)
+    x = F.image_grid(8).expand(2, -1, -1)
+    y = torch.randn(2, 64, 1, generator=g)
+    t = torch.tensor([0.2, 0.6])
+    full = model(x, y, t, x, y)
+    for idx in ([7], [7, 40, 2], list(range(30, 64))):
+        part = model(x, y, t, x[:, idx], y[:, idx])
+        assert torch.allclose(part, full[:, idx], atol=1e-5)
+    # off-grid coordinates are valid queries too (the field is continuous in the coordinate)
+    off = torch.tensor([[[0.123, 0.456], [0.5, 0.5001]]]).expand(2, -1, -1)
+    v = model(x, y, t, off, torch.zeros(2, 2, 1))
+    assert v.shape == (2, 2, 1) and torch.isfinite(v).all()
+    # whereas the point transformer baseline couples its points
+    torch.manual_seed(0)
+    ptf = B.PointTransformerFlow(8, depth=1, heads=2)
+    _perturb(ptf, 0)
+    c = torch.randn(1, 10, 3, generator=g)
+    tt = torch.tensor([0.5])
+    assert not torch.allclose(ptf(c, c, tt, c, c)[:, :3], ptf(c[:, :3], c[:, :3], tt, c[:, :3], c[:, :3]), atol=1e-4)
+
+
+def test_image_encoder_latents_read_only_their_own_patch():
+    model = _img_model(2)
+    g = torch.Generator().manual_seed(6)
+    x = F.image_grid(8).expand(1, -1, -1)
+    y = torch.randn(1, 64, 1, generator=g)
+    z = model._encode_image(x, y)
+    top_left = (x[0, :, 0] < 0.5) & (x[0, :, 1] < 0.5)
+    y2 = y.clone()
+    y2[0, top_left] += 1.0
+    z2 = model._encode_image(x, y2)
+    # latent 0 (the top-left cell of a 2x2 lattice) changes, the others do not
+    assert not torch.allclose(z[0, 0], z2[0, 0], atol=1e-4)
+    assert torch.allclose(z[0, 1:], z2[0, 1:], atol=1e-6)
+
+
+# ---------------------------------------------------------------- sampling at a new resolution
+
+
+def test_sampling_at_a_new_resolution_returns_the_right_shape_and_uses_the_training_grid_as_context():
+    model = _img_model(3)
+    out = F.sample_images(model, 3, 11, train_resolution=6, steps=3, seed=0)
+    assert out.shape == (3, 11, 11) and torch.isfinite(out).all()
+    same = F.sample_images(model, 2, 6, train_resolution=6, steps=3, seed=0)
+    assert same.shape == (2, 6, 6)
+    pts = F.sample_points(_pts_model(), 2, 40, context_points=10, steps=3, seed=0)
+    assert pts.shape == (2, 40, 3) and torch.isfinite(pts).all()
+
+
+def test_sampling_is_deterministic_in_the_seed():
+    model = _img_model(4)
+    a = F.sample_images(model, 2, 9, train_resolution=6, steps=3, seed=7)
+    b = F.sample_images(model, 2, 9, train_resolution=6, steps=3, seed=7)
+    c = F.sample_images(model, 2, 9, train_resolution=6, steps=3, seed=8)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_the_grid_baseline_cannot_sample_another_resolution():
+    torch.manual_seed(0)
+    grid = B.GridMLPFlow(6, 16)
+    assert F.sample_images(grid, 2, 6, train_resolution=6, steps=2, seed=0).shape == (2, 6, 6)
+    with pytest.raises(ValueError, match="grid"):
+        F.sample_images(grid, 2, 9, train_resolution=6, steps=2, seed=0)
+
+
+# ---------------------------------------------------------------- training
+
+
+def test_training_is_deterministic_and_lowers_the_loss():
+    x, _ = D.digit_images(6)
+    vals = x[:64].reshape(64, -1, 1)
+    coords = F.image_grid(6).expand(64, -1, -1)
+    cfg = F.TrainConfig(steps=30, batch=16, lr=3e-3, query_fraction=0.5)
+    r1 = F.train(_img_model(5), coords, vals, cfg, seed=3)
+    r2 = F.train(_img_model(5), coords, vals, cfg, seed=3)
+    assert r1["losses"] == r2["losses"]
+    assert np.mean(r1["losses"][-5:]) < np.mean(r1["losses"][:5])
+    for a, b in zip(r1["ema"].parameters(), r2["ema"].parameters()):
+        assert torch.equal(a, b)
+
+
+def test_match_width_equalises_parameter_counts():
+    target = F.param_count(F.INRFlow(F.ModelConfig(modality="image", hidden=32, depth=2, heads=2)))
+    w = B.match_width(lambda w: B.GridMLPFlow(16, w), target, range(4, 400, 2))
+    assert abs(F.param_count(B.GridMLPFlow(16, w)) / target - 1) < 0.05
+
+
+# ---------------------------------------------------------------- data and metrics
+
+
+def test_digits_at_two_resolutions_sample_the_same_bilinear_image():
+    lo, _ = D.digit_images(15)
+    hi, _ = D.digit_images(29)
+    # linspace(0, 1, 29)[::2] == linspace(0, 1, 15): the grids share those points
+    assert torch.allclose(hi[:, ::2, ::2], lo, atol=1e-5)
+    assert float(lo.min()) >= -1 and float(lo.max()) <= 1
+
+
+def test_shape_clouds_are_normalised_and_deterministic():
+    a, kinds = D.shape_clouds(8, 50, seed=0)
+    b, _ = D.shape_clouds(8, 50, seed=0)
+    assert torch.equal(a, b) and a.shape == (8, 50, 3) and set(kinds) == set(D.SHAPES)
+    assert torch.allclose(a.mean(1), torch.zeros(8, 3), atol=1e-5)
+    assert torch.allclose(a.norm(dim=-1).max(1).values, torch.ones(8), atol=1e-5)
+
+
+def test_chamfer_matches_brute_force_and_mmd_cov_of_identical_sets():
+    g = torch.Generator().manual_seed(9)
+    a, b = torch.randn(3, 5, 3, generator=g), torch.randn(4, 6, 3, generator=g)
+    cd = D.chamfer_matrix(a, b, block=3)
+    for i in range(3):
+        for j in range(4):
+            d = np.array([[float(((p - q) ** 2).sum()) for q in b[j]] for p in a[i]])
+            assert abs(cd[i, j].item() - (d.min(1).mean() + d.min(0).mean())) < 1e-5
+    same = D.mmd_cov(b, b)
+    assert same["mmd_cd"] == 0.0 and same["cov_cd"] == 1.0
+
+
+def test_frechet_distance_is_zero_on_itself_and_grows_with_a_shift():
+    f = torch.randn(200, 4, generator=torch.Generator().manual_seed(0))
+    assert abs(D.frechet_distance(f, f)) < 1e-6
+    assert abs(D.frechet_distance(f, f + 1.0) - 4.0) < 1e-3
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_bad_input_is_rejected_with_the_argument_named():
+    with pytest.raises(ValueError, match="modality"):
+        F.ModelConfig(modality="audio")
+    with pytest.raises(ValueError, match="hidden"):
+        F.ModelConfig(hidden=30, heads=4)
+    with pytest.raises(ValueError, match="query_fraction"):
+        F.TrainConfig(query_fraction=0.0)
+    with pytest.raises(ValueError, match="lr"):
+        F.TrainConfig(lr=-1.0)
+    with pytest.raises(TypeError, match="cfg"):
+        F.INRFlow({"modality": "image"})
+    with pytest.raises(ValueError, match="resolution"):
+        F.image_grid(1)
+    with pytest.raises(ValueError, match="same shape"):
+        F.interpolant(torch.zeros(2), torch.zeros(2, 3, 1), torch.zeros(2, 4, 1))
+    with pytest.raises(ValueError, match="t must"):
+        F.interpolant(torch.zeros(3), torch.zeros(2, 3, 1), torch.zeros(2, 3, 1))
+    model = _img_model()
+    with pytest.raises(ValueError, match="values"):
+        F.train(model, F.image_grid(4), torch.zeros(16, 1), F.TrainConfig(steps=1), 0)
+    with pytest.raises(ValueError, match="finite"):
+        F.train(model, F.image_grid(4), torch.full((1, 16, 1), float("nan")), F.TrainConfig(steps=1), 0)
+    with pytest.raises(ValueError, match="steps"):
+        F.sample_images(model, 2, 8, train_resolution=4, steps=0, seed=0)
+    with pytest.raises(ValueError, match="n_points"):
+        F.sample_points(_pts_model(), 2, 0, context_points=4, steps=2, seed=0)
+    with pytest.raises(ValueError, match="context_mask"):
+        F.ode_sample(model, F.image_grid(4), torch.zeros(1, 16, 1), 2, context_mask=torch.zeros(16, dtype=torch.bool))
+    with pytest.raises(ValueError, match="kinds"):
+        D.shape_clouds(2, 10, 0, kinds=("cube",))
+    with pytest.raises(ValueError, match="point clouds"):
+        D.chamfer_matrix(torch.zeros(2, 5, 2), torch.zeros(2, 5, 3))
