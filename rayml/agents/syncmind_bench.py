@@ -22,6 +22,7 @@ that hashes (and records) are reproducible.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import os
 import subprocess
@@ -40,6 +41,11 @@ __all__ = ["function_spans", "replace_function", "run_tests", "build_git_repo", 
 def function_spans(source: str) -> dict:
     """``{qualname: (first line, last line, text)}`` of the top-level functions and the methods of
     top-level classes in ``source`` (1-based lines, decorators included, text not dedented)."""
+    return dict(_spans(source))
+
+
+@functools.lru_cache(maxsize=8192)
+def _spans(source: str) -> dict:
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
     out = {}

@@ -41,12 +41,11 @@ METHOD = "syncmind"
 MAIN = "budget-aware"
 SETTINGS = ("default", "solo", "turns50", "budget3000", "ask50", "ask200")
 COLLAB_SETTINGS = ("default", "turns50", "budget3000", "ask50", "ask200")
-EPISODE_METRICS = ("success", "la_func", "asked")
 
 _COMMON = dict(p_ask=0.05, per_suspect_grid=[2, 4, 8], patience_grid=[0, 1, 2, 4], test_timeout_s=10.0)
 SIZES = {
     "tiny": dict(gen_repos=1, components=2, stdlib=["colorsys"], tune_repos=1, max_per_repo=3, **_COMMON),
-    "quick": dict(gen_repos=6, components=3, stdlib=list(sr.STDLIB_MODULES), tune_repos=3, max_per_repo=8,
+    "quick": dict(gen_repos=5, components=3, stdlib=list(sr.STDLIB_MODULES), tune_repos=2, max_per_repo=8,
                   **_COMMON),
     "full": dict(gen_repos=60, components=4, stdlib=list(sr.STDLIB_MODULES), tune_repos=20, max_per_repo=40,
                  **_COMMON),
@@ -113,16 +112,19 @@ def _check(config):
         raise ValueError(f"test_timeout_s must be > 0, got {config['test_timeout_s']!r}")
 
 
+def _named(repo, name):
+    return {**repo, "name": name}
+
+
 def _repos(config, seed):
     test_seeds = runtime.seeds(np.random.SeedSequence([seed, 0]), int(config["gen_repos"]))
     tune_seeds = runtime.seeds(np.random.SeedSequence([seed, 1]), int(config["tune_repos"]))
-    k = int(config["components"])
-    items = [("test", sr.generated_repository(s % 2**31, k), config["max_per_repo"], config["test_timeout_s"])
-             for s in test_seeds]
-    items += [("test", sr.stdlib_repository(m, seed), config["max_per_repo"], config["test_timeout_s"])
-              for m in config["stdlib"]]
-    items += [("tune", sr.generated_repository(s % 2**31, k), config["max_per_repo"], config["test_timeout_s"])
-              for s in tune_seeds]
+    k, cap, timeout = int(config["components"]), config["max_per_repo"], config["test_timeout_s"]
+    items = [("test", _named(sr.generated_repository(s % 2**31, k), f"gen{i}"), cap, timeout)
+             for i, s in enumerate(test_seeds)]
+    items += [("test", _named(sr.stdlib_repository(m, seed), f"std-{m}"), cap, timeout) for m in config["stdlib"]]
+    items += [("tune", _named(sr.generated_repository(s % 2**31, k), f"tune{i}"), cap, timeout)
+              for i, s in enumerate(tune_seeds)]
     return items
 
 
@@ -201,9 +203,9 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     for o in out:
         for r in o["rows"]:
             by.setdefault((r["agent"], r["setting"]), []).append(r)
-            for m, v in (("success", r["success"]), ("la_func", r["la_func"]), ("asked", r["asks"] > 0)):
-                episode_rows.append({"scenario": r["scenario"], "agent": r["agent"], "setting": r["setting"],
-                                     "metric": m, "value": float(v)})
+            episode_rows.append({"scenario": r["scenario"], "agent": r["agent"], "setting": r["setting"],
+                                 "metric": "success", "value": float(r["success"]), "asks": r["asks"],
+                                 "turns": r["turns"], "spent": r["spent"]})
 
     def block(agent):
         per = {s: sm.summarize_episodes(by[(agent, s)], budget=_resources(s).budget) for s in SETTINGS}
