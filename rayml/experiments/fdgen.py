@@ -371,9 +371,11 @@ CLAIMS = (
                "generator without the fairness terms",
           metric="metrics.mmd_mean", compare="baselines.plain.mmd_mean", op="<", margin=-0.05, kind="paper",
           source=_SRC_UTIL),
+    # MMD scales differ by an order of magnitude between the SBMs and the small networkx graphs, so a
+    # signed-rank test would let the small graphs decide: every (case, seed) pair counts once here
     Claim(text="structure kept: FDGen's mean structure MMD is below a density-matched Erdos-Renyi graph's "
-               "(paired wilcoxon over (case, seed))",
-          metric="metrics.mmd_mean", compare="baselines.er.mmd_mean", op="<", test="wilcoxon signed-rank over seeds",
+               "(paired sign test over (case, seed))",
+          metric="metrics.mmd_mean", compare="baselines.er.mmd_mean", op="<", test="paired sign test over seeds",
           table="runs", a={"method": "fdgen", "metric": "mmd_mean"}, b={"method": "er", "metric": "mmd_mean"},
           pair_on=_PAIR, kind="paper", source=_SRC_UTIL),
     Claim(text="sanity: the real graphs are biased (a GCN trained on them has Delta_SP > 0.1)",
