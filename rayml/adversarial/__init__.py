@@ -1,0 +1,1 @@
+"""Adversarial attacks on learning systems: knowledge poisoning of vision-language RAG (PoisonedEye)."""

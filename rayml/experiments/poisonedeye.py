@@ -1,0 +1,438 @@
+"""PoisonedEye reproduction: one poison against a small vision-language RAG over the digits.
+
+The system (``rayml.adversarial.vlrag``): a knowledge base of ``kb_size`` digit images from the
+training split with generated captions, rayml's digits CLIP (``rayml.data.image_text``, cached)
+as the fused image+text retriever, and a rule-based majority reader as the generator stand-in
+(SmolLM2 is not used: rayml's SmolLM2 loader had not landed). Each trial draws a target query
+(a held-out digit image and one of three questions) and a target answer: by default a wrong digit
+(``target="wrong-digit"``), and also the release's default "I don't know" (table rows
+``*/idk``). The attacks (``rayml.adversarial.poisonedeye``):
+
+* ``poisonedeye``: the single-sample poison (poison text + PGD image whose fused key matches the
+  query's), ``n`` poisons from different random starts for the poison-count sweep;
+* ``poisonedeye-class``: the class-query poison (target: the mean of the query image's
+  ``n_aux`` neighbours in an auxiliary image pool disjoint from the queries);
+* ``text-only`` (the release's baseline: poison text with the unchanged query image, ``n`` copies)
+  and ``random`` (poison text with ``n`` random images of other classes).
+
+Measured: attack success rate (ASR: the reader answers the target) and retrieval success for the
+target query against the number of poisons and the retrieval depth ``k``, the class-wise ASR (other
+held-out images of the query's class, same question), and the effect of the defences
+(``dedup``, ``similarity``, ``perplexity``; thresholds fitted on the clean knowledge base at 1 %
+false removal) on ASR and on the clean system's accuracy. Every trial is a Ray task
+(``runtime.pmap``); the encoder travels through the object store.
+
+Tuning: the PGD radius of both optimised attacks is chosen on the grid ``eps_grid`` (the release's
+8/255 inside it, step ``0.16 eps`` as in the release) on tuning trials kept apart from the test
+trials, by ASR at ``k_main`` (ties: the smaller radius); the baselines have no parameter. Budget:
+every attack injects the same number of pairs with the same text; PGD runs ``steps`` steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from rayml import runtime
+from rayml.experiments import Experiment, Outcome
+from rayml.results import Claim, Control
+
+PAPER = ("PoisonedEye: Knowledge Poisoning Attack on Retrieval-Augmented Generation based Large Vision-Language "
+         "Models, ICML 2025")
+METHOD = "poisonedeye"
+METHODS = ("poisonedeye", "poisonedeye-class", "text-only", "random")
+PAPER_EPS = 8.0 / 255.0
+IDK = "I don't know"
+
+_COMMON = dict(encoder_seed=0, k_main=3, n_aux=10, target="wrong-digit")
+SIZES = {
+    "tiny": dict(seeds=2, trials=2, tune_trials=2, kb_size=300, n_poisons=[1, 2], ks=[1, 3], n_class_eval=3,
+                 eps_grid=[PAPER_EPS, 2 * PAPER_EPS], steps=20, **_COMMON),
+    "quick": dict(seeds=3, trials=16, tune_trials=8, kb_size=1000, n_poisons=[1, 2, 3], ks=[1, 3, 5, 10],
+                  n_class_eval=8, eps_grid=[PAPER_EPS, 2 * PAPER_EPS, 4 * PAPER_EPS], steps=100, **_COMMON),
+    "full": dict(seeds=10, trials=50, tune_trials=30, kb_size=1257, n_poisons=[1, 2, 3, 5], ks=[1, 3, 5, 10, 20],
+                 n_class_eval=15, eps_grid=[PAPER_EPS / 2, PAPER_EPS, 2 * PAPER_EPS, 4 * PAPER_EPS], steps=100,
+                 **_COMMON),
+}
+SOURCE_ONE = ("abstract: 'Our attack successfully manipulates the response of the VLRAG system for the target query by "
+              "injecting only one poison sample into the knowledge database.'")
+SOURCE_PROPS = ("abstract: 'To construct the poison sample, we follow two key properties for the retrieval and "
+                "generation process, and identify the solution by satisfying these properties.'")
+SOURCE_CLASS = ("abstract: 'we also introduce a class query targeted poisoning attack, a more generalized strategy "
+                "that extends the poisoning effect to an entire class of target queries'")
+
+_STATE: dict = {}  # per worker process: knowledge bases and defence models by (kb_seed, kb_size)
+
+
+def _int_list(config, key, lo=1):
+    v = config[key]
+    if not isinstance(v, list) or not v or any(isinstance(x, bool) or not isinstance(x, int) or x < lo for x in v):
+        raise ValueError(f"{key} must be a non-empty list of integers >= {lo}, got {v!r}")
+    if len(set(v)) != len(v):
+        raise ValueError(f"{key} must not repeat values, got {v!r}")
+    return sorted(v)
+
+
+def _check(config: Mapping[str, Any]) -> None:
+    for key in ("seeds", "trials", "tune_trials", "kb_size", "n_class_eval", "steps", "k_main", "n_aux"):
+        v = config[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{key} must be an integer >= 1, got {v!r}")
+    if isinstance(config["encoder_seed"], bool) or not isinstance(config["encoder_seed"], int) or config["encoder_seed"] < 0:
+        raise ValueError(f"encoder_seed must be an integer >= 0, got {config['encoder_seed']!r}")
+    if config["kb_size"] > 1257 or config["kb_size"] < 20:
+        raise ValueError(f"kb_size must be in 20..1257 (the training split), got {config['kb_size']}")
+    if config["n_class_eval"] > 20:
+        raise ValueError(f"n_class_eval must be <= 20 (held-out images per class), got {config['n_class_eval']}")
+    if config["n_aux"] > 250:
+        raise ValueError(f"n_aux must be <= 250 (the auxiliary pool), got {config['n_aux']}")
+    ks = _int_list(config, "ks")
+    if config["k_main"] not in ks:
+        raise ValueError(f"k_main must be one of ks {ks}, got {config['k_main']}")
+    if max(ks) > config["kb_size"]:
+        raise ValueError(f"ks must not exceed kb_size, got {ks}")
+    ns = _int_list(config, "n_poisons")
+    if 1 not in ns or max(ns) > 10:
+        raise ValueError(f"n_poisons must include 1 (the paper's single poison) and be <= 10, got {ns}")
+    grid = config["eps_grid"]
+    if (not isinstance(grid, list) or not grid
+            or any(isinstance(e, bool) or not isinstance(e, (int, float)) or not 0 < e <= 0.5 for e in grid)):
+        raise ValueError(f"eps_grid must be a non-empty list of radii in (0, 0.5], got {grid!r}")
+    if not any(abs(e - PAPER_EPS) < 1e-9 for e in grid):
+        raise ValueError(f"eps_grid must hold the release's radius 8/255 = {PAPER_EPS:.6f}, got {grid!r}")
+    if config["target"] not in ("wrong-digit", "i-dont-know"):
+        raise ValueError(f"target must be 'wrong-digit' or 'i-dont-know', got {config['target']!r}")
+
+
+def _pools():
+    from rayml.data import image_text as it
+
+    xtr, ytr, xte, yte = it.digits_split()
+    half = len(xte) // 2
+    return xtr, ytr, xte[:half], yte[:half], xte[half:], yte[half:]
+
+
+def _system(encoder, kb_seed: int, kb_size: int):
+    """The clean knowledge base of a seed, its defence model and the filters' masks (cached per process)."""
+    from rayml.adversarial import vlrag as V
+
+    key = (id(encoder), kb_seed, kb_size)
+    if key not in _STATE:
+        xtr, ytr, *_ = _pools()
+        rng = np.random.default_rng(kb_seed)
+        pick = np.sort(rng.choice(len(xtr), size=kb_size, replace=False))
+        kb = V.build_knowledge_base(encoder, xtr[pick], V.knowledge_texts(ytr[pick], rng))
+        dm = V.fit_defences(kb)
+        masks = {d: dm.allowed(kb, d) for d in ("similarity", "perplexity")}
+        _STATE.clear()
+        _STATE[key] = (kb, dm, masks)
+    return _STATE[key]
+
+
+def _evaluate(encoder, kb, dm, masks, poisons, question, target, qkey, ks, defences, n):
+    """ASR and retrieval of the first ``n`` poisons for one query, per (defence, k)."""
+    from rayml.adversarial import vlrag as V
+
+    images = np.stack([p.image for p in poisons[:n]])
+    kb_n = kb.extend(encoder, images, [p.text for p in poisons[:n]])
+    pm = {d: np.concatenate([masks[d], dm.allowed(V.KnowledgeBase(images, tuple(p.text for p in poisons[:n]),
+                                                                  kb_n.image_emb[len(kb):], kb_n.text_emb[len(kb):],
+                                                                  kb_n.keys[len(kb):]), d)])
+          for d in masks}
+    out = {}
+    for d in defences:
+        for k in ks:
+            idx = V.defended_ranking(kb_n, qkey, k, d, dm, pm.get(d))
+            ans = V.read(question, [kb_n.texts[j] for j in idx])
+            out[(d, k)] = {"asr": float(ans == target), "retrieved": float(kb_n.poison[idx].any()),
+                           "top1": float(kb_n.poison[idx[0]])}
+    return out, kb_n
+
+
+def run_trial(item: tuple, shared: Mapping[str, Any]) -> dict:
+    """One target query: craft every attack's poisons, then measure retrieval and answers."""
+    from rayml.adversarial import poisonedeye as pe
+    from rayml.adversarial import vlrag as V
+    from rayml.data import image_text as it
+
+    phase, s_idx, t_idx, trial_seed, kb_seed, eps_pair = item
+    enc, config = shared["encoder"], shared["config"]
+    eps_sample, eps_class = eps_pair
+    steps = int(config["steps"])
+    cfg_s = pe.PoisonConfig(eps=eps_sample, step=0.16 * eps_sample, steps=steps)
+    cfg_c = pe.PoisonConfig(eps=eps_class, step=0.16 * eps_class, steps=steps)
+    kb, dm, masks = _system(enc, kb_seed, int(config["kb_size"]))
+    _, _, xq, yq, xa, ya = _pools()
+    rng = np.random.default_rng(trial_seed)
+    qi = int(rng.integers(len(xq)))
+    y = int(yq[qi])
+    question = V.QUESTIONS[int(rng.integers(len(V.QUESTIONS)))]
+    wrong = it.NUMBER_WORDS[(y + 1 + int(rng.integers(9))) % 10]
+    target = wrong if config["target"] == "wrong-digit" else IDK
+    target_norm = V.normalize_answer(target)
+    same = np.flatnonzero((yq == y) & (np.arange(len(yq)) != qi))
+    class_q = rng.choice(same, size=min(int(config["n_class_eval"]), len(same)), replace=False)
+    others = np.flatnonzero(ya != y)
+    rnd_imgs = xa[rng.choice(others, size=max(config["n_poisons"]), replace=False)]
+    start_seeds = [None] + [int(s) for s in rng.integers(1 << 31, size=max(config["n_poisons"]) - 1)]
+    qkey = V.query_key(enc, xq[qi], question)
+    ks, k_main = sorted(config["ks"]), int(config["k_main"])
+
+    def class_asr(kb_n):
+        hits = []
+        for j in class_q:
+            idx = V.retrieve(kb_n.keys, V.query_key(enc, xq[j], question), k_main)
+            hits.append(V.read(question, [kb_n.texts[i] for i in idx]) == target_norm)
+        return float(np.mean(hits))
+
+    if phase == "tune":
+        out = {}
+        for name, p in (("poisonedeye", pe.sample_poison(enc, xq[qi], question, target, cfg_s)),
+                        ("poisonedeye-class", pe.class_poison(enc, xq[qi], question, target, xa,
+                                                              int(config["n_aux"]), cfg_c))):
+            res, kb_n = _evaluate(enc, kb, dm, masks, [p], question, target_norm, qkey, [k_main], ["none"], 1)
+            out[name] = res[("none", k_main)]["asr"] if name == "poisonedeye" else class_asr(kb_n)
+        return {"phase": phase, "eps": eps_pair, "asr": out}
+
+    poisons = {
+        "poisonedeye": [pe.sample_poison(enc, xq[qi], question, target, cfg_s, seed=s) for s in start_seeds],
+        "poisonedeye-class": [pe.class_poison(enc, xq[qi], question, target, xa, int(config["n_aux"]), cfg_c)],
+        "text-only": [pe.text_only_poison(enc, xq[qi], question, target)] * max(config["n_poisons"]),
+        "random": [pe.random_poison(enc, img, xq[qi], question, target) for img in rnd_imgs],
+    }
+    sweep, single = {}, {}
+    for m, plist in poisons.items():
+        for n in config["n_poisons"]:
+            if n > len(plist):
+                continue
+            res, kb_n = _evaluate(enc, kb, dm, masks, plist, question, target_norm, qkey, ks, V.DEFENCES, n)
+            for (d, k), v in res.items():
+                sweep[(m, n, d, k)] = v
+            if n == 1:
+                single[m] = {"asr_sample": res[("none", k_main)]["asr"], "top1_sample": res[("none", k_main)]["top1"],
+                             "retrieved_sample": res[("none", k_main)]["retrieved"],
+                             "margin": pe.retrieval_margin(kb_n, kb_n.keys[-1], qkey), "asr_class": class_asr(kb_n)}
+    # the release's default target, "I don't know", for the single poison and the text-only baseline
+    for m, p in (("poisonedeye/idk", pe.sample_poison(enc, xq[qi], question, IDK, cfg_s)),
+                 ("text-only/idk", pe.text_only_poison(enc, xq[qi], question, IDK))):
+        res, kb_n = _evaluate(enc, kb, dm, masks, [p], question, V.normalize_answer(IDK), qkey, [k_main], ["none"], 1)
+        single[m] = {"asr_sample": res[("none", k_main)]["asr"], "top1_sample": res[("none", k_main)]["top1"],
+                     "retrieved_sample": res[("none", k_main)]["retrieved"],
+                     "margin": pe.retrieval_margin(kb_n, kb_n.keys[-1], qkey)}
+    clean = {}
+    for d in V.DEFENCES:
+        for k in ks:
+            idx = V.defended_ranking(kb, qkey, k, d, dm, masks.get(d))
+            ans = V.read(question, [kb.texts[j] for j in idx])
+            clean[(d, k)] = {"accuracy": float(ans == it.NUMBER_WORDS[y]), "target_rate": float(ans == target_norm)}
+    gain = poisons["poisonedeye"][0].similarity - poisons["poisonedeye"][0].start_similarity
+    return {"phase": phase, "seed": s_idx, "query": t_idx, "label": y, "sweep": sweep, "single": single,
+            "clean": clean, "pgd_gain": float(gain)}
+
+
+def _tune(out, grid):
+    """Per optimised attack: the radius of highest tuning ASR (ties: the smaller radius)."""
+    rows, chosen = [], {}
+    for name in ("poisonedeye", "poisonedeye-class"):
+        means = []
+        for e in grid:
+            vals = [o["asr"][name] for o in out if (o["eps"][0] if name == "poisonedeye" else o["eps"][1]) == e]
+            means.append(float(np.mean(vals)))
+            rows.append({"method": name, "eps": e, "metric": "tuning_asr", "value": means[-1]})
+        best = max(means)
+        chosen[name] = min(e for e, m in zip(grid, means) if m == best)
+    return chosen, rows
+
+
+def run(config: Mapping[str, Any], seed: int) -> Outcome:
+    """Tune the PGD radius on held-out trials, then every test trial as a Ray task."""
+    from rayml.data import image_text as it
+
+    _check(config)
+    enc = it.load_or_train(int(config["encoder_seed"]))
+    grid = [float(e) for e in config["eps_grid"]]
+    cfg = dict(config)
+    shared = {"encoder": enc, "config": cfg}
+    tune_seeds = runtime.seeds(np.random.SeedSequence([seed, 1]), int(config["tune_trials"]) + 1)
+    tune_items = [("tune", -1, t, ts, tune_seeds[-1], (e, e)) for t, ts in enumerate(tune_seeds[:-1]) for e in grid]
+    tuned = runtime.pmap(run_trial, tune_items, shared=shared, desc="poisonedeye tuning")
+    chosen, tuning_rows = _tune(tuned, grid)
+    kb_seeds = runtime.seeds(np.random.SeedSequence([seed, 0]), int(config["seeds"]))
+    items = []
+    for s, kbs in enumerate(kb_seeds):
+        for t, ts in enumerate(runtime.seeds(np.random.SeedSequence([seed, 2, s]), int(config["trials"]))):
+            items.append(("test", s, t, ts, kbs, (chosen["poisonedeye"], chosen["poisonedeye-class"])))
+    out = runtime.pmap(run_trial, items, shared=shared, desc="poisonedeye trials")
+    return _summarise(out, config, chosen, tuning_rows, grid, len(items) + len(tune_items))
+
+
+def _summarise(out, config, chosen, tuning_rows, grid, tasks) -> Outcome:
+    from rayml.adversarial import vlrag as V
+
+    k_main, ks, ns = int(config["k_main"]), sorted(config["ks"]), sorted(config["n_poisons"])
+    trial_rows, sweep_rows, clean_rows = [], [], []
+    for o in out:
+        for m, vals in o["single"].items():
+            for metric, v in vals.items():
+                trial_rows.append({"method": m, "seed": o["seed"], "query": o["query"], "metric": metric,
+                                   "value": float(v)})
+    seeds = sorted({o["seed"] for o in out})
+    for s in seeds:
+        mine = [o for o in out if o["seed"] == s]
+        for key in mine[0]["sweep"]:
+            m, n, d, k = key
+            for metric in ("asr", "retrieved"):
+                sweep_rows.append({"method": m, "n_poisons": n, "defence": d, "k": k, "seed": s, "metric": metric,
+                                   "value": float(np.mean([o["sweep"][key][metric] for o in mine]))})
+        for (d, k) in mine[0]["clean"]:
+            for metric in ("accuracy", "target_rate"):
+                clean_rows.append({"defence": d, "k": k, "seed": s, "metric": metric,
+                                   "value": float(np.mean([o["clean"][(d, k)][metric] for o in mine]))})
+
+    def mean_single(m, metric):
+        return float(np.mean([o["single"][m][metric] for o in out]))
+
+    def mean_sweep(m, n, d, k, metric="asr"):
+        vals = [o["sweep"][(m, n, d, k)][metric] for o in out if (m, n, d, k) in o["sweep"]]
+        return float(np.mean(vals)) if vals else None
+
+    def block(m):
+        b = {metric: mean_single(m, metric) for metric in ("asr_sample", "top1_sample", "retrieved_sample", "margin")}
+        if m in METHODS:
+            b["asr_class"] = mean_single(m, "asr_class")
+            b["asr_by_k"] = {f"k={k}": mean_sweep(m, 1, "none", k) for k in ks}
+            b["asr_by_n"] = {f"n={n}": mean_sweep(m, n, "none", max(ks)) for n in ns
+                             if mean_sweep(m, n, "none", max(ks)) is not None}
+            b["asr_by_defence"] = {d: {f"n={n}": mean_sweep(m, n, d, k_main) for n in ns
+                                       if mean_sweep(m, n, d, k_main) is not None} for d in V.DEFENCES}
+        return b
+
+    clean = {d: {f"k={k}": {metric: float(np.mean([o["clean"][(d, k)][metric] for o in out]))
+                            for metric in ("accuracy", "target_rate")} for k in ks} for d in V.DEFENCES}
+    metrics = {**block("poisonedeye"),
+               "class_variant": block("poisonedeye-class"),
+               "asr_class": mean_single("poisonedeye-class", "asr_class"),
+               "idk_target": {"poisonedeye": block("poisonedeye/idk"), "text_only": block("text-only/idk")},
+               "clean": clean,
+               "clean_accuracy": clean["none"][f"k={k_main}"]["accuracy"],
+               "clean_target_rate": clean["none"][f"k={k_main}"]["target_rate"],
+               "pgd_gain_min": float(min(o["pgd_gain"] for o in out)),
+               "eps": chosen, "k_main": k_main, "trials": len(out)}
+    baselines = {"sample_poison": {"asr_class": mean_single("poisonedeye", "asr_class")},
+                 "text_only": block("text-only"), "random": block("random")}
+    budget = {"poisons_per_attack": ns, "pgd_steps": int(config["steps"]), "step_over_eps": 0.16,
+              "text": "the same poison text for every attack of a trial",
+              "trials": len(out), "tasks": tasks, "kb_size": int(config["kb_size"]),
+              "tuning": {"grid": grid, "chosen": chosen, "objective": f"ASR at k={k_main} (class-wise for the "
+                         "class variant) on tuning trials apart from the test trials; ties: the smaller radius",
+                         "text-only / random": "no parameter"}}
+    return Outcome(metrics=metrics, baselines=baselines,
+                   tables={"trials": trial_rows, "sweep": sweep_rows, "clean": clean_rows, "tuning": tuning_rows},
+                   budget=budget)
+
+
+def _paired(text, metric, compare, table_metric, a_method, b_method, source, controls=()):
+    return Claim(text=text, metric=metric, compare=compare, op=">", test="paired sign test over seeds",
+                 table="trials", a={"method": a_method, "metric": table_metric},
+                 b={"method": b_method, "metric": table_metric}, pair_on=("seed", "query"), source=source,
+                 controls=controls)
+
+
+CLAIMS = (
+    Claim(text="one poison sample manipulates the answer to its target query: ASR >= 0.8 at k=3 (wrong-digit target)",
+          metric="metrics.asr_sample", compare=0.8, op=">=", source=SOURCE_ONE,
+          controls=(Control("text-only", "baselines.text_only.asr_sample"),
+                    Control("random", "baselines.random.asr_sample"))),
+    Claim(text="the retrieval property: the optimised poison is retrieved first for its target query in >= 90% of "
+               "trials",
+          metric="metrics.top1_sample", compare=0.9, op=">=", source=SOURCE_PROPS,
+          controls=(Control("text-only", "baselines.text_only.top1_sample"),
+                    Control("random", "baselines.random.top1_sample"))),
+    _paired("the retrieval-optimised poison beats the text-only poison (generation property alone) in ASR, paired "
+            "over (seed, query)", "metrics.asr_sample", "baselines.text_only.asr_sample", "asr_sample",
+            "poisonedeye", "text-only", SOURCE_PROPS,
+            (Control("random", "baselines.random.asr_sample", a={"method": "random", "metric": "asr_sample"}),)),
+    _paired("the class-query poison beats the single-sample poison on other queries of the target's class, paired "
+            "over (seed, query)", "metrics.asr_class", "baselines.sample_poison.asr_class", "asr_class",
+            "poisonedeye-class", "poisonedeye", SOURCE_CLASS,
+            (Control("text-only", "baselines.text_only.asr_class", a={"method": "text-only", "metric": "asr_class"}),)),
+    Claim(text="the class-query poison extends to the class: ASR >= 0.5 over other queries of the target's class",
+          metric="metrics.asr_class", compare=0.5, op=">=", source=SOURCE_CLASS,
+          controls=(Control("single-sample poison", "baselines.sample_poison.asr_class"),
+                    Control("text-only", "baselines.text_only.asr_class"),
+                    Control("random", "baselines.random.asr_class"))),
+    Claim(text="the clean system works: reader accuracy >= 0.85 at k=3 without poison", metric="metrics.clean_accuracy",
+          compare=0.85, op=">=", kind="sanity"),
+    Claim(text="without poison the system almost never gives the target answer (rate <= 0.05)",
+          metric="metrics.clean_target_rate", compare=0.05, op="<=", kind="sanity"),
+    Claim(text="PGD never lowers the poison's similarity to its target (best iterate kept)",
+          metric="metrics.pgd_gain_min", compare=0.0, op=">=", kind="sanity"),
+)
+
+
+def plots(record: Mapping) -> dict:
+    """ASR against retrieval depth and poison count (bands: min-max over seeds); defences."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = record["tables"]["sweep"]
+    k_main = record["metrics"]["k_main"]
+
+    def series(m, x_key, fixed):
+        pts = {}
+        for r in rows:
+            if r["method"] == m and r["metric"] == "asr" and all(r[k] == v for k, v in fixed.items()):
+                pts.setdefault(r[x_key], []).append(r["value"])
+        xs = sorted(pts)
+        return (np.array(xs), np.array([np.mean(pts[x]) for x in xs]), np.array([np.min(pts[x]) for x in xs]),
+                np.array([np.max(pts[x]) for x in xs]))
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    ks = sorted({r["k"] for r in rows})
+    for m in METHODS:
+        x, mu, lo, hi = series(m, "k", {"n_poisons": 1, "defence": "none"})
+        axes[0].plot(x, mu, marker="o", label=m)
+        axes[0].fill_between(x, lo, hi, alpha=0.2)
+        x, mu, lo, hi = series(m, "n_poisons", {"k": max(ks), "defence": "none"})
+        axes[1].plot(x, mu, marker="o", label=m)
+        axes[1].fill_between(x, lo, hi, alpha=0.2)
+    axes[0].set_xlabel("retrieval depth k (one poison)")
+    axes[1].set_xlabel(f"number of poisons (k={max(ks)})")
+    for ax in axes:
+        ax.set_ylabel("attack success rate")
+        ax.set_ylim(-0.05, 1.05)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("PoisonedEye on the digits VLRAG: ASR for the target query")
+    fig.tight_layout()
+
+    fig2, ax2 = plt.subplots(figsize=(8, 3.6))
+    defences = ("none", "dedup", "similarity", "perplexity")
+    ns = sorted({r["n_poisons"] for r in rows})
+    width = 0.8 / (len(METHODS) * 2)
+    for i, m in enumerate(METHODS):
+        for j, n in enumerate((ns[0], ns[-1])):
+            vals = [np.mean([r["value"] for r in rows if r["method"] == m and r["defence"] == d and r["k"] == k_main
+                             and r["n_poisons"] == n and r["metric"] == "asr"] or [np.nan]) for d in defences]
+            ax2.bar(np.arange(len(defences)) + (2 * i + j) * width, vals, width, label=f"{m}, n={n}")
+    acc = [record["metrics"]["clean"][d][f"k={k_main}"]["accuracy"] for d in defences]
+    ax2.plot(np.arange(len(defences)) + 0.4, acc, "k*", markersize=10, label="clean accuracy")
+    ax2.set_xticks(np.arange(len(defences)) + 0.4, defences)
+    ax2.set_ylabel(f"ASR at k={k_main}")
+    ax2.legend(fontsize=6, ncol=2)
+    ax2.set_title("defences: ASR and the clean system's accuracy")
+    fig2.tight_layout()
+    return {"asr": fig, "defences": fig2}
+
+
+EXPERIMENT = Experiment(
+    name=METHOD, paper=PAPER,
+    ray="every tuning and test trial (craft the poisons, query the poisoned knowledge base) as a pmap task; "
+        "the encoder in the object store",
+    checked_against="the authors' code (github.com/123000001212/PoisonedEye: database.py create_poison, "
+                    "llava_inference_rag_poison_final[_class].py: fused keys, poison text, PGD, class aux images, "
+                    "text-only baseline) and the abstract; the full text was not reachable",
+    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+)
