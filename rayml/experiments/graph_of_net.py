@@ -7,7 +7,8 @@ Per (dataset, seed): a fresh GON and a semi-supervised split (``labels_per_class
 node-graphs per class, ``n_val`` for validation, the rest test). Methods, all with the same
 parameter count (within a few percent; recorded), epochs and tuning grid: N2GON (dual encoders +
 constraint network, ``rayml.graphs.graph_of_net``), intra-graph-only, inter-graph-only, and the
-dual encoder without the constraint network (the ablation).
+dual encoder without the constraint network (the ablation); and, as a diagnostic without a claim,
+N2GON whose constraint net has no label must-links.
 
 Tuning: each method's learning rate on ``lr_grid`` (containing the assumed paper setting 0.01) by
 validation accuracy on tuning seeds (a GON and split per dataset) kept apart from the test seeds.
@@ -28,6 +29,10 @@ from rayml.results import Claim, Control
 PAPER = "N2GON: Neural Networks for Graph-of-Net with Position Awareness, ICML 2025"
 NAME = "graph-of-net"
 METHODS = ("n2gon", "intra-only", "inter-only", "dual-encoder")
+# Diagnostic (no claim): N2GON whose constraint net has no label must-links (GON edges + refinement only),
+# to see whether the constraint loss helps through positions alone or through the labels used twice.
+DIAGNOSTIC = "n2gon-no-label-links"
+RUNS = METHODS + (DIAGNOSTIC,)
 DATASETS = ("digits", "molecules")
 PAPER_LR = 0.01  # assumed: the paper's learning rate was not reachable
 
@@ -90,8 +95,9 @@ def run_task(item: tuple, config: Mapping[str, Any]) -> dict:
     phase, dataset, method, lr, seed_idx, data_seed, train_seed = item
     gon, split = _gon(dataset, int(config["n_graphs"]), int(config["k"]), int(config["labels_per_class"]),
                       int(config["n_val"]), int(data_seed))
-    cfg = gn.N2GONConfig(method=method, hidden=int(config["hidden"]), epochs=int(config["epochs"]), lr=float(lr),
-                         lam=float(config["lam"]), eval_every=int(config["eval_every"]))
+    cfg = gn.N2GONConfig(method="n2gon" if method == DIAGNOSTIC else method, hidden=int(config["hidden"]),
+                         epochs=int(config["epochs"]), lr=float(lr), lam=float(config["lam"]),
+                         label_weight=0.0 if method == DIAGNOSTIC else 1.0, eval_every=int(config["eval_every"]))
     out = gn.train(gon, split, cfg, int(train_seed))
     return {"phase": phase, "dataset": dataset, "method": method, "lr": float(lr), "seed": int(seed_idx), **out,
             "inter_homophily": edge_homophily(gon.inter_edges, gon.y),
@@ -113,10 +119,10 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     tune_seed, test_seed = runtime.seeds(seed, 2)
     tseeds = runtime.seeds(tune_seed, 2 * len(datasets))
     tune_items = [("tune", d, m, lr, 0, tseeds[2 * di], tseeds[2 * di + 1])
-                  for di, d in enumerate(datasets) for m in METHODS for lr in grid]
+                  for di, d in enumerate(datasets) for m in RUNS for lr in grid]
     tuned = runtime.pmap(run_task, tune_items, shared=dict(config), chunk_size=1, desc="graph-of-net tuning")
     best = {}
-    for m in METHODS:  # one lr per method: mean validation accuracy over the tuning GONs (ties: nearest 0.01)
+    for m in RUNS:  # one lr per method: mean validation accuracy over the tuning GONs (ties: nearest 0.01)
         score = {lr: np.mean([o["val_acc"] for o in tuned if o["method"] == m and o["lr"] == lr]) for lr in grid}
         best[m] = max(grid, key=lambda lr: (score[lr], -abs(np.log(lr / PAPER_LR)), -lr))
     seeds = runtime.seeds(test_seed, 2 * len(datasets) * n_seeds)
@@ -124,7 +130,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     for di, d in enumerate(datasets):
         for s in range(n_seeds):
             ds_, ts_ = seeds[2 * (di * n_seeds + s)], seeds[2 * (di * n_seeds + s) + 1]
-            items += [("main", d, m, best[m], s, ds_, ts_) for m in METHODS]
+            items += [("main", d, m, best[m], s, ds_, ts_) for m in RUNS]
     out = runtime.pmap(run_task, items, shared=dict(config), chunk_size=1, desc="graph-of-net runs")
 
     rows = [{"dataset": o["dataset"], "method": o["method"], "seed": o["seed"], "metric": "test_acc",
@@ -134,16 +140,16 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     tune_rows = [{"dataset": o["dataset"], "method": o["method"], "lr": o["lr"], "metric": "val_acc",
                   "value": o["val_acc"]} for o in tuned]
     means = {(d, m): float(np.mean([o["test_acc"] for o in out if o["dataset"] == d and o["method"] == m]))
-             for d in datasets for m in METHODS}
+             for d in datasets for m in RUNS}
     params = {m: int(next(o["params"] for o in out if o["method"] == m and o["dataset"] == datasets[0]))
-              for m in METHODS}
+              for m in RUNS}
     param_gap = max(abs(o["params"] / next(p["params"] for p in out if p["method"] == "n2gon"
                                            and p["dataset"] == o["dataset"]) - 1) for o in out)
 
     def summary(m):
         return {"acc": float(np.mean([o["test_acc"] for o in out if o["method"] == m])),
                 "per_dataset": {d: means[(d, m)] for d in datasets},
-                "datasets_won": _wins(means, m, datasets) if m != "dual-encoder" else None,
+                "datasets_won": _wins(means, m, datasets) if m in ("n2gon", "intra-only", "inter-only") else None,
                 "params": params[m], "lr": best[m]}
 
     metrics = summary("n2gon")
@@ -153,7 +159,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                                   for d in datasets}
     metrics["nodes_per_graph"] = {d: float(np.mean([o["nodes_per_graph"] for o in out if o["dataset"] == d]))
                                   for d in datasets}
-    baselines = {m.replace("-", "_"): {k: v for k, v in summary(m).items() if v is not None} for m in METHODS[1:]}
+    baselines = {m.replace("-", "_"): {k: v for k, v in summary(m).items() if v is not None} for m in RUNS[1:]}
     budget = {"epochs": int(config["epochs"]), "params": params,
               "param_gap_max": float(param_gap),
               "tuning": f"learning rate per method on {grid} (assumed paper setting {PAPER_LR}) by mean validation "
@@ -206,9 +212,10 @@ def plots(record: Mapping) -> dict:
     datasets = sorted({r["dataset"] for r in rows})
     figs = {}
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
-    width = 0.8 / len(METHODS)
-    for mi, m in enumerate(METHODS):
-        xs = np.arange(len(datasets)) + (mi - (len(METHODS) - 1) / 2) * width
+    shown = [m for m in RUNS if any(r["method"] == m for r in rows)]
+    width = 0.8 / len(shown)
+    for mi, m in enumerate(shown):
+        xs = np.arange(len(datasets)) + (mi - (len(shown) - 1) / 2) * width
         vals = [[r["value"] for r in rows if r["method"] == m and r["dataset"] == d] for d in datasets]
         mean = np.array([np.mean(v) for v in vals])
         lo, hi = np.array([np.min(v) for v in vals]), np.array([np.max(v) for v in vals])
@@ -223,10 +230,10 @@ def plots(record: Mapping) -> dict:
     figs["accuracy_per_dataset"] = fig
     fig, ax = plt.subplots(figsize=(6.5, 3.4))
     base = {(r["dataset"], r["seed"]): r["value"] for r in rows if r["method"] == "n2gon"}
-    for mi, m in enumerate(METHODS[1:]):
+    for mi, m in enumerate(shown[1:]):
         gaps = [(d, base[(r["dataset"], r["seed"])] - r["value"]) for d in datasets for r in rows
                 if r["method"] == m and r["dataset"] == d]
-        xs = [datasets.index(d) + (mi - 1) * 0.22 for d, _ in gaps]
+        xs = [datasets.index(d) + (mi - (len(shown) - 2) / 2) * 0.18 for d, _ in gaps]
         ax.scatter(xs, [g for _, g in gaps], label=f"N2GON - {m}", s=18)
     ax.axhline(0.0, color="gray", lw=0.8)
     ax.set_xticks(np.arange(len(datasets)))
