@@ -13,9 +13,9 @@ reproducibility summary; the full text was not reachable):
 
 What each piece is here (every detail marked "assumed" is ours, not read in the paper):
 
-- ``IntraEncoder`` (F1, Eq. 2): GIN layers ``h <- MLP((1 + eps) h + sum_{u in N(v)} h_u)`` over the
+- ``IntraEncoder`` (F1, Eq. 2): GIN layers ``h <- relu(W ((1 + eps) h + sum_{u in N(v)} h_u))`` over the
   disjoint union of all node-graphs (sparse ``spmm``), then a readout ``LayerNorm([mean || max])``
-  per graph. assumed: GIN layers, the mean / max readout and its LayerNorm.
+  per graph. assumed: GIN layers with one linear map each, the mean / max readout and its LayerNorm.
 - ``InterEncoder`` (F2, Eq. 3): GCN layers ``v <- D^-1/2 (A + I) D^-1/2 v W`` over the GON's edges.
   assumed: GCN.
 - graph constructors (Eq. 4): the constraint net ``C`` is the union, with weights, of (a) the GON's
@@ -29,14 +29,15 @@ What each piece is here (every detail marked "assumed" is ours, not read in the 
   this softmax over squared distances (an SNE-style kernel).
 - constraint loss (Eq. 7): ``L_con = - sum_{(i,j) in C} w_ij log Pi_ij / sum w_ij`` (nodes linked
   in ``C`` are placed close; every other node competes in the denominator). assumed: this form.
-- prediction: a linear classifier on ``[v_i || p_i]`` ("nodes are adaptively arranged based on
+- prediction: a linear classifier on ``relu([v_i || p_i])`` ("nodes are adaptively arranged based on
   their positions"), trained with NLL on the labelled node-graphs plus ``lam * L_con``.
   assumed: the classifier reads positions; ``lam = 1`` is the paper's setting (unknown to us).
 
 Baselines of equal parameter count (``build_model`` matches widths, ``n_params`` checks it):
 ``intra-only`` (F1, then an MLP in place of F2: the GON's edges unused), ``inter-only`` (each
 node-graph only through its node contents: F1 without intra-graph message passing, a DeepSets
-encoder, then F2) and ``dual-encoder`` (N2GON with ``lam = 0``: the ablation without the constraint network).
+encoder, then F2) and ``dual-encoder`` (N2GON with ``lam = 0``: the ablation without the constraint
+network).
 """
 
 from __future__ import annotations
@@ -124,9 +125,9 @@ class IntraEncoder(nn.Module):
 
     Each layer is ``h <- relu(W ((1 + eps) h + sum_{u in N(v)} h_u))`` (assumed: one linear map
     per layer, He initialisation; deeper per-layer MLPs trained much slower here; the LayerNorm on
-    the graph readout, without which the sums of large node-graphs stalled F2's training). With ``message_passing=False``
-    the neighbour sum is dropped (a DeepSets encoder: node contents only, no intra-graph edges),
-    which is the inter-only baseline's encoder.
+    the graph readout, without which the sums of large node-graphs stalled F2's training). With
+    ``message_passing=False`` the neighbour sum is dropped (a DeepSets encoder: node contents only,
+    no intra-graph edges), which is the inter-only baseline's encoder.
     """
 
     def __init__(self, d_in: int, hidden: int, layers: int, dropout: float = 0.0, message_passing: bool = True):
@@ -309,7 +310,8 @@ def _check_gon(gon: GraphOfNet, split: dict) -> None:
         raise ValueError(f"gon.x must be (nodes, d) and gon.batch (nodes,), got {gon.x.shape}, {gon.batch.shape}")
     if gon.n_graphs < 2 or set(np.unique(gon.batch)) != set(range(gon.n_graphs)):
         raise ValueError("gon.batch must map nodes onto every node-graph 0..n_graphs-1 (each non-empty)")
-    for name, e, n in (("intra_edges", gon.intra_edges, gon.x.shape[0]), ("inter_edges", gon.inter_edges, gon.n_graphs)):
+    for name, e, n in (("intra_edges", gon.intra_edges, gon.x.shape[0]),
+                       ("inter_edges", gon.inter_edges, gon.n_graphs)):
         if e.ndim != 2 or e.shape[0] != 2:
             raise ValueError(f"gon.{name} must have shape (2, E), got {e.shape}")
         if e.size and (e.min() < 0 or e.max() >= n):
