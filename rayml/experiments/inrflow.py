@@ -18,9 +18,9 @@ clouds and proteins, and samples images at resolutions above the training one. W
   COV-CD (Chamfer) for point clouds;
 - the INR property: INRFlow sampled at ``hi_res`` x ``hi_res`` (never trained there; the training
   grid is the context, the new grid the queries), scored against held-out digits at ``hi_res``;
-  the grid model cannot sample there (it has no coordinates). Controls: the 16x16 samples of
-  INRFlow and of the grid model replicated to ``hi_res`` by nearest neighbour; for reference (not a
-  control: the data *is* bilinear upsampling) the grid model's samples upsampled bilinearly. Point
+  the grid model cannot sample there (it has no coordinates). It is compared with the 16x16 samples of
+  INRFlow itself and of the grid model replicated to ``hi_res`` by nearest neighbour; for reference
+  (the data *is* bilinear upsampling, so this is the ideal interpolant) also upsampled bilinearly. Point
   clouds are also sampled with ``dense_factor`` times the training points (INRFlow: the training
   points are the context, the rest extra queries; the transformer: all points jointly).
 
@@ -66,7 +66,7 @@ def _models(config):
 
     c = config
     img = lambda: F.INRFlow(F.ModelConfig(modality="image", hidden=c["hidden"], depth=c["depth"], heads=c["heads"],  # noqa: E731
-                                          grid=c["grid"], mlp_ratio=c["mlp_ratio"]))
+                                          grid=c["grid"], mlp_ratio=c["mlp_ratio"], coord_res=c["res"]))
     pts = lambda: F.INRFlow(F.ModelConfig(modality="points", hidden=c["hidden"], depth=c["point_depth"],  # noqa: E731
                                           heads=c["heads"], latents=c["latents"], mlp_ratio=c["mlp_ratio"],
                                           fourier_freqs=c["fourier_freqs"]))
@@ -313,6 +313,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         "fid_hi_ratio": mean("image", "inrflow", "fid_hi_ratio"),
         "fid_hi_nearest_ratio": mean("image", "inrflow", "fid_hi_nearest_ratio"),
         "fid_hi_nearest": mean("image", "inrflow", "fid_hi_nearest"),
+        "fid_hi_bilinear": mean("image", "inrflow", "fid_hi_bilinear"),
         "mmd_cd": mean("points", "inrflow", "mmd_cd"), "cov_cd": mean("points", "inrflow", "cov_cd"),
         "mmd_cd_dense": mean("points", "inrflow", "mmd_cd_dense"), "cov_cd_dense": mean("points", "inrflow", "cov_cd_dense"),
         "distance_norm": norm_mean("inrflow"),
@@ -333,7 +334,6 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                     "mmd_cd_dense": mean("points", "pointtf", "mmd_cd_dense"),
                     "cov_cd_dense": mean("points", "pointtf", "cov_cd_dense")},
         "baseline": {"distance_norm": norm_mean("baseline")},
-        "inrflow_nearest": {"fid_hi_nearest_ratio": mean("image", "inrflow", "fid_hi_nearest_ratio")},
     }
     budget = {"train_steps": int(config["steps"]), "batch_images": int(config["batch"]),
               "batch_points": max(1, int(config["batch"]) // 2), "sample_steps": int(config["sample_steps"]),
@@ -365,15 +365,12 @@ CLAIMS = (
                "point-wise decoder", metric="metrics.mmd_cd", compare="baselines.pointtf.mmd_cd", op="<", source=_DOMAINS),
     Claim(text="point clouds: higher COV-CD than the point transformer", metric="metrics.cov_cd",
           compare="baselines.pointtf.cov_cd", op=">", source=_DOMAINS),
-    Claim(text="sampled at an unseen resolution (hi_res, the training grid as context), the FID-like distance to "
-               "held-out hi_res digits is at most 1.5x the training-resolution one (controls: the same model's and the "
-               "grid model's 16x16 samples replicated to hi_res by nearest neighbour)",
-          metric="metrics.fid_hi_ratio", compare=1.5, op="<=", source=_CONTINUOUS,
-          controls=(Control("inrflow_nearest", "baselines.inrflow_nearest.fid_hi_nearest_ratio"),
-                    Control("grid", "baselines.grid.fid_hi_nearest_ratio"))),
     Claim(text="at the unseen resolution, decoding the coordinates beats replicating the model's own training-"
                "resolution pixels (FID-like at hi_res, native < nearest-neighbour)",
           metric="metrics.fid_hi", compare="metrics.fid_hi_nearest", op="<", source=_CONTINUOUS),
+    Claim(text="at the unseen resolution, INRFlow's native samples are closer to held-out hi_res digits than the grid "
+               "model's 16x16 samples shown at hi_res (pixel replication: the grid model has no coordinates to query)",
+          metric="metrics.fid_hi", compare="baselines.grid.fid_hi_nearest", op="<", source=_CONTINUOUS),
     Claim(text="the baselines are within 10% of INRFlow's parameter count", metric="metrics.param_gap", compare=0.1,
           op="<=", kind="sanity"),
     Claim(text="every sample is finite", metric="metrics.finite", compare=1.0, op=">=", kind="sanity"),

@@ -39,7 +39,9 @@ decoders}.py``, ``model/pos_embed.py``, ``processor/*``, ``configs/model/linear_
 abstract; the paper's full text was not read (a review digest of the ASFT version was).
 
 Assumed (small CPU models): widths, depths, latent counts and patch sizes far below the authors'
-(hidden 1152, depth 28); plain multi-head attention with LayerNorm q/k normalisation; an EMA whose
+(hidden 1152, depth 28); the coordinate embedding's frequencies scaled to the training resolution
+(``pi`` to ``pi R / 2`` for ``R``-pixel images, as the authors' ``pi`` to ``112 pi`` is for 224-256
+pixels: unscaled, a 16-pixel grid aliases them and off-grid queries read arbitrary embeddings); plain multi-head attention with LayerNorm q/k normalisation; an EMA whose
 decay warms up as ``min(decay, (1 + k) / (10 + k))`` (runs here are ~10^3 steps, not 10^5); the Euler
 ODE sampler for point clouds too (the authors use an SDE sampler with 500 steps there); no class
 conditioning (unconditional generation).
@@ -98,6 +100,9 @@ class ModelConfig:
         latents: point clouds: number of learned latents.
         mlp_ratio: MLP width / token width.
         fourier_freqs: point clouds: Fourier frequencies per axis of the position embedding.
+        coord_res: images: the training resolution the coordinate embedding is scaled to: its
+            frequencies run from ``pi`` to ``pi coord_res / 2`` (the authors': ``pi`` to ``112 pi`` for
+            256-pixel images; scaled down here, see the module docstring).
     """
 
     modality: str = "image"
@@ -108,6 +113,7 @@ class ModelConfig:
     latents: int = 32
     mlp_ratio: float = 2.0
     fourier_freqs: int = 6
+    coord_res: int = 16
 
     def __post_init__(self):
         if self.modality not in MODALITIES:
@@ -120,6 +126,8 @@ class ModelConfig:
             raise ValueError(f"hidden must be divisible by 4 and by 2 * heads, got hidden={self.hidden}, heads={self.heads}")
         if not self.mlp_ratio > 0:
             raise ValueError(f"mlp_ratio must be > 0, got {self.mlp_ratio!r}")
+        if isinstance(self.coord_res, bool) or not isinstance(self.coord_res, int) or self.coord_res < 2:
+            raise ValueError(f"coord_res must be an integer >= 2, got {self.coord_res!r}")
 
     @property
     def coord_dim(self) -> int:
@@ -208,12 +216,13 @@ def image_grid(resolution: int) -> torch.Tensor:
 # ----------------------------------------------------------------------------- building blocks
 
 
-def _sincos(coord: torch.Tensor, dim: int) -> torch.Tensor:
-    """Sin-cos embedding of coordinates in ``[0, 1]`` (frequencies ``pi 2^linspace(0, log2(224) - 1)``,
-    the authors' ``get_1d_sincos_pos_embed_from_coord``), ``dim / coord_dim`` channels per axis."""
+def _sincos(coord: torch.Tensor, dim: int, res: int = 224) -> torch.Tensor:
+    """Sin-cos embedding of coordinates in ``[0, 1]``, ``dim / coord_dim`` channels per axis, frequencies
+    ``pi 2^linspace(0, log2(res) - 1)`` (the authors' ``get_1d_sincos_pos_embed_from_coord`` has
+    ``res = 224``)."""
     d = coord.shape[-1]
     per = dim // (2 * d)
-    omega = math.pi * 2 ** torch.linspace(0, math.log2(224) - 1, per)
+    omega = math.pi * 2 ** torch.linspace(0, math.log2(res) - 1, per)
     out = coord.unsqueeze(-1) * omega  # (..., d, per)
     emb = torch.cat([torch.sin(out), torch.cos(out)], dim=-1).flatten(-2)
     if emb.shape[-1] < dim:
@@ -390,8 +399,9 @@ class INRFlow(nn.Module):
         cell = (context_x * g).floor().clamp(0, g - 1)
         owner = (cell[..., 0] * g + cell[..., 1]).long()  # (B, N): the latent whose patch holds the point
         rel = context_x * g - cell  # within-patch position in [0, 1]
-        tokens = self.ctx_y(context_y) + _sincos(rel, cfg.hidden)
-        lat = self.latent + _sincos(self.centres, cfg.hidden)  # spatial-aware latents at the patch centres
+        # the within-patch position: a patch spans coord_res / grid pixels
+        tokens = self.ctx_y(context_y) + _sincos(rel, cfg.hidden, max(2, cfg.coord_res // g))
+        lat = self.latent + _sincos(self.centres, cfg.hidden, cfg.coord_res)  # spatial-aware latents at the patch centres
         mask = owner[:, None, :] == torch.arange(g * g)[None, :, None]  # (B, L, N)
         empty = ~mask.any(-1, keepdim=True)
         mask = mask | empty  # a latent with no point in its patch reads every point (never NaN)
@@ -400,7 +410,7 @@ class INRFlow(nn.Module):
         k, v = self.enc_kv(tokens).view(b, -1, 2, heads, hd).permute(2, 0, 3, 1, 4)
         z = Fn.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None]).transpose(1, 2).reshape(b, g * g, -1)
         z = self.enc_mlp(self.enc_norm(z))
-        return z + _sincos(self.centres, cfg.hidden)  # the trunk's absolute position embedding
+        return z + _sincos(self.centres, cfg.hidden, cfg.coord_res)  # the trunk's absolute position embedding
 
     def _embed_points(self, pos, px, py, cat):
         return cat(torch.cat([px(_fourier(pos, self.cfg.fourier_freqs)), py(pos)], dim=-1))
@@ -423,7 +433,7 @@ class INRFlow(nn.Module):
         """The point-wise decoder: each query reads the latents alone (no query-query attention)."""
         qy = self.q_y(query_y)
         if self.cfg.modality == "image":
-            q = qy + _sincos(query_x, self.cfg.hidden)
+            q = qy + _sincos(query_x, self.cfg.hidden, self.cfg.coord_res)
         else:
             q = self.q_cat(torch.cat([self.q_x(_fourier(query_y, self.cfg.fourier_freqs)), qy], dim=-1))
         out = self.decoder(q, z, c)
