@@ -236,7 +236,7 @@ def fit_generator(x, edges, sensitive, config: GeneratorConfig, seed: int) -> Fi
         >>> e = np.array([[0, 1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 6]])
         >>> gen = fit_generator(x, e, s, GeneratorConfig(epochs=5, latent=4, hidden=8), seed=0)
         >>> sorted(gen.history)[:2]
-        ['feature_bias', 'loss']
+        ['feature_bias', 'kl']
     """
     if not isinstance(config, GeneratorConfig):
         raise TypeError(f"config must be a GeneratorConfig, got {type(config).__name__}")
