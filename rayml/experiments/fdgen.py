@@ -426,6 +426,23 @@ def plots(record: Mapping) -> dict:
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     figs["structure_mmd"] = fig
+    tune = record["tables"].get("tuning", [])
+    if tune:  # the fairness-utility trade-off each grid value gave on the tuning graphs
+        fig, ax = plt.subplots(figsize=(5.5, 4))
+        for m, marker in (("plain", "s"), ("fairgen-post", "^"), ("fdgen", "o")):
+            vals = sorted({r["strength"] for r in tune if r["method"] == m})
+            acc = [np.mean([r["val_acc"] for r in tune if r["method"] == m and r["strength"] == v]) for v in vals]
+            gap = [np.nanmean([r["val_dsp"] for r in tune if r["method"] == m and r["strength"] == v]) for v in vals]
+            ax.plot(acc, gap, marker=marker, label=m)
+            for a, g_, v in zip(acc, gap, vals):
+                if m != "plain":
+                    ax.annotate(f"{v:g}", (a, g_), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.set_xlabel("held-out accuracy (tuning graphs)")
+        ax.set_ylabel("held-out Delta_SP (tuning graphs)")
+        ax.set_title("trade-off over each method's grid (labels: lambda / strength)", fontsize=9)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        figs["tuning_tradeoff"] = fig
     return figs
 
 
