@@ -7,4 +7,5 @@ Modules:
     syncmind_bench: SyncBench construction (history tracing, restoring an older function version,
         fail-to-pass verification in a subprocess).
     syncmind_agents: scripted recovery agents of several strategies.
+    syncmind_llm: a SmolLM2-135M agent that picks each turn's option.
 """

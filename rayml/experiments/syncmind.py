@@ -39,16 +39,17 @@ from rayml.results import Claim, Control
 PAPER = "SyncMind: Measuring Agent Out-of-Sync Recovery in Collaborative Software Engineering, ICML 2025"
 METHOD = "syncmind"
 MAIN = "budget-aware"
+LLM_AGENT = "smollm2"
 SETTINGS = ("default", "solo", "turns50", "budget3000", "ask50", "ask200")
 COLLAB_SETTINGS = ("default", "turns50", "budget3000", "ask50", "ask200")
 
-_COMMON = dict(p_ask=0.05, per_suspect_grid=[2, 4, 8], patience_grid=[0, 1, 2, 4], test_timeout_s=10.0)
+_COMMON = dict(llm_scenarios=0, p_ask=0.05, per_suspect_grid=[2, 4, 8], patience_grid=[0, 1, 2, 4], test_timeout_s=10.0)
 SIZES = {
     "tiny": dict(gen_repos=1, components=2, stdlib=["colorsys"], tune_repos=1, max_per_repo=3, **_COMMON),
     "quick": dict(gen_repos=5, components=3, stdlib=list(sr.STDLIB_MODULES), tune_repos=2, max_per_repo=8,
                   **_COMMON),
     "full": dict(gen_repos=60, components=4, stdlib=list(sr.STDLIB_MODULES), tune_repos=20, max_per_repo=40,
-                 **_COMMON),
+                 **{**_COMMON, "llm_scenarios": 100}),
 }
 
 
@@ -71,6 +72,21 @@ class SyncMindWorker:
 
     def __init__(self, timeout_s: float = 10.0):
         self.cache = sm.TestCache(timeout_s)
+        self.lm = None
+
+    def _agent(self, name, params):
+        if name != LLM_AGENT:
+            return sa.make_agent(name, **params)
+        if self.lm is None:  # loaded once per actor, on its first language-model episode
+            import torch
+
+            from rayml import llm
+
+            torch.set_num_threads(1)
+            self.lm = llm.pretrained("smollm2-135m")
+        from rayml.agents.syncmind_llm import LLMOptionAgent
+
+        return LLMOptionAgent(self.lm, **params)
 
     def run_scenario(self, item: tuple) -> dict:
         """``(scenario, jobs)`` with jobs ``(agent, params, setting, seed)`` -> episode rows, and
@@ -83,7 +99,7 @@ class SyncMindWorker:
             params = dict(params)
             if agent == "oracle":
                 params["scenario"] = scenario
-            ep = sm.run_episode(sa.make_agent(agent, **params), scenario, _resources(setting), seed=seed,
+            ep = sm.run_episode(self._agent(agent, params), scenario, _resources(setting), seed=seed,
                                 cache=self.cache, agent_name=agent, setting=setting)
             rows.append(ep.row())
         return {"scenario": scenario["id"], "verified": (not before["ok"]) and after["ok"], "rows": rows}
@@ -108,6 +124,9 @@ def _check(config):
             raise ValueError(f"{key} must be a non-empty list of integers >= 0, got {g!r}")
     if min(config["per_suspect_grid"]) < 1:
         raise ValueError("per_suspect_grid values must be >= 1")
+    n = config["llm_scenarios"]
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise ValueError(f"llm_scenarios must be an integer >= 0, got {n!r}")
     if not config["test_timeout_s"] > 0:
         raise ValueError(f"test_timeout_s must be > 0, got {config['test_timeout_s']!r}")
 
@@ -195,6 +214,9 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         agents = list(sa.AGENTS)
         specs = [(a, _params(a, chosen, config), s) for a in agents for s in SETTINGS]
         out = _episodes(pool, test, specs, seed)
+        n_llm = min(int(config["llm_scenarios"]), len(test))
+        llm_out = _episodes(pool, test[:n_llm], [(LLM_AGENT, {"per_suspect": chosen["per_suspect"]}, s)
+                                                 for s in ("default", "solo")], seed + 11) if n_llm else []
     finally:
         pool.shutdown()
     verified = [o["verified"] for o in out]
@@ -235,6 +257,15 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                              "verified_fraction": sum(verified) / len(verified), **kinds,
                              "repositories": len(items)}}
     baselines = {_key(a): blocks[a] for a in agents if a != MAIN}
+    if llm_out:
+        llm_rows = [r for o in llm_out for r in o["rows"]]
+        baselines[LLM_AGENT] = {s: sm.summarize_episodes([r for r in llm_rows if r["setting"] == s])
+                                for s in ("default", "solo")}
+        baselines[LLM_AGENT]["scenarios"] = len(llm_out)
+        for r in llm_rows:
+            episode_rows.append({"scenario": r["scenario"], "agent": r["agent"], "setting": r["setting"],
+                                 "metric": "success", "value": float(r["success"]), "asks": r["asks"],
+                                 "turns": r["turns"], "spent": r["spent"]})
     budget = {"settings": {s: {k: v for k, v in vars(_resources(s)).items()} for s in SETTINGS},
               "episodes_per_agent_and_setting": len(test), "tuning_scenarios": len(tune),
               "tuning": {"per_suspect (shared repair skill, on no-collaboration)": list(config["per_suspect_grid"]),
