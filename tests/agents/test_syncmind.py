@@ -272,3 +272,13 @@ def test_repair_candidates_are_error_guided():
     cands, n_guided = sa.repair_candidates("pkg/u.py", "conv", files, log)
     assert n_guided >= 1
     assert any("def conv(value, from_unit)" in c for c in cands[:n_guided])
+
+
+def test_llm_option_prompt_lists_the_allowed_options_in_order():
+    from rayml.agents.syncmind_llm import option_prompt
+
+    collab, solo = sm.Resources(), sm.Resources(collaborative=False)
+    assert option_prompt("log", "none", 1000.0, 0, collab, "cab").endswith("(c), (a) or (b)?")
+    assert option_prompt("log", "none", 1000.0, 0, solo, "cab").endswith("(a) or (b)?")
+    long = option_prompt("x" * 5000, "none", 900.0, 3, collab)
+    assert "turn 4 of 30" in long and "$900" in long and len(long) < 1200
