@@ -24,7 +24,10 @@ false removal) on ASR and on the clean system's accuracy. Every trial is a Ray t
 
 Tuning: the PGD radius of both optimised attacks is chosen on the grid ``eps_grid`` (the release's
 8/255 inside it, step ``0.16 eps`` as in the release) on tuning trials kept apart from the test
-trials, by ASR at ``k_main`` (ties: the smaller radius); the baselines have no parameter. Budget:
+trials, by ASR at ``k_main`` on the objective it is compared on (ties: the smaller radius): the
+single-sample poison once for its target query and once for the class's other queries (its
+class-wise numbers use that radius), the class-query poison for the class's other queries; the
+baselines have no parameter. Budget:
 every attack injects the same number of pairs with the same text; PGD runs ``steps`` steps.
 """
 
@@ -117,7 +120,7 @@ def _system(encoder, kb_seed: int, kb_size: int):
     """The clean knowledge base of a seed, its defence model and the filters' masks (cached per process)."""
     from rayml.adversarial import vlrag as V
 
-    key = (id(encoder), kb_seed, kb_size)
+    key = (getattr(encoder, "config", None), kb_seed, kb_size)
     if key not in _STATE:
         xtr, ytr, *_ = _pools()
         rng = np.random.default_rng(kb_seed)
@@ -156,12 +159,12 @@ def run_trial(item: tuple, shared: Mapping[str, Any]) -> dict:
     from rayml.adversarial import vlrag as V
     from rayml.data import image_text as it
 
-    phase, s_idx, t_idx, trial_seed, kb_seed, eps_pair = item
+    phase, s_idx, t_idx, trial_seed, kb_seed, eps_set = item
     enc, config = shared["encoder"], shared["config"]
-    eps_sample, eps_class = eps_pair
+    eps_sample, eps_sample_class, eps_class = eps_set
     steps = int(config["steps"])
-    cfg_s = pe.PoisonConfig(eps=eps_sample, step=0.16 * eps_sample, steps=steps)
-    cfg_c = pe.PoisonConfig(eps=eps_class, step=0.16 * eps_class, steps=steps)
+    pgd = lambda e: pe.PoisonConfig(eps=e, step=0.16 * e, steps=steps)  # noqa: E731
+    cfg_s, cfg_sc, cfg_c = pgd(eps_sample), pgd(eps_sample_class), pgd(eps_class)
     kb, dm, masks = _system(enc, kb_seed, int(config["kb_size"]))
     _, _, xq, yq, xa, ya = _pools()
     rng = np.random.default_rng(trial_seed)
@@ -187,13 +190,13 @@ def run_trial(item: tuple, shared: Mapping[str, Any]) -> dict:
         return float(np.mean(hits))
 
     if phase == "tune":
-        out = {}
-        for name, p in (("poisonedeye", pe.sample_poison(enc, xq[qi], question, target, cfg_s)),
-                        ("poisonedeye-class", pe.class_poison(enc, xq[qi], question, target, xa,
-                                                              int(config["n_aux"]), cfg_c))):
-            res, kb_n = _evaluate(enc, kb, dm, masks, [p], question, target_norm, qkey, [k_main], ["none"], 1)
-            out[name] = res[("none", k_main)]["asr"] if name == "poisonedeye" else class_asr(kb_n)
-        return {"phase": phase, "eps": eps_pair, "asr": out}
+        p_s = pe.sample_poison(enc, xq[qi], question, target, cfg_s)
+        res, kb_s = _evaluate(enc, kb, dm, masks, [p_s], question, target_norm, qkey, [k_main], ["none"], 1)
+        p_c = pe.class_poison(enc, xq[qi], question, target, xa, int(config["n_aux"]), cfg_c)
+        _, kb_c = _evaluate(enc, kb, dm, masks, [p_c], question, target_norm, qkey, [k_main], ["none"], 1)
+        return {"phase": phase, "eps": eps_set, "asr": {"poisonedeye": res[("none", k_main)]["asr"],
+                                                       "poisonedeye@class": class_asr(kb_s),
+                                                       "poisonedeye-class": class_asr(kb_c)}}
 
     poisons = {
         "poisonedeye": [pe.sample_poison(enc, xq[qi], question, target, cfg_s, seed=s) for s in start_seeds],
@@ -213,6 +216,10 @@ def run_trial(item: tuple, shared: Mapping[str, Any]) -> dict:
                 single[m] = {"asr_sample": res[("none", k_main)]["asr"], "top1_sample": res[("none", k_main)]["top1"],
                              "retrieved_sample": res[("none", k_main)]["retrieved"],
                              "margin": pe.retrieval_margin(kb_n, kb_n.keys[-1], qkey), "asr_class": class_asr(kb_n)}
+    # on the class's other queries the single-sample poison gets the radius tuned for that objective
+    if eps_sample_class != eps_sample:
+        p = pe.sample_poison(enc, xq[qi], question, target, cfg_sc)
+        single["poisonedeye"]["asr_class"] = class_asr(kb.extend(enc, p.image[None], [p.text]))
     # the release's default target, "I don't know", for the single poison and the text-only baseline
     for m, p in (("poisonedeye/idk", pe.sample_poison(enc, xq[qi], question, IDK, cfg_s)),
                  ("text-only/idk", pe.text_only_poison(enc, xq[qi], question, IDK))):
@@ -232,12 +239,16 @@ def run_trial(item: tuple, shared: Mapping[str, Any]) -> dict:
 
 
 def _tune(out, grid):
-    """Per optimised attack: the radius of highest tuning ASR (ties: the smaller radius)."""
+    """Per optimised attack and objective: the radius of highest tuning ASR (ties: the smaller radius).
+
+    ``poisonedeye``: the single-sample poison on its target query; ``poisonedeye@class``: the same
+    poison on the class's other queries; ``poisonedeye-class``: the class-query poison on them.
+    """
     rows, chosen = [], {}
-    for name in ("poisonedeye", "poisonedeye-class"):
+    for name in ("poisonedeye", "poisonedeye@class", "poisonedeye-class"):
         means = []
         for e in grid:
-            vals = [o["asr"][name] for o in out if (o["eps"][0] if name == "poisonedeye" else o["eps"][1]) == e]
+            vals = [o["asr"][name] for o in out if o["eps"][0] == e]
             means.append(float(np.mean(vals)))
             rows.append({"method": name, "eps": e, "metric": "tuning_asr", "value": means[-1]})
         best = max(means)
@@ -255,14 +266,16 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     cfg = dict(config)
     shared = {"encoder": enc, "config": cfg}
     tune_seeds = runtime.seeds(np.random.SeedSequence([seed, 1]), int(config["tune_trials"]) + 1)
-    tune_items = [("tune", -1, t, ts, tune_seeds[-1], (e, e)) for t, ts in enumerate(tune_seeds[:-1]) for e in grid]
+    tune_items = [("tune", -1, t, ts, tune_seeds[-1], (e, e, e)) for t, ts in enumerate(tune_seeds[:-1])
+                  for e in grid]
     tuned = runtime.pmap(run_trial, tune_items, shared=shared, desc="poisonedeye tuning")
     chosen, tuning_rows = _tune(tuned, grid)
     kb_seeds = runtime.seeds(np.random.SeedSequence([seed, 0]), int(config["seeds"]))
     items = []
     for s, kbs in enumerate(kb_seeds):
         for t, ts in enumerate(runtime.seeds(np.random.SeedSequence([seed, 2, s]), int(config["trials"]))):
-            items.append(("test", s, t, ts, kbs, (chosen["poisonedeye"], chosen["poisonedeye-class"])))
+            items.append(("test", s, t, ts, kbs, (chosen["poisonedeye"], chosen["poisonedeye@class"],
+                                                  chosen["poisonedeye-class"])))
     out = runtime.pmap(run_trial, items, shared=shared, desc="poisonedeye trials")
     return _summarise(out, config, chosen, tuning_rows, grid, len(items) + len(tune_items))
 
@@ -306,6 +319,8 @@ def _summarise(out, config, chosen, tuning_rows, grid, tasks) -> Outcome:
                              if mean_sweep(m, n, "none", max(ks)) is not None}
             b["asr_by_defence"] = {d: {f"n={n}": mean_sweep(m, n, d, k_main) for n in ns
                                        if mean_sweep(m, n, d, k_main) is not None} for d in V.DEFENCES}
+            b["asr_by_defence_kmax"] = {d: {f"n={n}": mean_sweep(m, n, d, max(ks)) for n in ns
+                                            if mean_sweep(m, n, d, max(ks)) is not None} for d in V.DEFENCES}
         return b
 
     clean = {d: {f"k={k}": {metric: float(np.mean([o["clean"][(d, k)][metric] for o in out]))
@@ -324,8 +339,9 @@ def _summarise(out, config, chosen, tuning_rows, grid, tasks) -> Outcome:
     budget = {"poisons_per_attack": ns, "pgd_steps": int(config["steps"]), "step_over_eps": 0.16,
               "text": "the same poison text for every attack of a trial",
               "trials": len(out), "tasks": tasks, "kb_size": int(config["kb_size"]),
-              "tuning": {"grid": grid, "chosen": chosen, "objective": f"ASR at k={k_main} (class-wise for the "
-                         "class variant) on tuning trials apart from the test trials; ties: the smaller radius",
+              "tuning": {"grid": grid, "chosen": chosen, "objective": f"ASR at k={k_main} on tuning trials apart "
+                         "from the test trials (poisonedeye: its target query; poisonedeye@class and "
+                         "poisonedeye-class: the class's other queries); ties: the smaller radius",
                          "text-only / random": "no parameter"}}
     return Outcome(metrics=metrics, baselines=baselines,
                    tables={"trials": trial_rows, "sweep": sweep_rows, "clean": clean_rows, "tuning": tuning_rows},

@@ -146,7 +146,7 @@ def test_experiment_trial_is_deterministic(enc):
 
     config = dict(E.SIZES["tiny"])
     shared = {"encoder": enc, "config": config}
-    item = ("test", 0, 0, 123, 456, (E.PAPER_EPS, E.PAPER_EPS))
+    item = ("test", 0, 0, 123, 456, (E.PAPER_EPS, 2 * E.PAPER_EPS, E.PAPER_EPS))
     one, two = E.run_trial(item, shared), E.run_trial(item, shared)
     assert one == two
     assert set(one["single"]) >= set(E.METHODS)
