@@ -58,9 +58,10 @@ def test_greedy_chat_answer_names_paris_in_both_engines(smol):
     _, lm, hf = smol
     prompt = lm.tokenizer.chat("What is the capital of France?")
     assert prompt.startswith("<|im_start|>system") and prompt.endswith("<|im_start|>assistant\n")
-    ours = lm.generate([prompt], max_new_tokens=12)[0]
-    assert "Paris" in ours
-    assert hf.generate([prompt], max_new_tokens=12)[0] == ours
+    prompts = [prompt, lm.tokenizer.chat("Name three primary colors.")]  # unequal lengths: left padding
+    ours = lm.generate(prompts, max_new_tokens=12)
+    assert "Paris" in ours[0]
+    assert hf.generate(prompts, max_new_tokens=12) == ours
 
 
 def test_tokenizer_adapter_is_exact_and_does_not_double_bos(smol):
