@@ -332,7 +332,8 @@ def plots(record: Mapping) -> dict:
     import matplotlib.pyplot as plt
 
     rows = record["tables"]["summary"]
-    val = {(r["agent"], r["setting"], r["metric"]): (r["value"], r["n"]) for r in rows}
+    val = {(r["agent"], r["setting"], r["metric"]): (float("nan") if r["value"] is None else r["value"], r["n"])
+           for r in rows}
     agents = list(dict.fromkeys(r["agent"] for r in rows))
     figs = {}
     fig, ax = plt.subplots(figsize=(8, 3.6))
