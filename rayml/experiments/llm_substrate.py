@@ -229,6 +229,10 @@ def bench(config: Mapping[str, Any], seed: int) -> Outcome:
     """Generation tokens/s, ours (KV cache) vs ``transformers`` on the same weights (copied, or for
     a hub model loaded from the same directory) and each further baseline engine."""
     _check_bench_config(config)
+    if config["model"] in HUB_MODELS:  # fetch and convert once here (one-line error if unavailable), not per task
+        from rayml.llm import smollm2
+
+        smollm2.ensure()
     shapes = ["base"] + (["wide"] if config["wide"] and config["model"] not in HUB_MODELS else [])
     seeds = runtime.seeds(seed, config["reps"])
     work = [(s, sd) for s in shapes for sd in seeds]
