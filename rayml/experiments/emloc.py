@@ -62,13 +62,15 @@ METRICS = ("accuracy", "kl", "top1", "kept_fraction", "query_flops")
 SIZES = {
     "tiny": dict(model="base", tasks=["retrieve"], n_demos=[6], tune_seeds=1, test_seeds=2, queries=3,
                  delta=0.005, chunk_size=4, emloc_pools=[PAPER_POOL], snapkv_windows=[32],
-                 h2o_recent=[0.5], streaming_sinks=[4]),
+                 h2o_recent=[0.5], streaming_sinks=[4], delta_sweep=[]),
     "quick": dict(model="base", tasks=["retrieve", "classify"], n_demos=[8, 16, 32], tune_seeds=2, test_seeds=5,
                   queries=8, delta=0.005, chunk_size=4, emloc_pools=[1, PAPER_POOL],
-                  snapkv_windows=[8, 32], h2o_recent=[0.25, 0.5], streaming_sinks=[1, 4]),
+                  snapkv_windows=[8, 32], h2o_recent=[0.25, 0.5], streaming_sinks=[1, 4],
+                  delta_sweep=[0.0005, 0.05]),
     "full": dict(model="base", tasks=["retrieve", "classify"], n_demos=[8, 16, 32, 48], tune_seeds=4,
                  test_seeds=20, queries=16, delta=0.005, chunk_size=4, emloc_pools=[1, PAPER_POOL, 9],
-                 snapkv_windows=[4, 16, 32], h2o_recent=[0.1, 0.5, 0.9], streaming_sinks=[1, 4, 8]),
+                 snapkv_windows=[4, 16, 32], h2o_recent=[0.1, 0.5, 0.9], streaming_sinks=[1, 4, 8],
+                 delta_sweep=[0.0005, 0.002, 0.02, 0.05]),
 }
 
 _LM: dict = {}
@@ -174,13 +176,14 @@ def run_item(item: tuple, config: Mapping[str, Any]) -> dict:
     scale.append(dict(key, method="full", prefill_flops=fcf.flops, peak_scores=fcf.peak_scores,
                       kv_entries=sum(full.tokens_per_layer()), context_tokens=len(ids)))
 
-    budgets, max_js = {}, 0.0
+    budgets, max_js, grid_mems = {}, 0.0, {}
     for pool in config["emloc_pools"]:
         cfg = EMLoCConfig(delta=float(config["delta"]), pool=int(pool), chunk_size=int(config["chunk_size"]))
         t0 = time.perf_counter()
         res = compress(model, demos, cfg, bos_id=tok.bos_id)
         timing[f"emloc_pool{pool}_compress_s"] = time.perf_counter() - t0
         mem = res.memory
+        grid_mems[pool] = mem
         for tr in res.traces:
             for layer, tried in tr.tried.items():
                 acc_r = tr.ratio[layer]
@@ -210,6 +213,26 @@ def run_item(item: tuple, config: Mapping[str, Any]) -> dict:
                 layer_rows += [dict(key, method=method, param=f"{name}{val}@pool{pool}", layer=i, kept=int(n),
                                     full=len(ids)) for i, n in enumerate(mem.tokens_per_layer())]
 
+    # accuracy against KV budget: EMLoC at other JS budgets (paper pool), each baseline (paper setting)
+    # at the budget EMLoC reaches, on the test items of the largest number of demonstrations
+    frontier = []
+    if split == "test" and int(n_demos) == max(config["n_demos"]) and config["delta_sweep"]:
+        paper_params = {"snapkv": {"window": 32}, "h2o": {"recent": 0.5}, "streaming": {"sink": 4}}
+        for delta in sorted(set(config["delta_sweep"]) | {float(config["delta"])}):
+            if delta == float(config["delta"]) and PAPER_POOL in grid_mems:
+                emem = grid_mems[PAPER_POOL]
+            else:
+                emem = compress(model, demos, EMLoCConfig(delta=float(delta), pool=PAPER_POOL,
+                                                          chunk_size=int(config["chunk_size"])), bos_id=tok.bos_id).memory
+            tpl = emem.tokens_per_layer()
+            keep = max(1, int(round(sum(tpl) / len(tpl))))
+            mems = {"emloc": emem}
+            mems.update({m: prune_full(full, probs, m, keep, **kw) for m, kw in paper_params.items()})
+            for m, mem in mems.items():
+                ev = _evaluate(model, mem, full_logits, queries)
+                frontier += [dict(key, delta=float(delta), method=m, metric=k, value=ev[k])
+                             for k in ("accuracy", "kl", "kept_fraction")]
+
     exact = None
     if split == "test" and index == 0:
         res0 = compress(model, demos, EMLoCConfig(delta=0.0, chunk_size=int(config["chunk_size"])), bos_id=tok.bos_id)
@@ -217,7 +240,7 @@ def run_item(item: tuple, config: Mapping[str, Any]) -> dict:
                    for (p, g), fl in zip(queries, full_logits))
         exact = {"kept_fraction": res0.memory.kept_fraction(), "max_abs_logit_diff": diff}
     return {"rows": rows, "layers": layer_rows, "scale": scale, "timing": dict(key, **timing), "max_js": max_js,
-            "exact": exact, "replay_top1": replay}
+            "exact": exact, "replay_top1": replay, "frontier": frontier}
 
 
 # ------------------------------------------------------------------------------------------
@@ -290,6 +313,10 @@ def _check_config(config: Mapping[str, Any]) -> None:
         raise ValueError(f"emloc_pools must be odd, got {config['emloc_pools']!r}")
     ints("snapkv_windows", 1)
     ints("streaming_sinks", 0)
+    ds = config["delta_sweep"]
+    if not isinstance(ds, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0
+                                           for x in ds):
+        raise ValueError(f"delta_sweep must be a list of numbers >= 0, got {ds!r}")
     r = config["h2o_recent"]
     if not isinstance(r, list) or not r or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
                                                    and 0 <= x <= 1 for x in r):
@@ -437,6 +464,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
               "model": config["model"]}
     return Outcome(metrics=metrics, baselines=baselines,
                    tables={"test": test, "tokens_per_layer": layer_table, "scaling": scaling,
+                           "frontier": [r for o in outs for r in o["frontier"]],
                            "timing_items": [o["timing"] for o in outs]},
                    budget=budget)
 
@@ -496,6 +524,7 @@ def plots(record: Mapping) -> dict:
     test = record["tables"]["test"]
     ns = sorted({r["n_demos"] for r in test})
     methods = ["full", "emloc", "snapkv", "h2o", "streaming"]
+    colors = dict(zip(methods, ("k", "tab:red", "tab:blue", "tab:green", "tab:purple")))
     fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.5))
     for ax, metric in zip(axes, ("accuracy", "kl")):
         for m in methods:
@@ -508,40 +537,66 @@ def plots(record: Mapping) -> dict:
                 mu.append(v.mean())
                 lo.append(np.quantile(v, 0.25))
                 hi.append(np.quantile(v, 0.75))
-            ax.plot(ns, mu, marker="o", label=m)
-            ax.fill_between(ns, lo, hi, alpha=0.15)
+            ax.plot(ns, mu, marker="o", label=m, color=colors[m])
+            ax.fill_between(ns, lo, hi, alpha=0.12, color=colors[m])
         ax.set_xlabel("demonstrations")
         ax.set_ylabel(metric + (" (full || method)" if metric == "kl" else ""))
         ax.set_xscale("log", base=2)
     axes[0].legend(fontsize=7)
-    axes[0].set_title("test seeds: mean, IQR band", fontsize=8)
+    axes[1].legend(fontsize=7)
+    axes[0].set_title("test seeds: mean, IQR band; baselines at EMLoC's KV budget", fontsize=8)
     fig.tight_layout()
 
     lt = record["tables"]["tokens_per_layer"]
     fig2, ax2 = plt.subplots(figsize=(4.8, 3.4))
     big = max(ns)
-    for m in ("emloc", "snapkv", "h2o"):
+    for m in ("emloc", "snapkv"):
         sel = [r for r in lt if r["method"] == m and r["n_demos"] == big]
         ls = sorted({r["layer"] for r in sel})
-        ax2.plot(ls, [np.mean([r["kept_fraction"] for r in sel if r["layer"] == i]) for i in ls], marker="o", label=m)
+        ax2.plot(ls, [np.mean([r["kept_fraction"] for r in sel if r["layer"] == i]) for i in ls], marker="o",
+                 label=m if m == "emloc" else "snapkv / h2o / streaming (fixed)", color=colors[m])
     ax2.set_xlabel("layer")
     ax2.set_ylabel(f"kept fraction ({big} demos)")
     ax2.legend(fontsize=7)
     fig2.tight_layout()
 
     sc = record["tables"]["scaling"]
+    sn = sorted({s["n_demos"] for s in sc})
+
+    def per_n(f):
+        return [float(np.mean([f(s) for s in sc if s["n_demos"] == n])) for n in sn]
+
     fig3, ax3 = plt.subplots(figsize=(4.8, 3.4))
     for key, lab in (("kv_fraction", "KV entries / full"), ("query_flops_ratio", "query FLOPs / full")):
-        ax3.plot([s["n_demos"] for s in sc], [s[key] for s in sc], marker="o", label=lab)
-    ax3.plot([s["n_demos"] for s in sc], [s["emloc_build_flops"] / s["full_prefill_flops"] for s in sc], marker="s",
+        ax3.plot(sn, per_n(lambda s, key=key: s[key]), marker="o", label=lab)
+    ax3.plot(sn, per_n(lambda s: s["emloc_build_flops"] / s["full_prefill_flops"]), marker="s",
              label="build FLOPs / full prefill")
-    ax3.plot([s["n_demos"] for s in sc], [s["emloc_peak_scores"] / s["full_peak_scores"] for s in sc], marker="^",
-             label="peak score entries / full")
-    ax3.set_xlabel("demonstrations")
+    ax3.plot(sn, per_n(lambda s: s["emloc_peak_scores"] / s["full_peak_scores"]), marker="^",
+             label="peak score entries / full prefill")
+    ax3.set_xlabel("demonstrations (mean over tasks)")
+    ax3.set_title("EMLoC against full context", fontsize=8)
     ax3.set_yscale("log")
     ax3.legend(fontsize=7)
     fig3.tight_layout()
-    return {"accuracy_kl_vs_demos": fig, "tokens_per_layer": fig2, "cost_vs_demos": fig3}
+    figs = {"accuracy_kl_vs_demos": fig, "tokens_per_layer": fig2, "cost_vs_demos": fig3}
+    fr = record["tables"].get("frontier") or []
+    if fr:
+        fig4, ax4 = plt.subplots(figsize=(4.8, 3.4))
+        deltas = sorted({r["delta"] for r in fr})
+        for m in ("emloc", "snapkv", "h2o", "streaming"):
+            xs = [np.mean([r["value"] for r in fr if r["method"] == m and r["delta"] == d
+                           and r["metric"] == "kept_fraction"]) for d in deltas]
+            ys = [np.mean([r["value"] for r in fr if r["method"] == m and r["delta"] == d
+                           and r["metric"] == "accuracy"]) for d in deltas]
+            ax4.plot(xs, ys, marker="o", label=m, color=colors[m])
+        ax4.axhline(np.mean([r["value"] for r in test if r["method"] == "full" and r["n_demos"] == big
+                             and r["metric"] == "accuracy"]), color="k", ls="--", label="full")
+        ax4.set_xlabel(f"KV kept / full ({big} demos; EMLoC delta in {deltas})")
+        ax4.set_ylabel("accuracy")
+        ax4.legend(fontsize=7)
+        fig4.tight_layout()
+        figs["accuracy_vs_budget"] = fig4
+    return figs
 
 
 EXPERIMENT = Experiment(
