@@ -60,6 +60,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "graphs": ("networkx",),
     "serve": ("fastapi", "starlette", "PIL"),
     "bench": ("transformers", "xgrammar", "llguidance", "outlines_core"),
+    "hf": ("transformers", "gguf", "accelerate"),
 }
 # What each family needs beyond the core, for ``rayml run``; ``_BENCH_EXTRAS`` adds what a
 # method's benchmark needs on top (its peers).

@@ -4,6 +4,8 @@
 - ``generators``: stochastic block models with controllable homophily (and a sensitive attribute).
 - ``cur_mgae``: the structure-aware curriculum masked graph autoencoder (P1.7).
 - ``stop``: centralised spatio-temporal interaction for OOD forecasting (P2.14).
+- ``fdgen`` / ``fdgen_eval``: FDGen, fairness-aware graph generation with feature- and structural-bias
+  terms, and its judges (P1.9).
 
 The message-passing GNN for quadratic programs (P2.4) lives beside the optimisation methods
 (``rayml.optim.qp_gnn``) and uses ``message_passing`` from here.

