@@ -294,8 +294,13 @@ def _check_config(config: Mapping[str, Any]) -> None:
                                                        for x in v):
             raise ValueError(f"{name} must be a non-empty list of integers >= {lo}, got {v!r}")
 
-    if not isinstance(config["model"], str) or not config["model"]:
-        raise ValueError(f"model must be a checkpoint name, got {config['model']!r}")
+    import os
+
+    import rayml.llm
+
+    known = set(rayml.llm.shipped()) | set(getattr(rayml.llm, "HUB_MODELS", ()))
+    if not isinstance(config["model"], str) or not (config["model"] in known or os.path.isdir(config["model"])):
+        raise ValueError(f"model must be one of {sorted(known)} or a checkpoint directory, got {config['model']!r}")
     t = config["tasks"]
     if not isinstance(t, list) or not t or not all(x in TASKS for x in t):
         raise ValueError(f"tasks must be a non-empty list drawn from {TASKS}, got {t!r}")

@@ -15,6 +15,8 @@ def test_every_claim_is_measured_at_tiny_size(unmeasured_claims):
     ("h2o_recent", [1.5], "h2o_recent"),
     ("delta", -0.1, "delta"),
     ("queries", 0, "queries"),
+    ("model", "no-such-model", "model"),
+    ("delta_sweep", [-1.0], "delta_sweep"),
 ])
 def test_bad_settings_are_rejected_before_work(key, value, match):
     from rayml.experiments import emloc
