@@ -40,7 +40,7 @@ from typing import Mapping
 from rayml.agents import syncmind_bench as bench
 from rayml.agents import syncmind_repos as repos
 
-__all__ = ["AGENTS", "TUNABLE", "make_agent", "localise", "repair_candidates"]
+__all__ = ["AGENTS", "TUNABLE", "SkilledAgent", "make_agent", "localise", "repair_candidates"]
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 _KWARG = re.compile(r"got an unexpected keyword argument '(\w+)'")
@@ -253,8 +253,12 @@ def _repair_cached(path: str, qualname: str, items: tuple, log: str) -> tuple:
     return cands, n_guided
 
 
-class _Base:
-    """Shared episode state: reads, suspects, candidates."""
+class SkilledAgent:
+    """The no-collaboration strategy and the skills every agent shares (reading the files the
+    failing tests lead to, localising, proposing candidates); subclasses change ``_policy``.
+
+    Implements the agent side of ``syncmind.run_episode``: ``reset(view, resources, seed)`` and
+    ``act(observation) -> action``."""
 
     name = "base"
 
@@ -379,11 +383,11 @@ class _Base:
         return {"type": "give_up"}
 
 
-class NoCollaboration(_Base):
+class NoCollaboration(SkilledAgent):
     name = "no-collaboration"
 
 
-class AlwaysAsk(_Base):
+class AlwaysAsk(SkilledAgent):
     name = "always-ask"
 
     def _policy(self):
@@ -396,7 +400,7 @@ class AlwaysAsk(_Base):
         return super()._policy()
 
 
-class BudgetAware(_Base):
+class BudgetAware(SkilledAgent):
     """Asks when its error-guided candidates are used up or after ``patience`` failures, if a
     question (plus the proposal it enables) costs less than the proposals it expects to need."""
 
@@ -430,7 +434,7 @@ class BudgetAware(_Base):
         return any(p not in self.files and p in self.view["paths"] for p in self.to_read)
 
 
-class Reluctant(_Base):
+class Reluctant(SkilledAgent):
     """Asks a good question with probability ``p_ask`` per turn."""
 
     name = "reluctant"
@@ -453,7 +457,7 @@ class VagueAsker(Reluctant):
     vague = True
 
 
-class RandomLocaliser(_Base):
+class RandomLocaliser(SkilledAgent):
     """Reads every file, then edits functions drawn at random (the localisation control)."""
 
     name = "random-localiser"
@@ -473,7 +477,7 @@ class RandomLocaliser(_Base):
         return bool(self.queue) or self._refill()
 
 
-class Oracle(_Base):
+class Oracle(SkilledAgent):
     """Knows the reference fix (given at construction): a harness check."""
 
     name = "oracle"

@@ -40,7 +40,7 @@ def option_prompt(log: str, last: str, balance: float, turn: int, resources, ord
             f"Failing tests:\n{tail}\n\nLast result: {last}\n\nWhich option do you take now: {options}?")
 
 
-class LLMOptionAgent(sa._Base):
+class LLMOptionAgent(sa.SkilledAgent):
     """The language model picks (a) / (b) / (c); the scripted skills carry the option out."""
 
     name = "smollm2"
