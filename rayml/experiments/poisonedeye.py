@@ -424,21 +424,26 @@ def plots(record: Mapping) -> dict:
     fig.suptitle("PoisonedEye on the digits VLRAG: ASR for the target query")
     fig.tight_layout()
 
-    fig2, ax2 = plt.subplots(figsize=(8, 3.6))
+    axes[1].set_xticks(sorted({r["n_poisons"] for r in rows}))
+
+    fig2, axes2 = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
     defences = ("none", "dedup", "similarity", "perplexity")
     ns = sorted({r["n_poisons"] for r in rows})
-    width = 0.8 / (len(METHODS) * 2)
-    for i, m in enumerate(METHODS):
-        for j, n in enumerate((ns[0], ns[-1])):
-            vals = [np.mean([r["value"] for r in rows if r["method"] == m and r["defence"] == d and r["k"] == k_main
+    bars = [(m, n) for m in METHODS for n in ((1,) if m == "poisonedeye-class" else (ns[0], ns[-1]))]
+    width = 0.8 / len(bars)
+    for ax, k in zip(axes2, (k_main, max(ks))):
+        for b, (m, n) in enumerate(bars):
+            vals = [np.mean([r["value"] for r in rows if r["method"] == m and r["defence"] == d and r["k"] == k
                              and r["n_poisons"] == n and r["metric"] == "asr"] or [np.nan]) for d in defences]
-            ax2.bar(np.arange(len(defences)) + (2 * i + j) * width, vals, width, label=f"{m}, n={n}")
-    acc = [record["metrics"]["clean"][d][f"k={k_main}"]["accuracy"] for d in defences]
-    ax2.plot(np.arange(len(defences)) + 0.4, acc, "k*", markersize=10, label="clean accuracy")
-    ax2.set_xticks(np.arange(len(defences)) + 0.4, defences)
-    ax2.set_ylabel(f"ASR at k={k_main}")
-    ax2.legend(fontsize=6, ncol=2)
-    ax2.set_title("defences: ASR and the clean system's accuracy")
+            ax.bar(np.arange(len(defences)) + b * width, vals, width, label=f"{m}, n={n}")
+        acc = [record["metrics"]["clean"][d][f"k={k}"]["accuracy"] for d in defences]
+        ax.plot(np.arange(len(defences)) + 0.4 - width / 2, acc, "k*", markersize=10, label="clean accuracy")
+        ax.set_xticks(np.arange(len(defences)) + 0.4 - width / 2, defences)
+        ax.set_title(f"k={k}")
+        ax.set_ylim(0, 1.05)
+    axes2[0].set_ylabel("attack success rate")
+    axes2[1].legend(fontsize=6, ncol=2)
+    fig2.suptitle("defences: ASR of each attack (n poisons) and the clean system's accuracy")
     fig2.tight_layout()
     return {"asr": fig, "defences": fig2}
 
