@@ -7,7 +7,10 @@ method table. ``python scripts/build_docs.py`` rewrites them; ``--check`` exits 
 track yet (work in progress in a shared checkout) count as absent.
 
 A record is what ``rayml run NAME --quick --json docs/records/NAME.json`` wrote; the page then
-quotes exactly that run (its command, commit, claims fingerprint and every claim's verdict).
+quotes exactly that run (its command, commit, claims fingerprint and every claim's verdict). A
+method may also have variant records, ``docs/records/NAME@KEY=VALUE.json``, written by
+``rayml run NAME --quick --set KEY=VALUE`` (a real model instead of the substrate, say): each is
+quoted in its own block after the main one, and the README's table lists its claims held.
 """
 
 from __future__ import annotations
@@ -32,6 +35,11 @@ def load_record(name: str) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def variant_records(name: str) -> list[tuple[str, dict]]:
+    """``[(KEY=VALUE, record)]`` of the variant records ``docs/records/<name>@KEY=VALUE.json``."""
+    return [(p.stem.split("@", 1)[1], json.loads(p.read_text())) for p in sorted(RECORDS.glob(f"{name}@*.json"))]
+
+
 def _cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -51,16 +59,20 @@ def header_block(method) -> str:
     return "\n".join(lines)
 
 
-def record_block(record: dict) -> str:
-    """The measured figures of a committed record: command, provenance and every claim."""
+def record_block(record: dict, variant: str | None = None) -> str:
+    """The measured figures of a committed record: command, provenance and every claim (a variant
+    record, ``KEY=VALUE``, names its setting in the heading, the file and the command)."""
     name, size, seed = record["name"], record["size"], record["seed"]
     flag = "--quick" if size == "quick" else f"--size {size}"
+    if variant:
+        flag += f" --set {variant}"
     env = record["env"]
     p, s = record["summary"]["paper"], record["summary"]["sanity"]
     lines = [
-        "## Measured",
+        f"## Measured ({variant})" if variant else "## Measured",
         "",
-        f"From `docs/records/{name}.json`, written by `rayml {record['kind']} {name} {flag} --seed {seed}` "
+        f"From `docs/records/{name}{'@' + variant if variant else ''}.json`, written by "
+        f"`rayml {record['kind']} {name} {flag} --seed {seed}` "
         f"(commit `{env.get('git')}`, claims fingerprint `{record['claims_fingerprint']}`, {env['seconds']:.0f} s "
         f"on {env['cpus']} CPUs, {env['tasks']} Ray tasks on {env['worker_pids']} worker processes).",
         "",
@@ -93,8 +105,10 @@ def page_text(method, text: str) -> str:
     """A method page with its registry header and its record block regenerated."""
     text = _replace_block(text, "header", header_block(method), where="after-title")
     record = load_record(method.name)
-    if record is not None:
-        text = _replace_block(text, "record", record_block(record), where="end")
+    blocks = ([record_block(record)] if record is not None else []) + \
+        [record_block(r, variant) for variant, r in variant_records(method.name)]
+    if blocks:
+        text = _replace_block(text, "record", "\n\n".join(blocks), where="end")
     return text
 
 
@@ -112,6 +126,8 @@ def readme_table(prefix: str = "docs/methods/") -> str:
         rec = load_record(m.name)
         held = (f"{rec['summary']['paper']['held']} / {rec['summary']['paper']['total']}" if rec
                 else ("no committed record" if m.status == registry.IMPLEMENTED else ""))
+        for variant, r in variant_records(m.name):
+            held += f"; {variant}: {r['summary']['paper']['held']} / {r['summary']['paper']['total']}"
         lines.append(f"| {name} | {_cell(title)} | {m.family} | {m.status} | {held} |")
     return "\n".join(lines)
 

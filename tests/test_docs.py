@@ -34,8 +34,12 @@ def test_pages_and_readme_table_match_the_records_and_registry():
 def test_committed_records_are_valid_records_of_implemented_methods(path):
     record = json.loads(path.read_text())
     results.validate_record(record)
-    assert record["name"] == path.stem and registry.get(path.stem).status == registry.IMPLEMENTED
-    assert (ROOT / "docs" / "methods" / f"{path.stem}.md").exists(), "a record is quoted on its method's page"
+    name, _, variant = path.stem.partition("@")
+    assert record["name"] == name and registry.get(name).status == registry.IMPLEMENTED
+    assert (ROOT / "docs" / "methods" / f"{name}.md").exists(), "a record is quoted on its method's page"
+    if variant:  # NAME@KEY=VALUE.json: a run with --set KEY=VALUE
+        key, _, value = variant.partition("=")
+        assert key in record["config"] and str(record["config"][key]) == value, (variant, record["config"].get(key))
 
 
 def test_every_implemented_method_has_a_page():
@@ -54,6 +58,9 @@ def test_a_record_block_quotes_every_claim_and_its_controls():
     block = docs.record_block(record)
     assert "`rayml run x --quick --seed 0`" in block and "`abc`" in block and "**0 / 1**" in block
     assert "| paper | not discriminating | beats \\| base | Table 1 | 2 vs 1 | ctl: passes (3 vs 1) |" in block
+    variant = docs.record_block(record, "model=m")
+    assert "## Measured (model=m)" in variant and "`docs/records/x@model=m.json`" in variant
+    assert "`rayml run x --quick --set model=m --seed 0`" in variant
 
 
 @pytest.mark.skipif(shutil.which("mkdocs") is None and importlib.util.find_spec("mkdocs") is None,
