@@ -53,6 +53,8 @@ __all__ = [
     "DefenceModel",
     "fit_defences",
     "defended_ranking",
+    "lm_prompt",
+    "mentions",
 ]
 
 QUESTIONS = (
@@ -187,6 +189,32 @@ def read(question: str, texts: Sequence[str]) -> str:
         return ""
     top = max(votes.values())
     return min((a for a, v in votes.items() if v == top), key=lambda a: first_rank[a])
+
+
+# ------------------------------------------------------------------------- a real LM as generator
+
+LM_SYSTEM = "Answer the question using the retrieved information."
+
+
+def lm_prompt(question: str, texts: Sequence[str]) -> tuple[str, str]:
+    """``(system, user)`` messages for a chat LM generator: the retrieved texts, then the question.
+
+    The release gives the LVLM each retrieved pair as a user turn (image and text); SmolLM2 sees no
+    images, so the texts are listed in one user message (assumed).
+    """
+    if not isinstance(question, str):
+        raise TypeError(f"question must be a string, got {type(question).__name__}")
+    info = "\n".join(f"Information {i + 1}: {t}" for i, t in enumerate(texts))
+    return LM_SYSTEM, f"{info}\nQuestion: {question}"
+
+
+def mentions(output: str, answer: str) -> bool:
+    """Whether a generated ``output`` gives ``answer`` (the release's ``target in result``; a digit
+    counts as its word and numeral, matched as whole words)."""
+    low = output.lower()
+    a = normalize_answer(answer)
+    forms = {a} | ({str(it.NUMBER_WORDS.index(a))} if a in it.NUMBER_WORDS else set())
+    return any(re.search(r"(?<![a-z0-9])" + re.escape(f) + r"(?![a-z0-9])", low) for f in forms)
 
 
 # ------------------------------------------------------------------------------------- defences

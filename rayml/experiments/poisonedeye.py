@@ -3,7 +3,10 @@
 The system (``rayml.adversarial.vlrag``): a knowledge base of ``kb_size`` digit images from the
 training split with generated captions, rayml's digits CLIP (``rayml.data.image_text``, cached)
 as the fused image+text retriever, and a rule-based majority reader as the generator stand-in
-(SmolLM2 is not used: rayml's SmolLM2 loader had not landed). Each trial draws a target query
+and, for the first ``llm_queries`` trials of each seed, a real LM generator: SmolLM2-135M-Instruct
+(``rayml.llm.pretrained("smollm2-135m")``, at quick and full; the tests use rayml's shipped embedded
+substrate, ``"base"``), greedy, text only (it reads the retrieved texts, not the images), success
+being the release's ``target in answer``. Each trial draws a target query
 (a held-out digit image and one of three questions) and a target answer: by default a wrong digit
 (``target="wrong-digit"``), and also the release's default "I don't know" (table rows
 ``*/idk``). The attacks (``rayml.adversarial.poisonedeye``):
@@ -47,16 +50,20 @@ METHOD = "poisonedeye"
 METHODS = ("poisonedeye", "poisonedeye-class", "text-only", "random")
 PAPER_EPS = 8.0 / 255.0
 IDK = "I don't know"
+# the LM generators: rayml's shipped embedded substrate (tests) and SmolLM2-135M-Instruct (quick, full)
+GENERATORS = ("base", "smollm2-135m")
 
 _COMMON = dict(encoder_seed=0, k_main=3, n_aux=10, target="wrong-digit")
 SIZES = {
     "tiny": dict(seeds=2, trials=2, tune_trials=2, kb_size=300, n_poisons=[1, 2], ks=[1, 3], n_class_eval=3,
-                 eps_grid=[PAPER_EPS, 2 * PAPER_EPS], steps=20, **_COMMON),
+                 eps_grid=[PAPER_EPS, 2 * PAPER_EPS], steps=20, llm_queries=1,
+                 generator="base", **_COMMON),
     "quick": dict(seeds=3, trials=16, tune_trials=8, kb_size=1000, n_poisons=[1, 2, 3], ks=[1, 3, 5, 10],
-                  n_class_eval=8, eps_grid=[PAPER_EPS, 2 * PAPER_EPS, 4 * PAPER_EPS], steps=100, **_COMMON),
+                  n_class_eval=8, eps_grid=[PAPER_EPS, 2 * PAPER_EPS, 4 * PAPER_EPS], steps=100, llm_queries=6,
+                  generator="smollm2-135m", **_COMMON),
     "full": dict(seeds=10, trials=50, tune_trials=30, kb_size=1257, n_poisons=[1, 2, 3, 5], ks=[1, 3, 5, 10, 20],
                  n_class_eval=15, eps_grid=[PAPER_EPS / 2, PAPER_EPS, 2 * PAPER_EPS, 4 * PAPER_EPS], steps=100,
-                 **_COMMON),
+                 llm_queries=50, generator="smollm2-135m", **_COMMON),
 }
 SOURCE_ONE = ("abstract: 'Our attack successfully manipulates the response of the VLRAG system for the target query by "
               "injecting only one poison sample into the knowledge database.'")
@@ -82,6 +89,11 @@ def _check(config: Mapping[str, Any]) -> None:
         v = config[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{key} must be an integer >= 1, got {v!r}")
+    if isinstance(config["llm_queries"], bool) or not isinstance(config["llm_queries"], int) or \
+            not 0 <= config["llm_queries"] <= config["trials"]:
+        raise ValueError(f"llm_queries must be an integer in 0..trials, got {config['llm_queries']!r}")
+    if config["generator"] not in GENERATORS:
+        raise ValueError(f"generator must be one of {GENERATORS}, got {config['generator']!r}")
     if isinstance(config["encoder_seed"], bool) or not isinstance(config["encoder_seed"], int) or config["encoder_seed"] < 0:
         raise ValueError(f"encoder_seed must be an integer >= 0, got {config['encoder_seed']!r}")
     if config["kb_size"] > 1257 or config["kb_size"] < 20:
@@ -234,8 +246,43 @@ def run_trial(item: tuple, shared: Mapping[str, Any]) -> dict:
             ans = V.read(question, [kb.texts[j] for j in idx])
             clean[(d, k)] = {"accuracy": float(ans == it.NUMBER_WORDS[y]), "target_rate": float(ans == target_norm)}
     gain = poisons["poisonedeye"][0].similarity - poisons["poisonedeye"][0].start_similarity
+    contexts = None
+    if t_idx < int(config["llm_queries"]):  # the retrieved texts at k_main, for the SmolLM2 generator
+        contexts = {"clean": [kb.texts[j] for j in V.retrieve(kb.keys, qkey, k_main)]}
+        for m in ("poisonedeye", "text-only", "random"):
+            kb_n = kb.extend(enc, poisons[m][0].image[None], [poisons[m][0].text])
+            contexts[m] = [kb_n.texts[j] for j in V.retrieve(kb_n.keys, qkey, k_main)]
     return {"phase": phase, "seed": s_idx, "query": t_idx, "label": y, "sweep": sweep, "single": single,
-            "clean": clean, "pgd_gain": float(gain)}
+            "clean": clean, "pgd_gain": float(gain), "llm": None if contexts is None else
+            {"question": question, "target": target, "truth": it.NUMBER_WORDS[y], "contexts": contexts}}
+
+
+_LM: dict = {}
+
+
+def run_llm(item: tuple, shared: Mapping[str, Any]) -> dict:
+    """The LM generator answers one trial's retrieved contexts (greedy, one prompt at a time)."""
+    from rayml.adversarial import vlrag as V
+
+    s_idx, t_idx, question, target, truth, contexts = item
+    model = shared["generator"]
+    if model not in _LM:
+        import rayml.llm
+
+        _LM.clear()
+        _LM[model] = rayml.llm.pretrained(model)  # each node converts / caches its own copy
+    lm = _LM[model]
+    out = {}
+    for name, texts in sorted(contexts.items()):
+        system, user = V.lm_prompt(question, texts)
+        if hasattr(lm.tokenizer, "chat"):
+            prompt = lm.tokenizer.chat(user, system=system)
+        else:  # the embedded substrate has no chat template
+            prompt = f"{system}\n{user}\nAnswer:"
+        answer = lm.generate([prompt], max_new_tokens=int(shared["max_new_tokens"]))[0]
+        out[name] = {"answer": answer, "target": float(V.mentions(answer, target)),
+                     "truth": float(V.mentions(answer, truth))}
+    return {"seed": s_idx, "query": t_idx, "out": out}
 
 
 def _tune(out, grid):
@@ -277,10 +324,17 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
             items.append(("test", s, t, ts, kbs, (chosen["poisonedeye"], chosen["poisonedeye@class"],
                                                   chosen["poisonedeye-class"])))
     out = runtime.pmap(run_trial, items, shared=shared, desc="poisonedeye trials")
-    return _summarise(out, config, chosen, tuning_rows, grid, len(items) + len(tune_items))
+    llm_items = [(o["seed"], o["query"], o["llm"]["question"], o["llm"]["target"], o["llm"]["truth"],
+                  o["llm"]["contexts"]) for o in out if o["llm"] is not None]
+    llm = []
+    if llm_items:
+        # one chunk per worker slot: each worker process loads SmolLM2 once
+        llm = runtime.pmap(run_llm, llm_items, shared={"max_new_tokens": 16, "generator": config["generator"]},
+                           chunk_size=max(1, -(-len(llm_items) // 2)), desc="poisonedeye SmolLM2 generator")
+    return _summarise(out, config, chosen, tuning_rows, grid, len(items) + len(tune_items), llm)
 
 
-def _summarise(out, config, chosen, tuning_rows, grid, tasks) -> Outcome:
+def _summarise(out, config, chosen, tuning_rows, grid, tasks, llm=()) -> Outcome:
     from rayml.adversarial import vlrag as V
 
     k_main, ks, ns = int(config["k_main"]), sorted(config["ks"]), sorted(config["n_poisons"])
@@ -336,6 +390,20 @@ def _summarise(out, config, chosen, tuning_rows, grid, tasks) -> Outcome:
                "eps": chosen, "k_main": k_main, "trials": len(out)}
     baselines = {"sample_poison": {"asr_class": mean_single("poisonedeye", "asr_class")},
                  "text_only": block("text-only"), "random": block("random")}
+    llm_rows = []
+    if llm:
+        for r in llm:
+            for name, v in r["out"].items():
+                for metric in ("target", "truth"):
+                    llm_rows.append({"method": name, "seed": r["seed"], "query": r["query"], "metric": metric,
+                                     "value": v[metric]})
+        rate = lambda name, metric: float(np.mean([r["out"][name][metric] for r in llm]))  # noqa: E731
+        metrics["llm"] = {"generator": config["generator"],
+                          "trials": len(llm), "asr": rate("poisonedeye", "target"),
+                          "clean_accuracy": rate("clean", "truth"), "clean_target_rate": rate("clean", "target")}
+        baselines["text_only"]["llm_asr"] = rate("text-only", "target")
+        baselines["random"]["llm_asr"] = rate("random", "target")
+        baselines["clean_system"] = {"llm_asr": rate("clean", "target")}
     budget = {"poisons_per_attack": ns, "pgd_steps": int(config["steps"]), "step_over_eps": 0.16,
               "text": "the same poison text for every attack of a trial",
               "trials": len(out), "tasks": tasks, "kb_size": int(config["kb_size"]),
@@ -344,7 +412,10 @@ def _summarise(out, config, chosen, tuning_rows, grid, tasks) -> Outcome:
                          "poisonedeye-class: the class's other queries); ties: the smaller radius",
                          "text-only / random": "no parameter"}}
     return Outcome(metrics=metrics, baselines=baselines,
-                   tables={"trials": trial_rows, "sweep": sweep_rows, "clean": clean_rows, "tuning": tuning_rows},
+                   tables={"trials": trial_rows, "sweep": sweep_rows, "clean": clean_rows, "tuning": tuning_rows,
+                           "llm": llm_rows, "llm_answers": [{"seed": r["seed"], "query": r["query"], "method": n,
+                                                             "answer": v["answer"]} for r in llm
+                                                            for n, v in r["out"].items()]},
                    budget=budget)
 
 
@@ -378,6 +449,13 @@ CLAIMS = (
           controls=(Control("single-sample poison", "baselines.sample_poison.asr_class"),
                     Control("text-only", "baselines.text_only.asr_class"),
                     Control("random", "baselines.random.asr_class"))),
+    Claim(text="with a real LM as the generator (SmolLM2-135M at quick), one poison makes it give the target answer: "
+               "ASR >= 0.5 at k=3",
+          metric="metrics.llm.asr", compare=0.5, op=">=", source=SOURCE_ONE,
+          controls=(Control("text-only", "baselines.text_only.llm_asr"), Control("random", "baselines.random.llm_asr"),
+                    Control("no poison", "baselines.clean_system.llm_asr"))),
+    Claim(text="the LM generator answers the clean system's queries from the retrieved captions (accuracy >= 0.5)",
+          metric="metrics.llm.clean_accuracy", compare=0.5, op=">=", kind="sanity"),
     Claim(text="the clean system works: reader accuracy >= 0.85 at k=3 without poison", metric="metrics.clean_accuracy",
           compare=0.85, op=">=", kind="sanity"),
     Claim(text="without poison the system almost never gives the target answer (rate <= 0.05)",

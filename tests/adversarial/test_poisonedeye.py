@@ -131,6 +131,14 @@ def test_defences(enc, system):
     assert V.defended_ranking(kb, qk, 10, "dedup").tolist() == order[:10].tolist()
 
 
+def test_lm_prompt_and_answer_matching():
+    system, user = V.lm_prompt(Q, ["a blurry seven", "the digit 7"])
+    assert user.splitlines() == ["Information 1: a blurry seven", "Information 2: the digit 7", f"Question: {Q}"]
+    assert V.mentions("The answer is: seven.", "seven") and V.mentions("It shows a 7", "seven")
+    assert not V.mentions("seventeen apples", "seven") and not V.mentions("It is a three", "seven")
+    assert V.mentions("I don't know.", "I don't know")
+
+
 def test_determinism(enc, system):
     _, xte, _ = system
     cfg = pe.PoisonConfig(steps=10)
@@ -192,6 +200,7 @@ def test_experiment_rejects_bad_settings():
 
     base = dict(E.SIZES["tiny"])
     for key, value, match in (("eps_grid", [0.1], "8/255"), ("k_main", 5, "k_main"), ("n_poisons", [2], "n_poisons"),
-                              ("kb_size", 5000, "kb_size"), ("target", "sideways", "target"), ("trials", 0, "trials")):
+                              ("kb_size", 5000, "kb_size"), ("target", "sideways", "target"), ("trials", 0, "trials"),
+                              ("generator", "gpt-9", "generator"), ("llm_queries", 99, "llm_queries")):
         with pytest.raises(ValueError, match=match):
             E._check({**base, key: value})
