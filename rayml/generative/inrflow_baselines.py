@@ -1,7 +1,9 @@
 """Baselines of INRFlow at an equal parameter count, with the same forward signature.
 
 - ``GridMLPFlow``: a flow-matching velocity field on the fixed pixel grid (the image flattened to one
-  vector, residual MLP blocks with adaLN time conditioning). It only knows the grid it was built for:
+  vector, residual MLP blocks with adaLN time conditioning, and a time-dependent per-pixel skip of the
+  noisy value, the grid counterpart of INRFlow's final layer reading the query's own value: without
+  it the MLP's narrow hidden layer cannot pass the noise through). It only knows the grid it was built for:
   asking it for another resolution is a ``ValueError`` (no coordinates enter it).
 - ``PointTransformerFlow``: a point-cloud flow model *without* the point-wise decoder: every point
   is a token and the velocity of each point comes from self-attention over all points (a DiT over
@@ -52,6 +54,9 @@ class GridMLPFlow(nn.Module):
         self.inp = nn.Linear(n, width)
         self.blocks = nn.ModuleList(_ResBlock(width) for _ in range(depth))
         self.out = F._FinalLayer(width, width, n)
+        self.skip = nn.Linear(width, n)
+        nn.init.zeros_(self.skip.weight)
+        nn.init.zeros_(self.skip.bias)
 
     def forward(self, context_x, context_y, t, query_x, query_y):
         n = self.resolution * self.resolution
@@ -62,7 +67,7 @@ class GridMLPFlow(nn.Module):
         h = self.inp(query_y[..., 0])
         for blk in self.blocks:
             h = blk(h, c)
-        return self.out(h[:, None], c)[:, 0, :, None]
+        return (self.out(h[:, None], c)[:, 0] + self.skip(c) * query_y[..., 0])[..., None]
 
 
 class PointTransformerFlow(nn.Module):
