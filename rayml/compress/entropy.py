@@ -79,14 +79,14 @@ def _mlp(i, h, o):
 
 def _mixture_probs(params: np.ndarray, bits: int) -> np.ndarray:
     """Probabilities of every grid value under a discretised logistic mixture (float64)."""
+    from scipy.special import expit
+
     w, mu, logs = params
     w = np.exp(w - w.max())
     w /= w.sum()
-    x = np.arange(2 ** bits, dtype=np.float64)[:, None]
-    s = np.exp(logs)[None]
-    edges = lambda v: 1 / (1 + np.exp(-(v - mu[None]) / s))  # noqa: E731
-    p = ((edges(x + 0.5) - edges(x - 0.5)) * w[None]).sum(1)
-    p = np.maximum(p, 1e-9)
+    edges = np.arange(2 ** bits + 1, dtype=np.float64)[:, None] - 0.5
+    cdf = expit((edges - mu[None]) / np.exp(logs)[None]) @ w
+    p = np.maximum(np.diff(cdf), 1e-9)
     return p / p.sum()
 
 
@@ -142,6 +142,8 @@ class LearnedEntropyCodec:
             opt.step()
         self.pos_params_ = np.stack([w.detach().numpy(), mu.detach().numpy(), logs.detach().numpy()], 1)  # (3,3,K)
         self.pos_params_ = self.pos_params_.astype(np.float32)
+        self.position_bits_ = -sum(np.log2(_mixture_probs(self.pos_params_[a].astype(np.float64), cfg.position_bits)
+                                           [self.positions_[:, a]]).sum() for a in range(3))
         # attributes: Gaussian, position context or factorised
         if cfg.context:
             self.net_ = _mlp(3 + 6 * cfg.fourier, cfg.hidden, 2 * C)
@@ -182,8 +184,7 @@ class LearnedEntropyCodec:
         lo = ndtr(((q - 0.5) * step - mu) / sd)
         hi = ndtr(((q + 0.5) * step - mu) / sd)
         bits = -np.log2(np.maximum(hi - lo, 2.0 ** -24)).sum()
-        pos_bits = -sum(np.log2(_mixture_probs(self.pos_params_[a].astype(np.float64), self.config.position_bits)
-                                [self.positions_[:, a]]).sum() for a in range(3))
+        pos_bits = self.position_bits_
         R = int(np.abs(q).max()) + 1 if q.size else 1
         return 4 * math.ceil((bits + pos_bits) / 32 + 1) + len(self._side(step, R, q.shape))
 
