@@ -49,12 +49,12 @@ METHODS = ("fedag", "fedavg", "fedprox", "local")
 _COMMON = dict(batch_size=32, temperature=1.0, alpha=0.5, lam=0.1, momentum=0.9, prox_mu=0.01, client_hidden=64,
                server_fraction=0.15, test_fraction=0.4, bad_fraction=0.3)
 SIZES = {
-    "tiny": dict(heldout=["rotated", "inverted"], seeds=1, tune_seeds=1, rounds=2, local_epochs=1, init_epochs=1,
+    "tiny": dict(domains=["rotated", "inverted", "noised"], heldout=["rotated", "inverted"], seeds=1, tune_seeds=1, rounds=2, local_epochs=1, init_epochs=1,
                  interact_epochs=1, syn_per_domain=32, lr_grid=[1e-4, 1e-2], **_COMMON),
-    "quick": dict(heldout=["rotated", "inverted", "noised", "intensity", "blurred"], seeds=3, tune_seeds=1, rounds=6,
+    "quick": dict(domains=["rotated", "inverted", "noised", "intensity", "blurred"], heldout=["rotated", "inverted", "noised", "intensity", "blurred"], seeds=3, tune_seeds=1, rounds=6,
                   local_epochs=2, init_epochs=5, interact_epochs=2, syn_per_domain=96,
                   lr_grid=[1e-4, 1e-3, 1e-2], **_COMMON),
-    "full": dict(heldout=["rotated", "inverted", "noised", "intensity", "blurred"], seeds=10, tune_seeds=3, rounds=20,
+    "full": dict(domains=["rotated", "inverted", "noised", "intensity", "blurred"], heldout=["rotated", "inverted", "noised", "intensity", "blurred"], seeds=10, tune_seeds=3, rounds=20,
                  local_epochs=10, init_epochs=20, interact_epochs=2, syn_per_domain=180,
                  lr_grid=[1e-4, 3e-4, 1e-3, 3e-3, 1e-2], **_COMMON),
 }
@@ -65,9 +65,12 @@ FLOAT_BYTES = 4
 def _check(config):
     from rayml.federated.fedag_data import DOMAINS
 
+    doms = list(config["domains"])
+    if len(doms) < 3 or any(d not in DOMAINS for d in doms) or len(set(doms)) != len(doms):
+        raise ValueError(f"domains must be at least 3 distinct names from {DOMAINS}, got {config['domains']!r}")
     held = list(config["heldout"])
-    if not held or any(h not in DOMAINS for h in held) or len(set(held)) != len(held):
-        raise ValueError(f"heldout must be distinct domains from {DOMAINS}, got {config['heldout']!r}")
+    if not held or any(h not in doms for h in held) or len(set(held)) != len(held):
+        raise ValueError(f"heldout must be distinct names from domains {doms}, got {config['heldout']!r}")
     for k in ("seeds", "tune_seeds", "rounds", "local_epochs", "batch_size", "client_hidden", "syn_per_domain"):
         v = config[k]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -89,8 +92,9 @@ def _check(config):
     from rayml.federated.fedag_data import build_federation
 
     build_federation(0, server_fraction=float(config["server_fraction"]), test_fraction=float(config["test_fraction"]),
-                     syn_per_domain=int(config["syn_per_domain"]), bad_fraction=float(config["bad_fraction"]))
-    return held, grid
+                     syn_per_domain=int(config["syn_per_domain"]), bad_fraction=float(config["bad_fraction"]),
+                     domains=tuple(doms))
+    return doms, held, grid
 
 
 def _fedag_cfg(config, lr):
@@ -114,7 +118,7 @@ def _tensors(shared, data_seed, domain):
     import torch
 
     s = shared["syn"][(data_seed, domain)]
-    return (torch.as_tensor(s["f"]), torch.as_tensor(s["x"]), torch.as_tensor(s["y"]))
+    return tuple(torch.as_tensor(np.array(s[k])) for k in ("f", "x", "y"))
 
 
 def server_task(item: Mapping, shared: Mapping) -> dict:
@@ -128,7 +132,7 @@ def server_task(item: Mapping, shared: Mapping) -> dict:
     from rayml.federated import fedag
 
     run, rnd, state = item["run"], item["round"], dict(item["state"])
-    text, scale = torch.as_tensor(shared["text"]), float(shared["scale"])
+    text, scale = torch.as_tensor(np.array(shared["text"])), float(shared["scale"])
     cfg = _fedag_cfg(shared["config"], run["lr"])
     gen = torch.Generator().manual_seed(int(item["gen_seed"]))
     dim = text.shape[1]
@@ -158,7 +162,7 @@ def server_task(item: Mapping, shared: Mapping) -> dict:
             fedag.set_flat_params(attention, state["attention"])
             clients = [fedag.set_flat_params(fedag.ClientNet(hidden=cfg.client_hidden), u["params"])
                        for u in item["uploads"]]
-            quality = [torch.as_tensor(u["quality"]) for u in item["uploads"]]
+            quality = [torch.as_tensor(np.array(u["quality"])) for u in item["uploads"]]
             syn = [_tensors(shared, run["data_seed"], d) for d in doms]
             log = fedag.server_update(adapters, attention, clients, syn, quality, text, scale, cfg, gen)
             down = [fedag.flat_params(c) for c in clients]
@@ -175,7 +179,7 @@ def server_task(item: Mapping, shared: Mapping) -> dict:
     else:
         fedag.set_flat_params(a, fedag.fedavg([u["params"] for u in item["uploads"]]))
         epochs = cfg.interact_epochs
-    if run["method"] != "local":
+    if run["method"] != "local" and epochs > 0:
         syn = [_tensors(shared, run["data_seed"], d) for d in doms]
         f = torch.cat([s[0] for s in syn])
         y = torch.cat([s[2] for s in syn])
@@ -192,7 +196,7 @@ def eval_task(item: Mapping, shared: Mapping) -> list:
     from rayml.federated import fedag
 
     run, state = item["run"], item["state"]
-    text, scale = torch.as_tensor(shared["text"]), float(shared["scale"])
+    text, scale = torch.as_tensor(np.array(shared["text"])), float(shared["scale"])
     dim = text.shape[1]
     rows = []
     base = {"phase": run["phase"], "method": run["method"], "heldout": run["heldout"], "seed": run["seed_index"],
@@ -200,7 +204,7 @@ def eval_task(item: Mapping, shared: Mapping) -> list:
 
     def test(d):
         t = shared["test"][(run["data_seed"], d)]
-        return torch.as_tensor(t["f"]), t["y"]
+        return torch.as_tensor(np.array(t["f"])), t["y"]
 
     def acc(logits, y):
         return float((logits.argmax(1).numpy() == y).mean())
@@ -334,10 +338,10 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
 
     from rayml.data import image_text as it
     from rayml.federated import fedag
-    from rayml.federated.fedag_data import DOMAINS, build_federation
+    from rayml.federated.fedag_data import build_federation
     from rayml.federated.fedag_silo import Silo, backbone_features
 
-    held, grid = _check(config)
+    DOMAINS, held, grid = _check(config)
     runtime.connect()
     encoder = it.load_or_train(seed=0)
     text = encoder.class_embeddings()
@@ -345,7 +349,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     test_seeds = runtime.seeds(seed, int(config["seeds"]))
     tune_seeds = runtime.seeds(np.random.SeedSequence([seed, 1]), int(config["tune_seeds"]))
     fed_kw = dict(server_fraction=float(config["server_fraction"]), test_fraction=float(config["test_fraction"]),
-                  syn_per_domain=int(config["syn_per_domain"]), bad_fraction=float(config["bad_fraction"]))
+                  syn_per_domain=int(config["syn_per_domain"]), bad_fraction=float(config["bad_fraction"]),
+                  domains=tuple(DOMAINS))
     feds = {ds: build_federation(ds, **fed_kw) for ds in list(tune_seeds) + list(test_seeds)}
     shared = {"text": text, "scale": scale, "config": dict(config), "syn": {}, "test": {}}
     for ds, fed in feds.items():

@@ -200,7 +200,7 @@ def flat_params(module: nn.Module) -> np.ndarray:
 
 def set_flat_params(module: nn.Module, vec) -> nn.Module:
     """Load a vector made by ``flat_params`` into ``module`` (in place); returns it."""
-    v = torch.as_tensor(np.asarray(vec, dtype=np.float32))
+    v = torch.as_tensor(np.array(vec, dtype=np.float32))
     n = num_params(module)
     if v.ndim != 1 or v.numel() != n:
         raise ValueError(f"vec must be a vector of {n} parameters, got shape {tuple(v.shape)}")
@@ -433,9 +433,9 @@ def server_update(adapters: Sequence[nn.Module], attention: nn.Module, clients: 
             opt_c.step()
             for c in clients:
                 c.eval()
-            log["loss_kd"].append(float(loss_kd))
-            log["loss_cross"].append(float(loss_cross))
-            log["loss_client"].append(float(loss_c))
+            log["loss_kd"].append(float(loss_kd.detach()))
+            log["loss_cross"].append(float(loss_cross.detach()))
+            log["loss_client"].append(float(loss_c.detach()))
     return log
 
 

@@ -36,7 +36,7 @@ __all__ = ["Silo", "backbone_features"]
 def backbone_features(encoder, pixels: np.ndarray) -> torch.Tensor:
     """The frozen backbone's normalised image features of ``(n, 64)`` pixels (no gradient)."""
     with torch.no_grad():
-        return encoder.image_features(torch.as_tensor(np.asarray(pixels, dtype=np.float32)))
+        return encoder.image_features(torch.as_tensor(np.array(pixels, dtype=np.float32)))
 
 
 class Silo:
@@ -47,16 +47,16 @@ class Silo:
         torch.set_num_threads(1)
         self.domain = domain
         self.encoder = encoder
-        self.text = torch.as_tensor(np.asarray(text, dtype=np.float32))
+        self.text = torch.as_tensor(np.array(text, dtype=np.float32))
         self.scale = float(scale)
         self._data = {}
         for seed, (tx, ty, sx, sy) in data.items():
             self._data[int(seed)] = {
-                "x": torch.as_tensor(np.asarray(tx, dtype=np.float32)),
-                "y": torch.as_tensor(np.asarray(ty, dtype=np.int64)),
+                "x": torch.as_tensor(np.array(tx, dtype=np.float32)),
+                "y": torch.as_tensor(np.array(ty, dtype=np.int64)),
                 "f": backbone_features(encoder, tx),
-                "sx": torch.as_tensor(np.asarray(sx, dtype=np.float32)),
-                "sy": torch.as_tensor(np.asarray(sy, dtype=np.int64)),
+                "sx": torch.as_tensor(np.array(sx, dtype=np.float32)),
+                "sy": torch.as_tensor(np.array(sy, dtype=np.int64)),
             }
         self._state: dict = {}
 
