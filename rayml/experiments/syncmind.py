@@ -245,6 +245,15 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
             for m in ("sr", "la_file", "la_func", "asr", "csr", "eff", "mean_turns", "mean_spent"):
                 summary_rows.append({"agent": a, "setting": s, "metric": m, "value": b[s][m],
                                      "n": b[s]["n"]})
+    label = {sc["id"]: (sc["type"], sc["source_kind"]) for sc in test}
+    type_rows = []
+    for a in agents:
+        for s in ("default", "solo"):
+            for group, pick in (("callee", 0), ("caller", 0), ("generated", 1), ("stdlib", 1)):
+                eps = [r for r in by[(a, s)] if label[r["scenario"]][pick] == group]
+                if eps:
+                    type_rows.append({"agent": a, "setting": s, "group": group, "metric": "sr",
+                                      "value": sum(r["success"] for r in eps) / len(eps), "n": len(eps)})
     kinds = {"callee": 0, "caller": 0, "generated": 0, "stdlib": 0}
     scen_rows = []
     for sc in test:
@@ -272,7 +281,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                          "patience (budget-aware)": list(config["patience_grid"]), "chosen": chosen,
                          "not tuned": "always-ask, oracle (no parameter); p_ask (a behaviour)"}}
     return Outcome(metrics=metrics, baselines=baselines,
-                   tables={"episodes": episode_rows, "summary": summary_rows, "scenarios": scen_rows,
+                   tables={"episodes": episode_rows, "summary": summary_rows, "by_type": type_rows,
+                           "scenarios": scen_rows,
                            "tuning": tuning_rows},
                    budget=budget)
 
