@@ -21,6 +21,10 @@ against the linked cache before decoding. The recompute policies (``prefill``'s 
   at positions <= its own, and overwrites its KV rows (the paper's recompute: embed the selected
   tokens, compute their Q/K/V per layer, expand K/V with the cached rows of the unselected
   tokens, attend, write back). Cost O(k * chunks) tokens.
+* ``"random"`` / ``"last"``: equal-budget controls of LegoLink (not in the paper): recompute ``k``
+  tokens of every chunk after the first, as LegoLink does, but ``k`` drawn at random in each chunk
+  (``LinkSpec.seed``) or the chunk's ``k`` last tokens, plus the query. Same cost as LegoLink-k;
+  if the first tokens matter because they are spurious attention sinks, LegoLink beats both.
 * ``"cacheblend"``: CacheBlend-r (Yao et al., EuroSys 2025, as run by the EPIC authors): layers
   below ``check_layer`` are recomputed for all tokens; at ``check_layer`` every token's new value
   vectors are compared with the linked ones, the ``r`` share of cached tokens with the largest
@@ -74,9 +78,9 @@ from rayml.llm.model import KVCache, ModelConfig, TransformerLM, apply_rope  # n
 
 __all__ = ["METHODS", "LinkSpec", "LinkResult", "Answer", "precompute_chunk", "link", "prefill", "answer",
            "PrefixCache", "cache_to_arrays", "cache_from_arrays", "model_fingerprint", "chunk_key",
-           "first_token_metrics", "method_name"]
+           "first_token_metrics", "first_tokens_agreement", "method_name"]
 
-METHODS = ("full", "prefix", "naive", "legolink", "cacheblend")
+METHODS = ("full", "prefix", "naive", "legolink", "cacheblend", "random", "last")
 
 
 def _check_ids(name: str, ids) -> list[int]:
@@ -97,12 +101,14 @@ class LinkSpec:
         k: LegoLink's number of initial tokens recomputed per chunk (after the first); ``>= 0``.
         r: CacheBlend's share of cached tokens recomputed, in ``[0, 1]``.
         check_layer: CacheBlend's selection layer (``0 <= check_layer < n_layers``, checked at use).
+        seed: the draw of the ``"random"`` control's recomputed tokens.
     """
 
     method: str = "legolink"
     k: int = 16
     r: float = 0.15
     check_layer: int = 1
+    seed: int = 0
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -113,14 +119,19 @@ class LinkSpec:
             raise ValueError(f"r must be a number in [0, 1], got {self.r!r}")
         if isinstance(self.check_layer, bool) or not isinstance(self.check_layer, int) or self.check_layer < 0:
             raise ValueError(f"check_layer must be an integer >= 0, got {self.check_layer!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
 
 
 def method_name(spec: LinkSpec) -> str:
-    """A short label: ``full``, ``prefix``, ``naive``, ``legolink-k4``, ``cacheblend-r15``."""
+    """A short label: ``full``, ``prefix``, ``naive``, ``legolink-k4``, ``cacheblend-r15``, ``random-k4``,
+    ``last-k4``."""
     if spec.method == "legolink":
         return f"legolink-k{spec.k}"
     if spec.method == "cacheblend":
         return f"cacheblend-r{round(100 * spec.r)}"
+    if spec.method in ("random", "last"):
+        return f"{spec.method}-k{spec.k}"
     return spec.method
 
 
@@ -129,19 +140,23 @@ def method_name(spec: LinkSpec) -> str:
 
 
 @torch.no_grad()
-def precompute_chunk(model: TransformerLM, ids: Sequence[int]) -> KVCache:
+def precompute_chunk(model: TransformerLM, ids: Sequence[int], *, drop: int = 0) -> KVCache:
     """Compile one chunk: prefill ``ids`` alone from position 0 (EPIC's compile step).
 
     Returns a batch-1 ``KVCache`` of exactly ``len(ids)`` rows at positions ``0 .. len-1`` (keys
-    after RoPE, values), ready to be stored and linked anywhere.
+    after RoPE, values), ready to be stored and linked anywhere. ``drop > 0`` compiles ``ids`` but
+    keeps only rows ``drop ..`` (e.g. a chunk compiled after a BOS that is dropped at link time:
+    its tokens saw the BOS, the linked prompt does not hold it; ``link`` re-rotates the kept rows).
     """
     ids = _check_ids("ids", ids)
+    if isinstance(drop, bool) or not isinstance(drop, int) or not 0 <= drop < len(ids):
+        raise ValueError(f"drop must be an integer in [0, len(ids)), got {drop!r}")
     if len(ids) > model.config.max_seq_len:
         raise ValueError(f"ids has {len(ids)} tokens, more than the context length {model.config.max_seq_len}")
     cache = model.new_cache(1, capacity=len(ids))
     model(torch.as_tensor([ids], dtype=torch.long, device=model.embed_tokens.weight.device),
           torch.arange(len(ids)), cache=cache, last_only=True)
-    return cache
+    return cache.slice(drop, len(ids)) if drop else cache
 
 
 def cache_to_arrays(cache: KVCache) -> dict:
@@ -356,14 +371,30 @@ def prefill(model: TransformerLM, chunk_ids: Sequence[Sequence[int]], query: Seq
     linked, starts = link(chunks, capacity=capacity)
     q_rows = torch.arange(n_ctx, n, device=device)
 
-    if spec.method in ("naive", "legolink"):
-        k = 0 if spec.method == "naive" else spec.k
-        rows = [r for s, c in zip(starts[1:], layout[1:]) for r in range(s, s + min(k, len(c)))]
+    if spec.method in ("naive", "legolink", "random", "last"):
+        rows = _recompute_rows(spec, starts[1:], [len(c) for c in layout[1:]])
         sel = torch.cat([torch.as_tensor(rows, dtype=torch.long, device=device), q_rows])
         logits = model(all_ids[:, sel], sel, cache=linked, slots=sel)[0, -1]
         return LinkResult(logits, linked, float(sel.numel()), n)
 
     return _cacheblend(model, linked, all_ids, n_ctx, spec)
+
+
+def _recompute_rows(spec: LinkSpec, starts: Sequence[int], lengths: Sequence[int]) -> list[int]:
+    """The cached rows LegoLink (or an equal-budget control) recomputes: ``min(k, len)`` rows of every
+    chunk given (the chunks after the first), the first ones, the last ones or a random draw."""
+    k = 0 if spec.method == "naive" else spec.k
+    rng = np.random.default_rng(spec.seed) if spec.method == "random" else None
+    rows = []
+    for s, n in zip(starts, lengths):
+        m = min(k, n)
+        if spec.method == "last":
+            rows += range(s + n - m, s + n)
+        elif rng is not None:
+            rows += sorted(int(s + i) for i in rng.choice(n, m, replace=False))
+        else:
+            rows += range(s, s + m)
+    return rows
 
 
 def _causal_prefill(model: TransformerLM, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
@@ -451,7 +482,7 @@ class Answer:
 
 @torch.no_grad()
 def answer(model: TransformerLM, chunk_ids: Sequence[Sequence[int]], query: Sequence[int], *,
-           method: str = "legolink", k: int = 16, r: float = 0.15, check_layer: int = 1,
+           method: str = "legolink", k: int = 16, r: float = 0.15, check_layer: int = 1, seed: int = 0,
            chunks: Sequence[KVCache] | None = None, bos_id: int | None = None, eos_id: int | None = None,
            chunk_bos: bool = False, prefix_cache: PrefixCache | None = None, max_new_tokens: int = 8) -> Answer:
     """Prefill with ``method`` (``prefill``) then decode greedily with the KV cache.
@@ -461,7 +492,7 @@ def answer(model: TransformerLM, chunk_ids: Sequence[Sequence[int]], query: Sequ
     """
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    spec = LinkSpec(method, k, r, check_layer)
+    spec = LinkSpec(method, k, r, check_layer, seed)
     res = prefill(model, chunk_ids, query, spec=spec, chunks=chunks, bos_id=bos_id, chunk_bos=chunk_bos,
                   prefix_cache=prefix_cache, extra_capacity=max_new_tokens)
     if res.n_prompt + max_new_tokens > model.config.max_seq_len:
@@ -479,6 +510,20 @@ def answer(model: TransformerLM, chunk_ids: Sequence[Sequence[int]], query: Sequ
             logits = model(torch.tensor([[tok]], device=device), torch.tensor([pos], device=device), cache=cache)[0, -1]
             pos += 1
     return Answer(out, res.logits, res.n_prompt, res.recomputed)
+
+
+def first_tokens_agreement(reference: Sequence[int], other: Sequence[int]) -> float:
+    """The share of the reference's generated tokens that ``other`` reproduces before its first
+    difference (1.0: the same greedy answer; an empty reference counts as 1.0 when other is empty)."""
+    reference, other = list(reference), list(other)
+    if not reference:
+        return float(not other)
+    n = 0
+    for a, b in zip(reference, other):
+        if a != b:
+            break
+        n += 1
+    return n / len(reference)
 
 
 def first_token_metrics(reference: torch.Tensor, other: torch.Tensor) -> dict:
