@@ -1,0 +1,276 @@
+"""Design interface reproduction: targeted control of prototypes through the domain-specific
+interface against direct command generation by the same model, with and without the automated
+domain specification.
+
+The paper (Shi et al., ICML 2025) shows, by machine-based evaluation and human studies, that its
+interface lets LLMs control prototype models "precisely and effectively". Here each instruction of
+the generated suite (three product domains; absolute values, percentages, degree words and hole
+features, with paraphrases) is decoded by one model in three pipelines: ``direct`` (modelling
+commands), ``interface_generic`` (the interface over a generic geometry-level specification) and
+``interface_ads`` (the interface over the specification derived automatically from each domain's
+corpus). An ``oracle`` pipeline (the exact DSL statement) checks the interface's compiler. Every
+pipeline has the same budget (``max_statements`` statements, each a fixed sequence of slot
+choices). Task success = every parameter of the resulting model within 1% of the target (same
+parts, same holes); parameter precision = the intended quantity within 2%; voxel IoU, volume,
+bounding box, hole count and symmetry are recorded too.
+
+Models: the deterministic retrieval / template parser (``tiny``, ``quick``: the tests run it) and
+SmolLM2-135M-Instruct (``full``, primary there; about a second per slot choice on a loaded 2-core
+machine, so it does not fit ``quick``'s two minutes; ``--set models='["smollm2"]'`` runs it at any
+size). Each model's knob is tuned per pipeline on instructions from tuning seeds.
+
+Claims are paired over (instruction, seed) with a sign test; per-kind win counts keep one kind of
+instruction from carrying the aggregate.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from rayml import runtime
+from rayml.agents import design_dsl as dd
+from rayml.agents import design_dsl_domains as dom
+from rayml.agents import design_dsl_models as dm
+from rayml.experiments import Experiment, Outcome
+from rayml.results import Claim, Control
+
+PAPER = "Targeted control of fast prototyping through domain-specific interface (ICML 2025)"
+METHOD = "design-dsl"
+PIPES = dm.PIPELINES + ("oracle",)
+METRICS = ("success", "precise", "param_error", "iou", "volume_error", "bbox_error", "holes_ok", "symmetry_ok")
+
+_COMMON = dict(domains=list(dom.DOMAINS), kinds=list(dom.KINDS_OF_INSTRUCTION), max_statements=6,
+               corpus_variants=24, corpus_edits=400)
+SIZES = {
+    "tiny": dict(per_cell=1, seeds=2, tune_per_cell=1, models=["retrieval"], chunk=4, **_COMMON),
+    "quick": dict(per_cell=4, seeds=3, tune_per_cell=2, models=["retrieval"], chunk=8, **_COMMON),
+    "full": dict(per_cell=10, seeds=5, tune_per_cell=3, models=["smollm2", "retrieval"], chunk=8, **_COMMON),
+}
+
+_LM: dict = {}
+
+
+def _chooser(model: str, knob):
+    if model == "retrieval":
+        return dm.RetrievalChooser(int(knob))
+    if "lm" not in _LM:
+        import torch
+
+        import rayml.llm
+
+        torch.set_num_threads(1)
+        _LM["lm"] = rayml.llm.pretrained("smollm2-135m")
+    return dm.SmolLMChooser(_LM["lm"], float(knob))
+
+
+def run_task(item: tuple, shared: Mapping[str, Any]) -> list[dict]:
+    """One chunk of episodes: ``(phase, model, pipeline, knob, [(uid, seed index, instruction)])``."""
+    phase, model, pipe, knob, chunk = item
+    specs = shared["specs"]
+    out = []
+    for uid, s, ins in chunk:
+        ch = _chooser(model, knob)
+        r = dm.run_episode(ch, pipe, ins, specs[ins.domain], int(shared["max_statements"]))
+        out.append({"phase": phase, "model": model, "pipeline": pipe, "knob": knob, "uid": uid, "seed": s,
+                    "domain": ins.domain, "kind": ins.kind, "decisions": getattr(ch, "calls", 0),
+                    **{m: float(r[m]) for m in METRICS}, "statements": r["statements"][:8]})
+    return out
+
+
+def _check(config):
+    models = list(config["models"])
+    if not models or any(m not in dm.MODELS for m in models):
+        raise ValueError(f"models must be a non-empty list from {dm.MODELS}, got {config['models']!r}")
+    for d in config["domains"]:
+        if d not in dom.DOMAINS:
+            raise ValueError(f"domains: unknown domain {d!r} (known: {sorted(dom.DOMAINS)})")
+    for k in config["kinds"]:
+        if k not in dom.KINDS_OF_INSTRUCTION:
+            raise ValueError(f"kinds: unknown kind {k!r} (known: {dom.KINDS_OF_INSTRUCTION})")
+    for key in ("per_cell", "seeds", "tune_per_cell", "max_statements", "chunk", "corpus_variants", "corpus_edits"):
+        v = config[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{key} must be an integer >= 1, got {v!r}")
+    if config["corpus_variants"] < 3:
+        raise ValueError(f"corpus_variants must be >= 3, got {config['corpus_variants']}")
+    return models
+
+
+def _items(phase, model, pipe, knob, instructions, chunk):
+    return [(phase, model, pipe, knob, instructions[i:i + chunk]) for i in range(0, len(instructions), chunk)]
+
+
+def _mean(rows, metric):
+    return float(np.mean([r[metric] for r in rows])) if rows else float("nan")
+
+
+def _summary(rows) -> dict:
+    out = {m: _mean(rows, m) for m in METRICS}
+    out["param_error_median"] = float(np.median([r["param_error"] for r in rows])) if rows else float("nan")
+    out["precision"] = out.pop("precise")
+    out["decisions_mean"] = _mean(rows, "decisions")
+    kinds = sorted({r["kind"] for r in rows})
+    out["by_kind"] = {k: {"success": _mean([r for r in rows if r["kind"] == k], "success"),
+                          "precision": _mean([r for r in rows if r["kind"] == k], "precise")} for k in kinds}
+    seeds = sorted({r["seed"] for r in rows})
+    out["success_by_seed"] = [_mean([r for r in rows if r["seed"] == s], "success") for s in seeds]
+    return out
+
+
+def run(config: Mapping[str, Any], seed: int) -> Outcome:
+    """Derive each domain's specification from its corpus, tune each model's knob per pipeline on
+    tuning seeds, then run every (model, pipeline, instruction, seed) episode as Ray tasks."""
+    models = _check(config)
+    ss = np.random.SeedSequence(seed)
+    corpus_seed, tune_seed, *test_seeds = runtime.seeds(ss, 2 + int(config["seeds"]))
+    specs = {d: dd.derive_spec(dom.corpus(d, int(config["corpus_variants"]), int(config["corpus_edits"]),
+                                          corpus_seed % (2 ** 31))) for d in config["domains"]}
+    shared = {"specs": specs, "max_statements": int(config["max_statements"])}
+    chunk = int(config["chunk"])
+    tune_ins = [(ins.uid, -1, ins) for ins in dom.instruction_suite(int(config["tune_per_cell"]), tune_seed,
+                                                                     domains=config["domains"], kinds=config["kinds"],
+                                                                     prefix="tune")]
+    test_ins = [(ins.uid, s, ins) for s, ts in enumerate(test_seeds)
+                for ins in dom.instruction_suite(int(config["per_cell"]), ts, domains=config["domains"],
+                                                 kinds=config["kinds"], prefix="test")]
+    tune_items = [it for m in models for p in dm.PIPELINES for k in dm.KNOB_GRID[m]
+                  for it in _items("tune", m, p, k, tune_ins, chunk)]
+    tuned = [r for part in runtime.pmap(run_task, tune_items, shared=shared, chunk_size=1, desc="design-dsl tuning")
+             for r in part]
+    chosen, tuning_rows = {}, []
+    for m in models:
+        for p in dm.PIPELINES:
+            scores = {k: _mean([r for r in tuned if r["model"] == m and r["pipeline"] == p and r["knob"] == k],
+                               "success") for k in dm.KNOB_GRID[m]}
+            chosen[(m, p)] = max(dm.KNOB_GRID[m], key=lambda k: (scores[k], -dm.KNOB_GRID[m].index(k)))
+            tuning_rows += [{"model": m, "pipeline": p, "knob": k, "metric": "tuning_success", "value": v}
+                            for k, v in scores.items()]
+    items = [it for m in models for p in dm.PIPELINES for it in _items("test", m, p, chosen[(m, p)], test_ins, chunk)]
+    items += _items("test", models[0], "oracle", 0, test_ins, chunk)
+    out = [r for part in runtime.pmap(run_task, items, shared=shared, chunk_size=1, desc="design-dsl episodes")
+           for r in part]
+    primary = models[0]
+    by = {(m, p): [r for r in out if r["model"] == m and r["pipeline"] == p] for m in models for p in PIPES}
+    summ = {k: _summary(v) for k, v in by.items() if v}
+    main = summ[(primary, "interface_ads")]
+    direct = summ[(primary, "direct")]
+    kinds = sorted(main["by_kind"])
+    main["kinds_won_vs_direct"] = sum(main["by_kind"][k]["success"] > direct["by_kind"][k]["success"] for k in kinds)
+    gen = summ[(primary, "interface_generic")]
+    gen["kinds_won_vs_direct"] = sum(gen["by_kind"][k]["success"] > direct["by_kind"][k]["success"] for k in kinds)
+    direct["kinds_won_vs_direct"] = 0
+    true_dofs = {d: len(dom.DOMAINS[d].attrs) for d in config["domains"]}
+    metrics = {**main, "model": primary,
+               "spec": {"basis_matches": sum(len(specs[d].basis) == true_dofs[d] for d in specs),
+                        "domains": len(specs),
+                        "per_domain": {d: {"basis": specs[d].basis, "true_attributes": true_dofs[d],
+                                           "degree_words": {w: round(v, 4) for w, v in sorted(specs[d].degree.items())},
+                                           "hole_factor": specs[d].hole_factor} for d in specs}}}
+    baselines = {"direct": direct, "interface_generic": gen, "oracle": summ[(primary, "oracle")]}
+    for m in models[1:]:
+        for p in dm.PIPELINES:
+            baselines[f"{m}_{p}"] = summ[(m, p)]
+    keep = ("success", "precise", "param_error")
+    episodes = [{"uid": r["uid"], "seed": r["seed"], "domain": r["domain"], "kind": r["kind"], "model": r["model"],
+                 "pipeline": r["pipeline"], "metric": mt, "value": r[mt]} for r in out for mt in keep]
+    examples = [{"uid": r["uid"], "seed": r["seed"], "model": r["model"], "pipeline": r["pipeline"],
+                 "statements": " | ".join(r["statements"]), "success": r["success"]}
+                for r in out if r["seed"] == 0][:200]
+    budget = {"max_statements": int(config["max_statements"]), "episodes_per_pipeline": len(test_ins),
+              "tuning_episodes_per_knob": len(tune_ins),
+              "tuning": {"grid": {m: list(dm.KNOB_GRID[m]) for m in models},
+                         "knob": {"retrieval": "multi (keep emitting statements for targets tied with the first)",
+                                  "smollm2": "alpha (length normalisation of option log-likelihoods)"},
+                         "chosen": {f"{m}/{p}": chosen[(m, p)] for (m, p) in sorted(chosen)}},
+              "corpus": {"variants": int(config["corpus_variants"]), "edits": int(config["corpus_edits"])},
+              "tasks": len(items) + len(tune_items)}
+    return Outcome(metrics=metrics, baselines=baselines,
+                   tables={"episodes": [e for e in episodes if e["model"] == primary], "episodes_all": episodes,
+                           "tuning": tuning_rows, "examples": examples}, budget=budget)
+
+
+SRC_EFFECTIVE = ("abstract: 'demonstrate the interface's potential to function as an auxiliary module for Large "
+                 "Language Models, enabling precise and effective targeted control of prototype models'")
+SRC_ADS = ("abstract: 'we devise the interface's operational mechanism and develop an algorithm for its automated "
+           "domain specification'")
+
+
+def _paired(text, metric, compare, a_pipe, b_pipe, value_metric, source):
+    return Claim(text=text, metric=metric, compare=compare, op=">", test="paired sign test over seeds",
+                 table="episodes", a={"pipeline": a_pipe, "metric": value_metric},
+                 b={"pipeline": b_pipe, "metric": value_metric}, pair_on=("uid", "seed"), source=source)
+
+
+CLAIMS = (
+    _paired("through the interface (automated domain specification), the same model completes more targeted-control "
+            "tasks than by generating modelling commands directly (paired over instruction x seed)",
+            "metrics.success", "baselines.direct.success", "interface_ads", "direct", "success", SRC_EFFECTIVE),
+    _paired("through the interface, parameter precision (intended quantity within 2%) is higher than with direct "
+            "command generation (paired over instruction x seed)",
+            "metrics.precision", "baselines.direct.precision", "interface_ads", "direct", "precise", SRC_EFFECTIVE),
+    _paired("the automated domain specification matters: the interface over the derived specification beats the "
+            "same interface over a generic geometry-level specification (paired over instruction x seed)",
+            "metrics.success", "baselines.interface_generic.success", "interface_ads", "interface_generic", "success",
+            SRC_ADS),
+    Claim(text="targeted control through the interface is effective: task success >= 0.7",
+          metric="metrics.success", compare=0.7, op=">=", source=SRC_EFFECTIVE,
+          controls=(Control("direct", "baselines.direct.success"),
+                    Control("interface_generic", "baselines.interface_generic.success"))),
+    Claim(text="the gain over direct generation is not carried by one kind of instruction: the interface wins "
+               "(higher success) in at least 3 of the 4 instruction kinds",
+          metric="metrics.kinds_won_vs_direct", compare=3, op=">=", source=SRC_EFFECTIVE,
+          controls=(Control("interface_generic", "baselines.interface_generic.kinds_won_vs_direct"),)),
+    Claim(text="the interface's compiler carries out the exact DSL statement of every instruction (oracle success 1)",
+          metric="baselines.oracle.success", compare=1.0, op=">=", kind="sanity"),
+    Claim(text="the automated specification recovers each domain's number of independent designer quantities",
+          metric="metrics.spec.basis_matches", compare="metrics.spec.domains", op=">=", kind="sanity"),
+)
+
+
+def plots(record: Mapping) -> dict:
+    """Success and parameter precision per pipeline (bars, with the spread over seeds), and success
+    per instruction kind."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = record["tables"]["episodes"]
+    pipes = [p for p in PIPES if any(r["pipeline"] == p for r in rows)]
+    seeds = sorted({r["seed"] for r in rows})
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for j, metric in enumerate(("success", "precise")):
+        per = np.array([[np.mean([r["value"] for r in rows if r["pipeline"] == p and r["seed"] == s
+                                  and r["metric"] == metric]) for s in seeds] for p in pipes])
+        mean = per.mean(1)
+        axes[0].bar(np.arange(len(pipes)) + 0.4 * j, mean, width=0.4, label=metric,
+                    yerr=[mean - per.min(1), per.max(1) - mean], capsize=3)
+    axes[0].set_xticks(np.arange(len(pipes)) + 0.2, pipes, rotation=15, fontsize=8)
+    axes[0].set_ylabel("rate (min-max over seeds)")
+    axes[0].set_title(f"model: {record['metrics'].get('model')}")
+    axes[0].legend(fontsize=8)
+    kinds = sorted({r["kind"] for r in rows})
+    for j, p in enumerate(pipes):
+        vals = [np.mean([r["value"] for r in rows if r["pipeline"] == p and r["kind"] == k
+                         and r["metric"] == "success"]) for k in kinds]
+        axes[1].bar(np.arange(len(kinds)) + 0.2 * j, vals, width=0.2, label=p)
+    axes[1].set_xticks(np.arange(len(kinds)) + 0.3, kinds, fontsize=8)
+    axes[1].set_ylabel("task success")
+    axes[1].set_title("by instruction kind")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    return {"success": fig}
+
+
+EXPERIMENT = Experiment(
+    name=METHOD, paper=PAPER,
+    ray="(model x pipeline x knob x chunk of instructions) episodes as pmap tasks (tuning, then test); the "
+        "specifications are derived once in the driver and shared through the object store",
+    checked_against="abstract and the opening of the introduction (arXiv 2506.11070 HTML); the same group's AutoDSL "
+                    "(ACL 2024) for how a DSL is derived from a domain corpus (secondary summaries); no code is "
+                    "public; the interface's compiler is checked against the exact statement of every instruction "
+                    "(oracle) and the voxel kernel against closed-form volumes",
+    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+)
