@@ -46,7 +46,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from rayml.agents import syncmind_bench as bench
 
