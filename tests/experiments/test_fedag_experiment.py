@@ -1,0 +1,53 @@
+"""rayml.experiments.fedag: claims wired to measured numbers, worker-count invariance, the
+communication accounting, bad settings rejected before any work."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import record_numbers
+from rayml import experiments, runtime
+
+SMALL = {"heldout": ["inverted"], "rounds": 2, "lr_grid": [1e-4]}
+
+
+def test_every_claim_is_measured_at_tiny_size(unmeasured_claims):
+    assert unmeasured_claims("fedag") == []
+
+
+def test_records_are_identical_for_1_and_2_workers_and_communication_is_counted(ray_session):
+    one = experiments.run("fedag", size="tiny", seed=3, overrides=SMALL, workers=1)
+    two = experiments.run("fedag", size="tiny", seed=3, overrides=SMALL, workers=2)
+    assert record_numbers(one) == record_numbers(two)
+    assert two["env"]["tasks"] >= 2
+    m, b = one["metrics"], one["baselines"]
+    silos, rounds = 2, 2  # tiny: 3 domains, one held out
+    n_ad, n_cl, n_syn = m["params"]["adapter"], m["params"]["client_model"], one["config"]["syn_per_domain"]
+    assert b["local"]["floats_per_round"] == 0
+    # FedAvg / FedProx: the global adapter down and each silo's adapter up, every round
+    assert b["fedavg"]["floats_per_round"] == b["fedprox"]["floats_per_round"] == 2 * silos * n_ad
+    # FedAG: client model + quality scores up every round, the server's client model down from round 1
+    want = silos * (n_cl + n_syn) + silos * n_cl * (rounds - 1) / rounds
+    assert m["floats_per_round"] == pytest.approx(want)
+    assert m["bytes_per_round"] == pytest.approx(4 * want)
+    rows = [r for r in one["tables"]["acc"] if r["phase"] == "test" and r["metric"] == "accuracy"]
+    assert {r["method"] for r in rows} == {"fedag", "fedag-noq", "fedag-noreg", "fedavg", "fedprox", "local",
+                                           "zero-shot"}
+    assert b["fedag_noq"]["floats_per_round"] == b["fedag_noreg"]["floats_per_round"] == m["floats_per_round"]
+    assert all(0.0 <= r["value"] <= 1.0 for r in rows)
+    assert one["config"]["budget"]["tuning"]["chosen"] == {k: 1e-4 for k in ("fedag", "fedavg", "fedprox", "local")}
+
+
+@pytest.mark.parametrize("overrides, match", [
+    ({"heldout": ["sepia"]}, "heldout"),
+    ({"heldout": ["blurred"]}, "heldout"),  # not one of tiny's domains
+    ({"domains": ["rotated", "inverted"]}, "domains"),
+    ({"lr_grid": [1e-3, 1e-2]}, "lr_grid"),
+    ({"syn_per_domain": 5}, "syn_per_domain"),
+    ({"momentum": 2.0}, "momentum"),
+])
+def test_bad_settings_are_rejected_before_any_work(overrides, match):
+    runtime.reset_stats()
+    with pytest.raises(ValueError, match=match):
+        experiments.run("fedag", size="tiny", overrides=overrides)
+    assert runtime.stats()["tasks"] == 0
