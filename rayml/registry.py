@@ -67,6 +67,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
 _FAMILY_EXTRAS: dict[str, tuple[str, ...]] = {
     "optim": ("optim",), "llm": ("llm",), "decoding": ("llm",), "kvcache": ("llm",), "quant": ("llm",),
     "merging": ("llm",), "alignment": ("llm",), "architectures": ("llm",), "graphs": ("graphs",),
+    "agents": ("llm",), "adversarial": ("llm",),
 }
 # Methods of a family that need less than their family (checked by the light-install test).
 _METHOD_EXTRAS: dict[str, tuple[str, ...]] = {"gs-poweropt": (), "multinoulli-scg": ()}

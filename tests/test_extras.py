@@ -21,7 +21,8 @@ for _extra, _mods in registry.EXTRAS.items():
 # transformers backend (``HFLM`` in ``rayml.llm.backends``) and the real-model loader
 # (``rayml.llm.smollm2``), both chosen by the user, the benchmark's peers (an absent peer is a
 # row saying so).
-ADAPTERS = ("rayml.actors", "rayml.llm.hf", "rayml.llm.backends", "rayml.llm.smollm2", "rayml.decoding.peers")
+ADAPTERS = ("rayml.actors", "rayml.llm.hf", "rayml.llm.backends", "rayml.llm.smollm2", "rayml.decoding.peers",
+            "rayml.agents.syncmind_llm")  # SyncMind's SmolLM2 agent: only when asked for (full, llm_scenarios)
 
 
 def _source(module: str) -> Path | None:
