@@ -42,6 +42,17 @@ def test_retrieve_ranks_against_brute_force():
     assert V.retrieve(keys, q, 2).tolist() == [3, 7]
 
 
+def test_retrieve_agrees_with_sklearn_cosine_neighbours(enc, system):
+    from sklearn.neighbors import NearestNeighbors
+
+    kb, xte, _ = system
+    nn = NearestNeighbors(n_neighbors=10, metric="cosine", algorithm="brute").fit(kb.keys)
+    for i in range(10):
+        qk = V.query_key(enc, xte[i], V.QUESTIONS[i % 3])
+        ref = nn.kneighbors(qk[None], return_distance=False)[0]
+        assert V.retrieve(kb.keys, qk, 10).tolist() == ref.tolist()
+
+
 def test_fused_keys_are_normalised_sums(enc):
     x = it.digits_split()[2][:4]
     texts = ["a handwritten digit one", "the digit 2", "seven", "what digit is shown in the image?"]
