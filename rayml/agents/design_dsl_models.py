@@ -139,30 +139,69 @@ class SmolLMChooser:
         system = ("You translate a product designer's instruction into " + context["language"] +
                   " statements, one per line, and write END when the instruction is carried out.")
         user = f"{context['reference']}\n\nCurrent model:\n{context['model']}\n\nInstruction: {context['text']}"
-        self.prompt = self.lm.tokenizer.chat(user, system=system) + "Statements:\n"
+        chat = getattr(self.lm.tokenizer, "chat", None)
+        self.prompt = (chat(user, system=system) if chat else f"{system}\n{user}\n") + "Statements:\n"
+        self._prompt_ids = self.lm.tokenizer.encode(self.prompt, bos=True)[-self.max_prompt:]
+        self._cache = None
 
-    def choose(self, slot: str, options: Sequence[str], state: Mapping) -> str:
+    def _option_ids(self, state, options):
+        tok = self.lm.tokenizer
+        sep = " " if state["partial"] else ""
+        return [tok.encode(sep + o) for o in options]
+
+    def _prefix_ids(self, state) -> list[int]:
+        tail = "".join(line + "\n" for line in state["lines"]) + state["partial"]
+        return self._prompt_ids + (self.lm.tokenizer.encode(tail) if tail else [])
+
+    def _scores_plain(self, pre, opts) -> list[float]:
+        """Log-likelihoods of the options after ``pre``, one padded batch, no cache."""
         import torch
 
+        width = len(pre) + max(len(o) for o in opts)
+        batch = [pre + o + [0] * (width - len(pre) - len(o)) for o in opts]
+        with torch.no_grad():
+            logp = self.lm.logits(batch).float().log_softmax(-1)
+        return [float(logp[i, torch.arange(len(pre) - 1, len(pre) - 1 + len(o)), torch.as_tensor(o)].sum())
+                for i, o in enumerate(opts)]
+
+    def _scores_cached(self, pre, opts) -> list[float]:
+        """The same with the prefix in a KV cache (fed incrementally across the episode's slots)."""
+        import torch
+
+        model = self.lm.model
+        with torch.no_grad():
+            if self._cache is None or self._fed != pre[:len(self._fed)]:
+                self._cache = model.new_cache(batch=1, capacity=len(pre) + 512)
+                self._fed, self._last = [], None
+            new = pre[len(self._fed):]
+            if new:
+                self._cache.ensure_capacity(len(pre) + 64)
+                self._last = model(torch.as_tensor([new]), cache=self._cache)[0, -1].float().log_softmax(-1)
+                self._fed = list(pre)
+            out = []
+            for i in range(0, len(opts), 16):
+                chunk = opts[i:i + 16]
+                width = max(len(o) for o in chunk)
+                ids = torch.as_tensor([o + [0] * (width - len(o)) for o in chunk])
+                valid = torch.as_tensor([[j < len(o) for j in range(width)] for o in chunk])
+                cache = self._cache.select(torch.zeros(len(chunk), dtype=torch.long))
+                cache.ensure_capacity(self._cache.length + width)
+                logp = model(ids, cache=cache, valid=valid).float().log_softmax(-1)
+                for b, o in enumerate(chunk):
+                    s = float(self._last[o[0]])
+                    s += sum(float(logp[b, j - 1, o[j]]) for j in range(1, len(o)))
+                    out.append(s)
+        return out
+
+    def choose(self, slot: str, options: Sequence[str], state: Mapping) -> str:
         if len(options) == 1:
             return options[0]
         self.calls += 1
         self.scored += len(options)
-        tok = self.lm.tokenizer
-        prefix = self.prompt + "".join(line + "\n" for line in state["lines"]) + state["partial"]
-        pre = tok.encode(prefix, bos=True)[-self.max_prompt:]
-        sep = " " if state["partial"] else ""
-        opts = [tok.encode(sep + o) for o in options]
-        width = len(pre) + max(len(o) for o in opts)
-        pad = tok.eos_id if getattr(tok, "eos_id", None) is not None else 0
-        batch = [pre + o + [pad] * (width - len(pre) - len(o)) for o in opts]
-        with torch.no_grad():
-            logp = self.lm.logits(batch).float().log_softmax(-1)
-        scores = []
-        for i, o in enumerate(opts):
-            pos = torch.arange(len(pre) - 1, len(pre) - 1 + len(o))
-            s = float(logp[i, pos, torch.as_tensor(o)].sum())
-            scores.append(s / (len(o) ** self.alpha))
+        pre = self._prefix_ids(state)
+        opts = self._option_ids(state, options)
+        raw = self._scores_cached(pre, opts) if hasattr(self.lm, "model") else self._scores_plain(pre, opts)
+        scores = [r / (len(o) ** self.alpha) for r, o in zip(raw, opts)]
         return options[max(range(len(options)), key=lambda i: (scores[i], -i))]
 
 

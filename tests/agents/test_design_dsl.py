@@ -194,3 +194,15 @@ def test_smollm_chooser_scores_options_by_likelihood():
     ch0.reset({"text": "t", "language": "x", "reference": "r", "model": "m"})
     assert ch0.choose("op", ["aaaa", "a", "b"], state) in ("a", "aaaa")
     assert ch.calls == 1 and ch.scored == 3
+
+
+def test_cached_option_scoring_matches_a_plain_forward():
+    # the shipped embedded model stands in for SmolLM2 (same TransformerLM engine and KV cache)
+    import rayml.llm
+
+    ch = dm.SmolLMChooser(rayml.llm.pretrained("base"), knob=1.0)
+    ch.reset({"text": "Make the legs 20% thicker.", "language": "x", "reference": "ref", "model": "m"})
+    for state, options in (({"lines": ["SET top.w = 3"], "partial": "SET"}, ["top.w", "leg_fl.r", "END", "a b c"]),
+                           ({"lines": ["SET top.w = 3"], "partial": "SET top.w ="}, ["3", "4.5", "12"])):
+        pre, opts = ch._prefix_ids(state), ch._option_ids(state, options)
+        np.testing.assert_allclose(ch._scores_cached(pre, opts), ch._scores_plain(pre, opts), rtol=1e-4, atol=1e-3)
