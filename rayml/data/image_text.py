@@ -181,7 +181,8 @@ def _check_label(label) -> int:
 def caption(label: int, template: int = 0) -> str:
     """The caption of digit ``label`` under ``CAPTION_TEMPLATES[template]``."""
     label = _check_label(label)
-    if isinstance(template, bool) or not isinstance(template, (int, np.integer)) or not 0 <= template < len(CAPTION_TEMPLATES):
+    n = len(CAPTION_TEMPLATES)
+    if isinstance(template, bool) or not isinstance(template, (int, np.integer)) or not 0 <= template < n:
         raise ValueError(f"template must be an integer in 0..{len(CAPTION_TEMPLATES) - 1}, got {template!r}")
     return CAPTION_TEMPLATES[int(template)].format(word=NUMBER_WORDS[label], num=label)
 

@@ -94,7 +94,8 @@ def _check(config: Mapping[str, Any]) -> None:
         raise ValueError(f"llm_queries must be an integer in 0..trials, got {config['llm_queries']!r}")
     if config["generator"] not in GENERATORS:
         raise ValueError(f"generator must be one of {GENERATORS}, got {config['generator']!r}")
-    if isinstance(config["encoder_seed"], bool) or not isinstance(config["encoder_seed"], int) or config["encoder_seed"] < 0:
+    es = config["encoder_seed"]
+    if isinstance(es, bool) or not isinstance(es, int) or es < 0:
         raise ValueError(f"encoder_seed must be an integer >= 0, got {config['encoder_seed']!r}")
     if config["kb_size"] > 1257 or config["kb_size"] < 20:
         raise ValueError(f"kb_size must be in 20..1257 (the training split), got {config['kb_size']}")
