@@ -37,6 +37,11 @@ TOWNS = ("Aldmere", "Brackwell", "Corvath", "Dunmoor", "Eastvale", "Fennick", "G
 JOBS = ("baker", "carpenter", "pharmacist", "ship engineer", "librarian", "beekeeper", "violin maker", "surveyor",
         "glassblower", "pilot", "translator", "astronomer", "chef", "bookbinder", "geologist", "potter")
 ANIMALS = ("goats", "sheep", "horses", "cats", "ducks", "rabbits", "chickens", "dogs")
+CLOZES = {
+    "year": "{name} was born in",
+    "animals": "{name} keeps",
+    "house": "{name} lives in the house with the number",
+}
 QUESTIONS = {
     "year": "In which year was {name} born?",
     "animals": "How many {animal} does {name} keep?",
@@ -47,12 +52,14 @@ QUESTIONS = {
 @dataclass(frozen=True)
 class QAItem:
     """One multi-document question: ``documents`` (passages, in prompt order), the ``question``,
-    its ``answer`` (a number, as text) and ``gold`` (the index of the passage that holds it)."""
+    its ``answer`` (a number, as text), ``gold`` (the index of the passage that holds it) and
+    ``cloze``, the start of an answer sentence whose next words are the number."""
 
     documents: tuple[str, ...]
     question: str
     answer: str
     gold: int
+    cloze: str
 
 
 def _passage(name: str, town: str, job: str, year: int, animal: str, count: int, house: int) -> str:
@@ -84,7 +91,7 @@ def make_item(rng: np.random.Generator, n_docs: int) -> QAItem:
     p = people[gold]
     question = QUESTIONS[kind].format(name=p["name"], animal=p["animal"])
     answer = str({"year": p["year"], "animals": p["count"], "house": p["house"]}[kind])
-    return QAItem(docs, question, answer, gold)
+    return QAItem(docs, question, answer, gold, CLOZES[kind].format(name=p["name"]))
 
 
 def score(item: QAItem, output: str) -> float:
