@@ -70,7 +70,8 @@ _FAMILY_EXTRAS: dict[str, tuple[str, ...]] = {
     "agents": ("llm",), "adversarial": ("llm",),
 }
 # Methods of a family that need less than their family (checked by the light-install test).
-_METHOD_EXTRAS: dict[str, tuple[str, ...]] = {"gs-poweropt": (), "multinoulli-scg": ()}
+_METHOD_EXTRAS: dict[str, tuple[str, ...]] = {"gs-poweropt": (), "multinoulli-scg": (),
+                                              "poisonedeye": ("llm", "hf")}  # SmolLM2 generator at quick
 _BENCH_EXTRAS: dict[str, tuple[str, ...]] = {"llm-substrate": ("bench",), "zapformat": ("bench",)}
 
 

@@ -1,1 +1,3 @@
-"""Data selection: robust subset (coreset) selection such as GM Matching."""
+"""Data-centric methods and shared data: robust subset (coreset) selection such as GM Matching,
+DIRECT active learning, mid-angle replay, and ``image_text``, rayml's digits CLIP-style image-text
+encoder (the backbone of PoisonedEye and FedAG)."""
