@@ -378,7 +378,7 @@ def _rel(a: float, b: float) -> float:
 
 
 def evaluate(result: Sequence[Part], target: Sequence[Part], before: Sequence[Part], intent: Mapping,
-             *, res: int = 40) -> dict:
+             *, res: int | None = None) -> dict:
     """Checkable targets of one episode: success (every parameter within ``SUCCESS_TOL`` and the
     same parts and holes), the intended quantity's relative error (parameter precision), voxel IoU,
     volume error, bounding-box error, hole counts and mirror symmetry."""

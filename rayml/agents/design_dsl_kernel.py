@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 __all__ = ["Part", "KINDS", "PARAMS", "CommandError", "apply_command", "apply_program", "parse_command",
-           "format_part", "voxelize", "volume", "analytic_volume", "bbox", "iou", "hole_count", "mirror_symmetry",
+           "format_part", "adaptive_res", "voxelize", "volume", "analytic_volume", "bbox", "iou", "hole_count", "mirror_symmetry",
            "model_params"]
 
 KINDS = ("box", "cyl")
@@ -185,13 +185,28 @@ def _inside(p: Part, X, Y, Z) -> np.ndarray:
     return ((X - p.x) ** 2 + (Y - p.y) ** 2 <= p.params["r"] ** 2) & dz
 
 
-def voxelize(model: Sequence[Part], box: np.ndarray, res: int = 48) -> tuple[np.ndarray, float]:
-    """Occupancy on a ``res``^3 grid of voxel centres spanning ``box``; returns ``(grid, voxel volume)``."""
-    if res < 2:
-        raise ValueError(f"res must be >= 2, got {res}")
+def adaptive_res(models: Sequence[Sequence[Part]], box: np.ndarray, lo: int = 16, hi: int = 256) -> tuple:
+    """Voxels per axis so that the thinnest part along each axis spans at least 3 voxels (clipped
+    to ``[lo, hi]``): thin boards are not lost between voxel centres."""
+    ext = np.asarray(box, float)[1] - np.asarray(box, float)[0]
+    thin = np.full(3, np.inf)
+    for m in models:
+        for p in m:
+            thin = np.minimum(thin, 2 * np.array(p.half_extents()))
+    return tuple(int(np.clip(np.ceil(3 * ext[i] / thin[i]), lo, hi)) for i in range(3))
+
+
+def voxelize(model: Sequence[Part], box: np.ndarray, res: int | tuple | None = 48) -> tuple[np.ndarray, float]:
+    """Occupancy on a grid of voxel centres spanning ``box`` (``res`` per axis: an int, a 3-tuple or
+    ``None`` for ``adaptive_res``); returns ``(grid, voxel volume)``."""
+    if res is None:
+        res = adaptive_res([model], box)
+    res = (res,) * 3 if isinstance(res, (int, np.integer)) else tuple(res)
+    if len(res) != 3 or min(res) < 2:
+        raise ValueError(f"res must be >= 2 per axis, got {res}")
     lo, hi = np.asarray(box, float)
-    step = (hi - lo) / res
-    axes = [lo[i] + step[i] * (np.arange(res) + 0.5) for i in range(3)]
+    step = (hi - lo) / np.array(res)
+    axes = [lo[i] + step[i] * (np.arange(res[i]) + 0.5) for i in range(3)]
     X, Y, Z = np.meshgrid(*axes, indexing="ij")
     occ = np.zeros(X.shape, bool)
     for p in model:
@@ -210,7 +225,7 @@ def _common_box(*models) -> np.ndarray:
     return np.stack([lo - pad, hi + pad])
 
 
-def volume(model: Sequence[Part], res: int = 64) -> float:
+def volume(model: Sequence[Part], res: int | tuple | None = None) -> float:
     """Voxel estimate of the solid's volume (union of added parts minus the cuts)."""
     occ, dv = voxelize(model, _common_box(model), res)
     return float(occ.sum() * dv)
@@ -222,9 +237,10 @@ def analytic_volume(p: Part) -> float:
     return q["w"] * q["d"] * q["h"] if p.kind == "box" else math.pi * q["r"] ** 2 * q["h"]
 
 
-def iou(a: Sequence[Part], b: Sequence[Part], res: int = 48) -> float:
+def iou(a: Sequence[Part], b: Sequence[Part], res: int | tuple | None = None) -> float:
     """Voxel intersection over union of two models on a common grid."""
     box = _common_box(a, b)
+    res = adaptive_res([a, b], box) if res is None else res
     oa, _ = voxelize(a, box, res)
     ob, _ = voxelize(b, box, res)
     union = (oa | ob).sum()
@@ -247,7 +263,7 @@ def hole_count(model: Sequence[Part]) -> int:
     return n
 
 
-def mirror_symmetry(model: Sequence[Part], res: int = 48) -> float:
+def mirror_symmetry(model: Sequence[Part], res: int | tuple | None = None) -> float:
     """IoU of the model's occupancy with its own reflection through the plane x = 0."""
     b = bbox(model)
     m = max(abs(b[0, 0]), abs(b[1, 0]))

@@ -26,6 +26,13 @@ def test_voxel_volume_matches_closed_form(part):
     assert k.volume((part,), res=96) == pytest.approx(k.analytic_volume(part), rel=0.03)
 
 
+def test_thin_parts_are_resolved_by_the_adaptive_grid():
+    board = k.Part("b", "box", {"w": 90.0, "d": 30.0, "h": 2.2}, 0, 0, 150)
+    side = k.Part("s", "box", {"w": 2.2, "d": 30.0, "h": 190.0}, -44, 0, 95)
+    assert k.volume((board, side)) == pytest.approx(90 * 30 * 2.2 + 2.2 * 30 * 190 - 2.2 * 30 * 2.2 * 0, rel=0.08)
+    assert k.volume((board,)) == pytest.approx(k.analytic_volume(board), rel=0.02)
+
+
 def test_boolean_subtract_and_union_volumes():
     box = k.Part("b", "box", {"w": 10.0, "d": 10.0, "h": 2.0})
     hole = k.Part("h", "cyl", {"r": 2.0, "h": 4.0}, role="cut")
