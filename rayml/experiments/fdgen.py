@@ -57,8 +57,8 @@ SIZES = {
                  gnn_epochs=40, lambda_grid=[1.0], post_grid=[1.0], seeds=2, tune_seeds=1),
     "quick": dict(n=300, degree=8.0, feat_dim=16, y_signal=0.5, s_signal=1.0, label_bias=0.2,
                   sbm_homophily=[0.6, 0.9], nx_graphs=["karate", "lesmis"], epochs=150, latent=16, hidden=32,
-                  samples=2, gnn_epochs=100, lambda_grid=[0.25, 1.0, 4.0], post_grid=[0.5, 0.75, 1.0], seeds=5,
-                  tune_seeds=1),
+                  samples=2, gnn_epochs=100, lambda_grid=[0.25, 0.5, 1.0, 2.0, 4.0],
+                  post_grid=[0.2, 0.4, 0.6, 0.8, 1.0], seeds=5, tune_seeds=1),
     "full": dict(n=2000, degree=10.0, feat_dim=32, y_signal=0.5, s_signal=1.0, label_bias=0.2,
                  sbm_homophily=[0.5, 0.7, 0.9], nx_graphs=["karate", "lesmis"], epochs=400, latent=32, hidden=64,
                  samples=4, gnn_epochs=200, lambda_grid=[0.25, 0.5, 1.0, 2.0, 4.0],
@@ -343,12 +343,16 @@ _PAIR = ("case", "seed")
 def _cut(metric, label):
     return Claim(text=f"a GCN trained on FDGen graphs has a {label} at least 0.05 below the same GCN trained on the "
                       "real graph (mean over case x seed; wilcoxon over (case, seed)); the generator without the "
-                      "fairness terms is the control",
+                      "fairness terms and FairGen-style post-processing are the controls",
                  metric=f"metrics.{metric}_cut", compare=0.05, op=">", test="wilcoxon signed-rank over seeds",
                  table="runs", a={"method": "fdgen", "metric": f"{metric}_cut"},
                  b={"method": "real", "metric": f"{metric}_cut"}, pair_on=_PAIR, kind="paper", source=_SRC_FAIR,
                  controls=(Control("plain", f"baselines.plain.{metric}_cut",
-                                   a={"method": "plain", "metric": f"{metric}_cut"}),))
+                                   a={"method": "plain", "metric": f"{metric}_cut"}),
+                           # the state-of-the-art baseline the paper compares against: a cut it also makes is
+                           # no evidence for FDGen (the comparison itself is the _vs_post claims)
+                           Control("fairgen-post", f"baselines.fairgen_post.{metric}_cut",
+                                   a={"method": "fairgen-post", "metric": f"{metric}_cut"})))
 
 
 def _vs_post(metric, label):
@@ -364,9 +368,11 @@ CLAIMS = (
     _cut("deo", "equal-opportunity gap (Delta_EO)"),
     _vs_post("dsp", "Delta_SP"),
     _vs_post("deo", "Delta_EO"),
-    Claim(text="comparable utility: the GCN's test accuracy on FDGen graphs is within 0.05 of its accuracy on graphs "
-               "of the same generator without the fairness terms",
-          metric="metrics.acc", compare="baselines.plain.acc", op=">", margin=-0.05, kind="paper", source=_SRC_UTIL),
+    # the tuning rule (select_strength) admits only strengths whose accuracy is within 0.05 of plain's on the
+    # tuning graphs, so this is the selection constraint carrying over to the test seeds, not evidence: sanity
+    Claim(text="sanity (enforced by the tuning rule): the GCN's test accuracy on FDGen graphs is within 0.05 of its "
+               "accuracy on graphs of the same generator without the fairness terms",
+          metric="metrics.acc", compare="baselines.plain.acc", op=">", margin=-0.05, kind="sanity"),
     Claim(text="comparable structure: FDGen's mean structure MMD (degree, clustering, spectral) is within 0.05 of the "
                "generator without the fairness terms",
           metric="metrics.mmd_mean", compare="baselines.plain.mmd_mean", op="<", margin=-0.05, kind="paper",
