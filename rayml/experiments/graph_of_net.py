@@ -40,9 +40,9 @@ SIZES = {
     "tiny": dict(datasets=["digits", "molecules"], n_graphs=60, k=4, labels_per_class=3, n_val=12, hidden=16,
                  epochs=10, lam=1.0, lr_grid=[0.01], seeds=2, eval_every=5),
     "quick": dict(datasets=["digits", "molecules"], n_graphs=300, k=5, labels_per_class=10, n_val=60, hidden=16,
-                  epochs=100, lam=1.0, lr_grid=[0.003, 0.01, 0.03], seeds=4, eval_every=5),
+                  epochs=100, lam=1.0, lr_grid=[0.003, 0.01, 0.03, 0.1], seeds=4, eval_every=5),
     "full": dict(datasets=["digits", "molecules"], n_graphs=1500, k=5, labels_per_class=20, n_val=300, hidden=32,
-                 epochs=300, lam=1.0, lr_grid=[0.001, 0.003, 0.01, 0.03], seeds=10, eval_every=5),
+                 epochs=300, lam=1.0, lr_grid=[0.001, 0.003, 0.01, 0.03, 0.1], seeds=10, eval_every=5),
 }
 
 
