@@ -562,6 +562,7 @@ def plots(record: Mapping) -> dict:
         comm.setdefault(c["method"], []).append(c["value"] * FLOAT_BYTES / 1024)
     names = [m for m in methods if m in comm]
     axes[2].bar(names, [np.mean(comm[m]) for m in names])
+    axes[2].tick_params(axis="x", labelrotation=30, labelsize=8)
     axes[2].set_ylabel("KiB sent per round (all silos, up + down)")
     axes[2].set_title("communication per round", fontsize=9)
     fig.tight_layout()
