@@ -50,14 +50,15 @@ ABLATIONS = ("fedag-noq", "fedag-noreg")
 
 _COMMON = dict(batch_size=32, temperature=1.0, alpha=0.5, lam=0.1, momentum=0.9, prox_mu=0.01, client_hidden=64,
                server_fraction=0.15, test_fraction=0.4, bad_fraction=0.3)
+_ALL = ["rotated", "inverted", "noised", "intensity", "blurred"]
 SIZES = {
-    "tiny": dict(domains=["rotated", "inverted", "noised"], heldout=["rotated", "inverted"], seeds=1, tune_seeds=1, rounds=2, local_epochs=1, init_epochs=1,
-                 interact_epochs=1, syn_per_domain=32, lr_grid=[1e-4, 1e-2], **_COMMON),
-    "quick": dict(domains=["rotated", "inverted", "noised", "intensity", "blurred"], heldout=["rotated", "inverted", "noised", "intensity", "blurred"], seeds=3, tune_seeds=1, rounds=6,
-                  local_epochs=2, init_epochs=5, interact_epochs=2, syn_per_domain=96,
-                  lr_grid=[1e-4, 1e-3, 1e-2, 3e-2], **_COMMON),
-    "full": dict(domains=["rotated", "inverted", "noised", "intensity", "blurred"], heldout=["rotated", "inverted", "noised", "intensity", "blurred"], seeds=10, tune_seeds=3, rounds=20,
-                 local_epochs=10, init_epochs=20, interact_epochs=2, syn_per_domain=180,
+    "tiny": dict(domains=["rotated", "inverted", "noised"], heldout=["rotated", "inverted"], seeds=1, tune_seeds=1,
+                 rounds=2, local_epochs=1, init_epochs=1, interact_epochs=1, syn_per_domain=32,
+                 lr_grid=[1e-4, 1e-2], **_COMMON),
+    "quick": dict(domains=list(_ALL), heldout=list(_ALL), seeds=3, tune_seeds=1, rounds=6, local_epochs=2,
+                  init_epochs=5, interact_epochs=2, syn_per_domain=96, lr_grid=[1e-4, 1e-3, 1e-2, 3e-2], **_COMMON),
+    "full": dict(domains=list(_ALL), heldout=list(_ALL), seeds=10, tune_seeds=3, rounds=20, local_epochs=10,
+                 init_epochs=20, interact_epochs=2, syn_per_domain=180,
                  lr_grid=[1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2], **_COMMON),
 }
 SOURCE = "abstract: 'demonstrate the superior performance of FedAG in both in-domain and out-of-domain scenarios'"
@@ -110,8 +111,8 @@ def _fedag_cfg(config, lr, method="fedag"):
     return FedAGConfig(rounds=config["rounds"], local_epochs=config["local_epochs"], batch_size=config["batch_size"],
                        adapter_init_epochs=config["init_epochs"], interact_epochs=config["interact_epochs"],
                        lr_init=lr, lr_local=3 * lr, lr_server=lr, temperature=float(config["temperature"]),
-                       alpha=float(config["alpha"]), lam=0.0 if method == "fedag-noreg" else float(config["lam"]), momentum=float(config["momentum"]),
-                       client_hidden=config["client_hidden"])
+                       alpha=float(config["alpha"]), lam=0.0 if method == "fedag-noreg" else float(config["lam"]),
+                       momentum=float(config["momentum"]), client_hidden=config["client_hidden"])
 
 
 def _seed_of(*parts) -> int:
@@ -342,7 +343,6 @@ def _federate(runs, silos, shared_ref_payload, config, root_seed, comm):
 def run(config: Mapping[str, Any], seed: int) -> Outcome:
     """Tune every method's learning rate on held-out seeds, then federate on the test seeds."""
     import ray
-    import torch
 
     from rayml.data import image_text as it
     from rayml.federated import fedag
