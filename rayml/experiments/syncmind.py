@@ -293,21 +293,32 @@ SOURCE_COLLAB = ("abstract: 'when collaboration occurs, it positively correlates
 SOURCE_RESOURCE = ("abstract: 'Minimal performance differences in agents' resource-aware out-of-sync recoveries "
                    "further reveal their significant lack of resource awareness'")
 
+# The quick and tiny sizes run scripted agents only (llm_scenarios = 0): an agent that asks the
+# know-everything collaborator for the fix is handed the reference fix (Collaborator.answer), and the
+# fixed-policy agents are resource-unaware by construction, so the three claims below check that the
+# harness exposes the effects the paper reports about LLM agents; they cannot test the paper's
+# statements about LLM agents and are kind="sanity" (the sources say which statement they mirror).
 CLAIMS = (
-    Claim(text="collaboration improves recovery: the budget-aware agent with the collaborator recovers more "
+    Claim(text="harness (by design: the collaborator hands over the reference fix): the budget-aware agent "
+               "with the collaborator recovers more "
                "scenarios than without it (paired over test scenarios, paper's default budgets)",
           metric="metrics.default.sr", compare="metrics.solo.sr", op=">", test="paired sign test over seeds",
           table="episodes", a={"agent": MAIN, "setting": "default", "metric": "success"},
-          b={"agent": MAIN, "setting": "solo", "metric": "success"}, pair_on=("scenario",), source=SOURCE_COLLAB,
+          b={"agent": MAIN, "setting": "solo", "metric": "success"}, pair_on=("scenario",), kind="sanity",
+          source=SOURCE_COLLAB,
           controls=(Control("vague-asker (asks, learns nothing)", "baselines.vague_asker.default.sr",
                             a={"agent": "vague-asker", "setting": "default", "metric": "success"}),)),
-    Claim(text="when a low-willingness agent (asks with p = 0.05 per turn) does ask, it succeeds more: phi "
+    Claim(text="harness (by design: a good question is answered with the location or the fix): when a "
+               "low-willingness agent (asks with p = 0.05 per turn) does ask, it succeeds more: phi "
                "correlation of asked and recovered over its episodes in the five collaborative settings > 0",
-          metric="baselines.reluctant.pooled.asked_success_phi", compare=0.0, op=">", source=SOURCE_COLLAB,
+          metric="baselines.reluctant.pooled.asked_success_phi", compare=0.0, op=">", kind="sanity",
+          source=SOURCE_COLLAB,
           controls=(Control("vague-asker", "baselines.vague_asker.pooled.asked_success_phi"),)),
-    Claim(text="a fixed-policy agent of LLM-like willingness shows minimal SR differences across the paper's "
+    Claim(text="harness (the agent ignores the resources by construction, so only whether the budgets bind "
+               "decides): a fixed-policy agent of LLM-like willingness shows minimal SR differences across the paper's "
                "resource settings (30 -> 50 turns, $1000 -> $3000, $50 / $200 questions): SR spread <= 0.05",
-          metric="baselines.reluctant.resource_awareness.sr_spread", compare=0.05, op="<=", source=SOURCE_RESOURCE,
+          metric="baselines.reluctant.resource_awareness.sr_spread", compare=0.05, op="<=", kind="sanity",
+          source=SOURCE_RESOURCE,
           controls=(Control("budget-aware agent", "metrics.resource_awareness.sr_spread"),)),
     Claim(text="every test scenario fails before and passes after its reference fix (re-verified on the actors)",
           metric="metrics.benchmark.verified_fraction", compare=1.0, op=">=", kind="sanity"),
