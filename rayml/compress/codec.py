@@ -57,7 +57,7 @@ def _draco():
     try:
         import DracoPy
     except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise ImportError("HybridGS coding needs DracoPy: pip install \"DracoPy>=1.4\"") from exc
+        raise ImportError("HybridGS coding needs DracoPy: pip install \"DracoPy>=2.0\"") from exc
     return DracoPy
 
 
