@@ -61,13 +61,14 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "serve": ("fastapi", "starlette", "PIL"),
     "bench": ("transformers", "xgrammar", "llguidance", "outlines_core"),
     "hf": ("transformers", "gguf", "accelerate"),
+    "compress": ("DracoPy", "constriction"),
 }
 # What each family needs beyond the core, for ``rayml run``; ``_BENCH_EXTRAS`` adds what a
 # method's benchmark needs on top (its peers).
 _FAMILY_EXTRAS: dict[str, tuple[str, ...]] = {
     "optim": ("optim",), "llm": ("llm",), "decoding": ("llm",), "kvcache": ("llm",), "quant": ("llm",),
     "merging": ("llm",), "alignment": ("llm",), "architectures": ("llm",), "graphs": ("graphs",),
-    "agents": ("llm",), "adversarial": ("llm",),
+    "agents": ("llm",), "adversarial": ("llm",), "compress": ("compress",),
 }
 # Methods of a family that need less than their family (checked by the light-install test).
 _METHOD_EXTRAS: dict[str, tuple[str, ...]] = {"gs-poweropt": (), "multinoulli-scg": (),
