@@ -451,7 +451,8 @@ def plots(record: Mapping) -> dict:
                                                              for lay in layouts], width, label=m)
             ax.set_xticks(np.arange(len(layouts)) + 0.4 - width / 2, layouts)
             ax.set_ylabel(metric if metric == "accuracy" else "first-token KL to full, nats")
-        axes[0].legend(fontsize=6)
+        axes[0].set_ylim(0, 1.4)
+        axes[0].legend(fontsize=6, ncol=3, loc="upper center")
         fig.suptitle(f"EPIC on {model}: compile layouts (nobos, BOS dropped at link, authors' BOS kept)", fontsize=9)
         fig.tight_layout()
         figs["layouts"] = fig
