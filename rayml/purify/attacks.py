@@ -53,14 +53,14 @@ def pgd(grad_fn: GradFn, x: torch.Tensor, y: torch.Tensor, *, eps: float, iterat
     if not isinstance(iterations, int) or iterations < 1:
         raise ValueError(f"iterations must be a positive integer, got {iterations!r}")
     step = 2.5 * eps / iterations if step is None else step
-    g = diffusion._generator(seed)
+    g = diffusion._generator(seed, x.device)
     x = x.detach()
     if random_start:
         if norm == "linf":
-            start = (torch.rand(x.shape, generator=g) * 2 - 1) * eps
+            start = (diffusion._noise(x.shape, g, x, "rand") * 2 - 1) * eps
         else:
-            u = torch.randn(x.shape, generator=g)
-            start = u / u.flatten(1).norm(dim=1)[:, None, None, None] * eps * torch.rand(x.shape[0], generator=g)[:, None, None, None]
+            u = diffusion._noise(x.shape, g, x)
+            start = u / u.flatten(1).norm(dim=1)[:, None, None, None] * eps * diffusion._noise((x.shape[0],), g, x, "rand")[:, None, None, None]
         x_adv = _project(x + start, x, eps, norm)
     else:
         x_adv = x.clone()

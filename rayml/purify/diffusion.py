@@ -107,7 +107,7 @@ def to_image(x: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------- the network
 def _time_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
     half = dim // 2
-    freqs = torch.exp(-math.log(10_000.0) * torch.arange(half, dtype=torch.float32) / half)
+    freqs = torch.exp(-math.log(10_000.0) * torch.arange(half, dtype=torch.float32, device=t.device) / half)
     args = t.float()[:, None] * freqs[None, :]
     return torch.cat([torch.sin(args), torch.cos(args)], dim=1)
 
@@ -163,9 +163,14 @@ class ScoreNet(nn.Module):
         return self.out(F.silu(self.out_norm(h)))
 
 
-def as_levels(t, n: int) -> torch.Tensor:
-    """``t`` (a number or ``n`` numbers) as a float tensor of ``n`` levels in ``[0, T_MAX]``."""
-    tt = torch.as_tensor(t, dtype=torch.float32)
+def as_levels(t, n: int, device=None) -> torch.Tensor:
+    """``t`` (a number or ``n`` numbers) as a float tensor of ``n`` levels in ``[0, T_MAX]`` on ``device``.
+
+    ``device`` defaults to ``t``'s own device when ``t`` is a tensor, else the CPU.
+    """
+    if device is None:
+        device = t.device if isinstance(t, torch.Tensor) else "cpu"
+    tt = torch.as_tensor(t, dtype=torch.float32, device=device)
     if tt.dim() == 0:
         tt = tt.expand(n).clone()
     if tt.shape != (n,):
@@ -177,7 +182,7 @@ def as_levels(t, n: int) -> torch.Tensor:
 
 def score(model: ScoreNet, x: torch.Tensor, t, schedule: VPSchedule = VPSchedule()) -> torch.Tensor:
     """The score ``grad log p_t(x) = -eps(x, t) / sqrt(1 - alpha_bar(t))`` at model-scale ``x`` (t > 0)."""
-    tt = as_levels(t, x.shape[0])
+    tt = as_levels(t, x.shape[0], device=x.device)
     if (tt <= 0).any():
         raise ValueError("t must be > 0 for the score")
     sig = torch.sqrt(1.0 - schedule.alpha_bar(tt))[:, None, None, None]
@@ -190,19 +195,38 @@ def _sqrt0(v: torch.Tensor) -> torch.Tensor:
     return torch.where(pos, torch.sqrt(torch.where(pos, v, torch.ones_like(v))), torch.zeros_like(v))
 
 
-def _generator(seed) -> torch.Generator:
+def _generator(seed, device=None) -> torch.Generator:
+    """A generator seeded from ``seed`` (or ``seed`` itself if it is one), on ``device`` for accelerators.
+
+    CPU and ``meta`` tensors draw from a CPU generator; a CUDA (or other accelerator) input gets a
+    generator on its own device, so noise is created where the model runs.
+    """
     if isinstance(seed, torch.Generator):
         return seed
-    g = torch.Generator()
+    dev = torch.device("cpu" if device is None else device)
+    g = torch.Generator(device=dev) if dev.type not in ("cpu", "meta") else torch.Generator()
     g.manual_seed(int(np.random.SeedSequence(int(seed)).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)))
     return g
 
 
+def _noise(shape, g: torch.Generator, like: torch.Tensor, kind: str = "randn") -> torch.Tensor:
+    """Standard normal (or uniform, ``kind="rand"``) noise of ``shape`` with ``like``'s device and dtype.
+
+    Drawn on ``like``'s device when the generator lives there (or ``like`` is a CPU/meta tensor);
+    a generator on another device draws where it lives and the result is moved.
+    """
+    fn = torch.randn if kind == "randn" else torch.rand
+    dev = like.device
+    if g.device.type == dev.type or dev.type == "meta":
+        return fn(shape, generator=g, device=dev, dtype=like.dtype)
+    return fn(shape, generator=g, device=g.device, dtype=like.dtype).to(dev)
+
+
 def diffuse(x: torch.Tensor, t, seed=0, schedule: VPSchedule = VPSchedule()) -> torch.Tensor:
     """Forward process: model-scale ``x`` to level ``t`` (per sample), ``sqrt(ab) x + sqrt(1 - ab) z``."""
-    tt = as_levels(t, x.shape[0])
+    tt = as_levels(t, x.shape[0], device=x.device)
     ab = schedule.alpha_bar(tt)[:, None, None, None]
-    z = torch.randn(x.shape, generator=_generator(seed))
+    z = _noise(x.shape, _generator(seed, x.device), x)
     return torch.sqrt(ab) * x + _sqrt0(1.0 - ab) * z
 
 
@@ -221,8 +245,8 @@ def reverse(model: ScoreNet, x: torch.Tensor, t, *, stride: float = 1.0, seed=0,
     """
     if stride <= 0:
         raise ValueError(f"stride must be > 0, got {stride!r}")
-    g = _generator(seed)
-    cur = as_levels(t, x.shape[0])
+    g = _generator(seed, x.device)
+    cur = as_levels(t, x.shape[0], device=x.device)
     while bool((cur > 0).any()):
         active = (cur > 0)
         nxt = torch.clamp(torch.ceil(cur.detach() / stride - 1.0) * stride, min=0.0)
@@ -236,7 +260,7 @@ def reverse(model: ScoreNet, x: torch.Tensor, t, *, stride: float = 1.0, seed=0,
         var = beta * (1.0 - ab_b) / (1.0 - ab_a)
         if guide is not None:
             mean = mean - var * guide(x, a)
-        z = torch.randn(x.shape, generator=g)
+        z = _noise(x.shape, g, x)
         x_new = mean + _sqrt0(var.clamp(min=0.0)) * z
         x = torch.where(active[:, None, None, None], x_new, x)
         cur = torch.where(active, nxt, cur.detach())
@@ -250,7 +274,7 @@ def diffpure(model: ScoreNet, images: torch.Tensor, t, *, stride: float = 1.0, s
     ``t``: one level or one per sample (SSNI). Returns purified images in ``[0, 1]``; ``t = 0``
     returns the input.
     """
-    g = _generator(seed)
+    g = _generator(seed, images.device)
     x = to_model(images)
     xt = diffuse(x, t, seed=g, schedule=schedule)
     out = reverse(model, xt, t, stride=stride, seed=g, schedule=schedule)
@@ -278,13 +302,13 @@ def gdmp(model: ScoreNet, images: torch.Tensor, t, *, stride: float = 1.0, seed=
     """
     if guide_radius <= 0 or guide_scale <= 0:
         raise ValueError(f"guide_radius and guide_scale must be > 0, got {guide_radius}, {guide_scale}")
-    g = _generator(seed)
+    g = _generator(seed, images.device)
     x_in = to_model(images)
     xt = diffuse(x_in, t, seed=g, schedule=schedule)
 
     def guide(x, a):
         ab = schedule.alpha_bar(a)[:, None, None, None]
-        y = torch.sqrt(ab) * x_in + torch.sqrt(1.0 - ab) * torch.randn(x.shape, generator=g)
+        y = torch.sqrt(ab) * x_in + torch.sqrt(1.0 - ab) * _noise(x.shape, g, x)
         s = gdmp_scale(a, guide_radius, guide_scale, schedule)[:, None, None, None]
         return 2.0 * s * (x - y)
 

@@ -3,7 +3,9 @@
 ``PurifierActor`` loads the score network and the classifier when it starts (shipped weights or
 the cache) and purifies chunks of images; ``purify_on_pool`` cuts a batch into fixed chunks, each
 with its own seed from ``rayml.runtime.seeds``, and maps them over a
-``rayml.actors.pool.ResilientActorPool`` (an actor that dies is rebuilt and its chunks rerun).
+``rayml.actors.pool.ResilientActorPool``: an actor that dies is restarted in place by Ray (a new
+worker process re-runs the constructor, reloading the models) and the pool resubmits the chunks it
+held; only once Ray's restart budget is spent does the pool build a new actor in that slot.
 Results do not depend on the number of actors.
 
 Examples:

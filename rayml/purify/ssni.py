@@ -13,10 +13,13 @@ tmlr-group/SSNI). Diffusion-based purification (DiffPure, GDMP) injects noise to
 3. A reweighting function turns the norm into the sample's level ``t(x)`` (``sample_levels``):
    SSNI-N (sigmoid): ``t(x) = round(sigmoid((||EPS(x)|| - mu_ref) / tau) * (t* + b))``;
    SSNI-L (linear): ``t(x) = (||EPS(x)|| - min) * t* / (max - min) + b`` with ``min``/``max``
-   over the reference norms and the batch. Both increase with the norm: inputs farther from the
+   of the reference norms (a fixed clean reference set, never the batch being purified, so
+   a sample's level does not depend on which batch it lands in). Both increase with the norm: inputs farther from the
    data (adversarial) get more noise, clean inputs less.
 4. Purify each input at its own level (``purify`` with ``ssni=...``): DiffPure or GDMP with the
    per-sample ``t`` (the reverse process follows each sample's own schedule).
+
+Everything is created on the input's device and dtype (no CPU tensors for a CUDA model).
 
 Assumed: ``tau`` is given in units of the reference norms' standard deviation (the paper sets it
 on CIFAR-10's norm scale, which does not transfer to another network); SSNI-L is also rounded to
@@ -96,13 +99,13 @@ def score_norms(model: diffusion.ScoreNet, images: torch.Tensor, *, eps_steps: i
     """
     if not isinstance(eps_steps, int) or eps_steps < 1:
         raise ValueError(f"eps_steps must be a positive integer, got {eps_steps!r}")
-    g = diffusion._generator(seed)
+    g = diffusion._generator(seed, images.device)
     x = diffusion.to_model(images)
     n = x.shape[0]
-    ks = torch.arange(1, eps_steps + 1, dtype=torch.float32).repeat_interleave(n)
+    ks = torch.arange(1, eps_steps + 1, dtype=torch.float32, device=x.device).repeat_interleave(n)
     xs = x.repeat(eps_steps, 1, 1, 1)
     ab = schedule.alpha_bar(ks)[:, None, None, None]
-    xk = torch.sqrt(ab) * xs + torch.sqrt(1.0 - ab) * torch.randn(xs.shape, generator=g)
+    xk = torch.sqrt(ab) * xs + torch.sqrt(1.0 - ab) * diffusion._noise(xs.shape, g, xs)
     s = diffusion.score(model, xk, ks, schedule)
     eps = s.reshape(eps_steps, n, *x.shape[1:]).mean(0)
     return eps.flatten(1).norm(dim=1)
@@ -113,7 +116,7 @@ def reference_stats(model: diffusion.ScoreNet, images: torch.Tensor, *, eps_step
     """Score-norm statistics over clean reference images (the paper uses 5000 CIFAR-10 training images)."""
     if images.shape[0] < 2:
         raise ValueError(f"images must hold at least 2 reference images, got {images.shape[0]}")
-    g = diffusion._generator(seed)
+    g = diffusion._generator(seed, images.device)
     with torch.no_grad():
         norms = torch.cat([score_norms(model, images[i:i + batch], eps_steps=eps_steps, seed=g)
                            for i in range(0, images.shape[0], batch)])
@@ -125,16 +128,17 @@ def sample_levels(norms: torch.Tensor, ref: ReferenceStats, cfg: SSNIConfig, *,
                   straight_through: bool = False) -> torch.Tensor:
     """The reweighting function: per-sample levels ``t(x)`` from score norms (SSNI-N or SSNI-L).
 
-    Rounded to whole steps and clipped to ``[0, 1000]``. With ``straight_through`` the rounding
+    Rounded to whole steps and clipped to ``[0, 1000]``. Each level depends only on its own norm
+    and the fixed reference statistics ``ref`` (SSNI-L's ``min``/``max`` are the reference set's),
+    so it does not depend on the other samples of the batch. With ``straight_through`` the rounding
     passes gradients unchanged (an adaptive attack that differentiates through ``t(x)``).
     """
     if cfg.variant == "N":
         w = torch.sigmoid((norms - ref.mean) / (cfg.tau * max(ref.std, 1e-12)))
         t = w * (cfg.t_star + cfg.bias)
     else:
-        lo = torch.minimum(norms.detach().min(), torch.tensor(ref.min))
-        hi = torch.maximum(norms.detach().max(), torch.tensor(ref.max))
-        t = (norms - lo) * cfg.t_star / torch.clamp(hi - lo, min=1e-12) + cfg.bias
+        # the reference set's extremes only: a sample's level never depends on its batch-mates
+        t = (norms - ref.min) * cfg.t_star / max(ref.max - ref.min, 1e-12) + cfg.bias
     t = t.clamp(0.0, T_MAX)
     rounded = torch.round(t)
     return t + (rounded - t).detach() if straight_through else rounded.detach()
@@ -178,10 +182,10 @@ def purify(model: diffusion.ScoreNet, images: torch.Tensor, cfg: PurifyConfig = 
     """
     if images.dim() != 4:
         raise ValueError(f"images must be (N, C, H, W), got {tuple(images.shape)}")
-    g = diffusion._generator(seed)
+    g = diffusion._generator(seed, images.device)
     n = images.shape[0]
     if ssni is None:
-        t = torch.full((n,), float(cfg.t_star))
+        t = torch.full((n,), float(cfg.t_star), device=images.device)
     else:
         if ref is None:
             raise ValueError("ref (ReferenceStats) is required with ssni")
