@@ -224,8 +224,8 @@ def run_item(item: tuple, config: Mapping[str, Any]) -> dict:
             if delta == float(config["delta"]) and PAPER_POOL in grid_mems:
                 emem = grid_mems[PAPER_POOL]
             else:
-                emem = compress(model, demos, EMLoCConfig(delta=float(delta), pool=PAPER_POOL,
-                                                          chunk_size=int(config["chunk_size"])), bos_id=tok.bos_id).memory
+                ecfg = EMLoCConfig(delta=float(delta), pool=PAPER_POOL, chunk_size=int(config["chunk_size"]))
+                emem = compress(model, demos, ecfg, bos_id=tok.bos_id).memory
             tpl = emem.tokens_per_layer()
             keep = max(1, int(round(sum(tpl) / len(tpl))))
             mems = {"emloc": emem}

@@ -498,7 +498,8 @@ def compress_chunk(model: TransformerLM, memory: Memory, chunk_ids: Sequence[int
             tried[layer].append((r, js))
             if js <= config.delta:
                 kept[layer], ratios[layer] = k, r
-                ck[layer], cv[layer], cp[layer] = _gather(ck[layer], idx), _gather(cv[layer], idx), _gather(cp[layer], idx)
+                ck[layer], cv[layer] = _gather(ck[layer], idx), _gather(cv[layer], idx)
+                cp[layer] = _gather(cp[layer], idx)
                 break
         else:
             ctx[layer] = (full_k, full_v)
