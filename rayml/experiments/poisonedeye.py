@@ -59,10 +59,12 @@ SIZES = {
                  eps_grid=[PAPER_EPS, 2 * PAPER_EPS], steps=20, llm_queries=1,
                  generator="base", **_COMMON),
     "quick": dict(seeds=3, trials=16, tune_trials=8, kb_size=1000, n_poisons=[1, 2, 3], ks=[1, 3, 5, 10],
-                  n_class_eval=8, eps_grid=[PAPER_EPS, 2 * PAPER_EPS, 4 * PAPER_EPS], steps=100, llm_queries=6,
+                  n_class_eval=8, eps_grid=[PAPER_EPS, 2 * PAPER_EPS, 4 * PAPER_EPS, 8 * PAPER_EPS], steps=100,
+                  llm_queries=6,
                   generator="smollm2-135m", **_COMMON),
     "full": dict(seeds=10, trials=50, tune_trials=30, kb_size=1257, n_poisons=[1, 2, 3, 5], ks=[1, 3, 5, 10, 20],
-                 n_class_eval=15, eps_grid=[PAPER_EPS / 2, PAPER_EPS, 2 * PAPER_EPS, 4 * PAPER_EPS], steps=100,
+                 n_class_eval=15, eps_grid=[PAPER_EPS / 2, PAPER_EPS, 2 * PAPER_EPS, 4 * PAPER_EPS, 8 * PAPER_EPS],
+                 steps=100,
                  llm_queries=50, generator="smollm2-135m", **_COMMON),
 }
 SOURCE_ONE = ("abstract: 'Our attack successfully manipulates the response of the VLRAG system for the target query by "
