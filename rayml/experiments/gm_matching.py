@@ -245,8 +245,15 @@ CLAIMS = (
 )
 
 
+def _median_iqr(values_by_x: dict) -> tuple[list, np.ndarray]:
+    """x values and the (q25, median, q75) rows of the per-seed values at each x."""
+    xs = sorted(values_by_x)
+    return xs, np.array([np.quantile(values_by_x[x], [0.25, 0.5, 0.75]) for x in xs]).T
+
+
 def plots(record: Mapping) -> dict:
-    """Error vs k (log-log) and accuracy vs corruption level per selector."""
+    """Error of the subset mean against k (log-log, with the O(1/k) and O(1/sqrt(k)) slopes) and test
+    accuracy against the corrupted fraction per selector; median and IQR band over seeds."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -254,29 +261,59 @@ def plots(record: Mapping) -> dict:
 
     figs = {}
     conv = record["tables"]["convergence"]
-    fig, ax = plt.subplots(figsize=(4.5, 3.5))
-    for m in (OURS, "random"):
-        ks = sorted({r["k"] for r in conv if r["method"] == m})
-        ax.loglog(ks, [np.mean([r["value"] for r in conv if r["method"] == m and r["k"] == k]) for k in ks],
-                  "o-", label=m)
-    ax.set_xlabel("k")
-    ax.set_ylabel("||mean(S) - GM||")
-    ax.legend()
+    fig, ax = plt.subplots(figsize=(5.0, 3.8))
+    for m, label in ((OURS, "GM Matching (ours)"), ("random", "random subset")):
+        per_k: dict = {}
+        for r in conv:
+            if r["method"] == m:
+                per_k.setdefault(r["k"], []).append(r["value"])
+        if not per_k:
+            continue
+        ks, (q25, med, q75) = _median_iqr(per_k)
+        line, = ax.plot(ks, med, "o-", label=label, lw=2.2 if m == OURS else 1.4)
+        ax.fill_between(ks, q25, q75, color=line.get_color(), alpha=0.2, lw=0)
+        # reference slope through the first median: the rate the abstract states for this selector
+        rate = 1.0 if m == OURS else 0.5
+        ref = med[0] * (np.array(ks, dtype=float) / ks[0]) ** -rate
+        ax.plot(ks, ref, ls="--", color=line.get_color(), lw=1, alpha=0.7,
+                label="O(1/k) slope" if m == OURS else "O(1/sqrt(k)) slope")
+    ax.set_xscale("log")  # log-log: a rate O(k^-a) is a line of slope -a
+    ax.set_yscale("log")
+    ax.set_xlabel("subset size k (points)")
+    ax.set_ylabel("||mean(S) - GM|| (data units)\n(median, IQR over seeds)")
+    ax.set_title("Convergence to the geometric median, clean data", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     figs["convergence"] = fig
     rob = record["tables"]["robustness"]
     kinds = list(dict.fromkeys(r["corruption"] for r in rob))
-    fig, axes = plt.subplots(1, len(kinds), figsize=(4.5 * len(kinds), 3.5), squeeze=False)
+    fig, axes = plt.subplots(1, len(kinds), figsize=(4.2 * len(kinds), 3.8), squeeze=False)
     for ax, kind in zip(axes[0], kinds):
         for m in METHODS:
-            lv = sorted({r["level"] for r in rob if r["corruption"] == kind})
-            ax.plot(lv, [np.mean([r["value"] for r in rob if r["corruption"] == kind and r["method"] == m
-                                  and r["level"] == v]) for v in lv], "o-", label=m)
-        ax.set_title(f"{kind} corruption")
-        ax.set_xlabel("corrupted fraction")
-        ax.set_ylabel("test accuracy (mean over fractions, seeds)")
-    axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
+            per_seed: dict = {}  # (level, seed) -> accuracies over subset fractions
+            for r in rob:
+                if r["corruption"] == kind and r["method"] == m:
+                    per_seed.setdefault((r["level"], r["seed"]), []).append(r["value"])
+            per_level: dict = {}
+            for (lv, _), accs in per_seed.items():
+                per_level.setdefault(lv, []).append(float(np.mean(accs)))
+            if not per_level:
+                continue
+            lv, (q25, med, q75) = _median_iqr(per_level)
+            ours = m == OURS
+            line, = ax.plot(lv, med, "o-", label="GM Matching (ours)" if ours else m, lw=2.4 if ours else 1.2,
+                            markersize=5 if ours else 3, zorder=3 if ours else 2, color="black" if ours else None)
+            ax.fill_between(lv, q25, q75, color=line.get_color(), alpha=0.12, lw=0)
+        ax.set_title(f"{kind} corruption", fontsize=10)
+        ax.set_xlabel("corrupted fraction of the training set")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("test accuracy (fraction correct)\nmedian, IQR over seeds")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
+    fig.suptitle("Classifier trained on each selector's subset of noisy digits (accuracy averaged over subset "
+                 "fractions)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     figs["robustness"] = fig
     return figs
 
