@@ -1,4 +1,4 @@
-"""The SSNI experiment's bookkeeping: worst-case robust accuracy, config checks."""
+"""The SSNI experiment's bookkeeping: the worst case, the curve interpolation, the equal-clean gap, config checks."""
 
 from __future__ import annotations
 
@@ -7,33 +7,91 @@ import pytest
 
 from rayml.experiments import ssni as E
 
-
-def _part(chunk, correct, levels):
-    return {"chunk": chunk, "seed": chunk, "n": 2, "correct": correct, "levels": levels, "norms": {}}
+CONFIG = {**E.SIZES["tiny"], "t_grid": [50.0, 150.0]}
 
 
-def test_robust_is_the_per_image_worst_case_over_the_common_attacks():
-    ones, zeros = np.array([1, 1], bool), np.array([0, 0], bool)
-    correct = {}
-    for name in E.DEFENCES:
-        correct[(name, "clean")] = ones
-        correct[(name, "pgd")] = np.array([1, 0], bool)
-        if name != "classifier":
-            correct[(name, "adaptive")] = np.array([0, 1], bool)
-            if "_ssni_" in name:
-                correct[(name, "adaptive_t")] = zeros
-    levels = {(n, k): np.array([10.0, 20.0]) for n in E.OURS for k in ("clean", "pgd", "adaptive", "adaptive_t")}
-    s = E._summarise([_part(0, correct, levels), _part(1, correct, levels)], ["pgd", "adaptive", "adaptive_t"])
-    assert s["diffpure"]["pgd"] == 0.5 and s["diffpure"]["adaptive"] == 0.5 and s["diffpure"]["robust"] == 0.0
-    assert s["classifier"]["robust"] == 0.5 and "adaptive" not in s["classifier"]
-    assert s["gdmp_ssni_n"]["robust"] == 0.0 and s["gdmp_ssni_n"]["robust_with_t"] == 0.0
-    assert s["gdmp_ssni_n"]["t_clean"] == 15.0 and "t_clean" not in s["gdmp"]
+def _part(start, correct, levels, norms):
+    return {"chunk": start, "seed": start, "start": start, "n": 2, "correct": correct, "levels": levels, "norms": norms}
+
+
+def _fake_parts(clean, robust_by_attack):
+    """Two chunks of 2 images, 1 replicate; ``clean[name]`` / ``robust_by_attack[name][attack]``: per-image 0/1."""
+    parts = []
+    for start in (0, 2):
+        correct, levels = {}, {}
+        for lab in E.LABELS:
+            correct[(lab, "classifier", "clean")] = np.ones((1, 2), bool)
+            correct[(lab, "classifier", "pgd")] = np.zeros((1, 2), bool)
+            for name in E.defences(CONFIG):
+                correct[(lab, name, "clean")] = np.array(clean[name][start:start + 2], bool)[None]
+                for attack, v in robust_by_attack[name].items():
+                    correct[(lab, name, attack)] = np.array(v[start:start + 2], bool)[None]
+                if "_ssni_" in name:
+                    for key in ("clean", "pgd", "adaptive_1", "adaptive_t"):
+                        levels[(lab, name, key)] = np.array([10.0, 20.0])
+        norms = {("all", "clean"): np.array([1.0, 2.0]), **{(lab, "pgd"): np.array([3.0, 4.0]) for lab in E.LABELS}}
+        parts.append(_part(start, correct, levels, norms))
+    return parts
+
+
+def _attacks(pgd, a0, a1, bpda, through_t=None):
+    d = {"pgd": pgd, "adaptive_0": a0, "adaptive_1": a1, "bpda": bpda}
+    if through_t is not None:
+        d["adaptive_t"] = through_t
+    return d
+
+
+def test_robust_is_the_per_image_worst_case_including_the_attack_through_t():
+    ones = [1, 1, 1, 1]
+    clean = {n: ones for n in E.defences(CONFIG)}
+    attacks = {n: _attacks([1, 1, 0, 1], [1, 0, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]) for n in E.defences(CONFIG)}
+    attacks["diffpure_ssni_n"] = _attacks(ones, ones, ones, ones, through_t=[0, 1, 1, 1])
+    attacks["diffpure_ssni_l"] = _attacks(ones, ones, [1, 1, 1, 0], ones, through_t=ones)
+    metrics, baselines, rows, _ = E._summarise(_fake_parts(clean, attacks), CONFIG)
+    lab = E.LABELS[0]
+    assert baselines[lab]["diffpure_t50"]["robust"] == 0.5
+    assert metrics[lab]["diffpure_ssni_n"]["robust"] == 0.75  # only the attack through t(x) finds image 0
+    assert metrics[lab]["diffpure_ssni_l"]["robust"] == 0.75
+    assert metrics[lab]["diffpure_ssni_l"]["schedule"] == [1.0, 0.75]
+    assert metrics[lab]["diffpure_ssni_l"]["schedule_drop"] == 0.25
+    assert metrics[lab]["diffpure_ssni_n"]["t_clean"] == 15.0
+
+
+def test_interpolation_brackets_the_target_clean_accuracy():
+    clean = np.array([0.9, 0.7, 0.5])
+    robust = np.array([[[0.0, 0.0]], [[1.0, 0.0]], [[1.0, 1.0]]])
+    out, outside = E._interpolate(clean, robust, 0.8)
+    assert not outside and np.allclose(out, [[0.5, 0.0]])
+    out, outside = E._interpolate(clean, robust, 0.95)
+    assert outside and np.allclose(out, robust[0])
+    out, outside = E._interpolate(clean, robust, 0.5)
+    assert not outside and np.allclose(out, robust[2])
+
+
+def test_equal_clean_gap_is_zero_for_a_point_on_the_curve_and_positive_above_it():
+    # DiffPure t50: clean 1.0, robust 0.25; t150: clean 0.5, robust 0.75; control t100 and SSNI at clean 0.75
+    clean = {"diffpure_t50": [1, 1, 1, 1], "diffpure_t150": [1, 1, 0, 0], "diffpure_t100": [1, 1, 1, 0],
+             "diffpure_ssni_n": [1, 1, 1, 0], "diffpure_ssni_l": [1, 1, 1, 0]}
+    r = lambda v: _attacks(v, v, v, v)  # noqa: E731
+    attacks = {"diffpure_t50": r([1, 0, 0, 0]), "diffpure_t150": r([1, 1, 1, 0]), "diffpure_t100": r([1, 1, 0, 0]),
+               "diffpure_ssni_n": {**r([1, 1, 1, 1]), "adaptive_t": [1, 1, 1, 1]},
+               "diffpure_ssni_l": {**r([1, 0, 0, 0]), "adaptive_t": [1, 0, 0, 0]}}
+    metrics, baselines, rows, curve = E._summarise(_fake_parts(clean, attacks), CONFIG)
+    lab = E.LABELS[1]
+    assert baselines[lab]["diffpure_t100"]["gap_at_equal_clean"] == pytest.approx(0.0)
+    assert metrics[lab]["diffpure_ssni_n"]["curve_robust_at_clean"] == pytest.approx(0.5)
+    assert metrics[lab]["diffpure_ssni_n"]["gap_at_equal_clean"] == pytest.approx(0.5)
+    assert metrics[lab]["diffpure_ssni_l"]["gap_at_equal_clean"] == pytest.approx(-0.25)
+    gaps = [x["value"] for x in rows if x["radius"] == lab and x["defence"] == "diffpure_ssni_n"]
+    assert len(gaps) == 4 and np.mean(gaps) == pytest.approx(0.5)
+    assert {x["defence"] for x in curve} == set(E.defences(CONFIG))
 
 
 @pytest.mark.parametrize(
     "override, match",
-    [({"attacks": ["adaptive"]}, "attacks"), ({"attacks": ["pgd", "cw"]}, "attacks"), ({"n_test": 0}, "n_test"),
-     ({"chunk": 0}, "chunk")],
+    [({"n_test": 0}, "n_test"), ({"chunk": 0}, "chunk"), ({"radii": [0.1]}, "radii"), ({"t_grid": [50.0]}, "t_grid"),
+     ({"t_grid": [50.0, 100.0]}, "control_t"), ({"schedule": [[4, 2], [2, 2]]}, "schedule"),
+     ({"replicates": 0}, "replicates")],
 )
 def test_bad_configs_are_rejected(override, match):
     config = {**E.SIZES["tiny"], **override}
@@ -45,3 +103,4 @@ def test_every_size_declares_the_same_settings():
     keys = set(E.SIZES["tiny"])
     assert all(set(c) == keys for c in E.SIZES.values())
     assert all(set(c) == set(E.BENCH_SIZES["tiny"]) for c in E.BENCH_SIZES.values())
+    assert all(c["radii"] == list(E.RADII) for c in E.SIZES.values())
