@@ -279,6 +279,9 @@ def plots(record: Mapping) -> dict:
                 label="O(1/k) slope" if m == OURS else "O(1/sqrt(k)) slope")
     ax.set_xscale("log")  # log-log: a rate O(k^-a) is a line of slope -a
     ax.set_yscale("log")
+    ks = sorted({r["k"] for r in conv})
+    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("subset size k (points)")
     ax.set_ylabel("||mean(S) - GM|| (data units)\n(median, IQR over seeds)")
     ax.set_title("Convergence to the geometric median, clean data", fontsize=10)
