@@ -200,27 +200,37 @@ SRC_ADS = ("abstract: 'we devise the interface's operational mechanism and devel
 def _paired(text, metric, compare, a_pipe, b_pipe, value_metric, source):
     return Claim(text=text, metric=metric, compare=compare, op=">", test="paired sign test over seeds",
                  table="episodes", a={"pipeline": a_pipe, "metric": value_metric},
-                 b={"pipeline": b_pipe, "metric": value_metric}, pair_on=("uid", "seed"), source=source)
+                 b={"pipeline": b_pipe, "metric": value_metric}, pair_on=("uid", "seed"), source=source,
+                 kind=_KIND)
+
+
+# Review: the claims below mirror the abstract, but the primary model at tiny and quick is the lexical parser,
+# whose only domain knowledge is the specification it is given and whose instructions come from the same
+# templates as the corpus the specification is derived from; with it, direct generation and the generic
+# interface score identically and the derived specification wins by construction. The paper's statement is
+# about LLMs, so these are sanity checks of the interface and its derivation, not evidence for the paper.
+_KIND = "sanity"
+_PARSER = " [decoder: the run's primary model; at quick the lexical parser, not an LLM]"
 
 
 CLAIMS = (
     _paired("through the interface (automated domain specification), the same model completes more targeted-control "
-            "tasks than by generating modelling commands directly (paired over instruction x seed)",
+            "tasks than by generating modelling commands directly (paired over instruction x seed)" + _PARSER,
             "metrics.success", "baselines.direct.success", "interface_ads", "direct", "success", SRC_EFFECTIVE),
     _paired("through the interface, parameter precision (intended quantity within 2%) is higher than with direct "
-            "command generation (paired over instruction x seed)",
+            "command generation (paired over instruction x seed)" + _PARSER,
             "metrics.precision", "baselines.direct.precision", "interface_ads", "direct", "precise", SRC_EFFECTIVE),
     _paired("the automated domain specification matters: the interface over the derived specification beats the "
-            "same interface over a generic geometry-level specification (paired over instruction x seed)",
+            "same interface over a generic geometry-level specification (paired over instruction x seed)" + _PARSER,
             "metrics.success", "baselines.interface_generic.success", "interface_ads", "interface_generic", "success",
             SRC_ADS),
-    Claim(text="targeted control through the interface is effective: task success >= 0.7",
-          metric="metrics.success", compare=0.7, op=">=", source=SRC_EFFECTIVE,
+    Claim(text="targeted control through the interface is effective: task success >= 0.7" + _PARSER,
+          metric="metrics.success", compare=0.7, op=">=", source=SRC_EFFECTIVE, kind=_KIND,
           controls=(Control("direct", "baselines.direct.success"),
                     Control("interface_generic", "baselines.interface_generic.success"))),
     Claim(text="the gain over direct generation is not carried by one kind of instruction: the interface wins "
-               "(higher success) in at least 3 of the 4 instruction kinds",
-          metric="metrics.kinds_won_vs_direct", compare=3, op=">=", source=SRC_EFFECTIVE,
+               "(higher success) in at least 3 of the 4 instruction kinds" + _PARSER,
+          metric="metrics.kinds_won_vs_direct", compare=3, op=">=", source=SRC_EFFECTIVE, kind=_KIND,
           controls=(Control("interface_generic", "baselines.interface_generic.kinds_won_vs_direct"),)),
     Claim(text="the interface's compiler carries out the exact DSL statement of every instruction (oracle success 1)",
           metric="baselines.oracle.success", compare=1.0, op=">=", kind="sanity"),
