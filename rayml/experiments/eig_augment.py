@@ -170,7 +170,7 @@ NAMES = ("rounding_best", "rounding_mean", "greedy", "random_best", "opt")
 def run(config: Mapping[str, Any], seed: int) -> Outcome:
     """Instance selection, relaxations as pmap tasks, then the roundings as pmap tasks."""
     _check(config)
-    cases, ks, I = list(config["cases"]), [int(k) for k in config["ks"]], int(config["instances"])
+    cases, ks = list(config["cases"]), [int(k) for k in config["ks"]]
     sel_items = [(c, k, s) for (c, k), s in zip([(c, k) for c in cases for k in ks],
                                                   runtime.seeds(seed, len(cases) * len(ks)))]
     chosen = runtime.pmap(select, sel_items, shared=dict(config), desc="eig-augment instance selection")

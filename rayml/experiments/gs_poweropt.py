@@ -309,7 +309,7 @@ def _table2_claim(b: str) -> Claim:
     return Claim(
         text=f"Table 2 (2-D Rosenbrock from N([-3, 2], 0.01 I), K = 100, 1000 iterations): the best iterate's "
              f"squared error is lower than {b}'s (paired over repeats)",
-        metric=f"metrics.table2.mse_best", compare=f"baselines.{b}.table2.mse_best", op="<",
+        metric="metrics.table2.mse_best", compare=f"baselines.{b}.table2.mse_best", op="<",
         test="paired sign test over seeds", table="runs",
         a={"method": METHOD, "case": TABLE2, "metric": "sq_err_best"},
         b={"method": b, "case": TABLE2, "metric": "sq_err_best"}, source="Table 2",
