@@ -15,9 +15,9 @@ parts, same holes); parameter precision = the intended quantity within 2%; voxel
 bounding box, hole count and symmetry are recorded too.
 
 Models: the deterministic retrieval / template parser (``tiny``, ``quick``: the tests run it) and
-SmolLM2-135M-Instruct (``full``, primary there; about a second per slot choice on a loaded 2-core
-machine, so it does not fit ``quick``'s two minutes; ``--set models='["smollm2"]'`` runs it at any
-size). Each model's knob is tuned per pipeline on instructions from tuning seeds.
+SmolLM2-135M-Instruct (``full``, primary there; a 40-episode slice took 1671 s on the loaded
+2-core machine, so it does not fit ``quick``'s two minutes; ``--set models='["smollm2"]'`` runs it
+at any size). Each model's knob is tuned per pipeline on instructions from tuning seeds.
 
 Claims are paired over (instruction, seed) with a sign test; per-kind win counts keep one kind of
 instruction from carrying the aggregate.
