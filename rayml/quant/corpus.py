@@ -2,8 +2,8 @@
 
 Nothing is downloaded. Two disjoint sources:
 
-* ``calibration``: docstrings (module, public classes and functions) of the standard-library
-  modules in ``CALIBRATION_MODULES`` - the counterpart of GPTQ's / GANQ's C4 calibration
+* ``calibration``: docstrings (module, public top-level classes and functions, read from the
+  source files) of the standard-library modules in ``CALIBRATION_MODULES`` - the counterpart of GPTQ's / GANQ's C4 calibration
   sequences;
 * ``heldout``: the dataset descriptions that ship with scikit-learn (``sklearn/datasets/descr/*.rst``)
   and the docstrings of the standard-library modules in ``HELDOUT_MODULES`` (no module in both
@@ -23,8 +23,6 @@ Examples:
 from __future__ import annotations
 
 import hashlib
-import importlib
-import inspect
 from functools import lru_cache
 from pathlib import Path
 
@@ -44,21 +42,28 @@ MIN_CHARS = 200  # shorter docstrings are mostly signatures, not prose
 
 
 def _docstrings(module_name: str) -> list[tuple[str, str]]:
+    """The module's docstring and those of its public top-level classes and functions, read from its
+    source file with ``ast`` (nothing is imported, so what other code patches at run time - Ray
+    replaces ``inspect.isgenerator``, for one - cannot change the text)."""
+    import ast
+    import importlib.util
+
     try:
-        mod = importlib.import_module(module_name)
-    except Exception:  # noqa: BLE001 (an optional stdlib module may be missing on some builds)
+        spec = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
         return []
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return []
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
     out = []
-    if mod.__doc__:
-        out.append((module_name, mod.__doc__))
-    for name in sorted(vars(mod)):
-        obj = getattr(mod, name)
-        if name.startswith("_") or getattr(obj, "__module__", None) != mod.__name__:
-            continue
-        if inspect.isclass(obj) or inspect.isfunction(obj):
-            doc = inspect.getdoc(obj)
-            if doc:
-                out.append((f"{module_name}.{name}", doc))
+    doc = ast.get_docstring(tree, clean=True)
+    if doc:
+        out.append((module_name, doc))
+    for node in sorted((n for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))),
+                       key=lambda n: n.name):
+        doc = ast.get_docstring(node, clean=True)
+        if doc and not node.name.startswith("_"):
+            out.append((f"{module_name}.{node.name}", doc))
     return out
 
 
