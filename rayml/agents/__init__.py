@@ -8,4 +8,9 @@ Modules:
         fail-to-pass verification in a subprocess).
     syncmind_agents: scripted recovery agents of several strategies.
     syncmind_llm: a SmolLM2-135M agent that picks each turn's option.
+    design_dsl: the domain-specific design interface (statements, operational mechanism, automated
+        domain specification).
+    design_dsl_kernel / design_dsl_domains / design_dsl_models: the parametric-CAD commands and
+        voxel kernel; product domains, instruction suite and corpora; the retrieval parser and
+        SmolLM2 decoders, and one episode.
 """
