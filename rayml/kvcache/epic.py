@@ -46,6 +46,10 @@ then their attention sink), and the linked prompt ``[BOS] + doc_1 + ... + query`
 prompt the model was trained on, so ``full`` is the model's own answer. ``chunk_bos=True``: the
 authors' demo layout, every document is compiled with its own BOS (kept in the cache), and
 ``full`` recomputes that same token sequence (several BOS), as their full-recompute baseline does.
+A third layout compiles each document after a BOS and drops that row at link time
+(``precompute_chunk(model, [bos] + doc, drop=1)``, passed as ``chunks`` with ``chunk_bos=False``):
+the linked tokens are the model's own prompt, but every document token's KV was computed after a
+real sink (``rayml.experiments.epic`` runs all three and measures the sinks, ``epic_sink``).
 Assumed: the query (new content, never cached) is always computed by every method; ``naive``
 is LegoLink with ``k = 0`` (the authors' naive recomputes only the last token, which exists in
 their setup as part of a cached query chunk).
