@@ -16,11 +16,11 @@ ICML 2025 (arXiv 2501.12956 v2). Two models (``model``):
   ``rayml.quant.corpus`` "calibration"); evaluation and layer-wise error inputs: ``heldout_texts``
   windows of ``text_len`` tokens of other English text (scikit-learn's dataset descriptions and
   other standard-library modules' docstrings, ``corpus`` "heldout"), every next token scored.
-  The settings come from the size's ``real`` entry. ``quick`` quantizes only the last decoder block
-  (29: 7 of the model's 210 linear layers) with 4 x 512 calibration tokens and scores 16 windows
-  of 64 tokens (1008 scored tokens), to fit a few minutes on two idle cores (GANQ alone costs about
-  three CPU-minutes per block at K = 10); ``full`` quantizes all 30 blocks (64 x 512 calibration
-  tokens, 64 windows of 256 tokens).
+  The settings come from the size's ``real`` entry. ``quick`` quantizes two middle decoder blocks
+  (14 and 15: 14 of the model's 210 linear layers; the 16 blocks after them stay fp32 and carry the
+  error to the logits) with 8 x 512 calibration tokens and scores 24 windows of 128 tokens, a few
+  minutes on two idle cores (GANQ alone costs about a CPU-minute per block at K = 10); ``full``
+  quantizes all 30 blocks (64 x 512 calibration tokens, 64 windows of 256 tokens).
 
 Protocol, per seed (the seed draws the calibration and evaluation text; the model is fixed):
 
@@ -109,8 +109,8 @@ LAYER_SEED = 7_200_011     # the packed text on which the substrate's layer-wise
 TEXT_SEED = 7_300_013      # English windows (real models): calibration and held-out draws
 
 _COMMON = dict(model="base", bits=[3, 4], row_len=512, iterations=10, variants=[])
-# a real model: English text; quick quantizes SmolLM2's last block of 30 (GANQ: ~3 CPU-minutes a block)
-REAL_QUICK = dict(blocks=[29], calib_rows=4, row_len=512, heldout_texts=16, text_len=64)
+# a real model: English text; quick quantizes two middle blocks of SmolLM2's 30
+REAL_QUICK = dict(blocks=[14, 15], calib_rows=8, row_len=512, heldout_texts=24, text_len=128)
 SIZES = {
     "tiny": dict(seeds=1, blocks=[3], calib_rows=2, heldout_rows=1, heldout_items=3,
                  **{**_COMMON, "iterations": 3, "row_len": 256},

@@ -24,7 +24,7 @@ def test_real_model_takes_its_own_settings_and_bad_input_is_rejected():
 
     quick = E.SIZES["quick"]
     real = E._effective({**quick, "model": "smollm2-135m"})
-    assert real["blocks"] == [29] and real["heldout_texts"] == 16 and real["iterations"] == 10
+    assert real["blocks"] == [14, 15] and real["heldout_texts"] == 24 and real["iterations"] == 10
     assert E._effective(quick)["blocks"] == [0, 1, 2, 3]
     assert E._effective(E.SIZES["full"] | {"model": "smollm2-135m"})["blocks"] == list(range(30))
     for bad, match in (({"model": "gpt2"}, "model"), ({"blocks": []}, "blocks"), ({"bits": [3, 9]}, "bits"),
