@@ -21,8 +21,8 @@ the authors' library ``tommasomncttn/mergenetic``):
 
 The Ray part: ``MergeEvaluator`` actors load the base and endpoint checkpoints once; a generation is
 ``ResilientActorPool.map`` over genomes only (each actor merges, answers the requested item set and
-returns the correctness vector), so an actor that dies mid-generation is rebuilt and its genomes
-rerun with no result lost. ``evolve`` writes a checkpoint (the pickled pymoo algorithm with its
+returns the correctness vector), so an actor that dies mid-generation is restarted in place by Ray
+(a new one only once its restart budget is spent) and its genomes rerun with no result lost. ``evolve`` writes a checkpoint (the pickled pymoo algorithm with its
 random state, every scored genome's answers, the history) after every generation; a stopped run
 resumes from it and re-evaluates nothing it already scored (a genome proposed again, in any
 generation, is answered from that cache too).
