@@ -41,9 +41,11 @@ def test_unknown_method(capsys):
     assert "unknown method 'nope'" in _one_line_error(capsys, ["run", "nope", "--size", "tiny"])
 
 
-def test_planned_method_is_not_run(capsys):
-    planned = next(m.name for m in registry.METHODS if m.status == "planned")
-    assert "planned" in _one_line_error(capsys, ["run", planned])
+def test_planned_method_is_not_run(capsys, monkeypatch):
+    # every listed method is implemented now: register a planned one for the duration of the test
+    planned = registry.Method("planned-x", "P0.0", "a planned method", "optim", "rayml.optim.planned_x")
+    monkeypatch.setitem(registry._BY_NAME, planned.name, planned)
+    assert "planned" in _one_line_error(capsys, ["run", planned.name])
 
 
 def test_bad_flag(capsys):
