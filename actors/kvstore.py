@@ -111,6 +111,40 @@ def check_epic_payload(payload: Any, layout: dict) -> None:
         raise ValueError(f"payload 'rope_theta' {payload['rope_theta']!r} is not the model's {layout['rope_theta']}")
 
 
+class _ByteLRU:
+    """An LRU of ``key -> (value, nbytes, ...)`` tuples under a byte budget (``used`` bytes held)."""
+
+    def __init__(self, budget: int):
+        self.budget, self.items, self.used = budget, OrderedDict(), 0
+
+    def pop(self, key):
+        """Remove ``key``; its tuple, or None."""
+        entry = self.items.pop(key, None)
+        if entry is not None:
+            self.used -= entry[1]
+        return entry
+
+    def put(self, key, entry: tuple) -> int:
+        """Store ``entry`` (``entry[1]``: its bytes) as most recent, evicting the least recently
+        used to fit; returns how many were evicted."""
+        self.pop(key)
+        evicted = 0
+        while self.items and self.used + entry[1] > self.budget:
+            _, old = self.items.popitem(last=False)
+            self.used -= old[1]
+            evicted += 1
+        self.items[key] = entry
+        self.used += entry[1]
+        return evicted
+
+    def touch(self, key):
+        """``key``'s tuple marked most recently used, or None."""
+        entry = self.items.get(key)
+        if entry is not None:
+            self.items.move_to_end(key)
+        return entry
+
+
 class KVStore:
     """The store's state (run as a Ray actor or a Serve deployment; usable in-process for tests of
     the LRU policy).
@@ -132,10 +166,8 @@ class KVStore:
             raise ValueError(f"doc_budget_bytes must be a positive integer, got {doc_budget_bytes!r}")
         self.budget_bytes = budget_bytes
         self.doc_budget_bytes = doc_budget_bytes
-        self._entries: OrderedDict = OrderedDict()
-        self._bytes = 0
-        self._docs: OrderedDict = OrderedDict()
-        self._doc_bytes = 0
+        self._entries = _ByteLRU(budget_bytes)
+        self._docs = _ByteLRU(doc_budget_bytes)
         self._layouts: dict[str, dict] = {}
         self.hits = self.misses = self.evictions = self.rejected = self.invalid = 0
         self.started = time.time()
@@ -156,11 +188,11 @@ class KVStore:
     def get(self, key: str, model_id: str | None = None):
         """``[ref]`` of ``key`` (marking it most recently used), or ``None`` (absent, or stored
         for another model)."""
-        entry = self._entries.get(key)
+        entry = self._entries.items.get(key)
         if entry is None or (model_id is not None and entry[2] is not None and entry[2] != model_id):
             self.misses += 1
             return None
-        self._entries.move_to_end(key)
+        self._entries.touch(key)
         self.hits += 1
         return [entry[0]]
 
@@ -181,15 +213,7 @@ class KVStore:
         if nbytes > self.budget_bytes:
             self.rejected += 1
             return False
-        old = self._entries.pop(key, None)
-        if old is not None:
-            self._bytes -= old[1]
-        while self._entries and self._bytes + nbytes > self.budget_bytes:
-            _, (_, b, _) = self._entries.popitem(last=False)
-            self._bytes -= b
-            self.evictions += 1
-        self._entries[key] = (ref_box[0], nbytes, model_id)
-        self._bytes += nbytes
+        self.evictions += self._entries.put(key, (ref_box[0], nbytes, model_id))
         return True
 
     def put_value(self, key: str, payload: Any, model_id: str | None = None, layout: dict | None = None) -> bool:
@@ -217,25 +241,21 @@ class KVStore:
 
     def contains(self, key: str) -> bool:
         """Whether ``key`` is held (no LRU or counter update)."""
-        return key in self._entries
+        return key in self._entries.items
 
     def delete(self, key: str) -> bool:
         """Drop ``key``; True if it was there."""
-        entry = self._entries.pop(key, None)
-        if entry is None:
-            return False
-        self._bytes -= entry[1]
-        return True
+        return self._entries.pop(key) is not None
 
     def keys(self) -> list[str]:
         """Keys from least to most recently used."""
-        return list(self._entries)
+        return list(self._entries.items)
 
     def stats(self) -> dict:
         """Entries, bytes, budget and hit / miss / eviction counters."""
-        return {"entries": len(self._entries), "bytes": self._bytes, "budget_bytes": self.budget_bytes,
+        return {"entries": len(self._entries.items), "bytes": self._entries.used, "budget_bytes": self.budget_bytes,
                 "hits": self.hits, "misses": self.misses, "evictions": self.evictions, "rejected": self.rejected,
-                "invalid": self.invalid, "docs": len(self._docs), "doc_bytes": self._doc_bytes,
+                "invalid": self.invalid, "docs": len(self._docs.items), "doc_bytes": self._docs.used,
                 "models": sorted(self._layouts), "started": self.started}
 
     # registered documents (the Serve app's id -> text); small, kept for other replicas
@@ -247,23 +267,13 @@ class KVStore:
         nbytes = len(text.encode("utf-8", "surrogatepass"))
         if nbytes > self.doc_budget_bytes:
             return False
-        old = self._docs.pop(doc_id, None)
-        if old is not None:
-            self._doc_bytes -= old[1]
-        while self._docs and self._doc_bytes + nbytes > self.doc_budget_bytes:
-            _, (_, b) = self._docs.popitem(last=False)
-            self._doc_bytes -= b
-        self._docs[doc_id] = (text, nbytes)
-        self._doc_bytes += nbytes
+        self._docs.put(doc_id, (text, nbytes))
         return True
 
     def get_doc(self, doc_id: str):
         """A registered document's text (marking it recently used), or None."""
-        entry = self._docs.get(doc_id)
-        if entry is None:
-            return None
-        self._docs.move_to_end(doc_id)
-        return entry[0]
+        entry = self._docs.touch(doc_id)
+        return None if entry is None else entry[0]
 
     def ping(self) -> bool:
         """Liveness check."""

@@ -39,6 +39,7 @@ from fastapi import HTTPException
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
 from ray import serve
 
+from rayml.actors.kvstore import KVStore
 from rayml.actors.serve.generate import longest_token_bytes, scalar_values
 from rayml.actors.serve.http import make_api
 
@@ -144,14 +145,8 @@ def parse_ask(body: Any, default_k: int) -> dict:
 api = make_api("rayml epic: position-independent context caching (LegoLink)", max_body_bytes=MAX_BODY)
 
 
-def _kv_store_class():
-    from rayml.actors.kvstore import KVStore
-
-    return KVStore
-
-
 @serve.deployment(num_replicas=1, max_ongoing_requests=256, ray_actor_options={"num_cpus": 0})
-class EpicKVStore(_kv_store_class()):
+class EpicKVStore(KVStore):
     """The app's chunk-KV store: ``rayml.actors.kvstore.KVStore`` as a Serve deployment with no
     route (reached only through the handle the app binds into ``EpicServer``). Serve restarts a
     crashed replica, empty."""
