@@ -14,7 +14,7 @@ import importlib.util
 from dataclasses import dataclass, replace
 
 __all__ = ["Method", "METHODS", "get", "implemented", "names", "details", "experiment_module", "runnable", "SUBSTRATES",
-           "EXTRAS", "MissingExtra", "extras_of", "check_extras"]
+           "EXTRAS", "MissingExtra", "extras_of", "check_extras", "require_extra"]
 
 IMPLEMENTED = "implemented"
 PLANNED = "planned"
@@ -89,16 +89,20 @@ def extras_of(name: str, kind: str = "run") -> tuple[str, ...]:
     return extras
 
 
+def require_extra(extra: str, what: str, modules: tuple[str, ...] | None = None) -> None:
+    """Raise ``MissingExtra`` (one line: ``what`` needs the extra, the modules missing, the install
+    command) unless ``modules`` (default: every module of ``EXTRAS[extra]``) are importable."""
+    missing = [mod for mod in (EXTRAS[extra] if modules is None else modules) if importlib.util.find_spec(mod) is None]
+    if missing:
+        raise MissingExtra(f"{what} needs the [{extra}] extra (missing: {', '.join(missing)}): "
+                           f"pip install \"rayml[{extra}]\"")
+
+
 def check_extras(name: str, kind: str = "run") -> None:
     """Raise ``MissingExtra`` (one line naming the extra and the install command) before any work
     if a module of an extra that method ``name`` needs is not importable."""
-    import importlib.util
-
     for extra in extras_of(name, kind):
-        missing = [mod for mod in EXTRAS[extra] if importlib.util.find_spec(mod) is None]
-        if missing:
-            raise MissingExtra(f"{kind} {name!r} needs the [{extra}] extra (missing: {', '.join(missing)}): "
-                               f"pip install \"rayml[{extra}]\"")
+        require_extra(extra, f"{kind} {name!r}")
 
 
 def _m(name, ref, title, family, module, *, code=""):

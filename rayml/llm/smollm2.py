@@ -149,15 +149,9 @@ def require_hf(*, convert: bool = False) -> None:
     """Raise ``rayml.registry.MissingExtra`` (one line, the install command) unless the packages
     that load (``transformers``) and, with ``convert``, convert (``gguf``, ``accelerate``) a
     Hugging Face model are installed: the ``[hf]`` extra."""
-    import importlib.util
+    from rayml.registry import require_extra
 
-    from rayml.registry import MissingExtra
-
-    need = ("transformers", "gguf", "accelerate") if convert else ("transformers",)
-    missing = [m for m in need if importlib.util.find_spec(m) is None]
-    if missing:
-        raise MissingExtra(f"model {NAME!r} needs the [hf] extra (missing: {', '.join(missing)}): "
-                           f"pip install \"rayml[hf]\"")
+    require_extra("hf", f"model {NAME!r}", None if convert else ("transformers",))
 
 
 def ensure() -> Path:
