@@ -9,8 +9,9 @@ the frozen embeddings are scored by the same probes: link prediction by a logist
 ``z_u * z_v`` (trained on the training edges against random non-edges, AUC on the test pairs) and
 node classification by a logistic regression on ``z`` (20% of the nodes train it).
 
-Tuning: each method's mask ratio on the grid {0.3, 0.5, 0.7} by validation AUC on a tuning graph
-and seed kept apart from the test seeds. Trace: the mean difficulty of the masked edges relative
+Tuning: each method's mask ratio on the same grid (quick: 0.1 .. 0.9; the paper's own ratio is not in
+the sources we could read, and the grid spans the whole range around the middle 0.5) by validation AUC averaged over one tuning graph per homophily level, with seeds
+kept apart from the test seeds. Trace: the mean difficulty of the masked edges relative
 to the mean difficulty of all edges, per epoch (Cur-MGAE should start below 1 and rise: easy to hard).
 """
 
@@ -32,10 +33,12 @@ SIZES = {
     "tiny": dict(n=120, classes=4, degree=6.0, feat_dim=8, feat_signal=0.7, homophily=[0.25, 0.9], epochs=6,
                  hidden=16, layers=2, mask_grid=[0.5], seeds=2, measure_every=2, probe_frac=0.3),
     "quick": dict(n=500, classes=10, degree=8.0, feat_dim=32, feat_signal=0.7, homophily=[0.1, 0.5, 0.9],
-                  epochs=80, hidden=32, layers=2, mask_grid=[0.3, 0.5, 0.7], seeds=4, measure_every=4,
+                  epochs=80, hidden=32, layers=2, mask_grid=[0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 0.9], seeds=4,
+                  measure_every=4,
                   probe_frac=0.2),
     "full": dict(n=3000, classes=10, degree=10.0, feat_dim=64, feat_signal=0.7, homophily=[0.1, 0.3, 0.5, 0.7, 0.9],
-                 epochs=300, hidden=128, layers=2, mask_grid=[0.3, 0.5, 0.7, 0.8], seeds=10, measure_every=1,
+                 epochs=300, hidden=128, layers=2, mask_grid=[0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 0.9], seeds=10,
+                 measure_every=1,
                  probe_frac=0.2),
 }
 
@@ -112,16 +115,17 @@ def run_task(item: tuple, config: Mapping[str, Any]) -> dict:
 
 
 def run(config: Mapping[str, Any], seed: int) -> Outcome:
-    """Tune the mask ratio per method (tuning graph and seed), then every (homophily, method, seed) as a task."""
+    """Tune the mask ratio per method (a tuning graph per homophily level), then every (homophily, method, seed)."""
     _check(config)
     hs, grid = [float(h) for h in config["homophily"]], [float(r) for r in config["mask_grid"]]
     tune_seed, test_seed = runtime.seeds(seed, 2)
-    tg, tt = runtime.seeds(tune_seed, 2)
-    h_tune = hs[len(hs) // 2]
-    tune_items = [("tune", h_tune, m, r, 0, tg, tt) for m in METHODS for r in grid]
+    ts = runtime.seeds(tune_seed, 2 * len(hs))
+    tune_items = [("tune", h, m, r, 0, ts[2 * hi], ts[2 * hi + 1]) for m in METHODS for r in grid
+                  for hi, h in enumerate(hs)]
     tuned = runtime.pmap(run_task, tune_items, shared=dict(config), chunk_size=1, desc="cur-mgae tuning")
-    best = {m: max((o["val_auc"], -abs(o["mask_ratio"] - 0.5), o["mask_ratio"]) for o in tuned if o["method"] == m)[2]
-            for m in METHODS}
+    val = {(m, r): float(np.mean([o["val_auc"] for o in tuned if o["method"] == m and o["mask_ratio"] == r]))
+           for m in METHODS for r in grid}
+    best = {m: max((val[m, r], -abs(r - 0.5), r) for r in grid)[2] for m in METHODS}
     seeds = runtime.seeds(test_seed, len(hs) * int(config["seeds"]) * 2)
     items = []
     for hi, h in enumerate(hs):
@@ -162,11 +166,15 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     metrics["homophily_error_max"] = float(max(abs(metrics["measured_homophily"][f"h={h:g}"] - h) for h in hs))
     baselines = {m.replace("-", "_"): summary(m) for m in METHODS[1:]}
     budget = {"epochs": int(config["epochs"]), "encoder": f"GCN {config['layers']} x {config['hidden']}",
-              "tuning": f"mask ratio per method on {grid}, by validation AUC on a tuning graph (h={h_tune:g}) and "
-                        "seed apart from the test seeds",
-              "tuned_mask_ratio": best, "probes": "logistic regression, same for every method"}
-    return Outcome(metrics=metrics, baselines=baselines, tables={"runs": rows, "difficulty": trace_rows},
-                   budget=budget)
+              "tuning": f"mask ratio per method on the same grid {grid}, by validation AUC averaged over one "
+                        "tuning graph per homophily level, seeds apart from the test seeds",
+              "tuned_mask_ratio": best, "tuned_on_grid_edge": {m: best[m] in (min(grid), max(grid)) for m in METHODS},
+              "probes": "logistic regression, same for every method",
+              "note": "equal epochs, encoder and probes; cur-mgae also scores every training edge each "
+                      "measure_every epochs (its difficulty measurer: extra forward passes, no extra updates)"}
+    tuning = [{"method": m, "mask_ratio": r, "metric": "val_auc", "value": val[m, r]} for m in METHODS for r in grid]
+    return Outcome(metrics=metrics, baselines=baselines,
+                   tables={"runs": rows, "difficulty": trace_rows, "tuning": tuning}, budget=budget)
 
 
 _SRC = ("abstract: 'Experiments on several real-world node classification and link prediction datasets "
