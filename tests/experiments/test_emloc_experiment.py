@@ -17,6 +17,8 @@ def test_every_claim_is_measured_at_tiny_size(unmeasured_claims):
     ("queries", 0, "queries"),
     ("model", "no-such-model", "model"),
     ("delta_sweep", [-1.0], "delta_sweep"),
+    ("fixed_ratios", [0.5], "fixed_ratios"),       # 1.0 (full context) must be in the control's sweep
+    ("fixed_ratios", [0.0, 1.0], "fixed_ratios"),
 ])
 def test_bad_settings_are_rejected_before_work(key, value, match):
     from rayml.experiments import emloc
@@ -43,3 +45,12 @@ def test_tasks_are_seeded_and_well_formed():
     assert all(tuple(a) in answers for _, a in q)            # every query is answered by a demonstration
     with pytest.raises(ValueError, match="task"):
         emloc.make_task("nope", 4, 2, 0, tok)
+
+
+def test_grids_hold_the_paper_setting_inside_not_on_an_edge():
+    from rayml.experiments import emloc
+
+    q = emloc.SIZES["quick"]
+    for grid, paper in ((q["emloc_pools"], emloc.PAPER_POOL), (q["snapkv_windows"], 32), (q["h2o_recent"], 0.5),
+                        (q["streaming_sinks"], 4)):
+        assert min(grid) < paper < max(grid) and len(grid) >= 4
