@@ -293,10 +293,15 @@ class FeatureNet(nn.Module):
         return self.out(self.features(x)[2])
 
 
-def _train(model: nn.Module, seed: int, epochs: int) -> nn.Module:
+def _train(cls: type, seed: int, epochs: int) -> nn.Module:
     from rayml.runtime import cache_root
 
-    path = cache_root() / "generative" / f"{type(model).__name__.lower()}-s{seed}-e{epochs}.pt"
+    # the initial weights come from ``seed`` too, not from the calling process's global RNG state
+    # (which earlier work in that process moves), and the caller's RNG state is left as it was
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = cls()
+    path = cache_root() / "generative" / f"{cls.__name__.lower()}-s{seed}-e{epochs}-seeded-init.pt"
     if path.exists():
         model.load_state_dict(torch.load(path, weights_only=True))
     else:
@@ -329,12 +334,12 @@ def _train(model: nn.Module, seed: int, epochs: int) -> nn.Module:
 
 def train_mlp_classifier(seed: int = 1, epochs: int = 30) -> MLPClassifier:
     """The transfer classifier, trained on the digits training split (cached under the rayml cache)."""
-    return _train(MLPClassifier(), seed, epochs)
+    return _train(MLPClassifier, seed, epochs)
 
 
 def train_feature_net(seed: int = 2, epochs: int = 20) -> FeatureNet:
     """The feature network of the naturalness metrics (cached under the rayml cache)."""
-    return _train(FeatureNet(), seed, epochs)
+    return _train(FeatureNet, seed, epochs)
 
 
 def frechet_distance(a: torch.Tensor, b: torch.Tensor, ridge: float = 1e-6) -> float:
