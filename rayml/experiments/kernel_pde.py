@@ -244,17 +244,23 @@ CLAIMS = (
           source=ABSTRACT_RESULTS, controls=(Control("fd", "baselines.fd.log10_rmse_ratio_vs_daks"),)),
     Claim(text="more accurate than finite differences on the same grids (geometric mean RMSE over the cases)",
           metric="metrics.geo_mean_rmse", compare="baselines.fd.geo_mean_rmse", op="<", source=ABSTRACT_RESULTS),
-    Claim(text="solves to the target accuracy on larger grids than DAKS can hold (same memory cap)",
-          metric="metrics.largest_grid_points_to_target", compare="baselines.daks.largest_grid_points_to_target",
-          op=">", source=ABSTRACT_SCALE),
     Claim(text="a complete solve to the target accuracy takes less time than DAKS's at the largest grid every "
                "method reaches it", metric="metrics.timings.at_largest_common_grid.seconds",
           compare="baselines.daks.timings.at_largest_common_grid.seconds", op="<", source=ABSTRACT_SCALE),
-    Claim(text="... and less peak memory than DAKS's", metric="metrics.timings.at_largest_common_grid.peak_mib",
-          compare="baselines.daks.timings.at_largest_common_grid.peak_mib", op="<", source=ABSTRACT_SCALE),
-    Claim(text="the matrix-free Gauss-Newton needs less peak memory than the dense Gauss-Newton of the same model",
+    # Decided by the configuration: DAKS is not run where its m x m Gram (arithmetic: daks_memory_bytes)
+    # exceeds max_gram_mib, and a dense Gram's memory is quadratic by construction. Kept as checks.
+    Claim(text="sanity: the matrix-free solver reaches the target accuracy on larger grids than DAKS within the "
+               "memory cap (DAKS is not run where its Gram's computed size exceeds the cap)",
+          metric="metrics.largest_grid_points_to_target", compare="baselines.daks.largest_grid_points_to_target",
+          op=">", kind="sanity"),
+    Claim(text="sanity: ... and its traced peak memory is below DAKS's full Gram at the largest common grid "
+               "(O(N) against O(m^2) by construction)",
           metric="metrics.timings.at_largest_common_grid.peak_mib",
-          compare=f"baselines.{DENSE}.timings.at_largest_common_grid.peak_mib", op="<", source=ABSTRACT_SCALE),
+          compare="baselines.daks.timings.at_largest_common_grid.peak_mib", op="<", kind="sanity"),
+    Claim(text="sanity: the matrix-free Gauss-Newton traces less peak memory than the dense Gauss-Newton of the "
+               "same model (no N x N normal matrix)",
+          metric="metrics.timings.at_largest_common_grid.peak_mib",
+          compare=f"baselines.{DENSE}.timings.at_largest_common_grid.peak_mib", op="<", kind="sanity"),
 )
 
 
