@@ -51,7 +51,7 @@ PAPER_FRACTION = 0.5
 PAPER_BETA = 0.01
 
 _COMMON = dict(levels=[3, 4, 5], noise=0.1, evals=4, lr_full=1e-5, lr_lora=1e-4, beta_ref=0.1,
-               reweight_temperature=1.0, beta_grid=[0.01, 0.1], lr_scale_grid=[1, 3, 10])
+               reweight_temperature=1.0, beta_grid=[0.003, 0.01, 0.1], lr_scale_grid=[0.3, 1, 3, 10])
 SIZES = {
     "tiny": dict(_COMMON, train_digits=[3, 4], sft_items=8, sft_steps=2, sft_lr=1e-3, n_pairs=16, capacities=["lora1"], ref_seeds=2, ref_steps=2, steps=2,
                  batch_size=4, fractions=[0.5], test_seeds=2, tune_seeds=1, eval_per_level=3, evals=2,
