@@ -54,17 +54,19 @@ class ESet:
         key: the set's content (items with a symbol after the dot, and ``accepting``).
     """
 
-    __slots__ = ("scan", "wait", "accepting", "key", "leo", "n_items", "max_ref", "first")
+    __slots__ = ("scan", "wait", "accepting", "key", "leo", "n_items", "max_ref", "first", "steps", "tokens")
 
-    def __init__(self, scan, wait, accepting, items):
+    def __init__(self, scan, wait, accepting, items, key=None, max_ref=None):
         self.scan = scan
         self.wait = wait
         self.accepting = accepting
-        self.key = (frozenset(items), accepting)
+        self.key = (frozenset(items), accepting) if key is None else key
         self.leo: dict = {}
         self.first = None  # allowed next bytes, memoised by EarleyEngine.allowed_first_bytes
+        self.steps: dict = {}  # byte -> next chart (or None), memoised by EarleyEngine.step
+        self.tokens: dict = {}  # token id -> next chart (or None), memoised by GrammarMatcher.accept_token
         self.n_items = len(items)
-        self.max_ref = max((it[2] for it in items if it[2] != SELF), default=-1)
+        self.max_ref = max((it[2] for it in items if it[2] != SELF), default=-1) if max_ref is None else max_ref
 
 
 class EarleyEngine:
@@ -82,11 +84,17 @@ class EarleyEngine:
         (True, 2)
     """
 
-    def __init__(self, grammar: Grammar, *, prune: bool = True):
+    def __init__(self, grammar: Grammar, *, prune: bool = True, memo: bool = True, intern_size: int = 1 << 17):
         if not isinstance(grammar, Grammar):
             raise TypeError(f"grammar must be a Grammar, got {type(grammar).__name__}")
+        if not isinstance(intern_size, int) or intern_size < 1:
+            raise ValueError(f"intern_size must be an int >= 1, got {intern_size!r}")
         self.grammar = grammar
         self.prune = bool(prune)
+        self.memo = bool(memo)
+        self.intern_size = intern_size
+        self._interned: dict = {}
+        self._built: dict = {}
         self.start = grammar.start
         d_next, d_lhs, d_pen = [], [], []
         first_of_prod = []
@@ -204,14 +212,38 @@ class EarleyEngine:
                     work.append((d + 1, 0, o, ov))
         if not scan and not accepting:
             return None
-        new = ESet(scan, wait, accepting, items)
-        if self.prune and chart:
-            keep = new.max_ref + 1
-            return chart[:keep] + (new,)
-        return chart + (new,)
+        if not self.memo:
+            new = ESet(scan, wait, accepting, items)
+            if self.prune and chart:
+                return chart[:new.max_ref + 1] + (new,)
+            return chart + (new,)
+        key = (frozenset(items), accepting)
+        max_ref = max((it[2] for it in items if it[2] != SELF), default=-1)
+        keep = max_ref + 1 if self.prune and chart else len(chart)
+        # interning: a set is identified by its content and the (interned) chart below it, so
+        # equal charts are the same tuple of the same objects and memos can live on the top set
+        ikey = (chart[keep - 1] if keep else None, key)
+        got = self._interned.get(ikey)
+        if got is None:
+            if len(self._interned) >= self.intern_size:
+                self._interned.clear()  # only sharing is lost: every set still tops one chart
+                self._built.clear()
+            got = self._interned[ikey] = chart[:keep] + (ESet(scan, wait, accepting, items, key, max_ref),)
+        return got
 
     def step(self, chart: tuple, byte: int) -> tuple | None:
-        """Scan one byte; ``None`` if rejected (the chart given is unchanged)."""
+        """Scan one byte; ``None`` if rejected (the chart given is unchanged). With ``memo``, the
+        result is kept on the chart's top set (the ZapFormat state cache applied to transitions:
+        an interned set identifies its whole chart)."""
+        last = chart[-1]
+        if self.memo:
+            got = last.steps.get(byte, _MISSING)
+            if got is _MISSING:
+                got = last.steps[byte] = self._step(chart, byte)
+            return got
+        return self._step(chart, byte)
+
+    def _step(self, chart: tuple, byte: int) -> tuple | None:
         j = len(chart) - 1
         last = chart[-1]
         seeds = []
@@ -256,7 +288,18 @@ class EarleyEngine:
                 seeds.append((d, a, oo, ov))
             if acc:
                 seeds.append((d + 1, 0, oo, ov))
-        return self._build(chart, seeds) if seeds else None
+        if not seeds:
+            return None
+        if not self.memo:
+            return self._build(chart, seeds)
+        # pruned, the result depends only on the chart below the top set unless a seed starts at
+        # the top set (the exit chart is then shared by every state of a counted string)
+        base = chart[-1] if not self.prune or j == 0 or j in [o for _, _, o, _ in seeds] else chart[-2]
+        bkey = (base, tuple(seeds))
+        got = self._built.get(bkey, _MISSING)
+        if got is _MISSING:
+            got = self._built[bkey] = self._build(chart, seeds)
+        return got
 
     # ------------------------------------------------------------------------------------
     @staticmethod

@@ -347,48 +347,80 @@ class MatcherConfig:
         prune: dynamic pruning of the Earley chart.
         state_cache: masks cached by chart.
         cache_size: entries of the state cache (LRU).
+        memo: interned charts with the results of steps, exits and token accepts kept on their
+            top Earley set (``EarleyEngine(memo=True)``); ``False`` is the reference engine the
+            fast one is tested against (same masks, every result recomputed).
     """
 
     prune: bool = True
     state_cache: bool = True
     cache_size: int = 4096
+    memo: bool = True
 
     def __post_init__(self):
         if not isinstance(self.prune, bool):
             raise TypeError(f"prune must be a bool, got {self.prune!r}")
+        if not isinstance(self.memo, bool):
+            raise TypeError(f"memo must be a bool, got {self.memo!r}")
         if not isinstance(self.state_cache, bool):
             raise TypeError(f"state_cache must be a bool, got {self.state_cache!r}")
         if not isinstance(self.cache_size, int) or self.cache_size < 1:
             raise ValueError(f"cache_size must be an int >= 1, got {self.cache_size!r}")
 
 
-def _literal_rest(dfa, s: int):
+def _literal_rest(dfa, s: int, single=None):
     """``(rest, a)`` when the only string DFA ``dfa`` accepts from state ``s`` is ``rest``
-    (``a`` the accepting state after it, which has no transitions), else None."""
+    (``a`` the accepting state after it, which has no transitions), else None. ``single``
+    (``_single_out(dfa)``) makes it a walk over Python lists."""
+    if single is None:
+        single = _single_out(dfa)
+    only, nxt, acc, has_out = single
     out = bytearray()
-    trans, acc = dfa.trans, dfa.accept
     while not acc[s]:
-        live = np.flatnonzero(trans[s] >= 0)
-        if len(live) != 1 or len(out) >= 1024:
+        b = only[s]
+        if b < 0 or len(out) >= 1024:
             return None
-        out.append(int(live[0]))
-        s = int(trans[s, live[0]])
-    if dfa.has_out[s] or not out:
+        out.append(b)
+        s = nxt[s]
+    if has_out[s] or not out:
         return None
     return bytes(out), int(s)
 
 
+def _single_out(dfa):
+    """Per state of ``dfa``: the byte of its only live transition (-1 if none or several), the
+    state it leads to, acceptance and liveness, as Python lists (for ``_literal_rest``)."""
+    live = dfa.trans >= 0
+    one = live.sum(axis=1) == 1
+    b = np.where(one, live.argmax(axis=1), -1)
+    nxt = np.where(one, dfa.trans[np.arange(len(b)), np.maximum(b, 0)], -1)
+    return b.tolist(), nxt.tolist(), dfa.accept.tolist(), dfa.has_out.tolist()
+
+
 def _set_bits(words: np.ndarray, ids: np.ndarray) -> None:
     """Set the bits of token ``ids`` in the packed uint32 ``words`` (in place)."""
-    if len(ids) < 1024:
-        np.bitwise_or.at(words, ids >> 5, np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32)))
+    if len(ids) < 4096:
+        w, v = _sparse(ids)
+        words[w] |= v
     else:
         flags = np.zeros(len(words) * 32, bool)
         flags[ids] = True
         words |= np.packbits(flags, bitorder="little").view(np.uint32)
 
 
+def _sparse(ids: np.ndarray):
+    """``(word indices, uint32 values)`` with the bits of ``ids`` (indices unique, sorted)."""
+    ids = np.sort(ids)
+    w = ids >> 5
+    bits = np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32))
+    if len(w) < 2:
+        return w, bits
+    first = np.flatnonzero(np.concatenate(([True], w[1:] != w[:-1])))
+    return w[first], np.bitwise_or.reduceat(bits, first)
+
+
 _NONE = np.zeros(0, np.int64)
+_MISSING = object()
 
 
 class _TerminalInfo:
@@ -481,10 +513,11 @@ class CompiledGrammar:
         self.grammar = grammar
         self.index = index
         self.config = config
-        self.engine = EarleyEngine(grammar, prune=config.prune)
+        self.engine = EarleyEngine(grammar, prune=config.prune, memo=config.memo)
         self._terminal_info: dict = {}
         self._count_bases: dict = {}
         self._classes: dict = {}
+        self._single: dict = {}
         self.mask_cache: OrderedDict = OrderedDict()
         self.exit_cache: OrderedDict = OrderedDict()
         self.stats = {"cache_hits": 0, "cache_misses": 0, "simulated_bytes": 0, "terminal_infos": 0, "exit_hits": 0}
@@ -556,7 +589,10 @@ class CompiledGrammar:
         if dfa.counter is not None and dfa.counter.split(s, dfa.n_states) is not None:
             info = self._counted_info(t, dfa, *dfa.counter.split(s, dfa.n_states))
         else:
-            lit = _literal_rest(dfa, s)
+            single = self._single.get(t)
+            if single is None:
+                single = self._single[t] = _single_out(dfa)
+            lit = _literal_rest(dfa, s, single)
             if lit is not None:  # a single string remains: no vocabulary walk needed
                 rest, a = lit
                 ids, node = idx.literal(rest)
@@ -611,7 +647,8 @@ class CompiledGrammar:
         cfg = self.config
         key = None
         if cfg.state_cache:
-            key = self.engine.chart_key(chart)
+            # interned charts: the top set identifies the chart (EarleyEngine, memo)
+            key = chart[-1] if cfg.memo else self.engine.chart_key(chart)
             hit = self.mask_cache.get(key)
             if hit is not None:
                 self.mask_cache.move_to_end(key)
@@ -633,7 +670,7 @@ class CompiledGrammar:
                     for p_, node in nodes:
                         self._simulate(x, p_, node, extra)
                     continue
-                xkey = engine.chart_key(x)
+                xkey = x[-1] if cfg.memo else engine.chart_key(x)
                 for p_, node in nodes:
                     nkey = (xkey, p_, node)
                     got = self.exit_cache.get(nkey)
@@ -643,6 +680,8 @@ class CompiledGrammar:
                         got = np.concatenate(found) if found else _NONE
                         if got.size >= 512:  # many tokens: keep them packed
                             got = (idx.pack(got),)
+                        elif got.size:  # few: as (word, bits) pairs to OR in
+                            got = _sparse(got)
                         self.exit_cache[nkey] = got
                         if len(self.exit_cache) > cfg.cache_size:
                             self.exit_cache.popitem(last=False)
@@ -650,9 +689,10 @@ class CompiledGrammar:
                         self.exit_cache.move_to_end(nkey)
                         self.stats["exit_hits"] += 1
                     if type(got) is tuple:
-                        words |= got[0]
-                    elif got.size:
-                        extra.append(got)
+                        if len(got) == 1:
+                            words |= got[0]
+                        else:
+                            words[got[0]] |= got[1]
         if extra:
             _set_bits(words, np.concatenate(extra))
         if engine.can_terminate(chart):
@@ -730,8 +770,14 @@ class GrammarMatcher:
             return True
         if token_id >= vocab.size or token_id in vocab.special:
             return False
-        data = vocab.tokens[token_id]
-        c = self.engine.accept_bytes(self.chart, data)
+        chart = self.chart
+        if self.engine.memo:
+            memo = chart[-1].tokens
+            c = memo.get(token_id, _MISSING)
+            if c is _MISSING:
+                c = memo[token_id] = self.engine.accept_bytes(chart, vocab.tokens[token_id])
+        else:
+            c = self.engine.accept_bytes(chart, vocab.tokens[token_id])
         if c is None:
             return False
         self._push(c, False)
