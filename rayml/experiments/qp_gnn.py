@@ -18,6 +18,14 @@ test gives every variable its own colour), the subclass the paper proves represe
 mixed-integer GNN variant (``gather_first``) is fitted to their optimal values at the smallest and
 largest width.
 
+Part 2c (Q-twins, the control of the representation claims): a training set of ``twin_pairs``
+feasible LCQPs drawn like the rest, each with its twin ``Q' = D Q D`` (``D`` a random +-1 diagonal:
+the same ``A``, ``b``, ``c``, bounds and ``diag Q``, off-diagonal signs flipped; both labelled by
+Clarabel in Ray tasks). A GNN blind to off-diagonal ``Q`` (``lp-gnn``) gives both twins the same
+output, so its mean training error cannot go below the pairs' floor
+``|y - y'| / (2 max(|y|, |y'|, 1))`` (vector norms for the solution); the paper's GNN can. Both
+classes are trained on it at the smallest and largest width with their tuned learning rates.
+
 Part 3 (separation): the pairs of ``qp_gnn.separation_pairs`` (an LCQP pair differing only in
 off-diagonal ``Q``; two WL-indistinguishable MI-LCQP pairs with different optimal value and
 feasibility). Each GNN class is trained to fit both instances of a pair; the separation ratio
@@ -51,15 +59,15 @@ SIZES = {
     "tiny": dict(m=3, n=8, nnz=10, instances=320, instances_per_task=80, train=24, tune_train=16, tune_val=16,
                  test=24, emb_sizes=[4, 16], layers=2, epochs=8, batch=16, lr_grid=[3e-4, 3e-3], seeds=1,
                  sep_steps=30, sep_seeds=1, warm_instances=8, osqp_eps=1e-5, highs_checks=8,
-                 mi_instances=60, mi_m=2, mi_n=4, mi_nnz=5),
+                 mi_instances=60, mi_m=2, mi_n=4, mi_nnz=5, twin_pairs=12),
     "quick": dict(m=6, n=24, nnz=40, instances=1400, instances_per_task=175, train=160, tune_train=96,
                   tune_val=96, test=200, emb_sizes=[4, 16, 64], layers=2, epochs=60, batch=32,
                   lr_grid=[3e-4, 1e-3, 3e-3], seeds=2, sep_steps=300, sep_seeds=3, warm_instances=60,
-                  osqp_eps=1e-5, highs_checks=60, mi_instances=500, mi_m=2, mi_n=6, mi_nnz=8),
+                  osqp_eps=1e-5, highs_checks=60, mi_instances=500, mi_m=2, mi_n=6, mi_nnz=8, twin_pairs=80),
     "full": dict(m=10, n=50, nnz=100, instances=20000, instances_per_task=500, train=2000, tune_train=500,
                  tune_val=500, test=2000, emb_sizes=[4, 8, 16, 32, 64, 128], layers=4, epochs=500, batch=64,
                  lr_grid=[3e-4, 1e-3, 3e-3], seeds=5, sep_steps=2000, sep_seeds=10, warm_instances=500,
-                 osqp_eps=1e-6, highs_checks=500, mi_instances=4000, mi_m=4, mi_n=8, mi_nnz=16),
+                 osqp_eps=1e-6, highs_checks=500, mi_instances=4000, mi_m=4, mi_n=8, mi_nnz=16, twin_pairs=1000),
 }
 TARGETS = ("objective", "solution", "feasibility")
 
@@ -67,7 +75,7 @@ TARGETS = ("objective", "solution", "feasibility")
 def _check(config: Mapping[str, Any]) -> None:
     for key in ("m", "n", "nnz", "instances", "instances_per_task", "train", "tune_train", "tune_val", "test",
                 "layers", "epochs", "batch", "seeds", "sep_steps", "sep_seeds", "warm_instances", "highs_checks",
-                "mi_instances", "mi_m", "mi_n", "mi_nnz"):
+                "mi_instances", "mi_m", "mi_n", "mi_nnz", "twin_pairs"):
         v = config[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{key} must be an integer >= 1, got {v!r}")
@@ -134,7 +142,7 @@ def train_task(item: tuple, data: Mapping[str, Any]) -> dict:
 
     phase, target, gnn_class, emb, lr, seed_idx, seed = item
     cfg = data["config"]
-    split = data["tune"] if phase == "tune" else data["main"]
+    split = {"tune": data["tune"], "main": data["main"], "twin": data.get("twin")}[phase]
     tr, ev = split[target]
     tc = qg.TrainConfig(target=target, gnn_class=gnn_class, emb=int(emb), layers=int(cfg["layers"]),
                         epochs=int(cfg["epochs"]), batch=int(cfg["batch"]), lr=float(lr))
@@ -199,6 +207,42 @@ def mi_train_task(item: tuple, data: Mapping[str, Any]) -> dict:
     model, scale = qg.train(data["graphs"], data["labels"], tc, seed)
     err = qg.relative_errors("objective", qg.predict(model, data["graphs"], scale), data["labels"])
     return {"emb": int(emb), "seed": seed_idx, "train_err": err.tolist()}
+
+
+# ----------------------------------------------------------------------------- part 2c: Q-twins
+def twin_label_task(item: tuple, config: Mapping[str, Any]) -> list[dict]:
+    """``count`` feasible LCQPs and their Q-twins (off-diagonal signs flipped by ``D Q D``), both solved."""
+    import dataclasses
+
+    from rayml.optim import qp_instances as qi
+
+    chunk, seed, count = item
+    rng = np.random.default_rng(seed)
+    rows, tries = [], 0
+    while len(rows) < 2 * count:
+        tries += 1
+        if tries > 50 * count:
+            raise RuntimeError("twin_label_task: too few feasible instances drawn")
+        qp = qi.random_lcqp(rng, m=int(config["m"]), n=int(config["n"]), nnz=int(config["nnz"]))
+        d = np.where(rng.random(qp.n) < 0.5, -1.0, 1.0)
+        twin = dataclasses.replace(qp, Q=qp.Q * np.outer(d, d))
+        sols = [qi.solve(qp), qi.solve(twin)]
+        if any(sol.status != "optimal" for sol in sols):
+            continue
+        pair = f"{chunk}-{len(rows) // 2}"
+        rows += [qi.to_row(q, sol, pair=pair, twin=k) for k, (q, sol) in enumerate(zip((qp, twin), sols))]
+    return rows
+
+
+def twin_floor(target: str, labels: list) -> float:
+    """The least mean relative error (``qp_gnn.relative_errors``) of any predictor that gives both
+    instances of each consecutive pair the same output (triangle inequality, attained at a twin's label)."""
+    out = []
+    for y1, y2 in zip(labels[0::2], labels[1::2]):
+        y1, y2 = np.atleast_1d(np.asarray(y1, dtype=float)), np.atleast_1d(np.asarray(y2, dtype=float))
+        scale = max(np.linalg.norm(y1), np.linalg.norm(y2), 1.0)
+        out.append(float(np.linalg.norm(y1 - y2)) / (2 * scale))
+    return float(np.mean(out))
 
 
 # ----------------------------------------------------------------------------- part 3: separation
@@ -320,6 +364,20 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                    for k, s in enumerate(seeds)]
     trained = runtime.pmap(train_task, main_items, shared=data, desc="qp-gnn training")
 
+    # part 2c: Q-twins (Ray tasks label them; both classes at the smallest and largest width)
+    twin_seed = runtime.seeds(seed, 6)[5]
+    n_pairs = int(config["twin_pairs"])
+    tw_chunks = max(2, -(-n_pairs // 40))
+    tw_items = [(c, s, len(range(c, n_pairs, tw_chunks))) for c, s in enumerate(runtime.seeds(twin_seed, tw_chunks))]
+    twin_rows = [r for part in runtime.pmap(twin_label_task, tw_items, shared=dict(config), chunk_size=1,
+                                            desc="q-twin labels") for r in part]
+    twin_targets = ("objective", "solution")
+    tw_idx = list(range(len(twin_rows)))
+    data["twin"] = {t: (_split_graphs(twin_rows, tw_idx, t),) * 2 for t in twin_targets}
+    twin_items = [("twin", t, c, e, best_lr[(t, c)], k, s) for t in twin_targets for c in classes
+                  for e in sorted({min(emb_sizes), emb_max}) for k, s in enumerate(seeds)]
+    twin_out = runtime.pmap(train_task, twin_items, shared=data, desc="q-twin training")
+
     err_rows, metrics, baselines = [], {}, {"lp_gnn": {}, "mean_predictor": {}}
     for o in trained:
         for split, errs in (("train", o["train_err"]), ("test", o["eval_err"])):
@@ -354,6 +412,21 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         baselines["mean_predictor"][t] = {"train_emb_max": float(np.mean(mtr)), "test_emb_max": float(np.mean(mev)),
                                           "train_emb_min": float(np.mean(mtr))}
 
+    metrics["twin"], baselines["lp_gnn"]["twin"] = {}, {}
+    for t in twin_targets:
+        floor = twin_floor(t, data["twin"][t][0]["labels"])
+        for c, block in (("qp-gnn", metrics["twin"]), ("lp-gnn", baselines["lp_gnn"]["twin"])):
+            block[t] = {f"train_emb_{w}": float(np.mean([np.mean(o["train_err"]) for o in twin_out
+                                                         if o["target"] == t and o["class"] == c and o["emb"] == e]))
+                        for w, e in (("min", min(emb_sizes)), ("max", emb_max))}
+            block[t]["q_blind_floor"] = floor
+        metrics["twin"][t]["pairs"] = len(twin_rows) // 2
+    for o in twin_out:
+        for i, e in enumerate(o["train_err"]):
+            err_rows.append({"target": f"twin-{o['target']}", "method": o["class"], "emb": o["emb"],
+                             "width": "max" if o["emb"] == emb_max else "min", "seed": o["seed"], "split": "train",
+                             "instance": i, "metric": "rel_error", "value": float(e)})
+
     # part 2b: random MI-LCQPs (exact labels), the mixed-integer GNN variant at the smallest and largest width
     from rayml.optim import qp_gnn as qg
     from rayml.optim import qp_instances as qi
@@ -375,6 +448,12 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
             err_rows.append({"target": "mi-objective", "method": "qp-gnn-mi", "emb": o["emb"],
                              "width": "max" if o["emb"] == emb_max else "min", "seed": o["seed"], "split": "train",
                              "instance": i, "metric": "rel_error", "value": float(e)})
+    mi_mean, _ = _mean_predictor("objective", mi_data["labels"], mi_data["labels"])
+    for k in range(len(seeds)):
+        for i, e in enumerate(mi_mean):
+            err_rows.append({"target": "mi-objective", "method": "mean-predictor", "emb": 0, "width": "none",
+                             "seed": k, "split": "train", "instance": i, "metric": "rel_error", "value": float(e)})
+    baselines["mean_predictor"]["mi_objective"] = {"train_emb_max": float(np.mean(mi_mean))}
     metrics["mi_objective"] = {
         f"train_emb_{w}": float(np.mean([np.mean(o["train_err"]) for o in mi_out if o["emb"] == e]))
         for w, e in (("min", min(emb_sizes)), ("max", emb_max))}
@@ -464,19 +543,29 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                    budget=budget)
 
 
+_SRC_UNIVERSAL = ("abstract: 'message-passing GNNs can universally represent fundamental properties of quadratic "
+                  "programs, including feasibility, optimal objective values, and optimal solutions'")
+
 CLAIMS = (
     *(
-        Claim(text=f"{t}: the paper's GNN fits the training instances better at the largest embedding size than at "
-                   f"the smallest (paired over seed x instance)",
-              metric=f"metrics.{t}.train_emb_max", compare=f"metrics.{t}.train_emb_min", op="<",
-              test="wilcoxon signed-rank over seeds", table="errors",
-              a={"target": t, "method": "qp-gnn", "split": "train", "width": "max"},
-              b={"target": t, "method": "qp-gnn", "split": "train", "width": "min"},
-              pair_on=("seed", "instance"), kind="paper",
-              source="abstract: 'message-passing GNNs can universally represent fundamental properties of "
-                     "quadratic programs, including feasibility, optimal objective values, and optimal solutions'")
-        for t in TARGETS
+        Claim(text=f"{t}: on a training set of Q-twins (pairs that differ only in the signs of off-diagonal Q), the "
+                   f"paper's GNN at the largest width fits below the floor of every GNN blind to off-diagonal Q "
+                   f"(mean training error); the GNN without Q edges, same width and budget, is the control",
+              metric=f"metrics.twin.{t}.train_emb_max", compare=f"metrics.twin.{t}.q_blind_floor", op="<",
+              kind="paper", source=_SRC_UNIVERSAL,
+              controls=(Control("lp_gnn", f"baselines.lp_gnn.twin.{t}.train_emb_max"),))
+        for t in ("objective", "solution")
     ),
+    Claim(text="feasibility: the paper's GNN fits the training instances better at the largest embedding size than at "
+               "the smallest (paired over seed x instance); the training mean (no width) is the control: it must not "
+               "beat the smallest GNN too",
+          metric="metrics.feasibility.train_emb_max", compare="metrics.feasibility.train_emb_min", op="<",
+          test="wilcoxon signed-rank over seeds", table="errors",
+          a={"target": "feasibility", "method": "qp-gnn", "split": "train", "width": "max"},
+          b={"target": "feasibility", "method": "qp-gnn", "split": "train", "width": "min"},
+          pair_on=("seed", "instance"), kind="paper", source=_SRC_UNIVERSAL,
+          controls=(Control("mean_predictor", "baselines.mean_predictor.feasibility.train_emb_max",
+                            a={"target": "feasibility", "method": "mean-predictor", "split": "train"}),)),
     *(
         Claim(text=f"{t}: the paper's GNN (with Q edges) has lower held-out error than the same GNN without Q "
                    f"edges and than the training mean (paired over seed x instance)",
@@ -493,13 +582,16 @@ CLAIMS = (
     ),
     Claim(text="random MI-LCQPs (unfoldable: WL gives every variable its own colour; exact labels): the mixed-integer "
                "GNN variant fits their optimal values better at the largest width than at the smallest (paired over "
-               "seed x instance)",
+               "seed x instance); the training mean (no width) is the control",
           metric="metrics.mi_objective.train_emb_max", compare="metrics.mi_objective.train_emb_min", op="<",
           test="wilcoxon signed-rank over seeds", table="errors",
-          a={"target": "mi-objective", "width": "max"}, b={"target": "mi-objective", "width": "min"},
+          a={"target": "mi-objective", "method": "qp-gnn-mi", "width": "max"},
+          b={"target": "mi-objective", "method": "qp-gnn-mi", "width": "min"},
           pair_on=("seed", "instance"), kind="paper",
           source="abstract: 'while GNNs are not universal approximators, we identify a subclass of QP problems that "
-                 "GNNs can reliably represent' (unfoldable MI-LCQPs, Section 4)"),
+                 "GNNs can reliably represent' (unfoldable MI-LCQPs, Section 4)",
+          controls=(Control("mean_predictor", "baselines.mean_predictor.mi_objective.train_emb_max",
+                            a={"target": "mi-objective", "method": "mean-predictor"}),)),
     Claim(text="sanity: almost every random MI-LCQP is unfoldable (fraction >= 0.9)",
           metric="metrics.mi_objective.unfoldable_fraction", compare=0.9, op=">=", kind="sanity"),
     Claim(text="no MP-GNN separates the WL-indistinguishable MI-LCQP pairs (different optimal value / feasibility): "

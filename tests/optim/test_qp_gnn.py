@@ -185,3 +185,32 @@ def test_bad_input_is_rejected():
     with pytest.raises(ValueError, match="max_assignments"):
         qi.solve_miqp_enumerate(qi.QP(Q=np.eye(20), c=np.zeros(20), A=np.zeros((1, 20)), b=np.zeros(1), eq=[False],
                                       lb=np.zeros(20), ub=np.ones(20), integer=np.ones(20, bool)))
+
+
+def test_q_twins_are_lp_identical_and_their_floor_bounds_every_q_blind_predictor():
+    from rayml.experiments.qp_gnn import twin_floor, twin_label_task
+
+    rows = twin_label_task((0, 7, 3), {"m": 4, "n": 10, "nnz": 16})
+    assert len(rows) == 6 and all(r["feasible"] for r in rows)
+    for a, b in zip(rows[0::2], rows[1::2]):
+        qa, qb = qi.from_row(a), qi.from_row(b)
+        for name in ("A", "b", "c", "lb", "ub"):
+            np.testing.assert_array_equal(getattr(qa, name), getattr(qb, name))
+        np.testing.assert_array_equal(np.diag(qa.Q), np.diag(qb.Q))
+        np.testing.assert_allclose(np.abs(qa.Q), np.abs(qb.Q))
+        torch.manual_seed(0)
+        g = qg.collate([qg.encode(qa), qg.encode(qb)])
+        with torch.no_grad():
+            out = qg.QPGNN(8, 2, level="graph", gnn_class="lp-gnn")(g)
+        assert out[0] == out[1]  # blind to off-diagonal Q: the same output on both twins
+    labels = [r["obj"] for r in rows]
+    floor = twin_floor("objective", labels)
+    # brute force: the best shared prediction per pair over a fine grid never beats the floor, and reaches it
+    best = []
+    for y1, y2 in zip(labels[0::2], labels[1::2]):
+        grid = np.linspace(min(y1, y2) - 1, max(y1, y2) + 1, 20001)
+        err = qg.relative_errors("objective", grid, [y1] * grid.size) + qg.relative_errors("objective", grid,
+                                                                                            [y2] * grid.size)
+        best.append(err.min() / 2)
+    assert np.mean(best) >= floor - 1e-9
+    assert np.mean(best) <= floor + 1e-3
