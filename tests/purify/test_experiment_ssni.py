@@ -1,4 +1,4 @@
-"""The SSNI experiment's bookkeeping: the worst case, the curve interpolation, the equal-clean gap, config checks."""
+"""The SSNI experiment's bookkeeping: the worst case, the curve's upper envelope, the per-image gap, config checks."""
 
 from __future__ import annotations
 
@@ -7,91 +7,142 @@ import pytest
 
 from rayml.experiments import ssni as E
 
-CONFIG = {**E.SIZES["tiny"], "t_grid": [50.0, 150.0]}
+CONFIG = {**E.SIZES["tiny"], "t_grid": [50.0, 150.0], "schedule": [[1, 1], [2, 1]]}
 
 
-def _part(start, correct, levels, norms):
-    return {"chunk": start, "seed": start, "start": start, "n": 2, "correct": correct, "levels": levels, "norms": norms}
+def _fake_parts(clean, robust_by_attack, reps=1):
+    """Two chunks of 2 images; ``clean[name]`` / ``robust_by_attack[name][attack]``: per-image 0/1 (or per
+    replicate rows); every defence of both radii gets the same numbers."""
+    def arr(v, start):
+        a = np.array(v, bool)
+        a = a[None] if a.ndim == 1 else a
+        return np.repeat(a[:, start:start + 2], reps, axis=0) if a.shape[0] == 1 else a[:, start:start + 2]
 
-
-def _fake_parts(clean, robust_by_attack):
-    """Two chunks of 2 images, 1 replicate; ``clean[name]`` / ``robust_by_attack[name][attack]``: per-image 0/1."""
     parts = []
     for start in (0, 2):
-        correct, levels = {}, {}
+        correct, levels, norm_levels = {}, {}, {}
         for lab in E.LABELS:
-            correct[(lab, "classifier", "clean")] = np.ones((1, 2), bool)
-            correct[(lab, "classifier", "pgd")] = np.zeros((1, 2), bool)
+            for a in ("clean", "pgd", "random"):
+                correct[(lab, "classifier", a)] = np.ones((1, 2), bool)
             for name in E.defences(CONFIG):
-                correct[(lab, name, "clean")] = np.array(clean[name][start:start + 2], bool)[None]
+                correct[(lab, name, "clean")] = arr(clean[name], start)
+                correct[(lab, name, "clean_extra")] = np.zeros((reps, 0), bool)
                 for attack, v in robust_by_attack[name].items():
-                    correct[(lab, name, attack)] = np.array(v[start:start + 2], bool)[None]
+                    correct[(lab, name, attack)] = arr(v, start)
                 if "_ssni_" in name:
-                    for key in ("clean", "pgd", "adaptive_1", "adaptive_t"):
+                    for key in ("clean", "pgd", "adaptive_1", "fixed_t"):
                         levels[(lab, name, key)] = np.array([10.0, 20.0])
-        norms = {("all", "clean"): np.array([1.0, 2.0]), **{(lab, "pgd"): np.array([3.0, 4.0]) for lab in E.LABELS}}
-        parts.append(_part(start, correct, levels, norms))
+            for inp in ("clean", "pgd", "random"):
+                norm_levels[(lab, inp)] = np.array([50.0, 60.0])
+        norms = {("all", "clean"): np.array([1.0, 2.0]),
+                 **{(lab, k): np.array([3.0, 4.0]) for lab in E.LABELS for k in ("pgd", "random")}}
+        parts.append({"chunk": start // 2, "seed": start, "start": start, "n": 2, "correct": correct,
+                      "levels": levels, "norms": norms, "norm_levels": norm_levels})
     return parts
 
 
-def _attacks(pgd, a0, a1, bpda, through_t=None):
+def _attacks(pgd, a0, a1, bpda, fixed_t=None):
     d = {"pgd": pgd, "adaptive_0": a0, "adaptive_1": a1, "bpda": bpda}
-    if through_t is not None:
-        d["adaptive_t"] = through_t
+    if fixed_t is not None:
+        d["fixed_t"] = fixed_t
     return d
+
+
+def _all(v):
+    return {n: v for n in E.defences(CONFIG)}
 
 
 def test_robust_is_the_per_image_worst_case_including_the_attack_through_t():
     ones = [1, 1, 1, 1]
-    clean = {n: ones for n in E.defences(CONFIG)}
-    attacks = {n: _attacks([1, 1, 0, 1], [1, 0, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]) for n in E.defences(CONFIG)}
-    attacks["diffpure_ssni_n"] = _attacks(ones, ones, ones, ones, through_t=[0, 1, 1, 1])
-    attacks["diffpure_ssni_l"] = _attacks(ones, ones, [1, 1, 1, 0], ones, through_t=ones)
-    metrics, baselines, rows, _ = E._summarise(_fake_parts(clean, attacks), CONFIG)
+    attacks = _all(_attacks([1, 1, 0, 1], [1, 0, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]))
+    # for SSNI the schedule is the attack through t(x); "fixed_t" holds t(x) fixed
+    attacks["diffpure_ssni_n"] = _attacks(ones, [0, 1, 1, 1], ones, ones, fixed_t=ones)
+    attacks["diffpure_ssni_l"] = _attacks(ones, ones, [1, 1, 1, 0], ones, fixed_t=[1, 0, 1, 1])
+    metrics, baselines, tables = E._summarise(_fake_parts(_all(ones), attacks), CONFIG)
     lab = E.LABELS[0]
     assert baselines[lab]["diffpure_t50"]["robust"] == 0.5
     assert metrics[lab]["diffpure_ssni_n"]["robust"] == 0.75  # only the attack through t(x) finds image 0
-    assert metrics[lab]["diffpure_ssni_l"]["robust"] == 0.75
+    assert metrics[lab]["diffpure_ssni_l"]["robust"] == 0.5
     assert metrics[lab]["diffpure_ssni_l"]["schedule"] == [1.0, 0.75]
-    assert metrics[lab]["diffpure_ssni_l"]["schedule_drop"] == 0.25
+    assert metrics[lab]["diffpure_ssni_l"]["schedule_change"] == -0.25
     assert metrics[lab]["diffpure_ssni_n"]["t_clean"] == 15.0
 
 
-def test_interpolation_brackets_the_target_clean_accuracy():
-    clean = np.array([0.9, 0.7, 0.5])
-    robust = np.array([[[0.0, 0.0]], [[1.0, 0.0]], [[1.0, 1.0]]])
-    out, outside = E._interpolate(clean, robust, 0.8)
-    assert not outside and np.allclose(out, [[0.5, 0.0]])
-    out, outside = E._interpolate(clean, robust, 0.95)
-    assert outside and np.allclose(out, robust[0])
-    out, outside = E._interpolate(clean, robust, 0.5)
-    assert not outside and np.allclose(out, robust[2])
+def test_convergence_is_two_sided():
+    ones = [1, 1, 1, 1]
+    attacks = _all(_attacks(ones, [1, 0, 0, 0], ones, ones, fixed_t=ones))  # the last step RISES by 0.75
+    metrics, baselines, _ = E._summarise(_fake_parts(_all(ones), attacks), CONFIG)
+    lab = E.LABELS[1]
+    d = metrics[lab]["diffpure_ssni_n"]
+    assert d["schedule_change"] == 0.75 and d["abs_schedule_change"] == 0.75 and not d["converged"]
+    assert metrics[lab]["attack"]["converged_defences"] == 0
+    assert metrics[lab]["attack"]["schedule_iterations_eot"] == [[1, 1], [2, 1]]
 
 
-def test_equal_clean_gap_is_zero_for_a_point_on_the_curve_and_positive_above_it():
-    # DiffPure t50: clean 1.0, robust 0.25; t150: clean 0.5, robust 0.75; control t100 and SSNI at clean 0.75
+def test_envelope_takes_the_best_robust_accuracy_at_or_above_the_clean_target():
+    clean = np.array([1.0, 1.0, 0.9, 0.5])
+    robust = np.array([[[0.1, 0.1]], [[0.3, 0.3]], [[0.5, 0.5]], [[0.9, 0.9]]])
+    # the reviewer's case: two grid points at the ceiling; the first bracket (0.1) is not the envelope (0.3)
+    env, info = E._envelope(clean, robust, 1.0)
+    assert np.allclose(env, 0.3) and info["points"] == [1] and not info["outside"]
+    # between 1.0 and 0.9: the best mixture reaching 0.95 is half t1, half t2 (0.4)
+    env, info = E._envelope(clean, robust, 0.95)
+    assert np.allclose(env, 0.4) and info["points"] == [1, 2] and info["weight"] == pytest.approx(0.5)
+    # at 0.9 the point itself (0.5) beats every mixture with the cleaner points
+    env, info = E._envelope(clean, robust, 0.9)
+    assert np.allclose(env, 0.5) and info["points"] == [2]
+    # at 0.7: mixing t2 (0.9, 0.5) and t3 (0.5, 0.9) half-half gives 0.7
+    env, info = E._envelope(clean, robust, 0.7)
+    assert np.allclose(env, 0.7) and info["points"] == [2, 3]
+    env, info = E._envelope(clean, robust, 1.01)
+    assert info["outside"] and np.allclose(env, 0.1)
+
+
+def test_the_envelope_dominates_every_grid_point_and_mixture_by_brute_force():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        g = rng.integers(2, 6)
+        clean = np.sort(rng.uniform(0.4, 1.0, g))[::-1]
+        robust = rng.uniform(0, 1, (g, 1, 3))
+        target = rng.uniform(clean.min(), clean.max())
+        env, _ = E._envelope(clean, robust, target)
+        ws = np.linspace(0, 1, 201)
+        best = max(w * robust[j].mean() + (1 - w) * robust[k].mean()
+                   for j in range(g) for k in range(g) for w in ws
+                   if w * clean[j] + (1 - w) * clean[k] >= target - 1e-12)
+        assert env.mean() == pytest.approx(best, abs=0.01) and env.mean() >= best - 1e-9
+
+
+def test_equal_clean_gap_is_one_value_per_image_averaged_over_draws():
+    # 2 replicates: DiffPure t50 clean 1.0 robust 0.25; t150 clean 0.5 robust 0.75; SSNI and the control at clean 0.75
     clean = {"diffpure_t50": [1, 1, 1, 1], "diffpure_t150": [1, 1, 0, 0], "diffpure_t100": [1, 1, 1, 0],
+             "gdmp_t50": [1, 1, 1, 1], "gdmp_t150": [1, 1, 0, 0],
              "diffpure_ssni_n": [1, 1, 1, 0], "diffpure_ssni_l": [1, 1, 1, 0]}
     r = lambda v: _attacks(v, v, v, v)  # noqa: E731
     attacks = {"diffpure_t50": r([1, 0, 0, 0]), "diffpure_t150": r([1, 1, 1, 0]), "diffpure_t100": r([1, 1, 0, 0]),
-               "diffpure_ssni_n": {**r([1, 1, 1, 1]), "adaptive_t": [1, 1, 1, 1]},
-               "diffpure_ssni_l": {**r([1, 0, 0, 0]), "adaptive_t": [1, 0, 0, 0]}}
-    metrics, baselines, rows, curve = E._summarise(_fake_parts(clean, attacks), CONFIG)
+               "gdmp_t50": r([0, 0, 0, 0]), "gdmp_t150": r([0, 0, 0, 0]),
+               "diffpure_ssni_n": {**r([[1, 1, 1, 1], [1, 1, 0, 1]]), "fixed_t": [1, 1, 1, 1]},
+               "diffpure_ssni_l": {**r([1, 0, 0, 0]), "fixed_t": [1, 0, 0, 0]}}
+    metrics, baselines, tables = E._summarise(_fake_parts(clean, attacks, reps=2), CONFIG)
     lab = E.LABELS[1]
     assert baselines[lab]["diffpure_t100"]["gap_at_equal_clean"] == pytest.approx(0.0)
-    assert metrics[lab]["diffpure_ssni_n"]["curve_robust_at_clean"] == pytest.approx(0.5)
-    assert metrics[lab]["diffpure_ssni_n"]["gap_at_equal_clean"] == pytest.approx(0.5)
+    assert metrics[lab]["diffpure_ssni_n"]["envelope_robust"] == pytest.approx(0.5)
+    assert metrics[lab]["diffpure_ssni_n"]["gap_at_equal_clean"] == pytest.approx(0.875 - 0.5)
     assert metrics[lab]["diffpure_ssni_l"]["gap_at_equal_clean"] == pytest.approx(-0.25)
-    gaps = [x["value"] for x in rows if x["radius"] == lab and x["defence"] == "diffpure_ssni_n"]
-    assert len(gaps) == 4 and np.mean(gaps) == pytest.approx(0.5)
-    assert {x["defence"] for x in curve} == set(E.defences(CONFIG))
+    assert metrics[lab]["diffpure_ssni_n"]["gap_at_equal_clean_gdmp"] == pytest.approx(0.875)
+    gaps = {x["image"]: x["value"] for x in tables["equal_clean"] if x["radius"] == lab and x["defence"] == "diffpure_ssni_n"}
+    # one row per image (4), never per (image, draw); image 2 is robust in one of two draws
+    assert sorted(gaps) == [0, 1, 2, 3] and gaps[2] == pytest.approx(0.5 - 0.5)
+    assert {x["defence"] for x in tables["curve"]} == set(E.defences(CONFIG))
+    assert {x["input"] for x in tables["score_norms"]} == {"clean", "pgd", "random"}
 
 
 @pytest.mark.parametrize(
     "override, match",
-    [({"n_test": 0}, "n_test"), ({"chunk": 0}, "chunk"), ({"radii": [0.1]}, "radii"), ({"t_grid": [50.0]}, "t_grid"),
-     ({"t_grid": [50.0, 100.0]}, "control_t"), ({"schedule": [[4, 2], [2, 2]]}, "schedule"),
-     ({"replicates": 0}, "replicates")],
+    [({"n_test": 0}, "n_test"), ({"chunk": 0}, "chunk"), ({"n_clean": 2}, "n_clean"), ({"radii": [0.1]}, "radii"),
+     ({"t_grid": [50.0]}, "t_grid"), ({"t_grid": [50.0, 100.0]}, "control_t"), ({"schedule": [[4, 2], [2, 2]]}, "schedule"),
+     ({"schedule": [[4, 2]]}, "schedule"), ({"replicates": 0}, "replicates"), ({"tolerance": 0.0}, "tolerance"),
+     ({"gdmp_scale": -1.0}, "gdmp_scale")],
 )
 def test_bad_configs_are_rejected(override, match):
     config = {**E.SIZES["tiny"], **override}
