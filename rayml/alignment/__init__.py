@@ -6,6 +6,8 @@ Modules:
         supervised warm-up.
     preference: preference pairs from the substrate's verifiable tasks, graded in difficulty,
         some label-flipped.
+    text_tasks: verifiable plain-text questions (additions, fact lookup) for a pretrained chat model
+        (SmolLM2-135M), graded in difficulty, with a held-out split.
     selective_dpo: Selective DPO (Gao et al., ICML 2025): learning orders from reference models on
         random halves, the easiest fraction trained easy to hard.
     dpsdp: DPSDP (Yuan & Xie, ICML 2025): actor-critic multi-turn refinement trained by per-turn
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["dpo", "preference", "selective_dpo", "dpsdp"]
+__all__ = ["dpo", "preference", "text_tasks", "selective_dpo", "dpsdp"]
 
 
 def __getattr__(name):

@@ -50,17 +50,28 @@ _WARM = dict(train_digits=[3, 4], sft_items=1500, sft_steps=300, sft_lr=1e-3)
 PAPER_FRACTION = 0.5
 PAPER_BETA = 0.01
 
-_COMMON = dict(levels=[3, 4, 5], noise=0.1, evals=4, lr_full=1e-5, lr_lora=1e-4, beta_ref=0.1,
-               reweight_temperature=1.0, beta_grid=[0.003, 0.01, 0.1], lr_scale_grid=[0.3, 1, 3, 10])
+REAL_MODELS = ("smollm2-135m",)
+# a real pretrained chat model (``model=smollm2-135m``): plain-text questions (``rayml.alignment.text_tasks``),
+# LoRA adapters only, no warm-up; sizes cut to what a 2-core CPU trains (a handful of DPO steps per run)
+_REAL = dict(task="add", levels=[1, 2, 3], capacities=["lora2", "lora8"], ref_seeds=2, ref_steps=4, evals=2, steps=4,
+             batch_size=4, n_pairs=32, fractions=[0.25, 0.5, 0.75], test_seeds=2, tune_seeds=1, eval_per_level=8,
+             beta_grid=[0.003, 0.01, 0.1], lr_scale_grid=[10])
+_COMMON = dict(model="base", task="add", levels=[3, 4, 5], noise=0.1, evals=4, lr_full=1e-5, lr_lora=1e-4,
+               beta_ref=0.1, reweight_temperature=1.0, beta_grid=[0.003, 0.01, 0.1], lr_scale_grid=[0.3, 1, 3, 10])
 SIZES = {
     "tiny": dict(_COMMON, train_digits=[3, 4], sft_items=8, sft_steps=2, sft_lr=1e-3, n_pairs=16, capacities=["lora1"], ref_seeds=2, ref_steps=2, steps=2,
                  batch_size=4, fractions=[0.5], test_seeds=2, tune_seeds=1, eval_per_level=3, evals=2,
-                 beta_grid=[0.1], lr_scale_grid=[1]),
+                 beta_grid=[0.1], lr_scale_grid=[1],
+                 real=dict(levels=[1, 2], capacities=["lora1"], ref_steps=1, evals=1, steps=1, batch_size=2, n_pairs=8,
+                           eval_per_level=1)),
     "quick": dict(_COMMON, **_WARM, n_pairs=192, capacities=["lora2", "full"], ref_seeds=2, ref_steps=24, steps=24,
-                  batch_size=16, fractions=[0.25, 0.5, 0.75], test_seeds=3, tune_seeds=1, eval_per_level=40),
+                  batch_size=16, fractions=[0.25, 0.5, 0.75], test_seeds=3, tune_seeds=1, eval_per_level=40,
+                  real=dict(_REAL)),
     "full": dict(_COMMON, **_WARM, n_pairs=1024, capacities=["lora1", "lora4", "lora16", "full"], ref_seeds=3,
                  ref_steps=120, steps=120, batch_size=16, fractions=[0.25, 0.5, 0.75, 1.0], test_seeds=8,
-                 tune_seeds=2, eval_per_level=100, evals=5, beta_grid=[0.01, 0.05, 0.1, 0.5]),
+                 tune_seeds=2, eval_per_level=100, evals=5, beta_grid=[0.01, 0.05, 0.1, 0.5],
+                 real=dict(_REAL, n_pairs=256, ref_steps=32, steps=32, batch_size=8, test_seeds=4, eval_per_level=40,
+                           lr_scale_grid=[1, 3, 10, 30], capacities=["lora2", "lora8", "lora32"])),
 }
 
 
@@ -70,6 +81,16 @@ SIZES = {
 def _check(config: Mapping[str, Any]) -> None:
     from rayml.alignment.dpo import DPOConfig
     from rayml.alignment.preference import _check_levels
+    from rayml.alignment.text_tasks import KINDS
+
+    if config["model"] not in ("base",) + REAL_MODELS:
+        raise ValueError(f"model must be one of {('base',) + REAL_MODELS}, got {config['model']!r}")
+    if config["task"] not in KINDS:
+        raise ValueError(f"task must be one of {KINDS} (questions for a real model), got {config['task']!r}")
+    real = config.get("real") or {}
+    if not isinstance(real, dict) or set(real) - set(config) or {"model", "real"} & set(real):
+        raise ValueError(f"real must be a dict of other settings of this config, got {real!r}")
+    config = _effective(config)
 
     _check_levels(config["levels"])
     _check_levels(config["train_digits"])
@@ -108,12 +129,23 @@ def _capacity(name: str):
     return None
 
 
-@lru_cache(maxsize=1)
-def _base():
+@lru_cache(maxsize=2)
+def _base(name: str = "base"):
     import rayml.llm
 
-    lm = rayml.llm.pretrained("base")
+    lm = rayml.llm.pretrained(name, train_if_missing=False)
     return lm.model, lm.tokenizer
+
+
+def _effective(config: Mapping[str, Any]) -> dict:
+    """The config a run uses: a real pretrained model takes its settings from ``config["real"]``."""
+    config = dict(config)
+    real = config.pop("real", None) or {}
+    return dict(config, **real) if config["model"] in REAL_MODELS else config
+
+
+def _real(config) -> bool:
+    return config["model"] in REAL_MODELS
 
 
 _SFT: dict = {}
@@ -122,6 +154,8 @@ _SFT: dict = {}
 def _sft_policy(shared):
     """The SFT starting policy (the shipped base after the refinement warm-up of ``dpsdp``), built
     once per worker from the weights in ``shared`` (sent through the object store)."""
+    if shared["sft"] is None:  # a real pretrained chat model is its own SFT policy
+        return _base(shared["config"]["model"])[0]
     key = shared["sft_key"]
     if key not in _SFT:
         import copy
@@ -137,24 +171,44 @@ def _sft_policy(shared):
 
 
 @lru_cache(maxsize=4)
-def _data(seed: int, n_pairs: int, levels: tuple, noise: float):
-    from rayml.alignment import preference as pf
+def _data(seed: int, n_pairs: int, levels: tuple, noise: float, model: str = "base", kind: str = "add"):
+    from rayml.alignment import preference as pf, text_tasks as tt
 
-    _, tok = _base()
-    pairs = pf.make_pairs(n_pairs, levels=levels, noise=noise, seed=np.random.default_rng([seed, 1]))
+    _, tok = _base(model)
+    rng = np.random.default_rng([seed, 1])
+    if model in REAL_MODELS:
+        pairs = tt.make_pairs(n_pairs, kind=kind, levels=levels, noise=noise, seed=rng)
+        return pairs, tt.encode_pairs(pairs, tok)
+    pairs = pf.make_pairs(n_pairs, levels=levels, noise=noise, seed=rng)
     return pairs, pf.encode_pairs(pairs, tok)
 
 
-def _policy(capacity: str, seed: int, shared=None):
+def _pairs(shared):
+    c = shared["config"]
+    return _data(shared["seed"], c["n_pairs"], tuple(c["levels"]), c["noise"], c["model"], c["task"])
+
+
+def _eval_items(config, seed: int):
+    """Held-out items and their levels."""
+    from rayml.alignment import preference as pf, text_tasks as tt
+
+    if _real(config):
+        items = tt.eval_items(int(config["eval_per_level"]), kind=config["task"], levels=config["levels"], seed=seed)
+        return items, np.array([it.level for it in items])
+    items = pf.eval_items(int(config["eval_per_level"]), levels=config["levels"], seed=seed)
+    return items, np.array([len(str(it.meta["a"])) for it in items])
+
+
+def _policy(capacity: str, seed: int, shared=None, model: str = "base"):
     from rayml.alignment.dpo import add_lora
 
-    model = _base()[0] if shared is None else _sft_policy(shared)
+    model = _base(model)[0] if shared is None else _sft_policy(shared)
     r = _capacity(capacity)
     return model if r == 0 else add_lora(model, r, seed=seed)
 
 
-def _trainable(capacity: str) -> int:
-    return int(sum(p.numel() for p in _policy(capacity, 0).parameters() if p.requires_grad))
+def _trainable(capacity: str, model: str = "base") -> int:
+    return int(sum(p.numel() for p in _policy(capacity, 0, model=model).parameters() if p.requires_grad))
 
 
 def _dpo_config(config, capacity: str, beta: float, steps: int, scale: float = 1.0):
@@ -166,13 +220,16 @@ def _dpo_config(config, capacity: str, beta: float, steps: int, scale: float = 1
 
 
 def _accuracy(model, items, tok) -> np.ndarray:
+    from rayml.alignment import text_tasks as tt
     from rayml.llm import tasks
     from rayml.llm.generation import generate
 
-    prompts = [tok.encode(it.prompt, bos=True) for it in items]
-    width = max(len(it.answer) for it in items) + 2
+    text = bool(items) and isinstance(items[0], tt.TextItem)
+    prompts = [tok.encode(tt.chat_prompt(it.question) if text else it.prompt, bos=True) for it in items]
+    width = max(len(tok.encode(it.answer)) for it in items) + 2
     out = generate(model, prompts, max_new_tokens=width, eos_id=tok.eos_id, pad_id=tok.pad_id)
-    return np.array([tasks.score(it, tok.decode(o)) for it, o in zip(items, out.tokens)])
+    score = tt.score if text else tasks.score
+    return np.array([score(it, tok.decode(o)) for it, o in zip(items, out.tokens)])
 
 
 # ------------------------------------------------------------------------------------------
@@ -184,10 +241,10 @@ def reference_task(item: tuple, shared: Mapping[str, Any]) -> dict:
 
     capacity, k, half, seed = item
     config = shared["config"]
-    _, tp = _data(shared["seed"], config["n_pairs"], tuple(config["levels"]), config["noise"])
+    _, tp = _pairs(shared)
     halves = sd.split_halves(len(tp), shared["split_seeds"][k])
     train, held = halves[half], halves[1 - half]
-    _, tok = _base()
+    _, tok = _base(config["model"])
     run = sd.reference_run(_policy(capacity, seed, shared), tp, train, held,
                            _dpo_config(config, capacity, config["beta_ref"], config["ref_steps"]),
                            evals=int(config["evals"]), seed=seed, pad_id=tok.pad_id)
@@ -201,8 +258,8 @@ def train_task(item: tuple, shared: Mapping[str, Any]) -> dict:
 
     phase, capacity, method, fraction, beta, scale, s_idx, seed = item
     config = shared["config"]
-    pairs, tp = _data(shared["seed"], config["n_pairs"], tuple(config["levels"]), config["noise"])
-    model, tok = _base()
+    pairs, tp = _pairs(shared)
+    model, tok = _base(config["model"])
     order = np.asarray(shared["orders"][capacity])
     cfg = _dpo_config(config, capacity, beta, config["steps"], scale)
     policy = _policy(capacity, seed, shared)
@@ -218,12 +275,8 @@ def train_task(item: tuple, shared: Mapping[str, Any]) -> dict:
         res = dpo.train_dpo(policy, tp, cfg, seed=seed, weights=w, pad_id=tok.pad_id)
     else:  # pragma: no cover - items are built below
         raise ValueError(f"unknown method {method!r}")
-    from rayml.alignment import preference as pf
-
-    items = pf.eval_items(int(config["eval_per_level"]), levels=config["levels"],
-                          seed=int(shared["eval_seeds"][phase]))
+    items, lv = _eval_items(config, int(shared["eval_seeds"][phase]))
     correct = _accuracy(res.model, items, tok)
-    lv = np.array([len(str(it.meta["a"])) for it in items])
     by_level = {str(d): float(correct[lv == d].mean()) for d in config["levels"]}
     return {"phase": phase, "capacity": capacity, "method": method, "fraction": float(fraction), "beta": float(beta),
             "lr_scale": float(scale), "seed": int(s_idx), "accuracy": float(correct.mean()), "by_level": by_level,
@@ -232,13 +285,10 @@ def train_task(item: tuple, shared: Mapping[str, Any]) -> dict:
 
 def base_task(item: tuple, shared: Mapping[str, Any]) -> dict:
     """The starting policy's accuracy by level (no training)."""
-    from rayml.alignment import preference as pf
-
     config = shared["config"]
-    _, tok = _base()
-    items = pf.eval_items(int(config["eval_per_level"]), levels=config["levels"], seed=int(shared["eval_seeds"]["test"]))
+    _, tok = _base(config["model"])
+    items, lv = _eval_items(config, int(shared["eval_seeds"]["test"]))
     correct = _accuracy(_sft_policy(shared), items, tok)
-    lv = np.array([len(str(it.meta["a"])) for it in items])
     return {"accuracy": float(correct.mean()),
             "by_level": {str(d): float(correct[lv == d].mean()) for d in config["levels"]}}
 
@@ -263,6 +313,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     from rayml.alignment import selective_dpo as sd
 
     _check(config)
+    config = _effective(config)
     caps = list(config["capacities"])
     n = int(config["n_pairs"])
     ss = runtime.seeds(seed, 6)
@@ -271,7 +322,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     from rayml.experiments.dpsdp import WARMUP_SEED, sft_state
 
     warm = {k: config[k] for k in WARMUP_KEYS}
-    sft = sft_state(warm, WARMUP_SEED)
+    sft = None if _real(config) else sft_state(warm, WARMUP_SEED)  # a real chat model needs no warm-up
     shared = {"config": dict(config), "seed": int(ss[3] % 2**31), "split_seeds": split_seeds, "eval_seeds": eval_seeds,
               "sft": sft, "sft_key": json.dumps(warm, sort_keys=True)}
 
@@ -280,7 +331,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     ref_items = [(c, k, h, ref_seeds[(i * int(config["ref_seeds"]) + k) * 2 + h])
                  for i, c in enumerate(caps) for k in range(int(config["ref_seeds"])) for h in (0, 1)]
     refs = runtime.pmap(reference_task, ref_items, shared=shared, chunk_size=1, desc="reference models")
-    pairs, _ = _data(shared["seed"], n, tuple(config["levels"]), config["noise"])
+    pairs, _ = _pairs(shared)
     noisy = np.array([p.noisy for p in pairs])
     level = np.array([p.level for p in pairs])
     orders, agreement, order_rows = {}, {}, []
@@ -295,7 +346,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         agreement[c] = {"spearman_mean": float(off.mean()) if off.size else float("nan"),
                         "spearman_min": float(off.min()) if off.size else float("nan"),
                         "noisy_auc": _auc(orders[c], noisy),
-                        "level_spearman": float(spearmanr(orders[c], np.abs(level - 3)).statistic),
+                        "level_spearman": float(spearmanr(orders[c], level - min(config["levels"])).statistic),
                         "noisy_in_easiest_half": float(noisy[sd.select_easiest(orders[c], 0.5)].mean())}
         for i in range(n):
             order_rows.append({"capacity": c, "pair": i, "level": int(level[i]), "noisy": bool(noisy[i]),
@@ -368,7 +419,7 @@ def _summarize(config, caps, out, base, tuned, best, agreement, random_scorer, o
         accs = {float(f): mean_acc(f"selective@{float(f):g}", c) for f in config["fractions"]}
         best_fraction[c] = float(max(sorted(accs), key=lambda f: (accs[f], -abs(f - PAPER_FRACTION))))
         frac_rows += [{"capacity": c, "fraction": f, "metric": "accuracy", "value": v} for f, v in accs.items()]
-    trainable = {c: _trainable(c) for c in caps}
+    trainable = {c: _trainable(c, config["model"]) for c in caps}
     small, large = min(caps, key=trainable.get), max(caps, key=trainable.get)
     metrics = {
         "accuracy": mean_acc(sel),
