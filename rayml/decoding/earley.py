@@ -54,7 +54,7 @@ class ESet:
         key: the set's content (items with a symbol after the dot, and ``accepting``).
     """
 
-    __slots__ = ("scan", "wait", "accepting", "key", "leo", "n_items", "max_ref", "first", "steps", "tokens")
+    __slots__ = ("scan", "wait", "accepting", "key", "leo", "n_items", "max_ref", "first", "first_l", "steps", "tokens")
 
     def __init__(self, scan, wait, accepting, items, key=None, max_ref=None):
         self.scan = scan
@@ -63,6 +63,7 @@ class ESet:
         self.key = (frozenset(items), accepting) if key is None else key
         self.leo: dict = {}
         self.first = None  # allowed next bytes, memoised by EarleyEngine.allowed_first_bytes
+        self.first_l = None  # the same as a Python list
         self.steps: dict = {}  # byte -> next chart (or None), memoised by EarleyEngine.step
         self.tokens: dict = {}  # token id -> next chart (or None), memoised by GrammarMatcher.accept_token
         self.n_items = len(items)
@@ -317,6 +318,13 @@ class EarleyEngine:
                 out |= self.t_live[t][s]
             last.first = out
         return last.first
+
+    def first_list(self, chart: tuple) -> list:
+        """``allowed_first_bytes`` as a Python list of 256 bools (memoised on the last set)."""
+        last = chart[-1]
+        if last.first_l is None:
+            last.first_l = self.allowed_first_bytes(chart).tolist()
+        return last.first_l
 
     @staticmethod
     def live_items(chart: tuple) -> int:

@@ -423,6 +423,21 @@ _NONE = np.zeros(0, np.int64)
 _MISSING = object()
 
 
+def _combine(dense: list, sparse: list, extra: list, n_words: int) -> np.ndarray:
+    """OR of packed words, (word, bits) pairs and token ids; a single packed array is returned
+    as is (masks are never written to: the caches hand out the same arrays)."""
+    if len(dense) == 1 and not (sparse or extra):
+        return dense[0]
+    words = dense[0].copy() if dense else np.zeros(n_words, np.uint32)
+    for x in dense[1:]:
+        words |= x
+    for w, v in sparse:
+        words[w] |= v
+    if extra:
+        _set_bits(words, np.concatenate(extra))
+    return words
+
+
 class _TerminalInfo:
     __slots__ = ("inside", "exits")
 
@@ -520,6 +535,7 @@ class CompiledGrammar:
         self._single: dict = {}
         self.mask_cache: OrderedDict = OrderedDict()
         self.exit_cache: OrderedDict = OrderedDict()
+        self.contrib_cache: OrderedDict = OrderedDict()
         self.stats = {"cache_hits": 0, "cache_misses": 0, "simulated_bytes": 0, "terminal_infos": 0, "exit_hits": 0}
 
     # -- per (terminal, state) precomputation ---------------------------------------------
@@ -619,7 +635,7 @@ class CompiledGrammar:
         byte the chart allows, so a rejected prefix rules out its whole subtree at once (the
         rejected-prefix cache) and shared prefixes are simulated once."""
         idx = self.index
-        step, first = self.engine.step, self.engine.allowed_first_bytes
+        step, first, first_list = self.engine.step, self.engine.allowed_first_bytes, self.engine.first_list
         c_lo, c_hi, t_byte, max_len = idx.t_child_lo, idx.t_child_hi, idx.t_byte, idx.max_len
         stack = [(chart, p, node)]
         n_sim = 0
@@ -630,8 +646,14 @@ class CompiledGrammar:
             lo, hi = int(c_lo[d][m]), int(c_hi[d][m])
             if lo == hi:
                 continue
-            kids = t_byte[d + 1][lo:hi]
-            for j in np.flatnonzero(first(c)[kids]).tolist():
+            if hi - lo <= 8:  # few children: a Python scan beats three numpy calls
+                fl = first_list(c)
+                kids = t_byte[d + 1][lo:hi].tolist()
+                js = [j for j, b in enumerate(kids) if fl[b]]
+            else:
+                kids = t_byte[d + 1][lo:hi]
+                js = np.flatnonzero(first(c)[kids]).tolist()
+            for j in js:
                 c2 = step(c, int(kids[j]))
                 n_sim += 1
                 if c2 is None:
@@ -641,6 +663,47 @@ class CompiledGrammar:
                     out.append(ends)
                 stack.append((c2, d + 1, lo + j))
         self.stats["simulated_bytes"] += n_sim
+
+    def _exit_top(self, chart, t: int, s: int, a: int):
+        x = self.engine.exit_chart(chart, t, s, a)
+        return None if x is None else x[-1]
+
+    def _exits_into(self, chart, t: int, s: int, info, cached: bool, dense: list, sparse: list, extra: list) -> None:
+        """The tokens that leave terminal ``t`` (state ``s``) inside them: for each exit, the
+        trie below its nodes simulated from the exit chart (``_simulate``), through the exit
+        cache when ``cached``; appended as packed words, (word, bits) pairs or token ids."""
+        cfg, engine, idx = self.config, self.engine, self.index
+        for a, nodes in info.exits.items():
+            x = engine.exit_chart(chart, t, s, a)
+            if x is None:
+                continue
+            if not cached:
+                for p_, node in nodes:
+                    self._simulate(x, p_, node, extra)
+                continue
+            xkey = x[-1] if cfg.memo else engine.chart_key(x)
+            for p_, node in nodes:
+                nkey = (xkey, p_, node)
+                got = self.exit_cache.get(nkey)
+                if got is None:
+                    found: list = []
+                    self._simulate(x, p_, node, found)
+                    got = np.concatenate(found) if found else _NONE
+                    if got.size >= 512:  # many tokens: keep them packed
+                        got = (idx.pack(got),)
+                    elif got.size:  # few: as (word, bits) pairs to OR in
+                        got = _sparse(got)
+                    self.exit_cache[nkey] = got
+                    if len(self.exit_cache) > cfg.cache_size:
+                        self.exit_cache.popitem(last=False)
+                else:
+                    self.exit_cache.move_to_end(nkey)
+                    self.stats["exit_hits"] += 1
+                if type(got) is tuple:
+                    if len(got) == 1:
+                        dense.append(got[0])
+                    else:
+                        sparse.append(got)
 
     def compute_mask(self, chart) -> np.ndarray:
         """The packed uint32 mask words of the tokens allowed after ``chart``."""
@@ -656,47 +719,38 @@ class CompiledGrammar:
                 return hit
             self.stats["cache_misses"] += 1
         idx = self.index
-        words = np.zeros(idx.n_words, np.uint32)
         engine = self.engine
+        dense: list = []  # packed words to OR together (a single one is used as is, no copy)
+        sparse: list = []  # (word indices, bits) pairs
         extra: list = []
+        contrib = cfg.memo and key is not None
         for (t, s) in chart[-1].scan:
             info = self.terminal_info(t, s)
-            words |= info.inside
-            for a, nodes in info.exits.items():
-                x = engine.exit_chart(chart, t, s, a)
-                if x is None:
-                    continue
-                if key is None:
-                    for p_, node in nodes:
-                        self._simulate(x, p_, node, extra)
-                    continue
-                xkey = x[-1] if cfg.memo else engine.chart_key(x)
-                for p_, node in nodes:
-                    nkey = (xkey, p_, node)
-                    got = self.exit_cache.get(nkey)
-                    if got is None:
-                        found: list = []
-                        self._simulate(x, p_, node, found)
-                        got = np.concatenate(found) if found else _NONE
-                        if got.size >= 512:  # many tokens: keep them packed
-                            got = (idx.pack(got),)
-                        elif got.size:  # few: as (word, bits) pairs to OR in
-                            got = _sparse(got)
-                        self.exit_cache[nkey] = got
-                        if len(self.exit_cache) > cfg.cache_size:
-                            self.exit_cache.popitem(last=False)
-                    else:
-                        self.exit_cache.move_to_end(nkey)
-                        self.stats["exit_hits"] += 1
-                    if type(got) is tuple:
-                        if len(got) == 1:
-                            words |= got[0]
-                        else:
-                            words[got[0]] |= got[1]
-        if extra:
-            _set_bits(words, np.concatenate(extra))
+            if not info.exits:
+                dense.append(info.inside)
+                continue
+            if not contrib:
+                dense.append(info.inside)
+                self._exits_into(chart, t, s, info, key is not None, dense, sparse, extra)
+                continue
+            # state-aware cache of one terminal state's contribution (inside tokens and every
+            # exit's tokens): keyed by its terminal info and the exit charts' (interned) top sets,
+            # so it hits wherever those agree, e.g. at every count of a long bounded string
+            ckey = (info,) + tuple(self._exit_top(chart, t, s, a) for a in info.exits)
+            got = self.contrib_cache.get(ckey)
+            if got is None:
+                d2, s2, e2 = [info.inside], [], []
+                self._exits_into(chart, t, s, info, True, d2, s2, e2)
+                got = _combine(d2, s2, e2, idx.n_words)
+                self.contrib_cache[ckey] = got
+                if len(self.contrib_cache) > cfg.cache_size:
+                    self.contrib_cache.popitem(last=False)
+            else:
+                self.contrib_cache.move_to_end(ckey)
+            dense.append(got)
         if engine.can_terminate(chart):
-            words |= idx.eos_words
+            dense.append(idx.eos_words)
+        words = _combine(dense, sparse, extra, idx.n_words)
         if key is not None:
             self.mask_cache[key] = words
             if len(self.mask_cache) > cfg.cache_size:

@@ -432,6 +432,26 @@ def bench_suite(n: int, seed: int) -> list[dict]:
 
 
 _PEERS: dict = {}
+# outlines-core expands a string length bound into a regex repetition and indexes its DFA over the
+# whole vocabulary: above this bound it runs for minutes and gigabytes, so the schema is counted as
+# a compile failure of that peer instead of being run
+PEER_MAX_LENGTH = {"outlines-core": 256}
+
+
+def _max_length(schema) -> int:
+    if isinstance(schema, dict):
+        own = max([int(schema[k]) for k in ("maxLength", "minLength") if isinstance(schema.get(k), int)], default=0)
+        return max([own] + [_max_length(v) for v in schema.values()])
+    if isinstance(schema, list):
+        return max([_max_length(v) for v in schema], default=0)
+    return 0
+
+
+def _peer_compile(name: str, peer, schema):
+    """``peer.compile(schema)``, or ``ValueError`` for a schema past the peer's limits."""
+    if _max_length(schema) > PEER_MAX_LENGTH.get(name, float("inf")):
+        raise ValueError(f"{name}: string length bound above {PEER_MAX_LENGTH[name]} (not run)")
+    return peer.compile(schema)
 
 
 def _peer(name: str, vocab_name: str):
@@ -520,7 +540,7 @@ def bench_one(item: tuple, config: Mapping[str, Any]) -> list[dict]:
         peer = _peer(name, vocab_name)
         if not isinstance(peer, str):
             try:
-                peers[name] = (peer, peer.compile(schema))
+                peers[name] = (peer, _peer_compile(name, peer, schema))
             except Exception:  # noqa: BLE001 - counted below as a compile error
                 pass
     sequences = []
@@ -565,7 +585,7 @@ def bench_one(item: tuple, config: Mapping[str, Any]) -> list[dict]:
             continue
         t0 = time.perf_counter()
         try:
-            compiled = peer.compile(schema)
+            compiled = _peer_compile(name, peer, schema)
             first = peer.matcher(compiled)
         except Exception:  # noqa: BLE001 - a schema a peer cannot compile is a failure
             add(name, "compile_error", 1)
