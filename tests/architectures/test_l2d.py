@@ -158,3 +158,31 @@ def test_bad_input_is_rejected():
         l2d.integrate(lambda x, t, r: x, x, steps=0)
     with pytest.raises(ValueError, match="rtol"):
         l2d.integrate(lambda x, t, r: x, x, method="adaptive_heun", rtol=0.0)
+
+
+def test_smollm2_is_reproduced_exactly_at_t_zero():
+    """The flow path beside the frozen SmolLM2-135M (30 layers, GQA 9/3 heads, tied embeddings):
+    at t = 0 the logits are the base model's bit for bit, with the flow path's weights perturbed
+    away from their zero-initialised start; a positive t moves them."""
+    from rayml.llm import smollm2
+    from rayml.registry import MissingExtra
+
+    torch.set_num_threads(1)
+    try:
+        smollm2.require_hf()
+        smollm2.ensure()
+    except MissingExtra as e:
+        pytest.skip(f"SmolLM2 needs the [hf] extra here: {e}")
+    except smollm2.ModelUnavailable as e:
+        pytest.skip(f"SmolLM2-135M cannot be fetched here: {e}")
+    import rayml.llm as L
+
+    lm = L.pretrained("smollm2-135m")
+    ids = torch.tensor([lm.tokenizer.encode("<|im_start|>user\nWhat is 23+45?<|im_end|>\n", bos=True)])
+    with torch.no_grad():
+        ref = lm.model(ids)
+        flow = _perturbed(l2d.FlowLM(lm.model, l2d.L2DConfig(flow_dim=16, cond_dim=8, lora_rank=2)), scale=0.05)
+        x = torch.randn(1, ids.shape[1], 16) * 64
+        assert torch.equal(flow(ids, x, torch.zeros(1, ids.shape[1])), ref)
+        assert (flow(ids, x, torch.full((1, ids.shape[1]), 0.7)) - ref).abs().max() > 1e-3
+    assert all(not p.requires_grad for p in lm.model.parameters())  # the base stays frozen
