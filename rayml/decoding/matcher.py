@@ -139,6 +139,7 @@ class TokenIndex:
         self.t_byte, self.t_pos_lo, self.t_pos_hi = [None], [None], [None]
         self.t_end_node, self.t_end_tok = [None], [None]
         self.t_child_lo, self.t_child_hi = [None], [None]
+        self.t_parent = [None, None]  # t_parent[d][m]: the depth d - 1 parent of node m (d >= 2)
         prev_node = None
         for d in range(1, self.max_len + 1):
             active = lens >= d
@@ -154,6 +155,7 @@ class TokenIndex:
             self.t_end_tok.append(self.order[ends])
             if prev_node is not None:
                 parent = prev_node[starts]
+                self.t_parent.append(parent)
                 lo = np.searchsorted(parent, np.arange(len(self.t_byte[d - 1])), side="left")
                 hi = np.searchsorted(parent, np.arange(len(self.t_byte[d - 1])), side="right")
                 self.t_child_lo.append(lo)
@@ -294,42 +296,77 @@ class TokenIndex:
         Returns ``(inside, closing)``: ``inside = (ids, n, at_start)``, the tokens whose bytes
         stay inside the string, their number of finished characters and whether they end
         between characters; ``closing = [(depth p, node, n)]``: the closing quote is byte ``p``
-        of the tokens under ``node``, after ``n`` finished characters."""
+        of the tokens under ``node``, after ``n`` finished characters.
+
+        Whole trie levels are processed while most nodes are alive (string characters keep
+        almost every token alive; the children of a dead node read an extra row of -1, so there
+        is no compaction), then only the alive nodes and their children."""
         w = local.shape[0]
-        ids, ns, at0, closing = [], [], [], []
-        alive = np.arange(len(self.t_byte[1]))
-        par = np.zeros(len(alive), np.int64)  # every level-1 node's parent is the root
-        st_par, n_par = np.array([i]), np.array([0])
+        out = ([], [], [], [])
+        local2 = np.vstack([local, np.full((1, local.shape[1]), -1, local.dtype)])
+        raw = local2[i, self.t_byte[1]].astype(np.int64)
+        npar = np.zeros(len(raw), np.int64)
         d = 1
         while True:
-            raw = local[st_par[par], self.t_byte[d][alive]]
-            close = raw == w + 1
-            if close.any():
-                closing.extend(zip([d] * int(close.sum()), alive[close].tolist(), n_par[par[close]].tolist()))
-            keep = (raw >= 0) & ~close
-            alive, raw, par = alive[keep], raw[keep], par[keep]
-            if not alive.size:
+            st, n = self._count_level(d, raw, npar, w, None, out)
+            live = st >= 0
+            n_live = int(np.count_nonzero(live))
+            if d == self.max_len or not n_live:
+                return self._count_result(out)
+            if 4 * n_live < len(st):
                 break
-            done = raw == w
-            n = n_par[par] + done
-            st = np.where(done, 0, raw)
-            end_node = self.t_end_node[d]
-            if end_node.size:
-                where = np.full(len(self.t_byte[d]), -1, np.int64)
-                where[alive] = np.arange(len(alive))
-                j = where[end_node]
-                sel = j >= 0
-                ids.append(self.t_end_tok[d][sel])
-                ns.append(n[j[sel]])
-                at0.append(st[j[sel]] == 0)
-            if d == self.max_len:
-                break
-            child, cpar = self._children(d, alive)
+            par_d = self.t_parent[d + 1]
+            raw = local2[st[par_d], self.t_byte[d + 1]].astype(np.int64)
+            npar = n[par_d]
+            d += 1
+        alive = np.flatnonzero(live)  # few alive: go on with the alive nodes only
+        st_par, n_par = st[alive], n[alive]
+        while True:
+            child, par = self._children(d, alive)
             if child is None:
                 break
-            st_par, n_par = st, n
-            alive, par = child, cpar
             d += 1
+            st, n = self._count_level(d, local[st_par[par], self.t_byte[d][child]].astype(np.int64), n_par[par], w,
+                                      child, out)
+            keep = st >= 0
+            alive, st_par, n_par = child[keep], st[keep], n[keep]
+            if not alive.size or d == self.max_len:
+                break
+        return self._count_result(out)
+
+    def _count_level(self, d: int, raw, npar, w: int, nodes, out):
+        """One level of ``walk_counted``: ``raw`` local-table values (-1 dead) at the trie
+        ``nodes`` of depth ``d`` (None: all of them), ``npar`` their parents' counts; records the
+        closing quotes and the tokens ending here in ``out``; returns the nodes' local states
+        (-1 dead or closed) and counts."""
+        ids, ns, at0, closing = out
+        close = raw == w + 1
+        if close.any():
+            at = np.flatnonzero(close) if nodes is None else nodes[close]
+            closing.extend(zip([d] * len(at), at.tolist(), npar[close].tolist()))
+        done = raw == w
+        n = npar + done
+        st = np.where(done, 0, raw)
+        st[close] = -1
+        en = self.t_end_node[d]
+        if en.size:
+            toks = self.t_end_tok[d]
+            if nodes is not None:  # the ending tokens whose node is among ``nodes``
+                where = np.full(len(self.t_byte[d]), -1, np.int64)
+                where[nodes] = np.arange(len(nodes))
+                en = where[en]
+                valid = en >= 0
+                en, toks = en[valid], toks[valid]
+            se = st[en]
+            sel = se >= 0
+            ids.append(toks[sel])
+            ns.append(n[en[sel]])
+            at0.append(se[sel] == 0)
+        return st, n
+
+    @staticmethod
+    def _count_result(out):
+        ids, ns, at0, closing = out
         cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt))  # noqa: E731
         return (cat(ids, np.int64), cat(ns, np.int64), cat(at0, bool)), closing
 
