@@ -1,6 +1,12 @@
-"""DIRECT reproduction: active learning on imbalanced, noisy digits against seven baselines.
+"""DIRECT reproduction: active learning on imbalanced, noisy data against seven baselines.
 
-Pool: ``load_digits`` with 1-pixel nudges, ``n_majority`` majority classes and the other classes
+Two data sets (``dataset``): ``digits`` (default) and ``docstrings``, the all-MiniLM-L6-v2 sentence
+embeddings (frozen, 384-d) of the Python standard library's docstrings labelled by one of twelve
+module families (``rayml.data.text_sets``: two majority families of 500 pool texts drawn per seed
+among the five largest, the other ten at 25 each, 1:20; 30 clean test texts per family), with the
+same head, noise levels, budget, tuning and claims (``--set dataset=docstrings``).
+
+Digits pool: ``load_digits`` with 1-pixel nudges, ``n_majority`` majority classes and the other classes
 kept at ``minority_fraction`` (about 1:20), with 0%, 10% and 20% of the pool's labels flipped to
 another class (fixed per example: the annotator repeats its mistake). Model: a class-balanced
 logistic head on the frozen pixel features, retrained every round. Every strategy (DIRECT and
@@ -20,6 +26,7 @@ the headline numbers are the median over the three noise levels (no single level
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Mapping
 
 import numpy as np
@@ -27,6 +34,7 @@ import numpy as np
 from rayml import runtime
 from rayml.data import active_learning as al
 from rayml.data.active_baselines import BASELINES
+from rayml.data import text_sets
 from rayml.experiments import Experiment, Outcome
 from rayml.results import Claim, Control
 
@@ -34,17 +42,18 @@ PAPER = "Improved Algorithm for Deep Active Learning under Imbalance via Optimal
 METHOD = "direct"
 ABSTRACT_RANDOM = "abstract: 'DIRECT reduces annotation costs by ... over 80% versus random sampling'"
 ABSTRACT_SOTA = "abstract: 'DIRECT reduces annotation costs by over 60% compared to state-of-the-art active learning methods'"
+DATASETS = ("digits", "docstrings")
 
 SIZES = {
     "tiny": dict(noise=[0.0, 0.2], seeds=2, tuning_seeds=1, C_grid=[1.0], initial=20, batch=20, rounds=2,
                  n_annotators=1, min_budget_per_class=60, n_majority=2, minority_fraction=0.05,
-                 strategies=list(al.STRATEGIES)),
+                 strategies=list(al.STRATEGIES), dataset="digits"),
     "quick": dict(noise=[0.0, 0.1, 0.2], seeds=8, tuning_seeds=2, C_grid=[0.1, 1.0, 10.0], initial=20, batch=40,
                   rounds=8, n_annotators=1, min_budget_per_class=60, n_majority=2, minority_fraction=0.05,
-                  strategies=list(al.STRATEGIES)),
+                  strategies=list(al.STRATEGIES), dataset="digits"),
     "full": dict(noise=[0.0, 0.1, 0.2], seeds=32, tuning_seeds=4, C_grid=[0.03, 0.1, 0.3, 1.0, 3.0, 10.0],
                  initial=20, batch=40, rounds=15, n_annotators=2, min_budget_per_class=60, n_majority=2,
-                 minority_fraction=0.05, strategies=list(al.STRATEGIES)),
+                 minority_fraction=0.05, strategies=list(al.STRATEGIES), dataset="digits"),
 }
 
 
@@ -58,8 +67,12 @@ def _validate(config: Mapping[str, Any]) -> None:
         v = config[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{key} must be a positive integer, got {v!r}")
-    if config["n_majority"] > 9:
-        raise ValueError(f"n_majority must be at most 9, got {config['n_majority']}")
+    dataset = config["dataset"]
+    if dataset not in DATASETS:
+        raise ValueError(f"dataset must be one of {DATASETS}, got {dataset!r}")
+    most = 9 if dataset == "digits" else text_sets.MAX_MAJORITY
+    if config["n_majority"] > most:
+        raise ValueError(f"n_majority must be at most {most} for dataset {dataset!r}, got {config['n_majority']}")
     grid = config["C_grid"]
     if not isinstance(grid, list) or not grid or any(not isinstance(c, (int, float)) or c <= 0 for c in grid):
         raise ValueError(f"C_grid must be a non-empty list of positive numbers, got {grid!r}")
@@ -70,16 +83,23 @@ def _validate(config: Mapping[str, Any]) -> None:
             or any(s not in al.STRATEGIES for s in strategies) or len(set(strategies)) != len(strategies)):
         raise ValueError(f"strategies must list distinct names of {al.STRATEGIES}, including 'direct' and "
                          f"'random', got {strategies!r}")
+    if dataset == "docstrings":
+        text_sets.available()  # one line naming what to install, before any work
 
 
 def _data(case: tuple, shared: Mapping[str, Any]) -> al.ActiveData:
     data_seed, noise = case
-    key = (data_seed, noise, shared["n_majority"], shared["minority_fraction"])
+    key = (shared["dataset"], data_seed, noise, shared["n_majority"], shared["minority_fraction"])
     cache = _data.__dict__.setdefault("cache", {})
     if key not in cache:
         cache.clear()
-        cache[key] = al.imbalanced_digits(data_seed, n_majority=shared["n_majority"],
-                                          minority_fraction=shared["minority_fraction"], noise=noise)
+        if shared["dataset"] == "digits":
+            cache[key] = al.imbalanced_digits(data_seed, n_majority=shared["n_majority"],
+                                              minority_fraction=shared["minority_fraction"], noise=noise)
+        else:
+            E, y = shared["text"]
+            cache[key] = text_sets.imbalanced_text(E, y, data_seed, n_majority=shared["n_majority"],
+                                                   minority_fraction=shared["minority_fraction"], noise=noise)
     return cache[key]
 
 
@@ -94,10 +114,12 @@ def round_task(item: tuple, shared: Mapping[str, Any]) -> al.RunState:
                        n_annotators=shared["n_annotators"], min_budget_per_class=shared["min_budget_per_class"])
 
 
-def _lockstep(runs: list[tuple], config: Mapping[str, Any], desc: str) -> list[al.RunState]:
-    """``runs``: ``(strategy, seed, C, case)``; every round is one pmap over all runs."""
+def _lockstep(runs: list[tuple], config: Mapping[str, Any], desc: str, text=None) -> list[al.RunState]:
+    """``runs``: ``(strategy, seed, C, case)``; every round is one pmap over all runs. ``text``:
+    ``(E, y)`` of the docstrings set, sent to the tasks through the object store."""
     shared = {k: config[k] for k in ("initial", "batch", "rounds", "n_annotators", "min_budget_per_class",
-                                     "n_majority", "minority_fraction")}
+                                     "n_majority", "minority_fraction", "dataset")}
+    shared["text"] = text
     shared["start"] = [(s, seed, C) for s, seed, C, _ in runs]
     states = [None] * len(runs)
     for r in range(int(config["rounds"]) + 1):
@@ -148,8 +170,17 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     test_seeds, tune_seeds = all_seeds[:n_test], all_seeds[n_test:]
     grid = [float(c) for c in config["C_grid"]]
 
+    text, data_info = None, {"name": config["dataset"]}
+    if config["dataset"] == "docstrings":
+        from rayml.data import minilm
+
+        E, y, ts = text_sets.docstring_embeddings()
+        text = (E, y)
+        data_info.update(texts=len(ts.texts), families=list(ts.families), corpus_sha256=ts.fingerprint,
+                         encoder=f"{minilm.PACKAGE}=={minilm.VERSION}", encoder_sha256=minilm.SAFETENSORS_SHA256,
+                         python=".".join(map(str, sys.version_info[:3])))
     tune_runs = [(s, sd, C, (sd, nz)) for s in strategies for nz in noises for C in grid for sd in tune_seeds]
-    tuned = _lockstep(tune_runs, config, "direct tuning") if len(grid) > 1 else []
+    tuned = _lockstep(tune_runs, config, "direct tuning", text) if len(grid) > 1 else []
     chosen = {}
     for s in strategies:
         for nz in noises:
@@ -161,7 +192,10 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
             chosen[(s, nz)] = grid[int(np.argmax(scores))]
 
     test_runs = [(s, sd, chosen[(s, nz)], (sd, nz)) for s in strategies for nz in noises for sd in test_seeds]
-    states = _lockstep(test_runs, config, "direct test")
+    states = _lockstep(test_runs, config, "direct test", text)
+    probe = _data((test_seeds[0], noises[0]), {**config, "text": text})
+    data_info.update(pool=int(probe.y_true.size), test=int(probe.y_test.size), classes=int(probe.n_classes),
+                     minority_pool=int(np.isin(probe.y_true, probe.minority).sum()))
     budget_labels = int(config["initial"]) + int(config["batch"]) * int(config["rounds"])
 
     per: dict = {}
@@ -239,7 +273,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     run_rows += best_rows
     violations = sum(1 for st in states if len(st.labeled) != budget_labels)
     metrics = {**summary["direct"], "budget_violations": violations,
-               "best_baseline_by_noise": best_by_noise, "labels_budget": budget_labels}
+               "best_baseline_by_noise": best_by_noise, "labels_budget": budget_labels, "data": data_info}
     baselines = {s.replace("-", "_"): summary[s] for s in baselines_run}
     best_auc = [np.mean([r["value"] for r in best_rows if r["noise"] == nz and r["metric"] == "auc"]) for nz in noises]
     baselines["best_baseline"] = {"auc": float(np.mean(best_auc))}
@@ -318,7 +352,9 @@ def plots(record: Mapping) -> dict:
             ax.set_xlabel("labels used")
         axes[0][0].set_ylabel(ylabel)
         axes[0][-1].legend(fontsize=7)
-        fig.suptitle(f"DIRECT vs baselines on imbalanced digits ({key.replace('_', ' ')}; 10-90% bands over seeds)",
+        what = ("MiniLM embeddings of stdlib docstrings" if record.get("config", {}).get("dataset") == "docstrings"
+                else "digits")
+        fig.suptitle(f"DIRECT vs baselines on imbalanced {what} ({key.replace('_', ' ')}; 10-90% bands over seeds)",
                      fontsize=9)
         fig.tight_layout()
         figs[key] = fig

@@ -85,13 +85,13 @@ def test_imbalanced_text_bad_input(kw, match):
         ts.imbalanced_text(E[:-1], y, 0)
 
 
-@pytest.fixture(scope="module")
-def embedded():
+@pytest.fixture
+def embedded(ray_session):
     import torch
 
     torch.set_num_threads(1)
-    try:
-        return ts.docstring_embeddings(on_ray=False)  # cached after the first run (about 3 min on one core)
+    try:  # cached after the first run (about 95 s of CPU, in Ray batches over the workers)
+        return ts.docstring_embeddings(on_ray=True)
     except minilm.EncoderUnavailable as e:
         pytest.skip(str(e))
 

@@ -1,5 +1,45 @@
-"""rayml.experiments.direct: every declared claim is wired to a number its run measures."""
+"""rayml.experiments.direct: every declared claim is wired to a number its run measures, on both
+data sets; the dataset setting is validated before any work."""
+
+import pytest
+
+from rayml import experiments
+from rayml.data import minilm
+from rayml.experiments import direct as exp
 
 
 def test_every_claim_is_measured_at_tiny_size(unmeasured_claims):
     assert unmeasured_claims("direct") == []
+
+
+@pytest.mark.parametrize("overrides, match", [
+    ({"dataset": "mnist"}, "dataset"),
+    ({"dataset": "docstrings", "n_majority": 4}, "n_majority"),
+    ({"n_majority": 10}, "n_majority"),
+])
+def test_bad_dataset_settings_are_rejected_before_work(overrides, match):
+    config = experiments.resolve_config(exp.SIZES, "tiny", overrides)
+    with pytest.raises(ValueError, match=match):
+        exp.run(config, 0)
+
+
+def test_tiny_run_on_minilm_docstrings_measures_every_claim(ray_session):
+    from rayml import registry, results
+
+    try:
+        from rayml.data import text_sets
+
+        text_sets.available()
+    except minilm.EncoderUnavailable as e:
+        pytest.skip(str(e))
+    record = experiments.run("direct", size="tiny", seed=1, overrides={"dataset": "docstrings"})
+    data = record["metrics"]["data"]
+    assert data["name"] == "docstrings" and data["classes"] == 12 and data["test"] == 12 * 30
+    assert data["pool"] == 2 * 500 + 10 * 25 and data["minority_pool"] == 10 * 25
+    assert data["encoder_sha256"] == minilm.SAFETENSORS_SHA256 and len(data["corpus_sha256"]) == 64
+    assert record["metrics"]["budget_violations"] == 0
+    for claim in registry.get("direct").load_experiment().claims:
+        paths = [claim.metric] + ([claim.compare] if isinstance(claim.compare, str) else [])
+        for path in paths + [control.metric for control in claim.controls]:
+            value = results.lookup(record, path)
+            assert isinstance(value, (int, float)), path
