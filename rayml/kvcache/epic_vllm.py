@@ -66,7 +66,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-__all__ = ["PARAMS_KEY", "RopeSpec", "rotate_keys", "slot_mapping", "read_rows", "write_rows", "parse_params",
+__all__ = ["PARAMS_KEY", "RopeSpec", "rotate_keys", "slot_mapping", "read_rows", "write_rows", "PagedLayout",
+           "parse_params",
            "Segment", "LoadRequest", "SaveRequest", "EPICMetadata", "SchedulerState", "WorkerState",
            "LocalChunkStore", "RayChunkStore", "ShardedStore", "make_store", "tensor_to_payload", "payload_to_tensor"]
 
@@ -165,6 +166,97 @@ def write_rows(kv_layer: torch.Tensor, slots: torch.Tensor, rows: torch.Tensor, 
     """Write ``rows`` (as ``read_rows`` returns them) into the paged view at ``slots``, in place."""
     slots = slots.to(kv_layer.device)
     kv_layer[slots // block_size, :, slots % block_size] = rows.to(kv_layer.device, kv_layer.dtype)
+
+
+class PagedLayout:
+    """Where every key and value element of a token sits inside one block of a per-layer paged cache.
+
+    ``key_offsets`` and ``value_offsets`` (``[block_size, kv_heads, head_size]``, long) are flat
+    offsets inside a block's ``numel // blocks`` elements. ``rows_last`` is the layout
+    ``read_rows`` / ``write_rows`` assume (``[blocks, kv_heads, block_size, 2 * head_size]``, keys then
+    values on the last axis). Backends that store keys transposed or packed inside a block (vLLM's
+    CPU backend: per block and head, keys as ``[head_size, block_size]``, then values as
+    ``[block_size, head_size]``, for its ``vec`` kernels) are read off the backend's own cache
+    writer by ``probe``, so the connector never assumes a kernel's private layout.
+    """
+
+    def __init__(self, key_offsets: torch.Tensor, value_offsets: torch.Tensor, block_numel: int):
+        if key_offsets.shape != value_offsets.shape or key_offsets.dim() != 3:
+            raise ValueError(f"offsets must both be [block_size, kv_heads, head_size], got "
+                             f"{tuple(key_offsets.shape)} and {tuple(value_offsets.shape)}")
+        self.key_offsets, self.value_offsets = key_offsets.long(), value_offsets.long()
+        self.block_size, self.heads, self.head_size = key_offsets.shape
+        self.block_numel = int(block_numel)
+
+    @classmethod
+    def rows_last(cls, block_size: int, heads: int, head_size: int) -> "PagedLayout":
+        """``[blocks, heads, block_size, 2 * head_size]`` with keys then values on the last axis."""
+        t = torch.arange(block_size).view(-1, 1, 1)
+        h = torch.arange(heads).view(1, -1, 1)
+        d = torch.arange(head_size).view(1, 1, -1)
+        k = h * (block_size * 2 * head_size) + t * (2 * head_size) + d
+        return cls(k, k + head_size, heads * block_size * 2 * head_size)
+
+    @classmethod
+    def probe(cls, write: Callable, block_shape: Sequence[int], dtype: torch.dtype, block_size: int,
+              heads: int, head_size: int) -> "PagedLayout":
+        """The layout of a cache writer ``write(key, value, cache, slot_mapping)`` (keys and values
+        ``[tokens, heads, head_size]``): codes are written through it into a one-block scratch cache
+        of shape ``(1, *block_shape)`` and read back. Integers are exact in every float dtype below
+        its mantissa width, so a 16-bit cache takes several passes of base-128 digits. Raises
+        ``NotImplementedError`` unless every element lands in its own place, unchanged (a quantized
+        or lossy cache does not)."""
+        scratch = torch.zeros((1, *block_shape), dtype=dtype)
+        numel = scratch.numel()
+        n = block_size * heads * head_size
+        if numel != 2 * n:
+            raise NotImplementedError(f"a cache block holds {numel} values, not 2 x {block_size} tokens x {heads} "
+                                      f"heads x {head_size}: not a plain key/value block")
+        base = 1 << 22 if dtype == torch.float32 else 128
+        passes = max(1, math.ceil(math.log(2 * n + 1) / math.log(base)))
+        codes = torch.arange(2 * n, dtype=torch.long)
+        found = torch.zeros(numel, dtype=torch.long)
+        slots = torch.arange(block_size, dtype=torch.long)
+        for p in range(passes):
+            digit = (codes // base ** p) % base + 1  # 0 marks "not written"
+            scratch.zero_()
+            write(digit[:n].view(block_size, heads, head_size).to(dtype),
+                  digit[n:].view(block_size, heads, head_size).to(dtype), scratch, slots)
+            got = scratch.reshape(-1).to(torch.float64)
+            if not torch.equal(got, got.round()) or bool((got < 0).any()) or bool((got > base).any()):
+                raise NotImplementedError("the backend's cache writer changes the values it stores")
+            found += (got.long() - 1).clamp(min=0) * base ** p
+            if bool((got == 0).any()):
+                raise NotImplementedError("the backend's cache writer leaves part of a block unwritten")
+        where = torch.full((2 * n,), -1, dtype=torch.long)
+        where[found] = torch.arange(numel)
+        if bool((where < 0).any()):
+            raise NotImplementedError("the backend's cache layout is not a permutation of a block's keys and values")
+        return cls(where[:n].view(block_size, heads, head_size), where[n:].view(block_size, heads, head_size), numel)
+
+    def _flat(self, kv_layer: torch.Tensor) -> torch.Tensor:
+        if not kv_layer.is_contiguous():
+            raise NotImplementedError("EPICConnector: a non-contiguous per-layer cache view")
+        flat = kv_layer.view(kv_layer.shape[0], -1)
+        if flat.shape[1] != self.block_numel:
+            raise ValueError(f"a cache block holds {flat.shape[1]} values, the layout {self.block_numel}")
+        return flat
+
+    def read(self, kv_layer: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """Rows ``[len(slots), heads, 2 * head_size]`` (keys then values) at ``slots``."""
+        flat = self._flat(kv_layer)
+        slots = slots.to(kv_layer.device)
+        b, t = (slots // self.block_size).view(-1, 1, 1), slots % self.block_size
+        return torch.cat([flat[b, self.key_offsets[t]], flat[b, self.value_offsets[t]]], dim=-1)
+
+    def write(self, kv_layer: torch.Tensor, slots: torch.Tensor, rows: torch.Tensor) -> None:
+        """Write ``rows`` (as ``read`` returns them) at ``slots``, in place."""
+        flat = self._flat(kv_layer)
+        slots = slots.to(kv_layer.device)
+        b, t = (slots // self.block_size).view(-1, 1, 1), slots % self.block_size
+        rows = rows.to(kv_layer.device, kv_layer.dtype)
+        flat[b, self.key_offsets[t]] = rows[..., :self.head_size]
+        flat[b, self.value_offsets[t]] = rows[..., self.head_size:]
 
 
 def tensor_to_payload(t: torch.Tensor) -> dict:
@@ -471,10 +563,15 @@ class WorkerState:
         store: ``get(key)`` and ``put(key, payload)``.
         rope: the model's ``RopeSpec`` (keys are re-rotated by each segment's offset).
         block_size: tokens per paged-cache block.
+        layout_of: ``(layer name, paged view) -> PagedLayout`` (default: ``PagedLayout.rows_last``,
+            the layout of ``read_rows`` / ``write_rows``).
     """
 
-    def __init__(self, store, rope: RopeSpec, block_size: int):
+    def __init__(self, store, rope: RopeSpec, block_size: int,
+                 layout_of: Callable[[str, torch.Tensor], PagedLayout] | None = None):
         self.store, self.rope, self.block_size = store, rope, int(block_size)
+        self.layout_of = layout_of or (lambda name, kv: PagedLayout.rows_last(self.block_size, kv.shape[1],
+                                                                              self.rope.head_size))
         self._pending: dict[str, dict] = {}  # key -> {layer: rows}
         self.load_errors: set[int] = set()
         self.loaded_tokens = self.saved_chunks = 0
@@ -503,7 +600,7 @@ class WorkerState:
                         continue
                     rows = payload_to_tensor(rows_p)[seg.src_start:seg.src_end]
                     rows = self._rotated(rows, seg.offset)
-                    write_rows(kv_layer, slots, rows, self.block_size)
+                    self.layout_of(name, kv_layer).write(kv_layer, slots, rows)
                 self.loaded_tokens += seg.src_end - seg.src_start
 
     def _rotated(self, rows: torch.Tensor, offset: int) -> torch.Tensor:
@@ -515,7 +612,7 @@ class WorkerState:
     def save_layer(self, meta: EPICMetadata, name: str, kv_layer: torch.Tensor) -> None:
         """``save_kv_layer``: copy the compile requests' rows of one layer out of the paged view."""
         for req in meta.saves:
-            rows = read_rows(kv_layer, torch.as_tensor(req.slots, dtype=torch.long), self.block_size)
+            rows = self.layout_of(name, kv_layer).read(kv_layer, torch.as_tensor(req.slots, dtype=torch.long))
             self._pending.setdefault(req.key, {})[name] = tensor_to_payload(rows)
 
     def flush(self) -> None:
@@ -569,7 +666,30 @@ def _make_connector_class():
                 store = ShardedStore(store, _tp_rank())
                 rope = RopeSpec.from_hf_config(mc.hf_config, mc.get_head_size(),
                                                neox=bool(extra.get("rope_is_neox_style", True)))
-                self._worker = WorkerState(store, rope, block_size)
+                self._layouts: dict = {}
+                self._worker = WorkerState(store, rope, block_size, layout_of=self._layout_of)
+
+        def _layout_of(self, name, kv_layer):
+            """The backend's layout, probed once through the attention layer's own cache writer
+            (``impl.do_kv_cache_update``); ``rows_last`` for a backend without one."""
+            from vllm.forward_context import get_forward_context, is_forward_context_available
+
+            # outside a forward pass (tests driving the connector by hand) there is no layer to probe
+            layer = get_forward_context().no_compile_layers.get(name) if is_forward_context_available() else None
+            impl = getattr(layer, "impl", None)
+            key = (tuple(kv_layer.shape[1:]), kv_layer.dtype, getattr(layer, "isa", None), type(impl).__name__)
+            if key not in self._layouts:
+                bs, rope = self._worker.block_size, self._worker.rope
+                heads = int(kv_layer.shape[1])
+                if impl is None or not hasattr(impl, "do_kv_cache_update"):
+                    self._layouts[key] = PagedLayout.rows_last(bs, heads, rope.head_size)
+                else:
+                    def write(k, v, cache, slots):
+                        impl.do_kv_cache_update(layer, k, v, cache, slots)
+
+                    self._layouts[key] = PagedLayout.probe(write, kv_layer.shape[1:], kv_layer.dtype, bs, heads,
+                                                           rope.head_size)
+            return self._layouts[key]
 
         # -- scheduler side --
         def get_num_new_matched_tokens(self, request, num_computed_tokens):
