@@ -15,8 +15,11 @@ Held-out split: an item is ``test`` when the SHA-256 of its question is 0 mod 5,
 (``make_item`` redraws until the split matches), so evaluation questions never appear in
 training pairs. Prompts are the model's chat format for one user turn with no system turn
 (``<|im_start|>user\\n...<|im_end|>\\n<|im_start|>assistant\\n``: SmolLM2's own template without its
-default system prompt, to keep prompts short on CPU); responses end with the end-of-turn token.
-The verifier (``score``) reads the first integer of the output and compares it with the answer.
+default system prompt, to keep prompts short on CPU), followed by the start of the reply that the
+answer completes (``23+45=``, ``tuli=``): asked plainly, SmolLM2-135M restates the question
+("To find 6+...") instead of answering, so the reply is led to the answer. Responses end with the
+end-of-turn token. The verifier (``score``) reads the first integer of the output and compares it
+with the answer.
 
 Examples:
     >>> import numpy as np
@@ -35,7 +38,7 @@ from typing import Sequence
 import numpy as np
 
 __all__ = ["KINDS", "TextItem", "make_item", "near_miss", "score", "make_pairs", "eval_items", "chat_prompt",
-           "encode_pairs", "LEVELS"]
+           "prompt_text", "encode_pairs", "LEVELS"]
 
 KINDS = ("add", "lookup")
 LEVELS = {"add": (1, 2, 3), "lookup": (2, 4, 8)}   # the default levels of each kind
@@ -44,13 +47,15 @@ _INT = re.compile(r"-?\d+")
 
 @dataclass(frozen=True)
 class TextItem:
-    """A question, its verified answer, its kind and level, and (``lookup``) the other facts' values."""
+    """A question, its verified answer, its kind and level, the start of the assistant's reply that
+    the answer completes (``lead``: ``23+45=`` or ``tuli=``), and (``lookup``) the other facts' values."""
 
     question: str
     answer: str
     kind: str
     level: int
     distractors: tuple = ()
+    lead: str = ""
 
 
 def _split_of(question: str) -> str:
@@ -75,14 +80,14 @@ def make_item(kind: str, level: int, rng: np.random.Generator, split: str) -> Te
         if kind == "add":
             lo = 0 if level == 1 else 10 ** (level - 1)
             a, b = (int(x) for x in rng.integers(lo, 10 ** level, size=2))
-            item = TextItem(f"What is {a}+{b}?", str(a + b), kind, int(level))
+            item = TextItem(f"What is {a}+{b}?", str(a + b), kind, int(level), lead=f"{a}+{b}=")
         else:
             keys = _words(rng, int(level))
             vals = [str(int(v)) for v in rng.choice(np.arange(100, 1000), size=int(level), replace=False)]
             ask = int(rng.integers(level))
             facts = ", ".join(f"{k}={v}" for k, v in zip(keys, vals))
             item = TextItem(f"Facts: {facts}. What is {keys[ask]}?", vals[ask], kind, int(level),
-                            tuple(v for i, v in enumerate(vals) if i != ask))
+                            tuple(v for i, v in enumerate(vals) if i != ask), lead=f"{keys[ask]}=")
         if _split_of(item.question) == split:
             return item
     raise RuntimeError("no item of the requested split was drawn")  # pragma: no cover - 1 in 5 per draw
@@ -153,10 +158,15 @@ def chat_prompt(question: str) -> str:
     return f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
 
 
+def prompt_text(item: TextItem) -> str:
+    """The prompt of an item: the chat turn of its question, and the reply's lead the answer completes."""
+    return chat_prompt(item.question) + item.lead
+
+
 def encode_pairs(pairs, tokenizer) -> list:
-    """``TokenPair``s: the chat prompt (starting with BOS) and ``response <end of turn>``."""
+    """``TokenPair``s: the prompt (``prompt_text``, starting with BOS) and ``response <end of turn>``."""
     from rayml.alignment.dpo import TokenPair
 
     tok = tokenizer
-    return [TokenPair(tok.encode(chat_prompt(p.prompt), bos=True), tok.encode(p.chosen) + [tok.eos_id],
+    return [TokenPair(tok.encode(prompt_text(p.item), bos=True), tok.encode(p.chosen) + [tok.eos_id],
                       tok.encode(p.rejected) + [tok.eos_id]) for p in pairs]

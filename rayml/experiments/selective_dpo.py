@@ -53,8 +53,8 @@ PAPER_BETA = 0.01
 REAL_MODELS = ("smollm2-135m",)
 # a real pretrained chat model (``model=smollm2-135m``): plain-text questions (``rayml.alignment.text_tasks``),
 # LoRA adapters only, no warm-up; sizes cut to what a 2-core CPU trains (a handful of DPO steps per run)
-_REAL = dict(task="add", levels=[1, 2, 3], capacities=["lora2", "lora8"], ref_seeds=2, ref_steps=4, evals=2, steps=4,
-             batch_size=4, n_pairs=32, fractions=[0.25, 0.5, 0.75], test_seeds=2, tune_seeds=1, eval_per_level=8,
+_REAL = dict(task="lookup", levels=[2, 4, 8], capacities=["lora2", "lora16"], ref_seeds=2, ref_steps=4, evals=2, steps=4,
+             batch_size=4, n_pairs=32, fractions=[0.25, 0.5, 0.75], test_seeds=2, tune_seeds=1, eval_per_level=6,
              beta_grid=[0.003, 0.01, 0.1], lr_scale_grid=[10])
 _COMMON = dict(model="base", task="add", levels=[3, 4, 5], noise=0.1, evals=4, lr_full=1e-5, lr_lora=1e-4,
                beta_ref=0.1, reweight_temperature=1.0, beta_grid=[0.003, 0.01, 0.1], lr_scale_grid=[0.3, 1, 3, 10])
@@ -225,7 +225,7 @@ def _accuracy(model, items, tok) -> np.ndarray:
     from rayml.llm.generation import generate
 
     text = bool(items) and isinstance(items[0], tt.TextItem)
-    prompts = [tok.encode(tt.chat_prompt(it.question) if text else it.prompt, bos=True) for it in items]
+    prompts = [tok.encode(tt.prompt_text(it) if text else it.prompt, bos=True) for it in items]
     width = max(len(tok.encode(it.answer)) for it in items) + 2
     out = generate(model, prompts, max_new_tokens=width, eos_id=tok.eos_id, pad_id=tok.pad_id)
     score = tt.score if text else tasks.score

@@ -53,8 +53,12 @@ def test_noise_flips_exactly_the_declared_share_and_is_seeded():
     assert [(p.prompt, p.chosen, p.rejected) for p in pairs] == [(p.prompt, p.chosen, p.rejected) for p in again]
 
 
-def test_chat_prompt_is_one_user_turn_without_a_system_turn():
+def test_the_prompt_is_one_user_turn_without_a_system_turn_and_leads_to_the_answer():
     assert tt.chat_prompt("What is 1+1?") == "<|im_start|>user\nWhat is 1+1?<|im_end|>\n<|im_start|>assistant\n"
+    it = tt.make_item("add", 2, np.random.default_rng(0), "train")
+    assert tt.prompt_text(it) == tt.chat_prompt(it.question) + it.question[8:-1] + "="
+    it = tt.make_item("lookup", 2, np.random.default_rng(0), "train")
+    assert tt.prompt_text(it).endswith("assistant\n" + it.question.rsplit(" ", 1)[1].rstrip("?") + "=")
 
 
 @pytest.mark.parametrize("call, match", [
@@ -83,5 +87,5 @@ def test_the_smollm2_setting_takes_its_own_sizes():
     from rayml.experiments import selective_dpo
 
     cfg = selective_dpo._effective(dict(selective_dpo.SIZES["quick"], model="smollm2-135m"))
-    assert cfg["levels"] == [1, 2, 3] and all(c.startswith("lora") for c in cfg["capacities"]) and "real" not in cfg
+    assert cfg["levels"] == [2, 4, 8] and cfg["task"] == "lookup" and all(c.startswith("lora") for c in cfg["capacities"]) and "real" not in cfg
     assert selective_dpo._effective(selective_dpo.SIZES["quick"])["capacities"] == ["lora2", "full"]
