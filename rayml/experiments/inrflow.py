@@ -7,24 +7,29 @@ clouds and proteins, and samples images at resolutions above the training one. W
 - images: ``load_digits`` at 16x16 (bilinear upsampling of the 8x8 digits) as (pixel coordinate,
   intensity) sets; a random split into training digits and held-out digits per seed;
 - point clouds: ``n_points`` points on spheres, tori, boxes and chairs made of boxes;
-- methods at equal parameter count (the baseline's width matched to INRFlow's), training steps and
-  batch: ``inrflow`` (the point-wise objective, a quarter of the pixels as queries), ``grid`` (a
-  flow-matching MLP on the fixed 16x16 grid) and ``pointtf`` (a point-cloud flow transformer with
-  self-attention over all points, no point-wise decoder);
+- methods at equal parameter count (each baseline's width matched to INRFlow's), training steps and
+  batch: ``inrflow`` (the point-wise objective, a quarter of the pixels as queries), two grid models
+  on the fixed 16x16 grid, ``grid`` (a flow-matching MLP) and ``unet`` (a small time-conditioned
+  U-Net), and ``pointtf`` (a point-cloud flow transformer with self-attention over all points, no
+  point-wise decoder);
 - each method's learning rate tuned on ``lr_grid`` (the authors' 1e-4 inside it) on a tuning seed
   apart from the test seeds, by the same distance as the test (FID-like / MMD-CD to validation data);
 - metrics against held-out data: an FID-like distance (Fréchet distance of the features of a small
-  digits classifier trained by the project and cached, one per resolution) for images; MMD-CD and
-  COV-CD (Chamfer) for point clouds;
+  digits classifier trained by the project and cached, one per resolution) for images; MMD-CD,
+  COV-CD, and with the exact earth mover's distance MMD-EMD and COV-EMD for point clouds;
 - the INR property: INRFlow sampled at ``hi_res`` x ``hi_res`` (never trained there; the training
-  grid is the context, the new grid the queries), scored against held-out digits at ``hi_res``;
-  the grid model cannot sample there (it has no coordinates). It is compared with the 16x16 samples of
-  INRFlow itself and of the grid model replicated to ``hi_res`` by nearest neighbour; for reference
-  (the data *is* bilinear upsampling, so this is the ideal interpolant) also upsampled bilinearly. Point
-  clouds are also sampled with ``dense_factor`` times the training points (INRFlow: the training
-  points are the context, the rest extra queries; the transformer: all points jointly).
+  grid is the context, the new grid extra queries), scored against held-out digits at ``hi_res``;
+  the grid models cannot sample there (no coordinates). The 16x16 and ``hi_res`` images come from one
+  joint sampling, so they are the same samples; they are compared with INRFlow's own 16x16 samples
+  and the grid models' replicated to ``hi_res`` by nearest neighbour (and, for reference, upsampled
+  bilinearly: the data *is* bilinear upsampling, the ideal interpolant). A figure shows the same
+  samples at ``show_res`` too. Point clouds are also sampled with ``dense_factor`` times the training
+  points (INRFlow: the training points are the context, the rest extra queries; the transformer:
+  all points jointly).
 
-Every (phase, modality, method, lr, seed) training and scoring is one ``rayml.runtime.pmap`` task.
+Every (phase, modality, method, lr, seed) training and scoring is one ``rayml.runtime.pmap`` task
+(the longest submitted first); the metric floors share the test map. Each task records its wall and
+CPU seconds in the ``timing_tasks`` table.
 """
 
 from __future__ import annotations
@@ -36,32 +41,40 @@ import torch
 
 from rayml import runtime
 from rayml.experiments import Experiment, Outcome
-from rayml.results import Claim, Control
+from rayml.results import Claim
 
 PAPER = "INRFlow: Flow Matching INRs in Ambient Space (Apple ML research), ICML 2025"
 METHOD = "inrflow"
 
-_BASE = dict(res=16, hi_res=28, grid=4, heads=2, mlp_ratio=2.0, fourier_freqs=6, query_fraction=0.25,
+_BASE = dict(res=16, hi_res=28, show_res=[28, 64], grid=4, heads=2, mlp_ratio=2.0, fourier_freqs=6, query_fraction=0.25,
              ema=0.999, feature_epochs=8, dense_factor=4)
 SIZES = {
     "tiny": dict(_BASE, seeds=2, steps=12, batch=8, hidden=16, depth=1, latents=8, point_depth=1, n_points=32,
-                 n_clouds=24, n_eval=24, n_eval_points=12, sample_steps=4, lr_grid=[1e-3], n_show=2),
-    "quick": dict(_BASE, seeds=3, steps=400, batch=32, hidden=32, depth=2, latents=16, point_depth=1, n_points=64,
-                  n_clouds=400, n_eval=128, n_eval_points=48, sample_steps=25, lr_grid=[1e-4, 1e-3, 3e-3, 1e-2, 3e-2],
+                 n_clouds=24, n_eval=24, n_eval_points=12, sample_steps=4, lr_grid=[1e-3], n_show=2, show_res=[28]),
+    "quick": dict(_BASE, seeds=3, steps=300, batch=32, hidden=32, depth=2, latents=16, point_depth=1, n_points=64,
+                  n_clouds=400, n_eval=128, n_eval_points=48, sample_steps=25, lr_grid=[1e-4, 1e-3, 3e-3, 1e-2],
                   n_show=8),
     "full": dict(_BASE, seeds=10, steps=10000, batch=64, hidden=96, depth=4, latents=64, point_depth=3, n_points=256,
                  n_clouds=4000, n_eval=1000, n_eval_points=200, sample_steps=100,
                  lr_grid=[1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2], n_show=16, feature_epochs=20),
 }
 MODALITIES = ("image", "points")
-METHODS = {"image": ("inrflow", "grid"), "points": ("inrflow", "pointtf")}
+METHODS = {"image": ("inrflow", "grid", "unet"), "points": ("inrflow", "pointtf")}
+# the baseline each modality is compared with in the cross-modality aggregates (claims 1 and 2)
+COMPARISONS = {"mlp": {"image": "grid", "points": "pointtf"}, "unet": {"image": "unet", "points": "pointtf"}}
+# rough relative cost of a task, to submit the longest first (shorter makespan on few workers)
+_COST = {("image", "inrflow"): 5, ("points", "inrflow"): 4, ("points", "pointtf"): 3, ("image", "unet"): 3,
+         ("image", "grid"): 1}
 
 
 # ----------------------------------------------------------------------------- models and data
 
 
+_WIDTHS: dict = {}  # per-process memo of the matched baseline widths (a bisection builds a dozen models)
+
+
 def _models(config):
-    """The INRFlow model of each modality and its width-matched baseline (fresh, seeded by the caller)."""
+    """The INRFlow model of each modality and its width-matched baselines (fresh, seeded by the caller)."""
     from rayml.generative import inrflow as F
     from rayml.generative import inrflow_baselines as B
 
@@ -71,16 +84,21 @@ def _models(config):
     pts = lambda: F.INRFlow(F.ModelConfig(modality="points", hidden=c["hidden"], depth=c["point_depth"],  # noqa: E731
                                           heads=c["heads"], latents=c["latents"], mlp_ratio=c["mlp_ratio"],
                                           fourier_freqs=c["fourier_freqs"]))
-    n_img, n_pts = F.param_count(img()), F.param_count(pts())
-    gw = B.match_width(lambda w: B.GridMLPFlow(c["res"], w), n_img, range(4, 1025, 2))
-    step = 2 * c["heads"]
-    pw = B.match_width(lambda w: B.PointTransformerFlow(w, depth=2, heads=c["heads"], mlp_ratio=c["mlp_ratio"],
-                                                        fourier_freqs=c["fourier_freqs"]), n_pts,
-                       range(step, 1025, step))
+    ptf = lambda w: B.PointTransformerFlow(w, depth=2, heads=c["heads"], mlp_ratio=c["mlp_ratio"],  # noqa: E731
+                                           fourier_freqs=c["fourier_freqs"])
+    key = tuple(c[k] for k in ("hidden", "depth", "heads", "grid", "mlp_ratio", "res", "point_depth", "latents",
+                               "fourier_freqs"))
+    if key not in _WIDTHS:
+        n_img, n_pts = F.param_count(img()), F.param_count(pts())
+        step = 2 * c["heads"]
+        _WIDTHS[key] = (B.match_width(lambda w: B.GridMLPFlow(c["res"], w), n_img, range(4, 1025, 2)),
+                        B.match_width(lambda w: B.GridUNetFlow(c["res"], w), n_img, range(2, 257)),
+                        B.match_width(ptf, n_pts, range(step, 1025, step)))
+    gw, uw, pw = _WIDTHS[key]
     return {("image", "inrflow"): img, ("points", "inrflow"): pts,
             ("image", "grid"): lambda: B.GridMLPFlow(c["res"], gw),
-            ("points", "pointtf"): lambda: B.PointTransformerFlow(pw, depth=2, heads=c["heads"], mlp_ratio=c["mlp_ratio"],
-                                                                  fourier_freqs=c["fourier_freqs"])}
+            ("image", "unet"): lambda: B.GridUNetFlow(c["res"], uw),
+            ("points", "pointtf"): lambda: ptf(pw)}
 
 
 def _digit_split(res, seed):
@@ -99,11 +117,14 @@ def _round(t, nd=3):
 
 def fit_task(item: tuple, shared: Mapping[str, Any]) -> dict:
     """Train one method on one (modality, seed) and score its samples against held-out data."""
+    import time
+
     from rayml.generative import inrflow as F
     from rayml.generative import inrflow_data as D
 
     phase, modality, method, lr, index, seed = item
     torch.set_num_threads(1)
+    t_start, cpu_start = time.perf_counter(), time.process_time()
     config = shared["config"]
     s_data, s_fit, s_sample, s_hi = runtime.seeds(seed, 4)
     torch.manual_seed(s_fit % (2**63))
@@ -115,17 +136,28 @@ def fit_task(item: tuple, shared: Mapping[str, Any]) -> dict:
     steps, n_eval = int(config["sample_steps"]), int(config["n_eval"])
     out = {"phase": phase, "modality": modality, "method": method, "lr": float(lr), "index": index,
            "params": F.param_count(model)}
+    timing = {}
     if modality == "image":
         train_x, held, _ = _digit_split(res, s_data)
         vals = train_x.reshape(train_x.shape[0], -1, 1)
         coords = F.image_grid(res).expand(vals.shape[0], -1, -1)
         fit = F.train(model, coords, vals, cfg, s_fit)
+        timing["train"] = time.perf_counter() - t_start
         net = D.load_feature_net(shared["features"][res], res)
-        samples = F.sample_images(fit["ema"], n_eval, res, train_resolution=res, steps=steps, seed=s_sample)
+        hi = int(config["hi_res"])
+        native = None
+        if phase == "test" and method == "inrflow":
+            # one joint sampling: the training grid is the context, the hi_res grid rides along as extra
+            # queries, so the 16x16 images and the hi_res images are the same samples (the grid models
+            # have no coordinates: they cannot sample another resolution, see the tests)
+            both = F.sample_multires(fit["ema"], n_eval, [res, hi], train_resolution=res, steps=steps, seed=s_sample)
+            samples, native = both[res], both[hi]
+        else:
+            samples = F.sample_images(fit["ema"], n_eval, res, train_resolution=res, steps=steps, seed=s_sample)
+        timing["sample"] = time.perf_counter() - t_start - timing["train"]
         out["finite"] = bool(torch.isfinite(samples).all())
         out["fid"] = D.frechet_distance(D.features(net, samples), D.features(net, held[:n_eval]))
         if phase == "test":
-            hi = int(config["hi_res"])
             _, held_hi, _ = _digit_split(hi, s_data)
             net_hi = D.load_feature_net(shared["features"][hi], hi)
             ref_hi = D.features(net_hi, held_hi[:n_eval])
@@ -134,10 +166,6 @@ def fit_task(item: tuple, shared: Mapping[str, Any]) -> dict:
             bil = torch.nn.functional.interpolate(samples[:, None], size=(hi, hi), mode="bilinear",
                                                   align_corners=True)[:, 0]
             out["fid_hi_bilinear"] = D.frechet_distance(D.features(net_hi, bil), ref_hi)
-            try:
-                native = F.sample_images(fit["ema"], n_eval, hi, train_resolution=res, steps=steps, seed=s_hi)
-            except ValueError:
-                native = None  # the grid model has no coordinates: it cannot sample another resolution
             out["hi_res_supported"] = native is not None
             if native is not None:
                 out["finite"] = out["finite"] and bool(torch.isfinite(native).all())
@@ -149,14 +177,21 @@ def fit_task(item: tuple, shared: Mapping[str, Any]) -> dict:
                 out["show"] = {"train_res": _round(samples[:k]), **({"hi_res": _round(native[:k])} if native is not None else {})}
                 if method == "inrflow":
                     out["show"]["data"] = _round(held[:k])
+                    # the INR figure: the same k samples (same training-grid noise as above) at the
+                    # training resolution and at every resolution of show_res, none trained on
+                    many = F.sample_multires(fit["ema"], k, [res] + [int(r) for r in config["show_res"]],
+                                             train_resolution=res, steps=steps, seed=s_sample)
+                    out["show"]["multires"] = {str(r): _round(v) for r, v in many.items()}
     else:
         n_pts, n_clouds, n_eval_p = int(config["n_points"]), int(config["n_clouds"]), int(config["n_eval_points"])
         train_c, _ = D.shape_clouds(n_clouds, n_pts, s_data)
         held_c, _ = D.shape_clouds(n_eval_p, n_pts, s_data + 1)
         fit = F.train(model, train_c, train_c, cfg, s_fit)
+        timing["train"] = time.perf_counter() - t_start
         samples = F.sample_points(fit["ema"], n_eval_p, n_pts, context_points=n_pts, steps=steps, seed=s_sample)
+        timing["sample"] = time.perf_counter() - t_start - timing["train"]
         out["finite"] = bool(torch.isfinite(samples).all())
-        out.update(D.mmd_cov(samples, held_c))
+        out.update(D.mmd_cov(samples, held_c, with_emd=phase == "test"))
         if phase == "test":
             dense = n_pts * int(config["dense_factor"])
             held_d, _ = D.shape_clouds(n_eval_p, dense, s_data + 1)  # the same shapes, denser
@@ -174,6 +209,9 @@ def fit_task(item: tuple, shared: Mapping[str, Any]) -> dict:
     out["loss_first"] = float(np.mean(losses[:q]))
     out["loss_last"] = float(np.mean(losses[-q:]))
     out["loss_curve"] = [float(np.mean(losses[i:i + q])) for i in range(0, len(losses), q)]
+    timing["total"] = time.perf_counter() - t_start
+    timing["cpu"] = time.process_time() - cpu_start  # CPU seconds: what an idle core would take
+    out["timing"] = timing
     return out
 
 
@@ -194,7 +232,7 @@ def floor_task(item: tuple, shared: Mapping[str, Any]) -> dict:
     n_pts, n_eval_p = int(config["n_points"]), int(config["n_eval_points"])
     held_c, _ = D.shape_clouds(n_eval_p, n_pts, s_data + 1)
     other, _ = D.shape_clouds(n_eval_p, n_pts, s_data + 2)
-    return {"modality": modality, "index": index, **D.mmd_cov(other, held_c)}
+    return {"modality": modality, "index": index, **D.mmd_cov(other, held_c, with_emd=True)}
 
 
 # ----------------------------------------------------------------------------- the run
@@ -211,6 +249,9 @@ def _check(config):
         v = config[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < 4:
             raise ValueError(f"{key} must be an integer >= 4, got {v!r}")
+    show = config["show_res"]
+    if not isinstance(show, list) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 2 for v in show):
+        raise ValueError(f"show_res must be a list of resolutions (integers >= 2), got {show!r}")
     if config["hi_res"] == config["res"]:
         raise ValueError(f"hi_res must differ from res (the resolution not trained on), got {config['hi_res']}")
     if config["hidden"] % (2 * config["heads"]) or config["hidden"] % 4:
@@ -250,25 +291,31 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
               "features": {r: D.feature_net(int(config[k]), seed=0, epochs=epochs) for k, r in
                            (("res", config["res"]), ("hi_res", config["hi_res"]))}}
     pairs = [(m, mth) for m in MODALITIES for mth in METHODS[m]]
+    longest_first = sorted(pairs, key=lambda p: -_COST[p])  # submission order only: results are keyed, not positional
 
-    tuned = {}
+    tuned, timing_rows = {}, []
     if len(grid) > 1:
-        items = [("tune", m, mth, lr, 0, tune_seed) for m, mth in pairs for lr in grid]
+        items = [("tune", m, mth, lr, 0, tune_seed) for m, mth in longest_first for lr in grid]
         res = runtime.pmap(fit_task, items, shared=shared, chunk_size=1, desc="inrflow tuning")
+        timing_rows += res
         for m, mth in pairs:
             rows = [r for r in res if r["modality"] == m and r["method"] == mth]
             key = _SCORE[m][0]
-            tuned[(m, mth)] = min(rows, key=lambda r: (not r["finite"], r[key] if np.isfinite(r[key]) else np.inf))["lr"]
+            tuned[(m, mth)] = min(rows, key=lambda r: (not r["finite"], r[key] if np.isfinite(r[key]) else np.inf,
+                                                       r["lr"]))["lr"]
     else:
         tuned = {p: grid[0] for p in pairs}
 
-    items = [("test", m, mth, tuned[(m, mth)], i, s) for i, s in enumerate(test_seeds) for m, mth in pairs]
-    res = runtime.pmap(fit_task, items, shared=shared, chunk_size=1, desc="inrflow runs")
-    floors = runtime.pmap(floor_task, [(m, i, s) for i, s in enumerate(test_seeds) for m in MODALITIES],
-                          shared=shared, chunk_size=1, desc="inrflow floors")
+    items = [("test", m, mth, tuned[(m, mth)], i, s) for m, mth in longest_first for i, s in enumerate(test_seeds)]
+    items += [("floor", m, i, s) for i, s in enumerate(test_seeds) for m in MODALITIES]
+    out = runtime.pmap(_task, items, shared=shared, chunk_size=1, desc="inrflow runs")
+    res = sorted((r for r in out if "method" in r), key=lambda r: (r["index"], MODALITIES.index(r["modality"]),
+                                                                   METHODS[r["modality"]].index(r["method"])))
+    floors = [r for r in out if "method" not in r]
+    timing_rows += res
 
     keys = ("fid", "fid_hi", "fid_hi_ratio", "fid_hi_nearest", "fid_hi_nearest_ratio", "fid_hi_bilinear", "mmd_cd",
-            "cov_cd", "mmd_cd_dense", "cov_cd_dense", "loss_first", "loss_last")
+            "cov_cd", "mmd_emd", "cov_emd", "mmd_cd_dense", "cov_cd_dense", "loss_first", "loss_last")
     rows, shows, curves = [], [], []
     for r in res:
         for key in keys:
@@ -281,7 +328,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
             curves.append({"modality": r["modality"], "method": r["method"], "seed": r["index"], "chunk": k,
                            "metric": "loss", "value": v})
     for f in floors:
-        for key in ("fid", "mmd_cd", "cov_cd"):
+        for key in ("fid", "mmd_cd", "cov_cd", "mmd_emd", "cov_emd"):
             if key in f:
                 rows.append({"modality": f["modality"], "method": "data", "seed": f["index"], "metric": key,
                              "value": float(f[key])})
@@ -290,51 +337,49 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         v = [r["value"] for r in rows if r["modality"] == modality and r["method"] == method and r["metric"] == metric]
         return float(np.mean(v)) if v else float("nan")
 
-    # the cross-modality comparison: each modality's distance divided by a scale common to both of its methods,
-    # paired over (modality, seed), so neither modality's units decide the aggregate
+    # the cross-modality comparisons: each modality's distance divided by a scale common to INRFlow and the
+    # compared baseline, paired over (modality, seed), so neither modality's units decide the aggregate
     norm_rows = []
-    for m in MODALITIES:
-        key = _SCORE[m][0]
-        scale = max(float(np.mean([mean(m, mth, key) for mth in METHODS[m]])), 1e-12)
-        for r in rows:
-            if r["modality"] == m and r["metric"] == key and r["method"] in METHODS[m]:
-                norm_rows.append({"case": m, "seed": r["seed"], "role": "inrflow" if r["method"] == "inrflow" else "baseline",
-                                  "method": r["method"], "value": r["value"] / scale})
+    for comp, base in COMPARISONS.items():
+        for m in MODALITIES:
+            key = _SCORE[m][0]
+            scale = max(float(np.mean([mean(m, mth, key) for mth in ("inrflow", base[m])])), 1e-12)
+            for r in rows:
+                if r["modality"] == m and r["metric"] == key and r["method"] in ("inrflow", base[m]):
+                    norm_rows.append({"comparison": comp, "case": m, "seed": r["seed"],
+                                      "role": "inrflow" if r["method"] == "inrflow" else "baseline",
+                                      "method": r["method"], "value": r["value"] / scale})
 
-    def norm_mean(role):
-        v = [r["value"] for r in norm_rows if r["role"] == role]
+    def norm_mean(comp, role):
+        v = [r["value"] for r in norm_rows if r["comparison"] == comp and r["role"] == role]
         return float(np.mean(v)) if v else float("nan")
 
     params = {f"{m}/{mth}": int(next(r["params"] for r in res if r["modality"] == m and r["method"] == mth))
               for m, mth in pairs}
     gap = max(abs(params[f"{m}/{mth}"] / params[f"{m}/inrflow"] - 1) for m, mth in pairs)
     finite = float(all(r["finite"] for r in res))
+    inr = lambda m, k: mean(m, "inrflow", k)  # noqa: E731
     metrics = {
-        "fid": mean("image", "inrflow", "fid"), "fid_hi": mean("image", "inrflow", "fid_hi"),
-        "fid_hi_ratio": mean("image", "inrflow", "fid_hi_ratio"),
-        "fid_hi_nearest_ratio": mean("image", "inrflow", "fid_hi_nearest_ratio"),
-        "fid_hi_nearest": mean("image", "inrflow", "fid_hi_nearest"),
-        "fid_hi_bilinear": mean("image", "inrflow", "fid_hi_bilinear"),
-        "mmd_cd": mean("points", "inrflow", "mmd_cd"), "cov_cd": mean("points", "inrflow", "cov_cd"),
-        "mmd_cd_dense": mean("points", "inrflow", "mmd_cd_dense"), "cov_cd_dense": mean("points", "inrflow", "cov_cd_dense"),
-        "distance_norm": norm_mean("inrflow"),
+        **{k: inr("image", k) for k in ("fid", "fid_hi", "fid_hi_ratio", "fid_hi_nearest_ratio", "fid_hi_nearest",
+                                         "fid_hi_bilinear")},
+        **{k: inr("points", k) for k in ("mmd_cd", "cov_cd", "mmd_emd", "cov_emd", "mmd_cd_dense", "cov_cd_dense")},
+        "distance_norm": norm_mean("mlp", "inrflow"), "distance_norm_unet": norm_mean("unet", "inrflow"),
         "loss_first": float(np.mean([r["loss_first"] for r in res])),
         "loss_last": float(np.mean([r["loss_last"] for r in res])),
         "finite": finite, "param_gap": float(gap), "params": params,
         "hi_res_supported": {m: bool(any(r.get("hi_res_supported") for r in res if r["method"] == m and r["modality"] == "image"))
                              for m in METHODS["image"]},
-        "data_floor": {"fid": mean("image", "data", "fid"), "mmd_cd": mean("points", "data", "mmd_cd"),
-                       "cov_cd": mean("points", "data", "cov_cd")},
+        "data_floor": {"fid": mean("image", "data", "fid"),
+                       **{k: mean("points", "data", k) for k in ("mmd_cd", "cov_cd", "mmd_emd", "cov_emd")}},
         "tuned_lr": {f"{m}/{mth}": tuned[(m, mth)] for m, mth in pairs},
     }
+    img_base = lambda mth: {k: mean("image", mth, k) for k in ("fid", "fid_hi_nearest", "fid_hi_nearest_ratio",  # noqa: E731
+                                                               "fid_hi_bilinear")}
     baselines = {
-        "grid": {"fid": mean("image", "grid", "fid"), "fid_hi_nearest": mean("image", "grid", "fid_hi_nearest"),
-                 "fid_hi_nearest_ratio": mean("image", "grid", "fid_hi_nearest_ratio"),
-                 "fid_hi_bilinear": mean("image", "grid", "fid_hi_bilinear")},
-        "pointtf": {"mmd_cd": mean("points", "pointtf", "mmd_cd"), "cov_cd": mean("points", "pointtf", "cov_cd"),
-                    "mmd_cd_dense": mean("points", "pointtf", "mmd_cd_dense"),
-                    "cov_cd_dense": mean("points", "pointtf", "cov_cd_dense")},
-        "baseline": {"distance_norm": norm_mean("baseline")},
+        "grid": img_base("grid"), "unet": img_base("unet"),
+        "pointtf": {k: mean("points", "pointtf", k) for k in ("mmd_cd", "cov_cd", "mmd_emd", "cov_emd", "mmd_cd_dense",
+                                                              "cov_cd_dense")},
+        "baseline": {"distance_norm": norm_mean("mlp", "baseline"), "distance_norm_unet": norm_mean("unet", "baseline")},
     }
     budget = {"train_steps": int(config["steps"]), "batch_images": int(config["batch"]),
               "batch_points": max(1, int(config["batch"]) // 2), "sample_steps": int(config["sample_steps"]),
@@ -343,8 +388,15 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                         "(images) / MMD-CD (points) to validation data, per (modality, method)",
               "optimizer": "AdamW, grad-norm clip 2.0, EMA (warmed-up decay, max "
                            f"{config['ema']}), logit-normal t, Euler ODE sampling from the EMA weights"}
-    tables = {"quality": rows, "normalised": norm_rows, "samples": shows, "loss": curves}
+    timing = [{"phase": r["phase"], "modality": r["modality"], "method": r["method"], "lr": r["lr"], "seed": r["index"],
+               **{f"{k}_s": round(v, 2) for k, v in r["timing"].items()}} for r in timing_rows]
+    tables = {"quality": rows, "normalised": norm_rows, "samples": shows, "loss": curves, "timing_tasks": timing}
     return Outcome(metrics=metrics, baselines=baselines, tables=tables, budget=budget)
+
+
+def _task(item: tuple, shared: Mapping[str, Any]) -> dict:
+    """A test run (``fit_task``) or a metric floor (``floor_task``), so both share one pmap."""
+    return floor_task(item[1:], shared) if item[0] == "floor" else fit_task(item, shared)
 
 
 _DOMAINS = ("abstract: 'INRFlow effectively handles different data modalities such as images, 3D point clouds and "
@@ -358,20 +410,35 @@ CLAIMS = (
                "equal-size baseline of each modality (FID-like / MMD-CD, each divided by its modality's mean over both "
                "methods; paired over modality x seed)",
           metric="metrics.distance_norm", compare="baselines.baseline.distance_norm", op="<",
-          test="paired sign test over seeds", table="normalised", a={"role": "inrflow"}, b={"role": "baseline"},
-          pair_on=("case", "seed"), source=_DOMAINS),
+          test="paired sign test over seeds", table="normalised", a={"comparison": "mlp", "role": "inrflow"},
+          b={"comparison": "mlp", "role": "baseline"}, pair_on=("case", "seed"), source=_DOMAINS),
+    Claim(text="across modalities, a lower distance to held-out data than the equal-size grid U-Net (images) and "
+               "point transformer (clouds) (each distance divided by its modality's mean over INRFlow and that "
+               "baseline; paired over modality x seed)",
+          metric="metrics.distance_norm_unet", compare="baselines.baseline.distance_norm_unet", op="<",
+          test="paired sign test over seeds", table="normalised", a={"comparison": "unet", "role": "inrflow"},
+          b={"comparison": "unet", "role": "baseline"}, pair_on=("case", "seed"), source=_DOMAINS),
     Claim(text="images: lower FID-like distance to held-out digits than the equal-size grid flow-matching MLP",
           metric="metrics.fid", compare="baselines.grid.fid", op="<", source=_DOMAINS),
     Claim(text="point clouds: lower MMD-CD to held-out shapes than the equal-size point transformer without the "
                "point-wise decoder", metric="metrics.mmd_cd", compare="baselines.pointtf.mmd_cd", op="<", source=_DOMAINS),
     Claim(text="point clouds: higher COV-CD than the point transformer", metric="metrics.cov_cd",
           compare="baselines.pointtf.cov_cd", op=">", source=_DOMAINS),
+    Claim(text="images: lower FID-like distance to held-out digits than the equal-size grid U-Net",
+          metric="metrics.fid", compare="baselines.unet.fid", op="<", source=_DOMAINS),
+    Claim(text="point clouds: lower MMD-EMD (exact EMD) to held-out shapes than the point transformer",
+          metric="metrics.mmd_emd", compare="baselines.pointtf.mmd_emd", op="<", source=_DOMAINS),
+    Claim(text="point clouds: higher COV-EMD than the point transformer", metric="metrics.cov_emd",
+          compare="baselines.pointtf.cov_emd", op=">", source=_DOMAINS),
     Claim(text="at the unseen resolution, decoding the coordinates beats replicating the model's own training-"
                "resolution pixels (FID-like at hi_res, native < nearest-neighbour)",
           metric="metrics.fid_hi", compare="metrics.fid_hi_nearest", op="<", source=_CONTINUOUS),
     Claim(text="at the unseen resolution, INRFlow's native samples are closer to held-out hi_res digits than the grid "
                "model's 16x16 samples shown at hi_res (pixel replication: the grid model has no coordinates to query)",
           metric="metrics.fid_hi", compare="baselines.grid.fid_hi_nearest", op="<", source=_CONTINUOUS),
+    Claim(text="at the unseen resolution, INRFlow's native samples are closer to held-out hi_res digits than the grid "
+               "U-Net's 16x16 samples shown at hi_res (pixel replication)",
+          metric="metrics.fid_hi", compare="baselines.unet.fid_hi_nearest", op="<", source=_CONTINUOUS),
     Claim(text="the baselines are within 10% of INRFlow's parameter count", metric="metrics.param_gap", compare=0.1,
           op="<=", kind="sanity"),
     Claim(text="every sample is finite", metric="metrics.finite", compare=1.0, op=">=", kind="sanity"),
@@ -391,14 +458,16 @@ def plots(record: Mapping) -> dict:
     import matplotlib.pyplot as plt
 
     rows = record["tables"]["quality"]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
-    panels = (("image", "fid", ("inrflow", "grid", "data"), "FID-like at 16x16 (lower is better)"),
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.8))
+    panels = (("image", "fid", ("inrflow", "grid", "unet", "data"), "FID-like at 16x16 (lower is better)"),
               ("points", "mmd_cd", ("inrflow", "pointtf", "data"), "MMD-CD (lower is better)"),
+              ("points", "mmd_emd", ("inrflow", "pointtf", "data"), "MMD-EMD (lower is better)"),
               ("image", "hi", None, "FID-like at the unseen resolution"))
     for ax, (mod, metric, methods, label) in zip(axes, panels):
         if metric == "hi":
             bars = [("inrflow native", "inrflow", "fid_hi"), ("inrflow nearest", "inrflow", "fid_hi_nearest"),
-                    ("grid nearest", "grid", "fid_hi_nearest"), ("grid bilinear", "grid", "fid_hi_bilinear")]
+                    ("grid MLP nearest", "grid", "fid_hi_nearest"), ("U-Net nearest", "unet", "fid_hi_nearest"),
+                    ("U-Net bilinear", "unet", "fid_hi_bilinear")]
         else:
             bars = [(mth, mth, metric) for mth in methods]
         for j, (name, mth, key) in enumerate(bars):
@@ -410,16 +479,18 @@ def plots(record: Mapping) -> dict:
             ax.scatter([j] * len(v), v, color="k", s=8, zorder=3)
         ax.set_xticks(range(len(bars)), [b[0] for b in bars], rotation=20, fontsize=8)
         ax.set_ylabel(label, fontsize=8)
-    axes[0].set_title("images: INRFlow vs grid MLP (bars: mean, whiskers: min-max over seeds)", fontsize=8)
-    axes[1].set_title("point clouds: INRFlow vs point transformer", fontsize=8)
-    axes[2].set_title("INR property: resolution never trained on", fontsize=8)
+    axes[0].set_title("images: INRFlow vs grid MLP / U-Net\n(bars: mean, whiskers: min-max over seeds)", fontsize=8)
+    axes[1].set_title("point clouds (Chamfer): INRFlow vs point transformer", fontsize=8)
+    axes[2].set_title("point clouds (exact EMD)", fontsize=8)
+    axes[3].set_title("INR property: resolution never trained on", fontsize=8)
     fig.tight_layout()
 
     shows = {(s["modality"], s["method"]): s for s in record["tables"].get("samples", [])}
     imgs = [("data 16x16", shows.get(("image", "inrflow"), {}).get("data")),
             ("INRFlow 16x16", shows.get(("image", "inrflow"), {}).get("train_res")),
             ("INRFlow at hi_res (unseen)", shows.get(("image", "inrflow"), {}).get("hi_res")),
-            ("grid MLP 16x16", shows.get(("image", "grid"), {}).get("train_res"))]
+            ("grid MLP 16x16", shows.get(("image", "grid"), {}).get("train_res")),
+            ("grid U-Net 16x16", shows.get(("image", "unet"), {}).get("train_res"))]
     k = max((len(v) for _, v in imgs if v), default=1)
     fig2, axes2 = plt.subplots(len(imgs), k, figsize=(1.1 * k, 1.2 * len(imgs)), squeeze=False)
     for i, (name, v) in enumerate(imgs):
@@ -468,7 +539,32 @@ def plots(record: Mapping) -> dict:
         ax.set_title(mod)
         ax.legend(fontsize=7)
     fig4.tight_layout()
-    return {"distances": fig, "digit_samples": fig2, "cloud_samples": fig3, "loss": fig4}
+    # the INR property: the same samples (one joint sampling, the 16x16 grid as context) at resolutions
+    # never trained on, beside the 16x16 samples upsampled bilinearly
+    multi = shows.get(("image", "inrflow"), {}).get("multires") or {}
+    fig5 = None
+    if multi:
+        import torch
+
+        keys = sorted(multi, key=int)
+        lo = np.asarray(multi[keys[0]])
+        top = int(keys[-1])
+        bil = torch.nn.functional.interpolate(torch.tensor(lo, dtype=torch.float32)[:, None], size=(top, top),
+                                              mode="bilinear", align_corners=True)[:, 0].numpy()
+        rows5 = [(f"INRFlow {k}x{k}" + (" (trained)" if k == keys[0] else " (never trained)"), np.asarray(multi[k]))
+                 for k in keys] + [(f"16x16 upsampled bilinearly to {top}x{top}", bil)]
+        k5 = lo.shape[0]
+        fig5, ax5 = plt.subplots(len(rows5), k5, figsize=(1.2 * k5, 1.3 * len(rows5)), squeeze=False)
+        for i, (name, v) in enumerate(rows5):
+            for j in range(k5):
+                ax5[i][j].axis("off")
+                ax5[i][j].imshow(v[j], cmap="gray", vmin=-1, vmax=1, interpolation="nearest")
+            ax5[i][0].set_title(name, fontsize=7, loc="left")
+        fig5.tight_layout()
+    figs = {"distances": fig, "digit_samples": fig2, "cloud_samples": fig3, "loss": fig4}
+    if fig5 is not None:
+        figs["resolutions"] = fig5
+    return figs
 
 
 EXPERIMENT = Experiment(

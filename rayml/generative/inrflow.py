@@ -77,6 +77,7 @@ __all__ = [
     "cicfm_loss",
     "train",
     "ode_sample",
+    "sample_multires",
     "sample_images",
     "sample_points",
 ]
@@ -402,15 +403,36 @@ class INRFlow(nn.Module):
         # the within-patch position: a patch spans coord_res / grid pixels
         tokens = self.ctx_y(context_y) + _sincos(rel, cfg.hidden, max(2, cfg.coord_res // g))
         lat = self.latent + _sincos(self.centres, cfg.hidden, cfg.coord_res)  # spatial-aware latents at the patch centres
-        mask = owner[:, None, :] == torch.arange(g * g)[None, :, None]  # (B, L, N)
-        empty = ~mask.any(-1, keepdim=True)
-        mask = mask | empty  # a latent with no point in its patch reads every point (never NaN)
         heads, hd = cfg.heads, cfg.hidden // cfg.heads
-        q = self.enc_q(lat).view(1, g * g, heads, hd).transpose(1, 2).expand(b, -1, -1, -1)
-        k, v = self.enc_kv(tokens).view(b, -1, 2, heads, hd).permute(2, 0, 3, 1, 4)
-        z = Fn.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None]).transpose(1, 2).reshape(b, g * g, -1)
+        patches = self._equal_patches(owner)
+        if patches is not None:
+            # fast path (every sample on one grid, every patch holding P points): attend within each
+            # patch only, B L P scores instead of the B L N of the masked attention below (same values)
+            order, p = patches
+            k, v = self.enc_kv(tokens[:, order]).view(b, g * g, p, 2, heads, hd).unbind(3)  # (B, L, P, h, hd)
+            q = self.enc_q(lat).view(g * g, heads, hd)
+            w = torch.softmax(torch.einsum("lhe,blphe->blhp", q, k) / math.sqrt(hd), dim=-1)
+            z = torch.einsum("blhp,blphe->blhe", w, v).reshape(b, g * g, -1)
+        else:
+            mask = owner[:, None, :] == torch.arange(g * g)[None, :, None]  # (B, L, N)
+            empty = ~mask.any(-1, keepdim=True)
+            mask = mask | empty  # a latent with no point in its patch reads every point (never NaN)
+            q = self.enc_q(lat).view(1, g * g, heads, hd).transpose(1, 2).expand(b, -1, -1, -1)
+            k, v = self.enc_kv(tokens).view(b, -1, 2, heads, hd).permute(2, 0, 3, 1, 4)
+            z = Fn.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None]).transpose(1, 2).reshape(b, g * g, -1)
         z = self.enc_mlp(self.enc_norm(z))
         return z + _sincos(self.centres, cfg.hidden, cfg.coord_res)  # the trunk's absolute position embedding
+
+    def _equal_patches(self, owner):
+        """``(order, P)`` when every sample has the same patch assignment and every patch holds ``P``
+        points (``order`` sorts the points by patch), else ``None``."""
+        first = owner[0]
+        if owner.shape[0] > 1 and not bool((owner == first).all()):
+            return None
+        counts = torch.bincount(first, minlength=self.cfg.grid ** 2)
+        if not bool((counts == counts[0]).all()) or int(counts[0]) == 0:
+            return None
+        return torch.argsort(first, stable=True), int(counts[0])
 
     def _embed_points(self, pos, px, py, cat):
         return cat(torch.cat([px(_fourier(pos, self.cfg.fourier_freqs)), py(pos)], dim=-1))
@@ -490,7 +512,11 @@ def train(model: nn.Module, coords: torch.Tensor, values: torch.Tensor, cfg: Tra
     ema = copy.deepcopy(model).eval()
     for p in ema.parameters():
         p.requires_grad_(False)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    # one list of tensors each, updated with the multi-tensor (foreach) kernels: a few calls per step
+    # instead of a few per parameter (the models here are small, so per-call overhead dominates)
+    params = [p for p in model.parameters() if p.requires_grad]
+    ema_params = [pe for pe, p in zip(ema.parameters(), model.parameters()) if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True)
     n_sets, n_pts = values.shape[:2]
     n_query = max(1, int(round(cfg.query_fraction * n_pts)))
     losses = []
@@ -504,12 +530,11 @@ def train(model: nn.Module, coords: torch.Tensor, values: torch.Tensor, cfg: Tra
         loss = cicfm_loss(model, x, y, t, noise, q)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+        nn.utils.clip_grad_norm_(params, cfg.clip, foreach=True)
         opt.step()
         decay = min(cfg.ema, (1 + k) / (10 + k))
-        with torch.no_grad():
-            for pe, pm in zip(ema.parameters(), model.parameters()):
-                pe.mul_(decay).add_(pm.detach(), alpha=1 - decay)
+        with torch.no_grad():  # ema <- decay ema + (1 - decay) model
+            torch._foreach_lerp_(ema_params, [p.detach() for p in params], 1 - decay)
         losses.append(float(loss.detach()))
     model.eval()
     return {"model": model, "ema": ema, "losses": losses}
@@ -547,34 +572,64 @@ def _check_count(name, v, low=1):
 
 
 @torch.no_grad()
+def sample_multires(model: nn.Module, n: int, resolutions, *, train_resolution: int, steps: int, seed: int,
+                    batch: int = 256) -> dict:
+    """``n`` images at the training resolution and at every resolution in ``resolutions``, jointly:
+    ``{R: (n, R, R)}``.
+
+    The training grid is the context; the query set is the training grid followed by each new grid,
+    and all points are integrated together (the authors' resolution-free sampling). Queries are
+    conditionally independent given the context, so the training-grid trajectory is the same whatever
+    new grids ride along: every resolution shows *the same* samples. The training grid's noise is drawn
+    first (one ``R_train^2`` draw per sample from the seed), then each new grid's in the order given, so
+    the training-resolution images equal those of ``sample_images(..., resolution=train_resolution)``
+    with the same seed, and the first ``k`` samples' training-grid noise does not depend on ``n``.
+    """
+    _check_count("n", n)
+    _check_count("batch", batch)
+    image_grid(train_resolution)
+    if isinstance(resolutions, (int, str)) or not hasattr(resolutions, "__iter__"):
+        raise ValueError(f"resolutions must be a list of integers, got {resolutions!r}")
+    resolutions = list(resolutions)
+    for r in resolutions:
+        image_grid(r)
+    new = [r for r in dict.fromkeys(resolutions) if r != train_resolution]
+    g = torch.Generator().manual_seed(int(seed))
+    lo = image_grid(train_resolution)
+    grids = [lo] + [image_grid(r) for r in new]
+    # one draw per (grid, sample): CPU randn's values depend on the tensor's size, so a single (n, N) draw
+    # would change the first samples' noise with n
+    noise = [torch.stack([torch.randn((x.shape[1], 1), generator=g) for _ in range(n)]) for x in grids]
+    x = torch.cat(grids, dim=1)
+    y0 = torch.cat(noise, dim=1)
+    mask = None
+    if new:
+        mask = torch.zeros(x.shape[1], dtype=torch.bool)
+        mask[: lo.shape[1]] = True
+    outs = []
+    for s in range(0, n, batch):
+        part = y0[s: s + batch]
+        outs.append(ode_sample(model, x.expand(part.shape[0], -1, -1), part, steps, context_mask=mask))
+    y = torch.cat(outs)[..., 0]
+    result, start = {}, 0
+    for r, grid in zip([train_resolution] + new, grids):
+        result[r] = y[:, start: start + grid.shape[1]].reshape(n, r, r)
+        start += grid.shape[1]
+    return result
+
+
+@torch.no_grad()
 def sample_images(model: nn.Module, n: int, resolution: int, *, train_resolution: int, steps: int, seed: int,
                   batch: int = 256) -> torch.Tensor:
     """``n`` images ``(n, R, R)`` at ``resolution`` from a model trained at ``train_resolution``.
 
     At the training resolution the pixels are both context and queries. At another resolution the
     query set is the training grid followed by the new grid, the training grid is the context, and
-    the new grid's values are returned (the authors' resolution-free sampling).
+    the new grid's values are returned (the authors' resolution-free sampling; ``sample_multires``).
     """
-    _check_count("n", n)
     image_grid(resolution)
-    image_grid(train_resolution)
-    _check_count("batch", batch)
-    g = torch.Generator().manual_seed(int(seed))
-    lo = image_grid(train_resolution)
-    if resolution == train_resolution:
-        x, mask = lo, None
-    else:
-        hi = image_grid(resolution)
-        x = torch.cat([lo, hi], dim=1)
-        mask = torch.zeros(x.shape[1], dtype=torch.bool)
-        mask[: lo.shape[1]] = True
-    noise = torch.randn((n, x.shape[1], 1), generator=g)
-    out = []
-    for s in range(0, n, batch):
-        y0 = noise[s: s + batch]
-        y = ode_sample(model, x.expand(y0.shape[0], -1, -1), y0, steps, context_mask=mask)
-        out.append(y[:, -resolution * resolution:, 0])
-    return torch.cat(out).view(n, resolution, resolution)
+    return sample_multires(model, n, [resolution], train_resolution=train_resolution, steps=steps, seed=seed,
+                           batch=batch)[resolution]
 
 
 @torch.no_grad()

@@ -5,26 +5,33 @@
   noisy value, the grid counterpart of INRFlow's final layer reading the query's own value: without
   it the MLP's narrow hidden layer cannot pass the noise through). It only knows the grid it was built for:
   asking it for another resolution is a ``ValueError`` (no coordinates enter it).
+- ``GridUNetFlow``: a small time-conditioned U-Net velocity field on the fixed pixel grid (the standard
+  pixel-space flow / diffusion architecture: residual conv blocks with GroupNorm and a scale-shift of
+  the time embedding, two stride-2 downsamplings, nearest-neighbour upsampling with skip
+  concatenations, a zero-initialised output conv). Like the MLP it only knows its own grid (its
+  kernels are in pixels of that grid): another resolution is a ``ValueError``.
 - ``PointTransformerFlow``: a point-cloud flow model *without* the point-wise decoder: every point
   is a token and the velocity of each point comes from self-attention over all points (a DiT over
   point tokens, Fourier position features as INRFlow's), so points are not conditionally
   independent given a latent summary.
 
 ``match_width`` picks the width whose parameter count is closest to a target (the INRFlow model's).
-Both train with ``rayml.generative.inrflow.train`` (``query_fraction = 1``) and sample with its ODE
+All train with ``rayml.generative.inrflow.train`` (``query_fraction = 1``) and sample with its ODE
 sampler.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
+import torch.nn.functional as Fn
 from torch import nn
 
 from rayml.generative import inrflow as F
 
-__all__ = ["GridMLPFlow", "PointTransformerFlow", "match_width"]
+__all__ = ["GridMLPFlow", "GridUNetFlow", "PointTransformerFlow", "match_width"]
 
 
 class _ResBlock(nn.Module):
@@ -68,6 +75,70 @@ class GridMLPFlow(nn.Module):
         for blk in self.blocks:
             h = blk(h, c)
         return (self.out(h[:, None], c)[:, 0] + self.skip(c) * query_y[..., 0])[..., None]
+
+
+def _groupnorm(channels):
+    return nn.GroupNorm(math.gcd(4, channels), channels)  # 4 groups where the width allows
+
+
+class _ConvBlock(nn.Module):
+    """GroupNorm-SiLU-conv, scale-shift by the time embedding, GroupNorm-SiLU-conv, residual (DDPM-style)."""
+
+    def __init__(self, cin, cout, tdim):
+        super().__init__()
+        self.n1, self.c1 = _groupnorm(cin), nn.Conv2d(cin, cout, 3, padding=1)
+        self.t = nn.Linear(tdim, 2 * cout)
+        self.n2, self.c2 = _groupnorm(cout), nn.Conv2d(cout, cout, 3, padding=1)
+        nn.init.zeros_(self.c2.weight)
+        nn.init.zeros_(self.c2.bias)
+        self.skip = nn.Identity() if cin == cout else nn.Conv2d(cin, cout, 1)
+
+    def forward(self, h, c):
+        scale, shift = self.t(c)[:, :, None, None].chunk(2, dim=1)
+        x = self.c1(Fn.silu(self.n1(h)))
+        x = self.n2(x) * (1 + scale) + shift
+        return self.skip(h) + self.c2(Fn.silu(x))
+
+
+class GridUNetFlow(nn.Module):
+    """Velocity ``v(y_t, t)`` of a ``resolution x resolution`` image from a two-level U-Net of base
+    width ``width`` (channels ``width`` at full resolution, ``2 width`` at 1/2 and 1/4)."""
+
+    def __init__(self, resolution: int, width: int):
+        super().__init__()
+        F.image_grid(resolution)
+        if resolution % 4:
+            raise ValueError(f"resolution must be divisible by 4 (two 2x downsamplings), got {resolution}")
+        if isinstance(width, bool) or not isinstance(width, int) or width < 2:
+            raise ValueError(f"width must be an integer >= 2, got {width!r}")
+        self.resolution = resolution
+        c, c2, td = width, 2 * width, 2 * width
+        self.time = nn.Sequential(F._TimeEmbed(td), nn.SiLU())
+        self.inp = nn.Conv2d(1, c, 3, padding=1)
+        self.d1 = _ConvBlock(c, c, td)
+        self.down1 = nn.Conv2d(c, c, 3, stride=2, padding=1)
+        self.d2 = _ConvBlock(c, c2, td)
+        self.down2 = nn.Conv2d(c2, c2, 3, stride=2, padding=1)
+        self.mid = _ConvBlock(c2, c2, td)
+        self.u2 = _ConvBlock(c2 + c2, c2, td)
+        self.u1 = _ConvBlock(c2 + c, c, td)
+        self.out_norm = _groupnorm(c)
+        self.out = nn.Conv2d(c, 1, 3, padding=1)
+        nn.init.zeros_(self.out.weight)
+        nn.init.zeros_(self.out.bias)
+
+    def forward(self, context_x, context_y, t, query_x, query_y):
+        r = self.resolution
+        if query_y.shape[1] != r * r or context_y.shape[1] != r * r:
+            raise ValueError(f"GridUNetFlow works on its {r}x{r} grid only ({r * r} pixels), got "
+                             f"{query_y.shape[1]} queries")
+        c = self.time(t)
+        h0 = self.d1(self.inp(query_y[..., 0].view(-1, 1, r, r)), c)  # the row-major image_grid order
+        h1 = self.d2(self.down1(h0), c)
+        h = self.mid(self.down2(h1), c)
+        h = self.u2(torch.cat([Fn.interpolate(h, scale_factor=2.0, mode="nearest"), h1], dim=1), c)
+        h = self.u1(torch.cat([Fn.interpolate(h, scale_factor=2.0, mode="nearest"), h0], dim=1), c)
+        return self.out(Fn.silu(self.out_norm(h))).view(-1, r * r, 1)
 
 
 class PointTransformerFlow(nn.Module):

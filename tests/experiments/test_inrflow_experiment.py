@@ -10,7 +10,8 @@ def test_every_claim_is_measured_at_tiny_size(unmeasured_claims):
 
 
 @pytest.mark.parametrize("override", [{"lr_grid": []}, {"hi_res": 16}, {"seeds": 0}, {"hidden": 18},
-                                      {"query_fraction": 1.5}, {"n_eval": 4}])
+                                      {"query_fraction": 1.5}, {"n_eval": 4},
+                                      {"show_res": 64}, {"show_res": [1]}])
 def test_bad_settings_are_rejected_before_work(override):
     with pytest.raises(ValueError):
         experiments.run("inrflow", size="tiny", overrides=override)

@@ -165,6 +165,39 @@ def test_sampling_at_a_new_resolution_returns_the_right_shape_and_uses_the_train
     assert pts.shape == (2, 40, 3) and torch.isfinite(pts).all()
 
 
+def test_joint_sampling_shows_the_same_samples_at_every_resolution():
+    model = _img_model(6)
+    joint = F.sample_multires(model, 3, [6, 9, 13], train_resolution=6, steps=4, seed=5)
+    assert {k: tuple(v.shape) for k, v in joint.items()} == {6: (3, 6, 6), 9: (3, 9, 9), 13: (3, 13, 13)}
+    # the training-grid trajectory does not depend on the extra queries (conditional independence)
+    alone = F.sample_images(model, 3, 6, train_resolution=6, steps=4, seed=5)
+    assert torch.allclose(joint[6], alone, atol=1e-5)
+    assert torch.allclose(F.sample_multires(model, 3, [9], train_resolution=6, steps=4, seed=5)[6], alone, atol=1e-5)
+    # the first k samples do not depend on how many are drawn
+    assert torch.allclose(F.sample_images(model, 1, 6, train_resolution=6, steps=4, seed=5), alone[:1], atol=1e-5)
+    # a new grid's points that coincide with training-grid points are decoded by the same field: at
+    # t = 1 both ends sit on the same continuous function, so the shared corners agree closely
+    for r in (9, 13):
+        assert torch.isfinite(joint[r]).all()
+    with pytest.raises(ValueError, match="resolutions"):
+        F.sample_multires(model, 2, 9, train_resolution=6, steps=2, seed=0)
+
+
+def test_the_fast_patch_attention_equals_the_masked_attention():
+    model = _img_model(7, coord_res=8)
+    g = torch.Generator().manual_seed(8)
+    x = F.image_grid(8).expand(3, -1, -1).clone()
+    y = torch.randn(3, 64, 1, generator=g)
+    assert model._equal_patches(((x * 2).floor().clamp(0, 1) @ torch.tensor([2.0, 1.0])).long()) is not None
+    fast = model._encode_image(x, y)
+    slow_model = _img_model(7, coord_res=8)
+    slow_model._equal_patches = lambda owner: None
+    assert torch.allclose(fast, slow_model._encode_image(x, y), atol=1e-5)
+    # an uneven grid (7 pixels on a 2x2 lattice) takes the masked path and still works
+    x7 = F.image_grid(7).expand(2, -1, -1)
+    assert torch.isfinite(model._encode_image(x7, torch.randn(2, 49, 1, generator=g))).all()
+
+
 def test_sampling_is_deterministic_in_the_seed():
     model = _img_model(4)
     a = F.sample_images(model, 2, 9, train_resolution=6, steps=3, seed=7)
@@ -173,12 +206,32 @@ def test_sampling_is_deterministic_in_the_seed():
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
-def test_the_grid_baseline_cannot_sample_another_resolution():
+def test_the_grid_baselines_cannot_sample_another_resolution():
     torch.manual_seed(0)
-    grid = B.GridMLPFlow(6, 16)
-    assert F.sample_images(grid, 2, 6, train_resolution=6, steps=2, seed=0).shape == (2, 6, 6)
-    with pytest.raises(ValueError, match="grid"):
-        F.sample_images(grid, 2, 9, train_resolution=6, steps=2, seed=0)
+    for grid in (B.GridMLPFlow(8, 16), B.GridUNetFlow(8, 4)):
+        assert F.sample_images(grid, 2, 8, train_resolution=8, steps=2, seed=0).shape == (2, 8, 8)
+        with pytest.raises(ValueError, match="grid"):
+            F.sample_images(grid, 2, 12, train_resolution=8, steps=2, seed=0)
+
+
+def test_unet_starts_at_zero_velocity_and_reads_the_value_and_the_time():
+    torch.manual_seed(1)
+    net = B.GridUNetFlow(16, 4)
+    x = F.image_grid(16)
+    y = torch.randn(1, 256, 1, generator=torch.Generator().manual_seed(2))
+    t = torch.tensor([0.4])
+    assert torch.equal(net(x, y, t, x, y), torch.zeros(1, 256, 1))  # zero-initialised read-out
+    _perturb(net, 1)
+    base = net(x, y, t, x, y)
+    assert not torch.allclose(net(x, y + 0.5, t, x, y + 0.5), base, atol=1e-4)
+    assert not torch.allclose(net(x, y, t + 0.3, x, y), base, atol=1e-4)
+    # the image is laid out row-major as image_grid's coordinates: a transposed input is another image
+    yt = y.view(1, 16, 16).transpose(1, 2).reshape(1, 256, 1)
+    assert not torch.allclose(net(x, yt, t, x, yt).view(16, 16).T, base.view(16, 16), atol=1e-4)
+    with pytest.raises(ValueError, match="divisible by 4"):
+        B.GridUNetFlow(10, 4)
+    with pytest.raises(ValueError, match="width"):
+        B.GridUNetFlow(16, 1)
 
 
 # ---------------------------------------------------------------- training
@@ -201,6 +254,19 @@ def test_match_width_equalises_parameter_counts():
     target = F.param_count(F.INRFlow(F.ModelConfig(modality="image", hidden=32, depth=2, heads=2)))
     w = B.match_width(lambda w: B.GridMLPFlow(16, w), target, range(4, 400, 2))
     assert abs(F.param_count(B.GridMLPFlow(16, w)) / target - 1) < 0.05
+    u = B.match_width(lambda w: B.GridUNetFlow(16, w), target, range(2, 100))
+    assert abs(F.param_count(B.GridUNetFlow(16, u)) / target - 1) < 0.05
+
+
+def test_the_ema_follows_its_warmed_up_recurrence():
+    # one step: decay = min(ema, 1 / 10), so ema = 0.1 * initial + 0.9 * updated weights
+    model = _img_model(8)
+    start = [p.detach().clone() for p in model.parameters()]
+    x, _ = D.digit_images(6)
+    fit = F.train(model, F.image_grid(6).expand(8, -1, -1), x[:8].reshape(8, -1, 1),
+                  F.TrainConfig(steps=1, batch=4, lr=1e-2), seed=0)
+    for p0, p1, pe in zip(start, model.parameters(), fit["ema"].parameters()):
+        assert torch.allclose(pe, 0.1 * p0 + 0.9 * p1.detach(), atol=1e-6)
 
 
 # ---------------------------------------------------------------- data and metrics
@@ -225,13 +291,35 @@ def test_shape_clouds_are_normalised_and_deterministic():
 def test_chamfer_matches_brute_force_and_mmd_cov_of_identical_sets():
     g = torch.Generator().manual_seed(9)
     a, b = torch.randn(3, 5, 3, generator=g), torch.randn(4, 6, 3, generator=g)
-    cd = D.chamfer_matrix(a, b, block=3)
+    cd = D.chamfer_matrix(a, b)
     for i in range(3):
         for j in range(4):
             d = np.array([[float(((p - q) ** 2).sum()) for q in b[j]] for p in a[i]])
             assert abs(cd[i, j].item() - (d.min(1).mean() + d.min(0).mean())) < 1e-5
     same = D.mmd_cov(b, b)
     assert same["mmd_cd"] == 0.0 and same["cov_cd"] == 1.0
+
+
+def test_emd_matches_brute_force_and_the_one_dimensional_closed_form():
+    import itertools
+
+    g = torch.Generator().manual_seed(10)
+    a, b = torch.randn(6, 3, generator=g, dtype=torch.float64), torch.randn(6, 3, generator=g, dtype=torch.float64)
+    brute = min(np.mean([float((a[i] - b[p[i]]).norm()) for i in range(6)]) for p in itertools.permutations(range(6)))
+    assert abs(D.emd(a, b) - brute) < 1e-9
+    # on a line, the optimal matching pairs the sorted coordinates: EMD = mean |sort(a) - sort(b)|
+    xa, xb = torch.randn(40, generator=g, dtype=torch.float64), torch.randn(40, generator=g, dtype=torch.float64)
+    pa, pb = torch.zeros(40, 3, dtype=torch.float64), torch.zeros(40, 3, dtype=torch.float64)
+    pa[:, 0], pb[:, 0] = xa, xb
+    assert abs(D.emd(pa, pb) - float((xa.sort().values - xb.sort().values).abs().mean())) < 1e-9
+    clouds = torch.randn(3, 5, 3, generator=g)
+    others = torch.randn(2, 5, 3, generator=g)
+    m = D.emd_matrix(clouds, others)
+    assert m.shape == (3, 2) and abs(float(m[2, 1]) - D.emd(clouds[2], others[1])) < 1e-12
+    same = D.mmd_cov(clouds, clouds, with_emd=True)
+    assert same["mmd_emd"] < 1e-7 and same["cov_emd"] == 1.0
+    with pytest.raises(ValueError, match="same number of points"):
+        D.emd(torch.zeros(4, 3), torch.zeros(5, 3))
 
 
 def test_frechet_distance_is_zero_on_itself_and_grows_with_a_shift():
