@@ -1,36 +1,53 @@
-"""MERGE^3 reproduction on the embedded LM: endpoints fine-tuned on different tasks, an IRT fit on a
-population of models, estimator accuracy, reduced- vs full-fitness evolution, and the merged model
-against its endpoints.
+"""MERGE^3 reproduction in small: two specialist endpoints fine-tuned from the shipped base, a
+cross-task target that neither endpoint can do, and an evolved SLERP merge searched with MERGE^3's
+reduced fitness against the baselines the paper compares with, at equal forward passes.
 
-Setup. Two endpoints are fine-tuned from ``rayml.llm.pretrained(config["base"])`` with
-``rayml.llm.training.fine_tune``, each on one task of ``config["tasks"]`` (cached under
-``~/.cache/rayml/merge3/endpoints/<hash>/`` of the node that trained them, the hash covering the
-base checkpoint's weights and the fine-tune recipe, so a retrained base is fine-tuned again).
-Checkpoints travel between the driver, tasks and actors as ``CheckpointBlob`` bytes through the
-object store, never as paths: a node's cache is its own. The multi-task sets: a search
-set of ``items_per_task`` items per task (the "full" fitness data, ``N`` items) and a separate
-test set. The IRT population: the base, the endpoints and ``population`` random merges of them
-(random SLERP and DARE-TIES genomes), all answering the full search set (pmap tasks); a
-``irt_dims``-dimensional 2PL is fitted on it and the endpoints' abilities on their full answers.
+The setting (the paper's cross-lingual merge, e.g. a math model and a Japanese model merged for
+math in Japanese). The shipped base (``rayml.llm.pretrained("base")``) adds 3-digit numbers
+(1.0) and scores 0.0 on 4-digit sums and on sums asked in a letter "language":
 
-(a) Estimation: ``anchors_per_task`` items per task extracted at random, ``extractions`` times;
-for ``holdout_models`` further random merges (not in the IRT population), the absolute error of
-mp-IRT, gmp-IRT and the plain mean of the same items against the model's full-set accuracy.
-(b) Evolution: pymoo's GA over MERGE^3's 11-gene SLERP genome with fitness gmp-IRT on the
-extracted items, against the same GA with fitness the full-set accuracy; the best individual of
-each re-scored on the test set; forward passes (items answered) of each, and of the IRT setup.
-Also NSGA-II over the DARE-TIES (weight, density) genome with one gmp-IRT objective per task.
-Every generation runs on a ``ResilientActorPool`` of ``MergeEvaluator`` actors that hold the
-models and receive only genomes; ``evolve`` checkpoints every generation.
-(c) The MERGE^3 merged model against each endpoint and the base on the multi-task test set.
+* endpoint A is fine-tuned on ``task_a`` = ``add_long`` (4-digit addition): the "math" specialist;
+* endpoint B on ``task_b`` = ``add_letters`` (3-digit addition whose operands' digits are written
+  as the letters ``rayml.llm.tasks.LETTER_DIGITS``): the "language" specialist;
+* the target is ``target`` = ``add_long_letters`` (4-digit addition asked in letters), the cross
+  task; the search set (``search_items``, the "full" fitness data) and the test set
+  (``test_items``) are disjoint draws of it.
 
-The endpoint tasks (``quick`` / ``full``) are ``sort`` and ``copy``: of the shipped base's
-digit-string tasks, the two it scores lowest on (its card: sort 0.94, copy 0.985, reverse 0.995),
-chosen from the base's card by that rule, fixed before any merge was run (the previous
-checkpoint's card gave reverse and sort).
+Endpoints are fine-tuned with ``rayml.llm.training.fine_tune`` as pmap tasks (cached per node under
+``~/.cache/rayml/merge3/endpoints/<hash>/``, keyed by the base's weights and the recipe, and
+travelling as ``CheckpointBlob`` bytes, never as paths).
 
-``rayml bench merge3``: one population's fitness, full data against MERGE^3 (forward passes,
-wall time), and full-data population evaluation on pools of 1 and 2 actors.
+**The gate** (``GATE``, fixed in code before any merge runs): endpoint A >= 0.8 on ``task_a``,
+endpoint B >= 0.8 on ``task_b``, the base <= 0.2 on both, each on ``gate_items`` held-out items.
+When it fails the run goes on (its numbers are kept under ``metrics.ungated``) but every number a
+paper claim reads (``metrics.decided``) is ``None``, so no paper claim holds, and the sanity claim
+"the endpoint gate passed" fails.
+
+**Estimate.** The IRT population: the base, both endpoints and ``population`` random merges
+(SLERP and DARE-TIES genomes, one seed each) answer the search set; a ``irt_dims``-dimensional 2PL
+is fitted to it (or item parameters are read from ``item_params``, a file written by
+``rayml.merging.irt.save_fit``: tinyBenchmarks' pre-fitted parameters); the abilities of the
+endpoints (and of the base, which enters the ability mix of merges built on it) are fitted with
+logits clipped to +-``ability_clip`` (tinyBenchmarks' 30) and an optional Gaussian prior
+(``ability_prior_sd``). ``holdout_models`` further merges, outside the population, each with its
+own genome seed and its own extraction of ``anchors`` items, measure each estimator's absolute
+error against the merge's accuracy on the whole search set.
+
+**Evolve.** ``repeats`` independent searches (own extraction, own GA seed), each at one budget of
+forward passes (one item answered by one model): MERGE^3's budget is the IRT population's answers
+plus the GA's (``pop_size`` x ``generations`` genomes x ``anchors`` items, fitness gmp-IRT). At
+that same total, the full-data GA (fitness the search-set accuracy; ``pop_size`` genomes a
+generation for as many generations as the budget pays) and random search (as many random SLERP
+genomes as the budget pays, scored on the search set) run; the same GA with the plain anchor
+mean as fitness is the estimator ablation. The selected merge of each is answered on the test
+set, as are the endpoints, the base, SLERP at ``t = 0.5`` and task arithmetic
+(``base + lam (tau_A + tau_B)``, ``lam`` chosen on the search set from ``ta_grid``, which holds
+the usual ``lam = 1``). Every generation runs on a ``ResilientActorPool`` of ``MergeEvaluator``
+actors (``num_gpus`` each when set) that hold the models and receive only genomes; ``evolve``
+checkpoints every generation.
+
+``rayml bench merge3``: one population's full-data fitness on pools of 1 and 2 actors (the minimum
+of ``bench_repeats`` timings each), and MERGE^3's against full-data fitness.
 """
 
 from __future__ import annotations
@@ -51,24 +68,32 @@ from rayml.results import Claim, Control
 
 PAPER = "MERGE^3: Efficient Evolutionary Merging on Consumer-grade GPUs, ICML 2025"
 ESTIMATORS = ("mean", "mp_irt", "gmp_irt")
+# Fixed before any merge ran (the issue's gate): specialists on their own task, a base without either skill.
+GATE = {"endpoint_min": 0.8, "base_max": 0.2}
+SELECTED = ("merge3", "merge3_mean", "full_data", "random_search", "random_genome")
+FIXED = ("endpoint_a", "endpoint_b", "base", "slerp_half", "task_arithmetic")
 
-_FT = dict(finetune_steps=40, finetune_rows=4, finetune_row_len=256, finetune_lr=1e-3, finetune_seed=0)
+_FT = ("finetune_steps", "finetune_rows", "finetune_row_len", "finetune_lr", "finetune_seed")
+_TASKS = dict(task_a="add_long", task_b="add_letters", target="add_long_letters")
+_IRT = dict(ability_clip=30.0, ability_prior_sd=None, item_params=None)
 SIZES = {
-    "tiny": dict(base="tiny", tasks=["copy", "reverse"], finetune_steps=3, finetune_rows=2, finetune_row_len=128,
-                 finetune_lr=1e-3, finetune_seed=0, items_per_task=12, test_items_per_task=12,
-                 anchors_per_task=3, population=6, holdout_models=3, irt_dims=1, extractions=2, pop_size=4,
-                 generations=2, nsga2_generations=2, actors=2),
-    "quick": dict(base="base", tasks=["sort", "copy"], **_FT, items_per_task=100, test_items_per_task=100,
-                  anchors_per_task=10, population=12, holdout_models=6, irt_dims=2, extractions=5, pop_size=6,
-                  generations=4, nsga2_generations=2, actors=2),
-    "full": dict(base="base", tasks=["sort", "copy"], **{**_FT, "finetune_steps": 150}, items_per_task=500,
-                 test_items_per_task=500, anchors_per_task=10, population=60, holdout_models=30, irt_dims=3,
-                 extractions=20, pop_size=20, generations=15, nsga2_generations=10, actors=8),
+    "tiny": dict(base="tiny", **_TASKS, **_IRT, finetune_steps=2, finetune_rows=2, finetune_row_len=64,
+                 finetune_lr=3e-3, finetune_seed=0, gate_items=8, search_items=12, test_items=12, anchors=4,
+                 population=4, holdout_models=3, irt_dims=1, pop_size=4, generations=2, repeats=1,
+                 ta_grid=[0.5, 1.0], actors=2, num_gpus=0),
+    "quick": dict(base="base", **_TASKS, **_IRT, finetune_steps=600, finetune_rows=8, finetune_row_len=128,
+                  finetune_lr=2e-3, finetune_seed=0, gate_items=500, search_items=200, test_items=500,
+                  anchors=10, population=14, holdout_models=12, irt_dims=2, pop_size=8, generations=5,
+                  repeats=2, ta_grid=[0.5, 0.75, 1.0], actors=2, num_gpus=0),
+    "full": dict(base="base", **_TASKS, **_IRT, finetune_steps=600, finetune_rows=8, finetune_row_len=128,
+                 finetune_lr=2e-3, finetune_seed=0, gate_items=1000, search_items=500, test_items=1000,
+                 anchors=10, population=40, holdout_models=40, irt_dims=3, pop_size=16, generations=12,
+                 repeats=5, ta_grid=[0.25, 0.5, 0.75, 1.0, 1.25], actors=8, num_gpus=0),
 }
 BENCH_SIZES = {
-    "tiny": dict(SIZES["tiny"], bench_population=4),
-    "quick": dict(SIZES["quick"], bench_population=12),
-    "full": dict(SIZES["full"], bench_population=40),
+    "tiny": dict(SIZES["tiny"], bench_population=4, bench_repeats=2),
+    "quick": dict(SIZES["quick"], bench_population=16, bench_repeats=3),
+    "full": dict(SIZES["full"], bench_population=64, bench_repeats=5),
 }
 
 
@@ -93,17 +118,16 @@ def base_dir(name: str) -> Path:
 
 def endpoint_dir(base_sha256: str, task: str, config: Mapping[str, Any]) -> Path:
     """This node's cache directory of the endpoint fine-tuned on ``task`` from the base whose weights
-    hash to ``base_sha256`` (config-hash keyed)."""
-    recipe = {"base_sha256": base_sha256, "task": task,
-              **{k: config[k] for k in _FT}}
+    hash to ``base_sha256`` (keyed by the base and the recipe)."""
+    recipe = {"base_sha256": base_sha256, "task": task, **{k: config[k] for k in _FT}}
     key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
     return _cache_root() / "endpoints" / key
 
 
 def finetune_endpoint(task: str, shared: Mapping[str, Any]):
-    """pmap task: fine-tune the base (``shared["base"]``, a ``CheckpointBlob``) on one task, or find
-    it in this node's cache; returns the endpoint as a ``CheckpointBlob``. Checkpoints travel as
-    bytes through the object store: a path in one node's cache means nothing on another node."""
+    """pmap task: fine-tune the base (``shared["base"]``, a ``CheckpointBlob``) on ``task``, or find it
+    in this node's cache; returns the endpoint as a ``CheckpointBlob`` (bytes through the object
+    store: a path in one node's cache means nothing on another node)."""
     import torch
 
     from rayml.llm import training
@@ -115,10 +139,10 @@ def finetune_endpoint(task: str, shared: Mapping[str, Any]):
         return read_blob(out)
     torch.set_num_threads(1)
     model, tok, _ = load_checkpoint(base)
-    res = training.fine_tune(model, tok, {task: 1.0}, steps=int(shared["finetune_steps"]),
-                             lr=float(shared["finetune_lr"]), seed=int(shared["finetune_seed"]),
-                             rows=int(shared["finetune_rows"]), row_len=int(shared["finetune_row_len"]),
-                             warmup=max(1, int(shared["finetune_steps"]) // 10))
+    steps = int(shared["finetune_steps"])
+    res = training.fine_tune(model, tok, {task: 1.0}, steps=steps, lr=float(shared["finetune_lr"]),
+                             seed=int(shared["finetune_seed"]), rows=int(shared["finetune_rows"]),
+                             row_len=int(shared["finetune_row_len"]), warmup=max(1, steps // 10))
     card = {"name": f"merge3-endpoint-{task}", "base_sha256": base.digest, "task": task,
             "recipe": {k: shared[k] for k in _FT}, "final_loss": float(np.mean(res.losses[-5:])),
             "training_seconds": round(res.seconds, 1)}
@@ -147,11 +171,12 @@ def _models(base, endpoints: tuple) -> tuple:
 
 def answer_model(item: tuple, shared: Mapping[str, Any]) -> np.ndarray:
     """pmap task: one model's correctness on an item set. ``item = (model, set name)`` with model
-    ``("base",)``, ``("endpoint", i)`` or ``(kind, genome)``."""
+    ``("base",)``, ``("endpoint", i)`` or ``(genome kind, genome)``."""
     import torch
 
     from rayml.llm import tasks
 
+    torch.set_num_threads(1)
     model, set_name = item
     lm, states, n_layers = _models(shared["base"], tuple(shared["endpoints"]))
     if model[0] == "base":
@@ -163,35 +188,30 @@ def answer_model(item: tuple, shared: Mapping[str, Any]) -> np.ndarray:
         state = merge3.merge_genome(space, states[0], states[1:], np.asarray(model[1], float), seed=shared["seed"])
     with torch.no_grad():
         lm.model.load_state_dict(state)
-        return tasks.evaluate([lm], shared["sets"][set_name], batch_size=64)[0]
+        return tasks.evaluate([lm], shared["sets"][set_name], batch_size=100)[0]
 
 
-def item_sets(config: Mapping[str, Any], seed: int) -> tuple[list, list, dict]:
-    """The full search set, the test set (tasks concatenated) and task -> full-set indices."""
+def item_sets(config: Mapping[str, Any], seed: int) -> dict:
+    """The gate sets (``task_a``, ``task_b``), the search set and the test set of the target."""
     from rayml.llm import tasks
 
-    N, T = int(config["items_per_task"]), int(config["test_items_per_task"])
-    search, test, groups = [], [], {}
-    for i, task in enumerate(config["tasks"]):
-        groups[task] = np.arange(len(search), len(search) + N)
-        search += tasks.make_items(task, N, np.random.default_rng([seed, 1, i]), split="test")
-        test += tasks.make_items(task, T, np.random.default_rng([seed, 2, i]), split="test")
-    return search, test, groups
+    G, N, T = int(config["gate_items"]), int(config["search_items"]), int(config["test_items"])
+    mk = tasks.make_items
+    return {"gate_a": mk(config["task_a"], G, np.random.default_rng([seed, 1, 0]), split="test"),
+            "gate_b": mk(config["task_b"], G, np.random.default_rng([seed, 1, 1]), split="test"),
+            "search": mk(config["target"], N, np.random.default_rng([seed, 2]), split="test"),
+            "test": mk(config["target"], T, np.random.default_rng([seed, 3]), split="test")}
 
 
-def random_genomes(n: int, seed: int, n_layers: int, k: int) -> list[tuple[str, list]]:
-    """``n`` random genomes, alternating SLERP and DARE-TIES."""
-    rng = np.random.default_rng(seed)
-    spaces = [merge3.GenomeSpace("slerp", k, n_layers), merge3.GenomeSpace("dare_ties", k, n_layers)]
-    return [(spaces[i % 2].kind, spaces[i % 2].random(1, rng)[0].tolist()) for i in range(n)]
+def random_genome(seed: int, n_layers: int, kind: str) -> tuple[str, list]:
+    """One random genome of ``kind`` from its own seed."""
+    return kind, merge3.GenomeSpace(kind, 2, n_layers).random(1, np.random.default_rng(seed))[0].tolist()
 
 
-def _anchors(groups: Mapping[str, np.ndarray], n: int, seed_seq) -> dict:
-    out = {}
-    for i, (g, idx) in enumerate(groups.items()):
-        a = merge3.extract(len(idx), n, np.random.default_rng([*seed_seq, i]))
-        out[g] = merge3.Anchors(np.asarray(idx)[a.indices], a.weights)
-    return out
+def _mixed_genomes(seed: int, n: int, n_layers: int) -> list[tuple[str, list]]:
+    """``n`` random genomes, SLERP and DARE-TIES alternating, one spawned seed each."""
+    kinds = ("slerp", "dare_ties")
+    return [random_genome(s, n_layers, kinds[i % 2]) for i, s in enumerate(runtime.seeds(seed, n))]
 
 
 def _worker_cap(n: int) -> int:
@@ -199,233 +219,328 @@ def _worker_cap(n: int) -> int:
     return max(1, min(int(n), cap)) if cap else max(1, int(n))
 
 
+def _check(config: Mapping[str, Any]) -> None:
+    from rayml.llm import tasks
+
+    for k in ("task_a", "task_b", "target"):
+        tasks.get_task(str(config[k]))
+    for k in ("gate_items", "search_items", "test_items", "anchors", "population", "holdout_models", "irt_dims",
+              "pop_size", "generations", "repeats", "actors", "finetune_steps"):
+        v = config[k]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{k} must be a positive integer, got {v!r}")
+    if config["anchors"] > config["search_items"]:
+        raise ValueError(f"anchors must be <= search_items, got {config['anchors']} > {config['search_items']}")
+    grid = config["ta_grid"]
+    if not isinstance(grid, (list, tuple)) or not grid or not all(isinstance(x, (int, float)) for x in grid):
+        raise ValueError(f"ta_grid must be a non-empty list of numbers, got {grid!r}")
+    if config["ability_clip"] is not None and not float(config["ability_clip"]) > 0:
+        raise ValueError(f"ability_clip must be > 0 or None, got {config['ability_clip']!r}")
+    if config["ability_prior_sd"] is not None and not float(config["ability_prior_sd"]) > 0:
+        raise ValueError(f"ability_prior_sd must be > 0 or None, got {config['ability_prior_sd']!r}")
+    if not float(config["num_gpus"]) >= 0:
+        raise ValueError(f"num_gpus must be >= 0, got {config['num_gpus']!r}")
+
+
 # --- setup shared by run and bench -----------------------------------------------------------------
 
 def setup(config: Mapping[str, Any], seed: int) -> dict:
-    """Endpoints, item sets, the IRT population's answers, the 2PL fit and the endpoint abilities."""
-    tasks_ = list(config["tasks"])
-    if len(tasks_) != 2:
-        raise ValueError(f"tasks must name 2 tasks (one per endpoint), got {tasks_!r}")
-    for k in ("items_per_task", "anchors_per_task", "population", "holdout_models", "extractions",
-              "pop_size", "generations", "actors", "irt_dims"):
-        if int(config[k]) < 1:
-            raise ValueError(f"{k} must be >= 1, got {config[k]!r}")
-    if int(config["anchors_per_task"]) > int(config["items_per_task"]):
-        raise ValueError("anchors_per_task must be <= items_per_task")
+    """Endpoints, item sets, the gate, the IRT population's answers, the 2PL and the abilities."""
+    _check(config)
     from rayml.llm.checkpoint import read_blob
 
     base = read_blob(base_dir(str(config["base"])))
-    ft_cfg = {**{k: config[k] for k in _FT}, "base": base}
-    endpoints = runtime.pmap(finetune_endpoint, tasks_, shared=ft_cfg, desc="merge3 endpoints")
+    ft = {**{k: config[k] for k in _FT}, "base": base}
+    endpoints = runtime.pmap(finetune_endpoint, [config["task_a"], config["task_b"]], shared=ft,
+                             desc="merge3 endpoints")
     n_layers = int(base.card["model_config"]["n_layers"])
-    search, test, groups = item_sets(config, seed)
-    s_pop, s_hold, s_extract = runtime.seeds(seed, 3)
-    pop_models = [("base",), ("endpoint", 0), ("endpoint", 1)]
-    pop_models += random_genomes(int(config["population"]), s_pop, n_layers, 2)
-    holdout = random_genomes(int(config["holdout_models"]), s_hold, n_layers, 2)
-    shared = {"base": base, "endpoints": endpoints, "seed": int(seed), "sets": {"full": search, "test": test}}
-    jobs = [(m, "full") for m in pop_models + holdout] + [(m, "test") for m in pop_models[:3]]
-    answers = runtime.pmap(answer_model, jobs, shared=shared, desc="merge3 population")
-    Y_pop = np.array(answers[:len(pop_models)])
-    Y_hold = np.array(answers[len(pop_models):len(pop_models) + len(holdout)])
-    test_ref = np.array(answers[len(pop_models) + len(holdout):])
-    fit = irt.fit_irt(Y_pop, dims=int(config["irt_dims"]), seed=int(seed) % (2 ** 31))
-    thetas = np.stack([irt.fit_ability(Y_pop[i], fit.A, fit.b) for i in (1, 2)])
-    return dict(base=base, endpoints=endpoints, n_layers=n_layers, search=search, test=test, groups=groups,
-                Y_pop=Y_pop, Y_hold=Y_hold, test_ref=test_ref, fit=fit, thetas=thetas, extract_seed=s_extract,
-                irt_forward_passes=int(Y_pop.size))
+    sets = item_sets(config, seed)
+    shared = {"base": base, "endpoints": endpoints, "seed": int(seed), "sets": sets}
+    # the gate, before any merge runs
+    gate_jobs = [(("base",), "gate_a"), (("base",), "gate_b"), (("endpoint", 0), "gate_a"),
+                 (("endpoint", 1), "gate_b"), (("endpoint", 0), "gate_b"), (("endpoint", 1), "gate_a")]
+    g = [float(np.mean(y)) for y in runtime.pmap(answer_model, gate_jobs, shared=shared, desc="merge3 gate")]
+    gate = {"base_on_a": g[0], "base_on_b": g[1], "endpoint_a_on_a": g[2], "endpoint_b_on_b": g[3],
+            "endpoint_a_on_b": g[4], "endpoint_b_on_a": g[5], **{f"threshold_{k}": v for k, v in GATE.items()}}
+    gate["passed"] = float(min(g[2], g[3]) >= GATE["endpoint_min"] and max(g[0], g[1]) <= GATE["base_max"])
+    s_pop, s_hold, s_rep = runtime.seeds(seed, 3)
+    refs = [("base",), ("endpoint", 0), ("endpoint", 1)]
+    population = _mixed_genomes(s_pop, int(config["population"]), n_layers)
+    hold_seeds = runtime.seeds(s_hold, int(config["holdout_models"]))
+    holdout = [random_genome(s, n_layers, ("slerp", "dare_ties")[i % 2]) for i, s in enumerate(hold_seeds)]
+    fit_models = refs if config["item_params"] else refs + population
+    jobs = [(m, "search") for m in fit_models + holdout] + [(m, "test") for m in refs]
+    ans = runtime.pmap(answer_model, jobs, shared=shared, desc="merge3 population")
+    k = len(fit_models)
+    Y_fit, Y_hold, test_ref = np.array(ans[:k]), np.array(ans[k:k + len(holdout)]), np.array(ans[k + len(holdout):])
+    if config["item_params"]:
+        fit = irt.load_fit(config["item_params"])
+        if fit.A.shape[0] != Y_fit.shape[1]:
+            raise ValueError(f"item_params has {fit.A.shape[0]} items, the search set {Y_fit.shape[1]}")
+    else:
+        fit = irt.fit_irt(Y_fit, dims=int(config["irt_dims"]), seed=int(seed) % (2 ** 31))
+    reg = dict(clip=config["ability_clip"], prior_sd=config["ability_prior_sd"])
+    thetas = np.stack([irt.fit_ability(Y_fit[i], fit.A, fit.b, **reg) for i in range(3)])  # base, A, B
+    return dict(base=base, endpoints=endpoints, n_layers=n_layers, sets=sets, gate=gate, Y_fit=Y_fit,
+                Y_hold=Y_hold, holdout=holdout, hold_seeds=hold_seeds, test_ref=test_ref, fit=fit, thetas=thetas,
+                repeat_seeds=runtime.seeds(s_rep, int(config["repeats"])), irt_forward_passes=int(Y_fit.size),
+                shared=shared)
 
 
-def _task_acc(y: np.ndarray, tasks_: list, per_task: int) -> dict:
-    out = {t: float(np.mean(y[i * per_task:(i + 1) * per_task])) for i, t in enumerate(tasks_)}
-    out["mean"] = float(np.mean(y))
-    return out
+def _estimator(S: dict, anchors: merge3.Anchors, mode: str, kind: str) -> merge3.Merge3Estimator:
+    """MERGE^3's estimator over the search set; merges built on the base (DARE-TIES) mix its ability in."""
+    N = len(S["sets"]["search"])
+    return merge3.Merge3Estimator(S["fit"].A, S["fit"].b, S["thetas"][1:], {"target": np.arange(N)},
+                                  {"target": anchors}, mode=mode,
+                                  base_theta=S["thetas"][0] if kind == "dare_ties" else None)
 
 
-# --- (a) estimation error --------------------------------------------------------------------------
+# --- (a) estimation error on held-out merges -------------------------------------------------------
 
 def estimation_error(S: dict, config: Mapping[str, Any]) -> tuple[dict, list]:
-    """MAE of each estimator against full-set accuracy over extractions x held-out models."""
+    """Absolute error of each estimator against the search-set accuracy, one row per held-out merge
+    (each with its own genome seed and its own extraction: independent pairs)."""
     rows = []
-    n = int(config["anchors_per_task"])
-    for e in range(int(config["extractions"])):
-        anchors = _anchors(S["groups"], n, [S["extract_seed"], e])
-        est = merge3.Merge3Estimator(S["fit"].A, S["fit"].b, S["thetas"], S["groups"], anchors)
-        for h, y in enumerate(S["Y_hold"]):
-            truth = float(y.mean())
-            per = {m: [] for m in ESTIMATORS}
-            for g, idx in S["groups"].items():
-                a = anchors[g]
-                r = irt.estimates(y[a.indices], est.A, est.b, a.indices, list(est.thetas), weights=a.weights,
-                                  population=idx)
-                for m in ESTIMATORS:
-                    per[m].append(r[m])
-            for m in ESTIMATORS:
-                rows.append({"estimator": m, "extraction": e, "model": h, "metric": "abs_error",
-                             "value": abs(float(np.mean(per[m])) - truth)})
-    mae = {f"{m}_mae": float(np.mean([r["value"] for r in rows if r["estimator"] == m])) for m in ESTIMATORS}
-    return {**mae, "items": 2 * n, "full_items": int(sum(len(v) for v in S["groups"].values())),
-            "pairs": len(rows) // len(ESTIMATORS)}, rows
+    N, n = len(S["sets"]["search"]), int(config["anchors"])
+    for h, (y, (kind, _), s) in enumerate(zip(S["Y_hold"], S["holdout"], S["hold_seeds"])):
+        anchors = merge3.extract(N, n, np.random.default_rng([s, 1]))
+        est = _estimator(S, anchors, "gmp_irt", kind)
+        r = irt.estimates(y[anchors.indices], est.A, est.b, anchors.indices, est.mix, weights=anchors.weights)
+        truth = float(y.mean())
+        for m in ESTIMATORS:
+            rows.append({"estimator": m, "model": h, "kind": kind, "metric": "abs_error", "value": abs(r[m] - truth)})
+    out = {f"{m}_mae": float(np.mean([r["value"] for r in rows if r["estimator"] == m])) for m in ESTIMATORS}
+    out["holdout_accuracy_mean"] = float(S["Y_hold"].mean())
+    return {**out, "models": len(S["Y_hold"]), "items": n, "full_items": N}, rows
 
 
-# --- (b), (c) evolution ----------------------------------------------------------------------------
+# --- (b) evolution at equal forward passes ---------------------------------------------------------
+
+def _gated(values: Mapping[str, Any], passed: bool) -> dict:
+    """``values`` when the gate passed, else the same keys with ``None`` (nothing decided)."""
+    if passed:
+        return dict(values)
+    return {k: (_gated(v, False) if isinstance(v, Mapping) else None) for k, v in values.items()}
+
+
+def _search(S: dict, config: Mapping[str, Any], pool, r: int, tmp: Path) -> dict:
+    """One repeat: MERGE^3 (gmp-IRT), the plain-mean ablation, full-data GA and random search at
+    MERGE^3's total forward passes; returns each selected genome, its fitness and its cost."""
+    seed_r = S["repeat_seeds"][r]
+    s_extract, s_ga, s_rand = runtime.seeds(seed_r, 3)
+    N, n, P = len(S["sets"]["search"]), int(config["anchors"]), int(config["pop_size"])
+    anchors = merge3.extract(N, n, np.random.default_rng(s_extract))
+    space = merge3.GenomeSpace("slerp", 2, S["n_layers"])
+    est = _estimator(S, anchors, "gmp_irt", "slerp")
+    mean_est = _estimator(S, anchors, "mean", "slerp")
+    ga = merge3.EvolveConfig("ga", P, int(config["generations"]), seed=int(s_ga) % (2 ** 31))
+    out = {}
+    r_m3 = merge3.evolve(space, merge3.pool_evaluate(pool, "slerp", f"anchors{r}"),
+                         lambda y: [-est.estimate(y)["all"]], ga, checkpoint=tmp / f"m3_{r}.pkl", tag=f"anchors{r}")
+    r_mean = merge3.evolve(space, merge3.pool_evaluate(pool, "slerp", f"anchors{r}"),
+                           lambda y: [-mean_est.estimate(y)["all"]], ga, checkpoint=tmp / f"mean_{r}.pkl",
+                           tag=f"anchors{r}-mean")
+    budget = S["irt_forward_passes"] + r_m3.evaluations * n
+    full_gens = max(1, budget // (P * N))
+    ga_full = merge3.EvolveConfig("ga", P, int(full_gens), seed=int(s_ga) % (2 ** 31))
+    r_full = merge3.evolve(space, merge3.pool_evaluate(pool, "slerp", "search"), lambda y: [-float(np.mean(y))],
+                           ga_full, checkpoint=tmp / f"full_{r}.pkl", tag="search")
+    n_rand = max(1, budget // N)
+    X_rand = space.random(int(n_rand), np.random.default_rng(s_rand))
+    y_rand = merge3.pool_evaluate(pool, "slerp", "search")(X_rand)
+    f_rand = np.array([float(np.mean(y)) for y in y_rand])
+    best = int(np.argmax(f_rand))  # first of the ties
+    out["merge3"] = dict(x=r_m3.X[0], fitness=float(-r_m3.F[0, 0]), passes=budget, evaluations=r_m3.evaluations,
+                         history=r_m3.history)
+    out["merge3_mean"] = dict(x=r_mean.X[0], fitness=float(-r_mean.F[0, 0]),
+                              passes=S["irt_forward_passes"] + r_mean.evaluations * n, evaluations=r_mean.evaluations,
+                              history=r_mean.history)
+    out["full_data"] = dict(x=r_full.X[0], fitness=float(-r_full.F[0, 0]), passes=r_full.evaluations * N,
+                            evaluations=r_full.evaluations, history=r_full.history)
+    out["random_search"] = dict(x=X_rand[best], fitness=float(f_rand[best]), passes=int(n_rand) * N,
+                                evaluations=int(n_rand), history=[])
+    # an unevolved random merge: the first random-search genome (the controls' stand-in for "no search")
+    out["random_genome"] = dict(x=X_rand[0], fitness=float(f_rand[0]), passes=N, evaluations=1, history=[])
+    return out
+
 
 def run(config: Mapping[str, Any], seed: int) -> Outcome:
     """The reproduction (see the module docstring)."""
     clock = {"start": time.perf_counter()}
     S = setup(config, seed)
     clock["setup"] = time.perf_counter()
-    tasks_ = list(config["tasks"])
     est_metrics, est_rows = estimation_error(S, config)
-    clock["estimation"] = time.perf_counter()
-    anchors = _anchors(S["groups"], int(config["anchors_per_task"]), [S["extract_seed"], 0])
-    est = merge3.Merge3Estimator(S["fit"].A, S["fit"].b, S["thetas"], S["groups"], anchors, mode="gmp_irt")
-    sets = {"anchors": [S["search"][i] for i in est.items], "full": S["search"], "test": S["test"]}
-    pool = merge3.make_pool(S["base"], S["endpoints"], sets, actors=_worker_cap(config["actors"]), seed=seed)
-    n_full, n_red = len(S["search"]), len(sets["anchors"])
-    per_task = int(config["test_items_per_task"])
+    N, n, R = len(S["sets"]["search"]), int(config["anchors"]), int(config["repeats"])
+    sets = {"search": S["sets"]["search"], "test": S["sets"]["test"]}
+    for r in range(R):  # each repeat's extraction, fixed before the pool starts
+        s_extract = runtime.seeds(S["repeat_seeds"][r], 3)[0]
+        idx = merge3.extract(N, n, np.random.default_rng(s_extract)).indices
+        sets[f"anchors{r}"] = [S["sets"]["search"][i] for i in idx]
+    pool = merge3.make_pool(S["base"], S["endpoints"], sets, actors=_worker_cap(config["actors"]), seed=seed,
+                            num_gpus=float(config["num_gpus"]))
+    slerp_half = np.full(11, 5.0)
+    grid = [float(v) for v in config["ta_grid"]]
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            ga = merge3.EvolveConfig("ga", int(config["pop_size"]), int(config["generations"]),
-                                     seed=int(seed) % (2 ** 31))
-            space = merge3.GenomeSpace("slerp", 2, S["n_layers"])
-            r_m3 = merge3.evolve(space, merge3.pool_evaluate(pool, "slerp", "anchors"),
-                                 lambda y: [-est.estimate(y)["all"]], ga, checkpoint=Path(tmp) / "ga_merge3.pkl",
-                                 tag="anchors")
-            clock["ga_merge3"] = time.perf_counter()
-            r_full = merge3.evolve(space, merge3.pool_evaluate(pool, "slerp", "full"),
-                                   lambda y: [-float(np.mean(y))], ga, checkpoint=Path(tmp) / "ga_full.pkl",
-                                   tag="full")
-            clock["ga_full_data"] = time.perf_counter()
-            finalists = [("slerp", r_m3.X[0]), ("slerp", r_full.X[0])]
-            nsga_rows, nsga = [], {}
-            if int(config["nsga2_generations"]) > 0:
-                dspace = merge3.GenomeSpace("dare_ties", 2, S["n_layers"])
-                cfg2 = merge3.EvolveConfig("nsga2", int(config["pop_size"]), int(config["nsga2_generations"]),
-                                           seed=int(seed) % (2 ** 31))
-                r_mo = merge3.evolve(dspace, merge3.pool_evaluate(pool, "dare_ties", "anchors"),
-                                     lambda y: [-est.estimate(y)[t] for t in tasks_], cfg2, n_obj=2,
-                                     checkpoint=Path(tmp) / "nsga2_merge3.pkl", tag="anchors")
-                pick = int(np.argmin(r_mo.F.sum(axis=1)))  # finalist: best estimated mean over tasks
-                finalists.append(("dare_ties", r_mo.X[pick]))
-                nsga = {"pareto_size": int(r_mo.X.shape[0]), "evaluations": r_mo.evaluations,
-                        "forward_passes": r_mo.evaluations * n_red,
-                        "estimated": {t: float(-r_mo.F[pick, i]) for i, t in enumerate(tasks_)}}
-                nsga_rows = [{"method": "nsga2-dare-ties", "point": j, "task": t, "metric": "estimated_accuracy",
-                              "value": float(-r_mo.F[j, i])}
-                             for j in range(r_mo.X.shape[0]) for i, t in enumerate(tasks_)]
-            clock["nsga2"] = time.perf_counter()
-            test_y = pool.map("answer", [(k, np.asarray(x, float), "test") for k, x in finalists])
-            clock["finalists"] = time.perf_counter()
+            found = [_search(S, config, pool, r, Path(tmp)) for r in range(R)]
+        clock["search"] = time.perf_counter()
+        y_ta = pool.map("answer", [("task_arithmetic", np.array([lam, lam]), "search") for lam in grid])
+        lam = grid[int(np.argmax([float(np.mean(y)) for y in y_ta]))]
+        jobs = [("slerp", f[m]["x"], "test") for f in found for m in SELECTED]
+        jobs += [("slerp", slerp_half, "test"), ("task_arithmetic", np.array([lam, lam]), "test")]
+        test_y = pool.map("answer", jobs)
+        clock["test"] = time.perf_counter()
     finally:
         pool.shutdown()
-    acc_m3, acc_full = _task_acc(test_y[0], tasks_, per_task), _task_acc(test_y[1], tasks_, per_task)
-    endpoints_acc = [_task_acc(S["test_ref"][i], tasks_, per_task) for i in range(3)]
-    fp_m3, fp_full = r_m3.evaluations * n_red, r_full.evaluations * n_full
-    evolution = {
-        "merge3_test": acc_m3, "full_data_test": acc_full,
-        "merge3_evaluations": r_m3.evaluations, "full_data_evaluations": r_full.evaluations,
-        "merge3_forward_passes": fp_m3, "full_data_forward_passes": fp_full,
-        "irt_setup_forward_passes": S["irt_forward_passes"],
-        "cost_ratio_search": fp_full / max(1, fp_m3),
-        "cost_ratio_total": fp_full / max(1, fp_m3 + S["irt_forward_passes"]),
-        "quality_retained": acc_m3["mean"] / acc_full["mean"] if acc_full["mean"] > 0 else None,
-        # the same ratio with an unevolved model in the MERGE^3 merge's place (the claim's controls)
-        "controls": {"quality_retained": {
-            name: (acc["mean"] / acc_full["mean"] if acc_full["mean"] > 0 else None)
-            for name, acc in zip(("base", "endpoint_a", "endpoint_b"), endpoints_acc)}},
-        "merge3_best_genome": merge3.GenomeSpace("slerp", 2, S["n_layers"]).describe(r_m3.X[0]),
-        "merge3_fitness": float(-r_m3.F[0, 0]), "full_data_fitness": float(-r_full.F[0, 0]),
+    k = len(SELECTED)
+    sel_y = {m: np.array([test_y[r * k + i] for r in range(R)]) for i, m in enumerate(SELECTED)}  # (R, T)
+    fixed_y = {"endpoint_a": S["test_ref"][1], "endpoint_b": S["test_ref"][2], "base": S["test_ref"][0],
+               "slerp_half": test_y[R * k], "task_arithmetic": test_y[R * k + 1]}
+    acc = {m: float(sel_y[m].mean()) for m in SELECTED}
+    acc.update({m: float(np.mean(y)) for m, y in fixed_y.items()})
+    per_repeat = {m: [float(v) for v in sel_y[m].mean(axis=1)] for m in SELECTED}
+    better = "endpoint_a" if acc["endpoint_a"] >= acc["endpoint_b"] else "endpoint_b"
+    acc["better_endpoint"] = acc[better]
+    fitness = {m: [f[m]["fitness"] for f in found] for m in SELECTED}
+    gap = {m: float(np.mean(np.subtract(fitness[m], per_repeat[m]))) for m in ("merge3", "merge3_mean")}
+    passes = {m: [int(f[m]["passes"]) for f in found] for m in SELECTED}
+    passes["task_arithmetic_tuning"] = len(grid) * N
+    ratio = {m: float(np.max(np.divide(passes[m], passes["merge3"]))) for m in ("full_data", "random_search")}
+    passed = bool(S["gate"]["passed"])
+    decided = _gated({"test": acc, "estimation": {k_: v for k_, v in est_metrics.items() if k_.endswith("_mae")},
+                      "winners_curse": gap}, passed)
+    metrics = {
+        "gate": S["gate"],
+        "decided": decided,
+        "ungated": None if passed else {"test": acc, "estimation": est_metrics, "winners_curse": gap},
+        "estimation": est_metrics,
+        "search": {"per_repeat_test": per_repeat, "fitness": fitness, "forward_passes": passes,
+                   "passes_vs_merge3": ratio, "irt_forward_passes": S["irt_forward_passes"],
+                   "evaluations": {m: [f[m]["evaluations"] for f in found] for m in SELECTED},
+                   "better_endpoint": better, "task_arithmetic_lambda": lam,
+                   "merge3_genomes": [merge3.GenomeSpace("slerp", 2, S["n_layers"]).describe(f["merge3"]["x"])
+                                      for f in found]},
+        "irt": {"dims": S["fit"].dims, "fit_models": int(S["Y_fit"].shape[0]), "items": int(S["Y_fit"].shape[1]),
+                "nll_per_answer": S["fit"].nll / S["Y_fit"].size if np.isfinite(S["fit"].nll) else None,
+                "thetas": {"base": S["thetas"][0].tolist(), "endpoint_a": S["thetas"][1].tolist(),
+                           "endpoint_b": S["thetas"][2].tolist()},
+                "ability_clip": config["ability_clip"], "ability_prior_sd": config["ability_prior_sd"],
+                "prefitted": bool(config["item_params"])},
+        "timings": {f"{k_}_s": round(v - prev, 3) for (k_, v), prev in
+                    zip(list(clock.items())[1:], list(clock.values())[:-1])},
     }
-    if nsga:
-        nsga["test"] = _task_acc(test_y[2], tasks_, per_task)
-    merged = {"test": acc_m3, "beats_endpoint_a": acc_m3["mean"] - endpoints_acc[1]["mean"],
-              "beats_endpoint_b": acc_m3["mean"] - endpoints_acc[2]["mean"]}
-    metrics = {"estimation": est_metrics, "evolution": evolution, "merged": merged, "nsga2": nsga,
-               "irt": {"dims": S["fit"].dims, "population_models": int(S["Y_pop"].shape[0]),
-                       "items": int(S["Y_pop"].shape[1]), "nll_per_answer": S["fit"].nll / S["Y_pop"].size,
-                       "endpoint_thetas": S["thetas"].tolist()},
-               "timings": {f"{k}_s": round(v - prev, 3) for (k, v), prev in
-                           zip(list(clock.items())[1:], list(clock.values())[:-1])}}
-    baselines = {"base": {"test": endpoints_acc[0]},
-                 "endpoint_a": {"task": tasks_[0], "test": endpoints_acc[1]},
-                 "endpoint_b": {"task": tasks_[1], "test": endpoints_acc[2]}}
-    history = [{"method": name, "generation": h["generation"], "metric": "best_fitness", "value": -float(h["best"])}
-               for name, r in (("merge3-ga", r_m3), ("full-data-ga", r_full)) for h in r.history]
-    test_rows = [{"model": name, "task": t, "metric": "test_accuracy", "value": acc[t]}
-                 for name, acc in (("merge3", acc_m3), ("full-data", acc_full), ("base", endpoints_acc[0]),
-                                   ("endpoint_a", endpoints_acc[1]), ("endpoint_b", endpoints_acc[2]))
-                 for t in [*tasks_, "mean"]]
-    budget = {"full_items": n_full, "reduced_items": n_red, "irt_population": int(S["Y_pop"].shape[0]),
-              "forward_pass": "one item answered by one model (prefill + greedy decode)",
-              "ga": f"pop {config['pop_size']} x {config['generations']} generations, both fitnesses"}
+    baselines = {m: {"test": acc[m]} for m in (*FIXED, "full_data", "random_search", "random_genome",
+                                                "merge3_mean")}
+    item_rows = [{"model": m, "item": j, "metric": "test_correct", "value": float(v)}
+                 for m, Y in sel_y.items() for j, v in enumerate(Y.mean(axis=0))]
+    item_rows += [{"model": m, "item": j, "metric": "test_correct", "value": float(v)}
+                  for m, y in fixed_y.items() for j, v in enumerate(y)]
+    item_rows += [{"model": "better_endpoint", "item": j, "metric": "test_correct", "value": float(v)}
+                  for j, v in enumerate(fixed_y[better])]
+    history = [{"method": m, "repeat": r, "generation": h["generation"], "metric": "best_fitness",
+                "value": -float(h["best"])} for r, f in enumerate(found) for m in ("merge3", "merge3_mean", "full_data")
+               for h in f[m]["history"]]
+    repeat_rows = [{"model": m, "repeat": r, "metric": "test_accuracy", "value": v}
+                   for m in SELECTED for r, v in enumerate(per_repeat[m])]
+    budget = {"search_items": N, "anchors": n, "test_items": int(config["test_items"]),
+              "irt_fit_models": int(S["Y_fit"].shape[0]), "forward_pass": "one item answered by one model",
+              "equal_budget": "full-data GA and random search get MERGE^3's total (IRT population + GA) forward "
+                              "passes, rounded down to whole search-set evaluations",
+              "ga": f"pop {config['pop_size']} x {config['generations']} generations (MERGE^3 and its mean ablation)"}
     return Outcome(metrics=metrics, baselines=baselines,
-                   tables={"estimation": est_rows, "history": history, "test": test_rows, "pareto": nsga_rows},
+                   tables={"estimation": est_rows, "target_items": item_rows, "history": history,
+                           "repeats": repeat_rows},
                    budget=budget)
 
 
+# --- claims ----------------------------------------------------------------------------------------
+
+SOURCE_MERGE = ("abstract: 'Evolutionary model merging enables the creation of high-performing multi-task models'; "
+                "Sec. 5 cross-lingual transfer (math in another language from a math and a language model)")
+SOURCE_COST = ("abstract: 'reducing fitness computation costs 50x while retaining a large fraction of the "
+               "original performance'")
 SOURCE_ESTIMATE = ("abstract: 'Estimating model abilities using Item Response Theory (IRT), and Evolving optimal "
                    "merges via IRT-based performance estimators'")
-SOURCE_MERGE = "abstract: 'Evolutionary model merging enables the creation of high-performing multi-task models'"
+_PAIRED = dict(test="paired sign test over seeds", table="target_items", pair_on=("item",))
 
 
-def _beats(name: str, text: str, others: tuple[str, ...]) -> Claim:
-    return Claim(text=text, metric="metrics.merged.test.mean", compare=f"baselines.{name}.test.mean", op=">",
-                 source=SOURCE_MERGE, controls=tuple(Control(o, f"baselines.{o}.test.mean") for o in others))
+def _vs(name: str, text: str, source: str, controls: tuple[str, ...]) -> Claim:
+    """The MERGE^3 merge against ``name`` on the target's test items (mean over repeats per item)."""
+    return Claim(text=text, metric="metrics.decided.test.merge3", compare=f"metrics.decided.test.{name}", op=">",
+                 a={"model": "merge3"}, b={"model": name}, source=source, **_PAIRED,
+                 controls=tuple(Control(c, f"metrics.decided.test.{c}", a={"model": c}) for c in controls))
+
+
+def _estimator_claim(m: str) -> Claim:
+    return Claim(text=f"{m} on the extracted items estimates a merge's search-set accuracy better than their plain "
+                      f"mean (absolute error, paired over held-out merges outside the IRT population, each with its "
+                      f"own seed and extraction)",
+                 metric=f"metrics.decided.estimation.{m}_mae", compare="metrics.decided.estimation.mean_mae", op="<",
+                 test="paired sign test over seeds", table="estimation", a={"estimator": m}, b={"estimator": "mean"},
+                 pair_on=("model",), source=SOURCE_ESTIMATE)
 
 
 CLAIMS = (
-    Claim(text="gmp-IRT on the extracted items estimates full-set accuracy better than their plain mean "
-               "(mean absolute error, paired over extractions x held-out merges)",
-          metric="metrics.estimation.gmp_irt_mae", compare="metrics.estimation.mean_mae", op="<",
-          test="paired sign test over seeds", table="estimation",
-          a={"estimator": "gmp_irt"}, b={"estimator": "mean"}, pair_on=("extraction", "model"),
-          source=SOURCE_ESTIMATE),
-    Claim(text="mp-IRT on the extracted items estimates full-set accuracy better than their plain mean",
-          metric="metrics.estimation.mp_irt_mae", compare="metrics.estimation.mean_mae", op="<",
-          test="paired sign test over seeds", table="estimation",
-          a={"estimator": "mp_irt"}, b={"estimator": "mean"}, pair_on=("extraction", "model"),
-          source=SOURCE_ESTIMATE),
-    # By construction: the ratio is (GA evaluations x N items) / (GA evaluations x n anchors), fixed by the
-    # config; the paper's 50x is the same arithmetic.
-    Claim(text="reduced fitness cuts the evolution's forward passes >= 10x (paper: 50x; search only; "
-               "by construction: N items / n anchors per evaluation, fixed by the config)",
-          metric="metrics.evolution.cost_ratio_search", compare=10.0, op=">=", kind="sanity"),
-    Claim(text="... and still costs less than full-data evolution counting the IRT population's forward passes "
-               "(forward-pass bookkeeping, fixed by the config's population, items and GA size)",
-          metric="metrics.evolution.cost_ratio_total", compare=1.0, op=">", kind="sanity"),
-    Claim(text="the MERGE^3-evolved merge keeps >= 90% of the full-data-evolved merge's test accuracy",
-          metric="metrics.evolution.quality_retained", compare=0.9, op=">=",
-          source="abstract: 'reducing fitness computation costs 50x while retaining a large fraction of the "
-                 "original performance'",
-          controls=tuple(Control(m, f"metrics.evolution.controls.quality_retained.{m}")
-                         for m in ("base", "endpoint_a", "endpoint_b"))),
-    _beats("endpoint_a", "the merged model beats endpoint A on the multi-task test", ("endpoint_b", "base")),
-    _beats("endpoint_b", "the merged model beats endpoint B on the multi-task test", ("endpoint_a", "base")),
-    _beats("base", "the merged model beats the base it was fine-tuned from on the multi-task test",
-           ("endpoint_a", "endpoint_b")),
+    Claim(text="the endpoint gate passed: each endpoint >= 0.8 on its own task, the base <= 0.2 on both (fixed "
+               "before any merge; otherwise no paper claim is decided)",
+          metric="metrics.gate.passed", compare=1.0, op=">=", kind="sanity"),
+    _vs("better_endpoint", "the MERGE^3-evolved merge beats the better endpoint on the cross task (target test set)",
+        SOURCE_MERGE, ("base", "random_genome")),
+    _vs("slerp_half", "the MERGE^3-evolved merge beats SLERP at t = 0.5 on the cross task", SOURCE_MERGE,
+        ("endpoint_a", "endpoint_b", "random_genome")),
+    _vs("task_arithmetic", "the MERGE^3-evolved merge beats task arithmetic (lambda tuned on the search set) on the "
+        "cross task", SOURCE_MERGE, ("endpoint_a", "endpoint_b", "random_genome")),
+    _vs("random_search", "at equal total forward passes (IRT population counted) MERGE^3's merge beats random search's "
+        "best on the cross task", SOURCE_COST, ("random_genome", "base")),
+    _vs("full_data", "at equal total forward passes (IRT population counted) MERGE^3's merge beats full-data "
+        "evolution's on the cross task", SOURCE_COST, ("random_genome", "base")),
+    _estimator_claim("gmp_irt"),
+    _estimator_claim("mp_irt"),
+    Claim(text="winner's curse: the gmp-IRT fitness of MERGE^3's selected merge exceeds its test accuracy by at most "
+               "0.1 (mean over repeats)",
+          metric="metrics.decided.winners_curse.merge3", compare=0.1, op="<=", source=SOURCE_ESTIMATE,
+          controls=(Control("merge3_mean", "metrics.decided.winners_curse.merge3_mean"),)),
+    Claim(text="budget bookkeeping: full-data evolution and random search spend at most MERGE^3's total forward "
+               "passes in every repeat",
+          metric="metrics.search.passes_vs_merge3.full_data", compare=1.0, op="<=", kind="sanity"),
+    Claim(text="... random search too",
+          metric="metrics.search.passes_vs_merge3.random_search", compare=1.0, op="<=", kind="sanity"),
 )
 
 
 def plots(record: Mapping) -> dict:
-    """Best fitness per generation (both GAs) and estimator errors."""
+    """The headline (target test accuracy of MERGE^3 against every baseline, spread over repeats),
+    best fitness per generation, and the estimators' errors on held-out merges."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
-    for name in ("merge3-ga", "full-data-ga"):
-        pts = [(r["generation"], r["value"]) for r in record["tables"]["history"] if r["method"] == name]
+    m = record["metrics"]
+    acc = m["decided"]["test"] if m["gate"]["passed"] else m["ungated"]["test"]
+    names = [*SELECTED, *FIXED]
+    per = m["search"]["per_repeat_test"]
+    fig, (ax0, ax1, ax2) = plt.subplots(1, 3, figsize=(13, 3.6))
+    vals = [acc[k] for k in names]
+    lo = [acc[k] - min(per[k]) if k in per else 0.0 for k in names]
+    hi = [max(per[k]) - acc[k] if k in per else 0.0 for k in names]
+    ax0.bar(range(len(names)), vals, yerr=[lo, hi], capsize=3,
+            color=["C3" if k == "merge3" else ("C0" if k in SELECTED else "C7") for k in names])
+    ax0.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=7)
+    ax0.set_ylabel("target test accuracy (bars: min-max over repeats)")
+    ax0.set_title(("gate passed" if m["gate"]["passed"] else "GATE FAILED: nothing decided"), fontsize=8)
+    for name in ("merge3", "merge3_mean", "full_data"):
+        pts = [(r["generation"], r["value"]) for r in record["tables"]["history"] if r["method"] == name
+               and r["repeat"] == 0]
         if pts:
             ax1.plot(*zip(*pts), marker="o", label=name)
-    ax1.set_xlabel("generation")
+    ax1.set_xlabel("generation (repeat 0)")
     ax1.set_ylabel("best fitness (own estimator)")
     ax1.legend(fontsize=7)
-    errs = [[r["value"] for r in record["tables"]["estimation"] if r["estimator"] == m] for m in ESTIMATORS]
+    errs = [[r["value"] for r in record["tables"]["estimation"] if r["estimator"] == e] for e in ESTIMATORS]
     ax2.boxplot(errs)
     ax2.set_xticks(range(1, len(ESTIMATORS) + 1), ESTIMATORS)
-    ax2.set_ylabel("|estimate - full-set accuracy|")
+    ax2.set_ylabel("|estimate - search-set accuracy| (held-out merges)")
     fig.tight_layout()
     return {"merge3": fig}
 
@@ -433,67 +548,75 @@ def plots(record: Mapping) -> dict:
 # --- bench -----------------------------------------------------------------------------------------
 
 def bench(config: Mapping[str, Any], seed: int) -> Outcome:
-    """One population: full-data vs MERGE^3 fitness on a pool of 2; full-data with 1 vs 2 actors."""
+    """One population's full-data fitness on 1 and 2 actors (minimum of ``bench_repeats`` timings each),
+    and MERGE^3's reduced fitness on 2."""
+    reps = int(config["bench_repeats"])
+    if reps < 1:
+        raise ValueError(f"bench_repeats must be >= 1, got {reps!r}")
     S = setup(config, seed)
-    anchors = _anchors(S["groups"], int(config["anchors_per_task"]), [S["extract_seed"], 0])
-    est = merge3.Merge3Estimator(S["fit"].A, S["fit"].b, S["thetas"], S["groups"], anchors, mode="gmp_irt")
-    sets = {"anchors": [S["search"][i] for i in est.items], "full": S["search"]}
+    N, n = len(S["sets"]["search"]), int(config["anchors"])
+    anchors = merge3.extract(N, n, np.random.default_rng(S["repeat_seeds"][0]))
+    est = _estimator(S, anchors, "gmp_irt", "slerp")
+    sets = {"anchors": [S["sets"]["search"][i] for i in anchors.indices], "search": S["sets"]["search"]}
     genomes = merge3.GenomeSpace("slerp", 2, S["n_layers"]).random(int(config["bench_population"]), seed)
-    timings, rows, out = {}, [], {}
+    timings, out = {}, {}
     for actors in (1, 2):
-        pool = merge3.make_pool(S["base"], S["endpoints"], sets, actors=actors, seed=seed)
+        pool = merge3.make_pool(S["base"], S["endpoints"], sets, actors=actors, seed=seed,
+                                num_gpus=float(config["num_gpus"]))
         try:
             pool.call_all("ping")  # actors up and models loaded before timing
-            t0 = time.perf_counter()
-            y_full = merge3.pool_evaluate(pool, "slerp", "full")(genomes)
-            f_full = [float(np.mean(y)) for y in y_full]
-            timings[f"full_fitness_{actors}_actors_s"] = time.perf_counter() - t0
-            if actors == 2:
+            times = []
+            for _ in range(reps):
                 t0 = time.perf_counter()
-                y_red = merge3.pool_evaluate(pool, "slerp", "anchors")(genomes)
-                f_m3 = [est.estimate(y)["all"] for y in y_red]
-                timings["merge3_fitness_2_actors_s"] = time.perf_counter() - t0
-                out = {"full": f_full, "merge3": f_m3}
+                y_full = merge3.pool_evaluate(pool, "slerp", "search")(genomes)
+                times.append(time.perf_counter() - t0)
+            timings[f"full_fitness_{actors}_actors_s"] = min(times)
+            timings[f"full_fitness_{actors}_actors_all_s"] = times
+            out["full"] = [float(np.mean(y)) for y in y_full]
+            if actors == 2:
+                times = []
+                for _ in range(reps):
+                    t0 = time.perf_counter()
+                    y_red = merge3.pool_evaluate(pool, "slerp", "anchors")(genomes)
+                    out["merge3"] = [est.estimate(y)["all"] for y in y_red]
+                    times.append(time.perf_counter() - t0)
+                timings["merge3_fitness_2_actors_s"] = min(times)
         finally:
             pool.shutdown()
     P = len(genomes)
-    fp_full, fp_m3 = P * len(sets["full"]), P * len(sets["anchors"])
     timings["fitness_speedup"] = timings["full_fitness_2_actors_s"] / timings["merge3_fitness_2_actors_s"]
     timings["pool_speedup_2_vs_1"] = timings["full_fitness_1_actors_s"] / timings["full_fitness_2_actors_s"]
-    rank = float(np.corrcoef(np.argsort(np.argsort(out["full"])), np.argsort(np.argsort(out["merge3"])))[0, 1]) \
-        if np.std(out["full"]) > 0 and np.std(out["merge3"]) > 0 else None
-    metrics = {"population": P, "full_forward_passes": fp_full, "merge3_forward_passes": fp_m3,
-               "forward_pass_ratio": fp_full / fp_m3, "irt_setup_forward_passes": S["irt_forward_passes"],
-               "fitness_rank_correlation": rank,
-               "fitness_mae": float(np.mean(np.abs(np.subtract(out["full"], out["merge3"])))),
-               "timings": timings}
-    rows = [{"method": k, "metric": "wall_s", "value": v} for k, v in timings.items() if k.endswith("_s")]
+    f, e = np.asarray(out["full"]), np.asarray(out["merge3"])
+    rank = float(np.corrcoef(np.argsort(np.argsort(f)), np.argsort(np.argsort(e)))[0, 1]) \
+        if np.std(f) > 0 and np.std(e) > 0 else None
+    metrics = {"population": P, "repeats": reps, "full_forward_passes": P * N, "merge3_forward_passes": P * n,
+               "forward_pass_ratio": N / n, "irt_setup_forward_passes": S["irt_forward_passes"],
+               "fitness_rank_correlation": rank, "fitness_mae": float(np.mean(np.abs(f - e))), "timings": timings}
+    rows = [{"method": k, "metric": "wall_s", "value": v} for k, v in timings.items()
+            if k.endswith("_s") and not isinstance(v, list)]
     return Outcome(metrics=metrics, tables={"timing": rows},
-                   budget={"population": P, "full_items": len(sets["full"]), "reduced_items": len(sets["anchors"])})
+                   budget={"population": P, "full_items": N, "reduced_items": n, "repeats": reps})
 
 
 BENCH_CLAIMS = (
-    Claim(text="MERGE^3 fitness needs >= 10x fewer forward passes per population than full-data fitness "
-               "(paper: 50x; by construction: N items / n anchors, fixed by the config)",
-          metric="metrics.forward_pass_ratio", compare=10.0, op=">=", kind="sanity"),
-    Claim(text="MERGE^3 fitness is faster in wall time than full-data fitness for one population (an engineering "
-               "check that forward passes dominate the wall time; the paper's cost is the forward-pass count)",
-          metric="metrics.timings.fitness_speedup", compare=1.0, op=">", kind="sanity"),
-    Claim(text="population evaluation on 2 actors is faster than on 1",
+    Claim(text="population evaluation on 2 actors is faster than on 1 (minimum over repeats)",
           metric="metrics.timings.pool_speedup_2_vs_1", compare=1.0, op=">", kind="sanity"),
+    Claim(text="MERGE^3 fitness is faster in wall time than full-data fitness for one population (forward passes "
+               "dominate the wall time; the paper's cost is the forward-pass count)",
+          metric="metrics.timings.fitness_speedup", compare=1.0, op=">", kind="sanity"),
 )
 
 EXPERIMENT = Experiment(
     name="merge3",
     paper=PAPER,
-    ray=("endpoint fine-tunes and the IRT population's answers as pmap tasks; every generation's genomes on a "
-         "ResilientActorPool of MergeEvaluator actors that hold the models (only genomes travel), with a "
-         "checkpoint per generation"),
+    ray=("endpoint fine-tunes, the gate and the IRT population's answers as pmap tasks; every generation's genomes "
+         "on a ResilientActorPool of MergeEvaluator actors (num_gpus each when set) that hold the models (only "
+         "genomes travel), with a checkpoint per generation"),
     checked_against=("abstract and introduction of the paper (ICML 2025; the method sections were not readable "
                      "here); the authors' library tommasomncttn/mergenetic (mp-IRT/gmp-IRT, the lambda fit, the "
-                     "11-gene SLERP genome, DARE-TIES weight/density genome, GA/NSGA-II settings, random "
-                     "extraction with weights 1/n); tinyBenchmarks' IRT code (2PL form, ability MLE); mergekit's "
-                     "merge-method definitions"),
+                     "11-gene SLERP genome of its cross-lingual problem, GA settings, random extraction with "
+                     "weights 1/n); tinyBenchmarks' IRT code (2PL form, ability MLE, logits clipped to +-30); "
+                     "mergekit's merge-method definitions"),
     sizes=SIZES,
     run=run,
     claims=CLAIMS,

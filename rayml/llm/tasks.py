@@ -26,6 +26,21 @@ into single tokens):
 * ``json``      ``"rec:age=42;name=bako;ok=y>"`` -> ``'{"name":"bako","age":42,"ok":true}'``: a
   record that follows a fixed schema (field order, integer and boolean types).
 
+Variants (``VARIANTS``, MERGE^3's specialist endpoints and cross task; kept out of ``TASKS`` so the
+base's mixture, tokenizer corpus and task cards are unchanged; ``make_items`` and ``fine_tune`` take
+their names like any task's):
+
+* ``add_long``          4- and 5-digit addition (``"31742+84511="`` -> the reversed sum), a skill
+  the shipped base lacks (it scores 0.0: it was trained on 3-digit sums only).
+* ``add_letters``       3-digit addition asked in a "language" whose digits are the letters
+  ``LETTER_DIGITS`` (digit ``d`` of the operands written ``LETTER_DIGITS[d]``; the sum is answered
+  in digits, as a math question asked in another language is answered with a number): a task the
+  base can do (in digits) in a format it has never seen (uppercase letters occur nowhere in its
+  corpus).
+* ``add_long_letters``  4- and 5-digit addition in the letter language: the cross task of the two.
+
+Held-out items of every variant use the same operand-pair hash rule as ``add``.
+
 Training sequences may carry extra question/answer turns (``item.extra``): the retrieval task
 asks several questions about the same documents, so one long context gives several targets.
 """
@@ -38,8 +53,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["Item", "TASKS", "Task", "make_items", "score", "evaluate", "KEY_SYLLABLES", "KEY_WORDS", "JSON_SCHEMA",
-           "corpus", "HELD_OUT_MOD"]
+__all__ = ["Item", "TASKS", "VARIANTS", "LETTER_DIGITS", "get_task", "to_letters", "Task", "make_items", "score",
+           "evaluate", "KEY_SYLLABLES", "KEY_WORDS", "JSON_SCHEMA", "corpus", "HELD_OUT_MOD"]
 
 CONSONANTS = "bdfgklmnprstvz"
 VOWELS = "aeiou"
@@ -172,11 +187,57 @@ TASKS: dict[str, Task] = {
 }
 
 
+LETTER_DIGITS = "KQXZJVWYHU"  # digit d -> LETTER_DIGITS[d]; uppercase occurs nowhere in the base's corpus
+
+
+def to_letters(text: str) -> str:
+    """Write every digit of ``text`` as its letter of ``LETTER_DIGITS``."""
+    return text.translate(str.maketrans("0123456789", LETTER_DIGITS))
+
+
+def _add_variant(rng: np.random.Generator, *, split: str = "train", name: str, digits: tuple, letters: bool) -> Item:
+    while True:
+        d = int(digits[int(rng.integers(0, len(digits)))]) if len(digits) > 1 else int(digits[0])
+        a = int(rng.integers(10 ** (d - 1), 10 ** d))
+        b = int(rng.integers(10 ** (d - 1), 10 ** d))
+        if _pair_held_out(a, b) == (split == "test"):
+            break
+    prompt, answer = f"{a}+{b}=", str(a + b)[::-1]
+    if letters:
+        prompt = to_letters(prompt)
+    return Item(name, prompt, answer, meta={"a": a, "b": b, "digits": d})
+
+
+def _variant(name: str, digits: tuple, letters: bool) -> Callable[..., Item]:
+    def make(rng, *, split: str = "train") -> Item:
+        return _add_variant(rng, split=split, name=name, digits=digits, letters=letters)
+    return make
+
+
+VARIANTS: dict[str, Task] = {
+    "add_long": Task("add_long", _variant("add_long", (4,), False), 0.0,
+                     "4- and 5-digit addition, sum written least-significant digit first"),
+    "add_letters": Task("add_letters", _variant("add_letters", (3,), True), 0.0,
+                        "3-digit addition with digits written as the letters " + LETTER_DIGITS),
+    "add_long_letters": Task("add_long_letters", _variant("add_long_letters", (4,), True), 0.0,
+                             "4- and 5-digit addition with digits written as the letters " + LETTER_DIGITS),
+}
+
+
+def get_task(name: str) -> Task:
+    """The task or variant called ``name``."""
+    if name in TASKS:
+        return TASKS[name]
+    if name in VARIANTS:
+        return VARIANTS[name]
+    raise ValueError(f"task must be one of {sorted(TASKS) + sorted(VARIANTS)}, got {name!r}")
+
+
 def make_items(task: str, n: int, seed: int | np.random.Generator, *, split: str = "test", **kwargs) -> list[Item]:
     """``n`` items of ``task`` drawn from ``seed``.
 
     Args:
-        task: a key of ``TASKS``.
+        task: a key of ``TASKS`` or ``VARIANTS``.
         n: number of items.
         seed: an integer seed or a numpy ``Generator``.
         split: ``"test"`` (held-out evaluation items: 3-digit addition from the held-out pairs,
@@ -184,17 +245,17 @@ def make_items(task: str, n: int, seed: int | np.random.Generator, *, split: str
         **kwargs: task options (``digits`` for add; ``n_docs``, ``pairs_per_doc``,
             ``n_questions`` for retrieve).
     """
-    if task not in TASKS:
-        raise ValueError(f"task must be one of {sorted(TASKS)}, got {task!r}")
+    if task not in TASKS and task not in VARIANTS:
+        raise ValueError(f"task must be one of {sorted(TASKS) + sorted(VARIANTS)}, got {task!r}")
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"n must be an integer >= 0, got {n!r}")
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-    make = TASKS[task].make
+    make = get_task(task).make
     if task == "add":
         kwargs.setdefault("digits", 3 if split == "test" else None)
-    if task in ("add", "retrieve"):
+    if task in ("add", "retrieve") or task in VARIANTS:
         kwargs["split"] = split
     return [make(rng, **kwargs) for _ in range(n)]
 

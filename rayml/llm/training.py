@@ -97,10 +97,11 @@ class TrainConfig:
             raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
         if self.row_len > self.max_seq_len:
             raise ValueError(f"row_len ({self.row_len}) must be <= max_seq_len ({self.max_seq_len})")
-        unknown = set(self.task_weights) - set(_tasks.TASKS)
+        unknown = set(self.task_weights) - set(_tasks.TASKS) - set(_tasks.VARIANTS)
         if unknown or not self.task_weights or any(w < 0 for w in self.task_weights.values()) \
                 or sum(self.task_weights.values()) <= 0:
-            raise ValueError(f"task_weights must map tasks of {sorted(_tasks.TASKS)} to weights >= 0 "
+            known = sorted(_tasks.TASKS) + sorted(_tasks.VARIANTS)
+            raise ValueError(f"task_weights must map tasks of {known} to weights >= 0 "
                              f"(positive sum), got {dict(self.task_weights)!r}")
         if self.init_from is not None and not isinstance(self.init_from, str):
             raise ValueError(f"init_from must be a config name or None, got {self.init_from!r}")
@@ -323,6 +324,9 @@ def fine_tune(model: TransformerLM, tokenizer: BPETokenizer, task_weights: Mappi
               progress: Callable[[int, float], None] | None = None) -> TrainResult:
     """Fine-tune a copy of ``model`` on another task mixture (a task-specific variant of a base).
 
+    ``task_weights`` maps names of ``tasks.TASKS`` or ``tasks.VARIANTS`` (e.g. MERGE^3's specialist
+    endpoints: ``{"add_long": 1.0}``) to their shares.
+
     Returns a ``TrainResult`` whose ``model`` is a new model; the input model is left unchanged.
     """
     import copy
@@ -389,7 +393,7 @@ def make_card(name: str, config: TrainConfig, seed: int, res: TrainResult) -> di
         "seed": seed,
         "train_config": config.to_dict(),
         "data_recipe": {
-            "tasks": {k: _tasks.TASKS[k].description for k in config.task_weights},
+            "tasks": {k: _tasks.get_task(k).description for k in config.task_weights},
             "mixture": config.task_weights,
             "packing": f"{config.rows} rows x {config.row_len} tokens per step, loss on answer tokens only",
             "held_out": "evaluation items use the test split (held-out addition pairs, 8-document retrieval)",

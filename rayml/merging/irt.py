@@ -15,7 +15,11 @@ building on tinyBenchmarks (Maia Polo et al., ICML 2024):
   undoes the joint fit's shrinkage of abilities (and inflation of ``a``) without changing any
   probability.
 * ``fit_ability``: one model's ``theta`` by MLE with the items fixed (BFGS, as tinyBenchmarks and
-  mergenetic do for the endpoint models on the full data).
+  mergenetic do for the endpoint models on the full data). As in tinyBenchmarks' ``item_curve``
+  (which mergenetic reuses), the logits ``a_j . theta - b_j`` are clipped to ``[-CLIP, CLIP]``
+  (``CLIP = 30``), which bounds the ability of a model that answers every item right (or wrong):
+  without it the MLE diverges. ``prior_sd`` adds an optional Gaussian prior ``N(0, prior_sd^2 I)``
+  on ``theta`` (a MAP fit; assumed: a regularised alternative, not in the authors' code).
 * ``fit_lambda`` / merged ability (MERGE^3, Sec. 3 "Estimate"): the merged model's ability is a
   combination of the endpoint abilities, ``theta_merge = sum_i lambda_i theta_i``, with ``lambda``
   fitted by MLE on the merged model's answers to the ``n`` extracted items (BFGS from
@@ -46,8 +50,12 @@ import numpy as np
 from scipy.optimize import minimize
 from scipy.special import expit
 
-__all__ = ["IRTFit", "prob", "fit_irt", "fit_ability", "fit_lambda", "merged_ability", "mp_irt", "gmp_irt",
+__all__ = ["CLIP", "IRTFit", "save_fit", "load_fit", "prob", "fit_irt", "fit_ability", "fit_lambda", "merged_ability",
+           "mp_irt", "gmp_irt",
            "p_irt", "gp_irt", "estimates"]
+
+
+CLIP = 30.0  # tinyBenchmarks' item_curve: logits clipped to [-30, 30]
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,20 @@ class IRTFit:
     def dims(self) -> int:
         """The ability dimension ``D``."""
         return int(self.A.shape[1])
+
+
+def save_fit(fit: IRTFit, path) -> None:
+    """Write ``fit`` to an ``.npz`` file (tinyBenchmarks-style pre-fitted item parameters)."""
+    np.savez(path, A=fit.A, b=fit.b, theta=fit.theta, nll=np.array(fit.nll))
+
+
+def load_fit(path) -> IRTFit:
+    """Read an ``IRTFit`` written by ``save_fit`` (plain arrays; nothing is unpickled)."""
+    with np.load(path, allow_pickle=False) as z:
+        A, b = np.asarray(z["A"], float), np.asarray(z["b"], float)
+        if A.ndim != 2 or b.shape != (A.shape[0],):
+            raise ValueError(f"{path}: A must be (N, D) and b (N,), got {A.shape} and {b.shape}")
+        return IRTFit(A=A, b=b, theta=np.asarray(z["theta"], float), nll=float(z["nll"]))
 
 
 def prob(theta: np.ndarray, A: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -153,31 +175,54 @@ def _items(items, N: int) -> np.ndarray:
     return idx
 
 
-def _nll_and_grad(theta: np.ndarray, y: np.ndarray, A: np.ndarray, b: np.ndarray) -> tuple[float, np.ndarray]:
-    z = A @ theta - b
+def _nll_and_grad(theta: np.ndarray, y: np.ndarray, A: np.ndarray, b: np.ndarray, clip: float | None = CLIP,
+                  prior_sd: float | None = None) -> tuple[float, np.ndarray]:
+    raw = A @ theta - b
+    z = raw if clip is None else np.clip(raw, -clip, clip)
     nll = float(np.sum(np.logaddexp(0.0, z) - y * z))
-    grad = A.T @ (expit(z) - y)
+    r = expit(z) - y
+    if clip is not None:
+        r = np.where(np.abs(raw) < clip, r, 0.0)  # the clipped logit is flat in theta
+    grad = A.T @ r
+    if prior_sd is not None:
+        nll += float(theta @ theta) / (2 * prior_sd ** 2)
+        grad = grad + theta / prior_sd ** 2
     return nll, grad
 
 
+def _check_reg(clip, prior_sd) -> None:
+    if clip is not None and not clip > 0:
+        raise ValueError(f"clip must be > 0 or None, got {clip!r}")
+    if prior_sd is not None and not prior_sd > 0:
+        raise ValueError(f"prior_sd must be > 0 or None, got {prior_sd!r}")
+
+
 def fit_ability(y, A: np.ndarray, b: np.ndarray, items: Sequence[int] | None = None,
-                theta0: np.ndarray | None = None) -> np.ndarray:
+                theta0: np.ndarray | None = None, *, clip: float | None = CLIP,
+                prior_sd: float | None = None) -> np.ndarray:
     """A model's ability ``theta`` (``(D,)``) by MLE (BFGS) from its answers ``y`` to ``items``
-    (default: all items; ``y`` then has one entry per item of ``items``), with ``A, b`` fixed."""
+    (default: all items; ``y`` then has one entry per item of ``items``), with ``A, b`` fixed.
+
+    ``clip``: logits clipped to ``[-clip, clip]`` (tinyBenchmarks' 30; ``None``: the plain MLE,
+    which diverges for all-correct or all-wrong answers); ``prior_sd``: a Gaussian prior on
+    ``theta`` (MAP) when given."""
+    _check_reg(clip, prior_sd)
     A, b = np.asarray(A, float), np.asarray(b, float)
     idx = _items(items, A.shape[0])
     y = np.asarray(y, float).reshape(-1)
     if y.shape[0] != idx.shape[0]:
         raise ValueError(f"y must have one answer per item ({idx.shape[0]}), got {y.shape[0]}")
     x0 = np.zeros(A.shape[1]) if theta0 is None else np.asarray(theta0, float).reshape(-1)
-    res = minimize(_nll_and_grad, x0, args=(y, A[idx], b[idx]), jac=True, method="BFGS")
+    res = minimize(_nll_and_grad, x0, args=(y, A[idx], b[idx], clip, prior_sd), jac=True, method="BFGS")
     return res.x
 
 
 def fit_lambda(y, A: np.ndarray, b: np.ndarray, items: Sequence[int], thetas: Sequence[np.ndarray],
-               lambda0: np.ndarray | None = None) -> np.ndarray:
+               lambda0: np.ndarray | None = None, *, clip: float | None = CLIP) -> np.ndarray:
     """MERGE^3's combination weights: ``lambda`` maximising the likelihood of the merged model's
-    answers ``y`` to ``items`` under ``theta = sum_i lambda_i thetas[i]`` (BFGS from ``1/k``)."""
+    answers ``y`` to ``items`` under ``theta = sum_i lambda_i thetas[i]`` (BFGS from ``1/k``; logits
+    clipped to ``[-clip, clip]`` as in ``fit_ability``)."""
+    _check_reg(clip, None)
     A, b = np.asarray(A, float), np.asarray(b, float)
     idx = _items(items, A.shape[0])
     y = np.asarray(y, float).reshape(-1)
@@ -191,7 +236,7 @@ def fit_lambda(y, A: np.ndarray, b: np.ndarray, items: Sequence[int], thetas: Se
     Ai, bi = A[idx], b[idx]
 
     def f(lam):
-        nll, g_theta = _nll_and_grad(lam @ T, y, Ai, bi)
+        nll, g_theta = _nll_and_grad(lam @ T, y, Ai, bi, clip)
         return nll, T @ g_theta
 
     return minimize(f, x0, jac=True, method="BFGS").x

@@ -17,7 +17,10 @@ the authors' library ``tommasomncttn/mergenetic``):
    ``"slerp"``: 11 genes in ``0..10`` read as ``t = x / 10`` (5 self-attention anchors, 5 MLP
    anchors spread over the layers, 1 for the rest) interpolating endpoint 0 (``t = 0``) to
    endpoint 1; ``"dare_ties"``: a (weight, density) pair per endpoint (all weights first, then all
-   densities) for DARE-TIES on the base model.
+   densities) for DARE-TIES on the base model; ``"task_arithmetic"``: a weight per endpoint,
+   ``base + sum_i w_i tau_i`` (the task-arithmetic baseline with ``w_i = lam``). A merge built on
+   the base (DARE-TIES, task arithmetic) has its ability fitted over the base's ability too
+   (``Merge3Estimator.base_theta``).
 
 The Ray part: ``MergeEvaluator`` actors load the base and endpoint checkpoints once; a generation is
 ``ResilientActorPool.map`` over genomes only (each actor merges, answers the requested item set and
@@ -60,6 +63,7 @@ __all__ = [
     "extract",
     "Merge3Estimator",
     "GenomeSpace",
+    "KINDS",
     "merge_genome",
     "genome_key",
     "MergeEvaluator",
@@ -125,6 +129,11 @@ class Merge3Estimator:
         anchors: task -> its extracted ``Anchors`` (indices into the full set).
         mode: ``"gmp_irt"``, ``"mp_irt"`` or ``"mean"``.
         delta: gmp-IRT's blend.
+        base_theta: the base model's ability (``(D,)``), for merges built on a base (DARE-TIES,
+            task arithmetic): such a merge is the base plus weighted task vectors, so its ability is
+            fitted as ``lambda_0 theta_base + sum_i lambda_i theta_i`` (``None``: endpoints only, as
+            for SLERP, which has no base). Assumed: the issue's reading of the paper's
+            ``theta_merge = sum_i lambda_i theta_i`` over "the models being merged".
     """
 
     A: np.ndarray
@@ -134,8 +143,12 @@ class Merge3Estimator:
     anchors: Mapping[str, Anchors]
     mode: str = "gmp_irt"
     delta: float = 0.5
+    base_theta: np.ndarray | None = None
 
     def __post_init__(self):
+        dims = np.asarray(self.A).shape[1]
+        if self.base_theta is not None and np.asarray(self.base_theta).reshape(-1).shape[0] != dims:
+            raise ValueError(f"base_theta must have dimension {np.asarray(self.A).shape[1]}")
         if self.mode not in ("gmp_irt", "mp_irt", "mean"):
             raise ValueError(f"mode must be 'gmp_irt', 'mp_irt' or 'mean', got {self.mode!r}")
         if set(self.groups) != set(self.anchors):
@@ -149,6 +162,12 @@ class Merge3Estimator:
         """The reduced set: every group's anchors, concatenated in group order (full-set indices)."""
         return np.concatenate([np.asarray(self.anchors[g].indices) for g in self.groups])
 
+    @property
+    def mix(self) -> list:
+        """The abilities the merged ability is a combination of (base first when set)."""
+        ts = [np.asarray(t, float).reshape(-1) for t in self.thetas]
+        return ts if self.base_theta is None else [np.asarray(self.base_theta, float).reshape(-1), *ts]
+
     def estimate(self, y) -> dict[str, float]:
         """Per-task estimates and their item-weighted mean (``"all"``) from the answers ``y`` to
         ``self.items`` (in that order)."""
@@ -160,7 +179,7 @@ class Merge3Estimator:
             a = self.anchors[g]
             yg = y[start:start + len(a.indices)]
             start += len(a.indices)
-            est = _irt.estimates(yg, self.A, self.b, a.indices, list(self.thetas), weights=a.weights,
+            est = _irt.estimates(yg, self.A, self.b, a.indices, self.mix, weights=a.weights,
                                  population=self.groups[g], delta=self.delta)
             out[g] = est[self.mode]
         sizes = np.array([len(self.groups[g]) for g in self.groups], float)
@@ -169,6 +188,8 @@ class Merge3Estimator:
 
 
 # --- Genomes ---------------------------------------------------------------------------------------
+
+KINDS = ("slerp", "dare_ties", "task_arithmetic")
 
 @dataclass(frozen=True)
 class GenomeSpace:
@@ -179,8 +200,8 @@ class GenomeSpace:
     n_layers: int
 
     def __post_init__(self):
-        if self.kind not in ("slerp", "dare_ties"):
-            raise ValueError(f"kind must be 'slerp' or 'dare_ties', got {self.kind!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
         if self.kind == "slerp" and self.n_endpoints != 2:
             raise ValueError(f"n_endpoints must be 2 for slerp, got {self.n_endpoints!r}")
         if isinstance(self.n_endpoints, bool) or not isinstance(self.n_endpoints, int) or self.n_endpoints < 1:
@@ -191,7 +212,9 @@ class GenomeSpace:
     @property
     def n_var(self) -> int:
         """Number of genes."""
-        return 11 if self.kind == "slerp" else 2 * self.n_endpoints
+        if self.kind == "slerp":
+            return 11
+        return self.n_endpoints if self.kind == "task_arithmetic" else 2 * self.n_endpoints
 
     @property
     def bounds(self) -> tuple[float, float]:
@@ -214,6 +237,8 @@ class GenomeSpace:
             t = np.clip(x / 10.0, 0.0, 1.0)
             return {"attn": t[0:5].tolist(), "mlp": t[5:10].tolist(), "other": float(t[10])}
         k = self.n_endpoints
+        if self.kind == "task_arithmetic":
+            return {"weights": x[:k].tolist()}
         return {"weights": x[:k].tolist(), "densities": np.clip(x[k:], 0.01, 1.0).tolist()}
 
 
@@ -223,7 +248,8 @@ def genome_key(x) -> str:
 
 
 def merge_genome(space: GenomeSpace, base: Mapping, endpoints: Sequence[Mapping], x, *, seed: int = 0) -> dict:
-    """The merged state dict a genome encodes (SLERP of the two endpoints, or DARE-TIES on ``base``)."""
+    """The merged state dict a genome encodes (SLERP of the two endpoints, DARE-TIES on ``base``, or
+    task arithmetic ``base + sum_i w_i tau_i``)."""
     from rayml.merging import operators as merging
 
     if len(endpoints) != space.n_endpoints:
@@ -232,6 +258,8 @@ def merge_genome(space: GenomeSpace, base: Mapping, endpoints: Sequence[Mapping]
     if space.kind == "slerp":
         sched = merging.slerp_t_schedule(p["attn"], p["mlp"], p["other"], space.n_layers)
         return merging.slerp(endpoints[0], endpoints[1], sched)
+    if space.kind == "task_arithmetic":
+        return merging.task_arithmetic(base, endpoints, p["weights"])
     gseed = int(genome_key(x)[:12], 16) ^ int(seed)
     return merging.dare(base, endpoints, p["weights"], p["densities"], ties=True, seed=gseed)
 
@@ -249,10 +277,12 @@ class MergeEvaluator:
         seed: the run seed (DARE masks).
         threads: torch intra-op threads.
         batch_size: generation batch.
+        device: torch device of the models and merges (default: cuda when this actor sees a GPU,
+            i.e. when the pool gave it ``num_gpus``; else cpu).
     """
 
     def __init__(self, base, endpoints: Sequence, item_sets: Mapping[str, list], *,
-                 seed: int = 0, threads: int = 1, batch_size: int = 64):
+                 seed: int = 0, threads: int = 1, batch_size: int = 64, device: str | None = None):
         import torch
 
         from rayml import runtime
@@ -261,9 +291,10 @@ class MergeEvaluator:
 
         runtime.pin_threads(threads)
         torch.set_num_threads(max(1, int(threads)))
-        model, tok, _ = load_checkpoint(base)
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        model, tok, _ = load_checkpoint(base, device=device)
         self.base = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        self.endpoints = [{k: v.detach().clone() for k, v in load_checkpoint(p)[0].state_dict().items()}
+        self.endpoints = [{k: v.detach().clone() for k, v in load_checkpoint(p, device=device)[0].state_dict().items()}
                           for p in endpoints]
         self.n_layers = int(model.config.n_layers)
         self.item_sets = {k: list(v) for k, v in item_sets.items()}
@@ -294,13 +325,16 @@ class MergeEvaluator:
 
 
 def make_pool(base, endpoints: Sequence, item_sets: Mapping[str, list], *, actors: int = 2,
-              seed: int = 0, num_cpus: float = 1, actor_cls=None, **kwargs):
+              seed: int = 0, num_cpus: float = 1, num_gpus: float = 0, actor_cls=None, **kwargs):
     """A ``ResilientActorPool`` of ``actors`` ``MergeEvaluator``s (``actor_cls``: a subclass;
-    ``kwargs`` go to its constructor)."""
+    ``kwargs`` go to its constructor); ``num_gpus`` per actor (a fraction shares a GPU), each
+    actor then merges and generates on its GPU."""
     from rayml.actors.pool import ResilientActorPool
 
+    if isinstance(num_gpus, bool) or not isinstance(num_gpus, (int, float)) or num_gpus < 0:
+        raise ValueError(f"num_gpus must be a number >= 0, got {num_gpus!r}")
     cls = actor_cls or MergeEvaluator
-    return ResilientActorPool(cls, size=int(actors), num_cpus=num_cpus,
+    return ResilientActorPool(cls, size=int(actors), num_cpus=num_cpus, num_gpus=num_gpus,
                               kwargs=dict(base=base, endpoints=list(endpoints),
                                           item_sets=dict(item_sets), seed=seed,
                                           threads=max(1, int(num_cpus)), **kwargs))

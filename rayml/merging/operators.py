@@ -134,7 +134,8 @@ def dare_sparsify(tensor: torch.Tensor, density: float, generator: torch.Generat
     _check_density([density])
     if density >= 1.0:
         return tensor.clone()
-    keep = torch.rand(tensor.shape, generator=generator, dtype=torch.float64) < density
+    # drawn on the CPU generator, then moved: the same mask on any device
+    keep = (torch.rand(tensor.shape, generator=generator, dtype=torch.float64) < density).to(tensor.device)
     return torch.where(keep, tensor / density, torch.zeros_like(tensor))
 
 

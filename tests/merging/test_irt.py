@@ -116,3 +116,55 @@ def test_bad_input():
         irt.fit_ability([1.0], A, b, items=[7])
     with pytest.raises(ValueError, match="delta"):
         irt.estimates([1.0], A, b, [0], [np.ones(1), np.zeros(1)], delta=2.0)
+
+
+def test_clipped_ability_fit_is_finite_and_only_a_guard():
+    rng = np.random.default_rng(7)
+    A, b = rng.uniform(0.5, 2.0, (80, 2)), rng.normal(0, 1, 80)
+    for y in (np.zeros(80), np.ones(80)):  # no finite MLE exists: the fit must still end finite
+        t = irt.fit_ability(y, A, b)
+        assert np.all(np.isfinite(t)) and np.all(np.abs(A @ t - b) < 1e3)
+    y = (rng.random(80) < irt.prob(np.array([0.5, -0.2]), A, b)).astype(float)
+    # where no logit reaches +-30 the clip changes nothing
+    assert np.allclose(irt.fit_ability(y, A, b), irt.fit_ability(y, A, b, clip=None))
+    # started where every logit is past -30, the clipped objective is flat: the fit stays put
+    far = np.array([-100.0, -100.0])
+    assert np.allclose(irt.fit_ability(np.zeros(80), A, b, theta0=far), far)
+
+
+def test_ability_prior_is_the_map_estimate():
+    from scipy.optimize import minimize_scalar
+
+    rng = np.random.default_rng(8)
+    A, b = rng.uniform(0.5, 2.0, (30, 1)), rng.normal(0, 1, 30)
+    y = (rng.random(30) < irt.prob(np.array([1.0]), A, b)).astype(float)
+    got = irt.fit_ability(y, A, b, clip=None, prior_sd=0.5)[0]
+
+    def neg_log_post(t):  # independent float64 re-derivation of the MAP objective
+        z = A[:, 0] * t - b
+        return float(np.sum(np.log1p(np.exp(z)) - y * z) + t * t / (2 * 0.25))
+
+    want = minimize_scalar(neg_log_post, bounds=(-10, 10), method="bounded", options={"xatol": 1e-9}).x
+    assert abs(got - want) < 1e-4
+    assert abs(got) < abs(irt.fit_ability(y, A, b, clip=None)[0])  # shrunk towards 0
+
+
+def test_save_and_load_prefitted_item_parameters(tmp_path):
+    A, b, theta, Y = simulate(30, 12, 2, seed=9)
+    fit = irt.fit_irt(Y, dims=2, seed=0)
+    irt.save_fit(fit, tmp_path / "items.npz")
+    back = irt.load_fit(tmp_path / "items.npz")
+    assert np.array_equal(back.A, fit.A) and np.array_equal(back.b, fit.b) and back.nll == fit.nll
+    np.savez(tmp_path / "bad.npz", A=np.ones(3), b=np.ones(3), theta=np.ones(3), nll=np.array(0.0))
+    with pytest.raises(ValueError, match="A must"):
+        irt.load_fit(tmp_path / "bad.npz")
+
+
+def test_regularisation_bad_input():
+    A, b = np.ones((5, 1)), np.zeros(5)
+    with pytest.raises(ValueError, match="clip"):
+        irt.fit_ability(np.ones(5), A, b, clip=0.0)
+    with pytest.raises(ValueError, match="prior_sd"):
+        irt.fit_ability(np.ones(5), A, b, prior_sd=-1.0)
+    with pytest.raises(ValueError, match="clip"):
+        irt.fit_lambda(np.ones(5), A, b, np.arange(5), [np.ones(1)], clip=-3.0)

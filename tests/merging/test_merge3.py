@@ -235,3 +235,43 @@ def test_resume_on_the_pool_gives_the_uninterrupted_population(ray_session, tiny
         pool.shutdown()
     assert rest.resumed_from == 1 and rest.evaluations == full.evaluations
     assert np.array_equal(rest.pop_X, full.pop_X) and np.array_equal(rest.pop_F, full.pop_F)
+
+
+# --- additions of issue 20: the base in the ability mix, task arithmetic genomes, num_gpus -----------
+
+def test_estimator_mixes_the_base_ability_when_a_base_is_set():
+    rng = np.random.default_rng(11)
+    A, b = rng.uniform(0.5, 2, (60, 2)), rng.normal(0, 1, 60)
+    thetas, base = np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([-1.0, -1.0])
+    groups = {"t": np.arange(60)}
+    anchors = {"t": merge3.Anchors(np.arange(0, 60, 6), np.full(10, 0.1))}
+    y = (rng.random(10) < 0.5).astype(float)
+    with_base = merge3.Merge3Estimator(A, b, thetas, groups, anchors, base_theta=base)
+    assert len(with_base.mix) == 3 and np.array_equal(with_base.mix[0], base)
+    want = irt.gmp_irt(y, A, b, anchors["t"].indices, [base, *thetas], population=groups["t"])
+    assert np.isclose(with_base.estimate(y)["t"], want)
+    without = merge3.Merge3Estimator(A, b, thetas, groups, anchors)
+    assert np.isclose(without.estimate(y)["t"],
+                      irt.gmp_irt(y, A, b, anchors["t"].indices, list(thetas), population=groups["t"]))
+    with pytest.raises(ValueError, match="base_theta"):
+        merge3.Merge3Estimator(A, b, thetas, groups, anchors, base_theta=np.zeros(3))
+
+
+def test_task_arithmetic_genome_is_base_plus_weighted_task_vectors():
+    base, e0, e1 = _states(20)
+    space = merge3.GenomeSpace("task_arithmetic", 2, 3)
+    assert space.n_var == 2 and space.bounds == (0.0, 1.0)
+    got = merge3.merge_genome(space, base, [e0, e1], np.array([0.3, 0.6]))
+    for k in base:
+        if torch.is_floating_point(base[k]):
+            b0 = base[k].double()
+            want = b0 + 0.3 * (e0[k].double() - b0) + 0.6 * (e1[k].double() - b0)
+            assert torch.allclose(got[k].double(), want, atol=1e-6)
+    with pytest.raises(ValueError, match="kind"):
+        merge3.GenomeSpace("linear", 2, 3)
+
+
+def test_make_pool_rejects_bad_num_gpus():
+    with pytest.raises(ValueError, match="num_gpus"):
+        merge3.make_pool(None, [], {}, num_gpus=-1)
+
