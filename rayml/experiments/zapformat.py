@@ -700,8 +700,10 @@ def bench(config: Mapping[str, Any], seed: int) -> Outcome:
                            "queries per schema": int(config["queries"])})
 
 
-def bench_table(metrics: Mapping[str, Any], load=("?", "?")) -> str:
+def bench_table(metrics: Mapping[str, Any], load=None) -> str:
     """The bench's per-vocabulary table (markdown) from its metrics."""
+    if load is None:
+        load = metrics.get("timings", {}).get("load_before_after", [float("nan")] * 2)
     lines = [f"[zapformat bench] {metrics['schemas']} schemas, 1-minute load average before/after: "
              + " / ".join(f"{x:.1f}" for x in load)]
     for v, out in metrics["per_vocab"].items():

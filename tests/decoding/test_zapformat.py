@@ -74,3 +74,30 @@ def test_bad_config():
         zf.run({**zf.SIZES["tiny"], "schemas": 0}, seed=0)
     with pytest.raises(ValueError, match="schemas"):
         zf.bench({**zf.BENCH_SIZES["tiny"], "schemas": 0}, seed=0)
+
+
+def test_bench_suite_covers_the_issue_shapes():
+    suite = zf.BENCH_SUITE
+    assert len(suite) >= 20 and zf.bench_suite(26, 1)[:24] == list(suite) and len(zf.bench_suite(26, 1)) == 26
+    kinds = {k for s in suite for k in _keywords(s)}
+    assert {"$ref", "$defs", "maxLength", "minLength", "pattern", "enum", "anyOf", "minItems", "maxItems",
+            "additionalProperties", "format", "properties"} <= kinds
+    assert any("#/$defs/node" in str(s) for s in suite)  # a recursive $ref
+    assert zf._max_length(suite[8]) >= 1000  # long free text
+    assert any(isinstance(s.get("additionalProperties"), dict) for s in suite)
+    for s in suite:
+        jsonschema.Draft202012Validator.check_schema(s)
+        schema_grammar(s)
+
+
+def test_bench_tiny_reports_cold_warm_accept_and_agreement(ray_session):
+    out = zf.bench(zf.BENCH_SIZES["tiny"], seed=0)
+    d = out.metrics["per_vocab"]["bytes"]
+    assert out.metrics["identical_to_reference"] == 1.0
+    for e in ("rayml", "xgrammar"):
+        for k in ("mask_cold_us", "mask_warm_us", "accept_us"):
+            assert d[e][k]["mean"] > 0 and d[e][k]["p99"] >= d[e][k]["p50"]
+        assert 0.0 <= d[e]["agreement_with_xgrammar"] <= 1.0 and d[e]["failures"] == 0
+    assert d["xgrammar"]["agreement_with_xgrammar"] == 1.0
+    assert "ratio_to_fastest_peer" in d["rayml"] and "| rayml |" in zf.bench_table(out.metrics)
+    assert all(r["metric"].endswith("_s") or r["metric"] == "peak_kib" for r in out.tables["timing"])
