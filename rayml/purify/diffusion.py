@@ -299,6 +299,9 @@ def gdmp(model: ScoreNet, images: torch.Tensor, t, *, stride: float = 1.0, seed=
     Like ``diffpure`` but each reverse step's mean is pulled toward the input diffused to the
     same level, ``y_a = sqrt(ab_a) x_in + sqrt(1 - ab_a) z``: the guidance gradient is
     ``s_a * grad_x ||x_a - y_a||^2 = 2 s_a (x_a - y_a)`` with ``s_a = gdmp_scale(a)``.
+    Assumed: the shift ``var * 2 s_a (x_a - y_a)`` is capped at ``x_a - y_a`` (``var * 2 s_a <= 1``).
+    The release's one-step DDPM sampler never comes near the cap; a coarse stride (a large step
+    variance) with a small radius (a large ``s_a``) would otherwise overshoot and diverge.
     """
     if guide_radius <= 0 or guide_scale <= 0:
         raise ValueError(f"guide_radius and guide_scale must be > 0, got {guide_radius}, {guide_scale}")
@@ -310,7 +313,13 @@ def gdmp(model: ScoreNet, images: torch.Tensor, t, *, stride: float = 1.0, seed=
         ab = schedule.alpha_bar(a)[:, None, None, None]
         y = torch.sqrt(ab) * x_in + torch.sqrt(1.0 - ab) * _noise(x.shape, g, x)
         s = gdmp_scale(a, guide_radius, guide_scale, schedule)[:, None, None, None]
-        return 2.0 * s * (x - y)
+        # the step's posterior variance (as ``reverse`` computes it): the shift var * coef * (x - y) is
+        # capped at (x - y), so a coarse stride never overshoots the diffused input
+        b = torch.clamp(torch.ceil(a.detach() / stride - 1.0) * stride, min=0.0)
+        ab_b = schedule.alpha_bar(b)[:, None, None, None]
+        var = (1.0 - ab / ab_b) * (1.0 - ab_b) / (1.0 - ab)
+        coef = torch.minimum(2.0 * s, 1.0 / var.clamp(min=1e-12))
+        return coef * (x - y)
 
     out = reverse(model, xt, t, stride=stride, seed=g, guide=guide, schedule=schedule)
     return to_image(out)

@@ -84,6 +84,18 @@ def test_purification_is_deterministic_for_a_seed(model, digits):
     assert a.min() >= 0 and a.max() <= 1 and a.shape == x.shape
 
 
+def test_gdmp_guidance_never_overshoots_on_a_coarse_stride(model, digits):
+    from rayml.purify.classifier import accuracy, load_classifier
+
+    x, y = digits[2][:32], digits[3][:32]
+    with torch.no_grad():
+        # a tiny radius makes GDMP's scale huge; with stride 50 the uncapped step (var * 2 s ~ 9) diverged
+        guided = D.gdmp(model, x, 250.0, stride=50.0, seed=0, guide_radius=0.01, guide_scale=0.195)
+        plain = D.diffpure(model, x, 250.0, stride=50.0, seed=0)
+    assert float((guided - x).abs().mean()) < float((plain - x).abs().mean())
+    assert accuracy(load_classifier(), guided, y) > 0.9
+
+
 def test_shipped_model_denoises_and_keeps_the_class(model, digits):
     from rayml.purify.classifier import accuracy, load_classifier
 
