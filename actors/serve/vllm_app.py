@@ -44,12 +44,12 @@ __all__ = ["VLLMGenerator", "app", "api", "build", "engine_env"]
 api = make_api("rayml vllm: vLLM completions, ZapFormat-constrained", max_body_bytes=MAX_BODY)
 
 
-def engine_env(kv_cache_gib: float) -> dict:
+def engine_env(kv_cache_gib: int) -> dict:
     """The environment vLLM reads when the engine starts in a replica: KV-cache size on the CPU, and
     the engine core in the replica's own process (no spawned engine process inside a Ray actor)."""
-    if not isinstance(kv_cache_gib, (int, float)) or isinstance(kv_cache_gib, bool) or not kv_cache_gib > 0:
-        raise ValueError(f"kv_cache_gib must be a number > 0, got {kv_cache_gib!r}")
-    return {"VLLM_CPU_KVCACHE_SPACE": f"{kv_cache_gib:g}", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    if not isinstance(kv_cache_gib, int) or isinstance(kv_cache_gib, bool) or kv_cache_gib < 1:
+        raise ValueError(f"kv_cache_gib must be an integer >= 1 (vLLM reads whole GiB), got {kv_cache_gib!r}")
+    return {"VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
 @serve.deployment(max_ongoing_requests=32, ray_actor_options={"num_cpus": 1})
@@ -66,7 +66,7 @@ class VLLMGenerator:
     """
 
     def __init__(self, model: str = SMOLLM2, chat: bool = True, max_model_len: int = 2048,
-                 kv_cache_gib: float = 1.0, limits: Optional[dict] = None):
+                 kv_cache_gib: int = 1, limits: Optional[dict] = None):
         os.environ.update(engine_env(kv_cache_gib))
         from vllm import LLM
 
@@ -168,7 +168,7 @@ class VLLMGenerator:
         return {"model": self.name, "vllm": vllm.__version__, "startup_s": self.startup_s, "chat": self.chat}
 
 
-def build(model: str = SMOLLM2, *, chat: bool = True, max_model_len: int = 2048, kv_cache_gib: float = 1.0,
+def build(model: str = SMOLLM2, *, chat: bool = True, max_model_len: int = 2048, kv_cache_gib: int = 1,
           limits: Optional[dict] = None):
     """The app serving ``model`` (``"smollm2-135m"`` or a local HF directory) with vLLM."""
     if not isinstance(chat, bool):
