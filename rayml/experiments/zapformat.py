@@ -21,7 +21,8 @@ caches cleared and replays them: query 0 is the cold request (ours pays the voca
 cleared caches held), the later queries are warm. Reported per engine: compile p50, mask mean /
 p50 / p99 cold and warm apart, accept mean, failures (compile errors and rejected sequences), the
 share of steps whose mask equals xgrammar's exactly, and the ratios to the fastest peer; the load
-average before and after is printed with the table (timings are wall clock, one thread).
+average before and after is printed with the table (timings: the calling thread's CPU time, so that
+time preempted on a shared machine is not counted; ``clock=wall`` for wall clock; one thread).
 
 Assumed: random logits with a bonus for closing bytes (``"``, ``]``, ``}``) and EOS after
 ``budget`` steps stand in for a model, so that generations end; timings are single-threaded
@@ -60,14 +61,15 @@ SIZES = {
     "full": dict(vocab="tekken-131k", schemas=50, seeds=16, max_tokens=400, budget=80, suite_seed=0),
 }
 BENCH_SIZES = {
-    "tiny": dict(vocabs=["bytes"], schemas=2, queries=2, max_tokens=40, budget=10, peers=["xgrammar"], suite_seed=1),
+    "tiny": dict(vocabs=["bytes"], schemas=2, queries=2, max_tokens=40, budget=10, peers=["xgrammar"], suite_seed=1,
+                 clock="thread"),
     "quick": dict(vocabs=["mistral-32k", "tekken-131k"], schemas=24, queries=2, max_tokens=120, budget=40,
-                  peers=["xgrammar", "llguidance", "outlines-core", "formatron"], suite_seed=1,
+                  peers=["xgrammar", "llguidance", "outlines-core", "formatron"], suite_seed=1, clock="thread",
                   # outlines-core indexes each schema's regex over the whole vocabulary: about 100 s a
                   # schema on Tekken 131k, hours for the suite on a shared 2-core machine
                   skip={"outlines-core": ["tekken-131k"]}),
     "full": dict(vocabs=["mistral-32k", "tekken-131k"], schemas=60, queries=4, max_tokens=300, budget=60,
-                 peers=["xgrammar", "llguidance", "outlines-core", "formatron"], suite_seed=1),
+                 peers=["xgrammar", "llguidance", "outlines-core", "formatron"], suite_seed=1, clock="thread"),
 }
 
 # ------------------------------------------------------------------------------------------
@@ -479,13 +481,22 @@ def _digest(words: np.ndarray, vocab_size: int) -> int:
     return hash(w[: (vocab_size + 31) // 32].tobytes())
 
 
-def _replay(matcher_of, sequences, n_words: int, vocab_size: int, eos=()) -> dict:
+def bench_clock(config: Mapping[str, Any]):
+    """The bench's clock: ``thread`` (default), the CPU time of the calling thread
+    (``time.thread_time``: time the process spends preempted on a shared machine is not counted;
+    every engine masks in the calling thread), or ``wall`` (``time.perf_counter``)."""
+    name = config.get("clock", "thread")
+    if name not in ("thread", "wall"):
+        raise ValueError(f"clock must be 'thread' or 'wall', got {name!r}")
+    return time.thread_time if name == "thread" else time.perf_counter
+
+
+def _replay(matcher_of, sequences, n_words: int, vocab_size: int, eos=(), clock=time.perf_counter) -> dict:
     """Replay ``sequences`` (one fresh matcher per query from ``matcher_of()``): per query the
     mask and accept times and the mask digests; a token the engine masks out or rejects ends
     that query (counted)."""
     words = np.zeros(n_words, np.uint32)
     out = {"mask_s": [], "accept_s": [], "digests": [], "rejected": 0}
-    clock = time.perf_counter
     for tokens in sequences:
         m = matcher_of()
         tm, ta, dg = [], [], []
@@ -571,14 +582,15 @@ def bench_one(item: tuple, config: Mapping[str, Any]) -> list[dict]:
         digests[engine] = r["digests"]
 
     eos = set(vocab.eos_ids)
+    clock = bench_clock(config)
     arms = [e for e in OURS if e in config.get("ours", list(OURS))]
     for engine in arms:
         clear_caches()
         index.clear_cache()
-        t0 = time.perf_counter()
+        t0 = clock()
         ours = compile_grammar(schema_grammar(schema), index, OURS[engine])
-        add(engine, "compile_s", time.perf_counter() - t0)
-        record(engine, _replay(lambda: _Ours(ours), sequences, index.n_words, index.vocab_size, eos))
+        add(engine, "compile_s", clock() - t0)
+        record(engine, _replay(lambda: _Ours(ours), sequences, index.n_words, index.vocab_size, eos, clock))
         if engine in ("rayml", "rayml-unpruned"):
             mem = replay_ours(schema, index, sequences, prune=engine == "rayml", memory=True)
             add(engine, "peak_kib", mem["peak_bytes"] / 1024)
@@ -591,17 +603,17 @@ def bench_one(item: tuple, config: Mapping[str, Any]) -> list[dict]:
         if isinstance(peer, str):
             add(name, "unavailable", 1)
             continue
-        t0 = time.perf_counter()
+        t0 = clock()
         try:
             compiled = _peer_compile(name, peer, schema)
             first = peer.matcher(compiled)
         except Exception:  # noqa: BLE001 - a schema a peer cannot compile is a failure
             add(name, "compile_error", 1)
             continue
-        add(name, "compile_s", time.perf_counter() - t0)
+        add(name, "compile_s", clock() - t0)
         made = iter([first])
         record(name, _replay(lambda: next(made, None) or peer.matcher(compiled), sequences, index.n_words,
-                             index.vocab_size, eos))
+                             index.vocab_size, eos, clock))
     ref = digests.get("xgrammar")
     for engine, dg in digests.items():
         if ref is None:
@@ -638,6 +650,7 @@ def bench(config: Mapping[str, Any], seed: int) -> Outcome:
         raise ValueError(f"schemas must be >= 1, got {n}")
     if int(config["queries"]) < 2:
         raise ValueError(f"queries must be >= 2 (one cold, the rest warm), got {config['queries']}")
+    bench_clock(config)
     suite = bench_suite(n, int(config["suite_seed"]))
     seeds = runtime.seeds(seed, n)
     items = [(v, k, seeds[k], suite[k]) for v in config["vocabs"] for k in range(n)]
@@ -692,20 +705,20 @@ def bench(config: Mapping[str, Any], seed: int) -> Outcome:
                "unpruned_peak_kib": first["rayml-unpruned"]["peak_kib"],
                "identical_to_reference": float(np.mean([o["rayml"].get("identical_to_reference", float("nan"))
                                                         for o in per_vocab.values()]))}
-    print(bench_table(metrics, load))
+    print(bench_table(metrics, load, config.get("clock", "thread")))
     timing_rows = [r for r in rows if r["metric"].endswith("_s") or r["metric"] == "peak_kib"]
     other_rows = [r for r in rows if not (r["metric"].endswith("_s") or r["metric"] == "peak_kib")]
     return Outcome(metrics=metrics, baselines={}, tables={"engines": other_rows, "timing": timing_rows},
                    budget={"schemas": n, "vocabs": list(config["vocabs"]), "max_tokens": int(config["max_tokens"]),
-                           "queries per schema": int(config["queries"])})
+                           "queries per schema": int(config["queries"]), "clock": config.get("clock", "thread")})
 
 
-def bench_table(metrics: Mapping[str, Any], load=None) -> str:
+def bench_table(metrics: Mapping[str, Any], load=None, clock: str = "thread") -> str:
     """The bench's per-vocabulary table (markdown) from its metrics."""
     if load is None:
         load = metrics.get("timings", {}).get("load_before_after", [float("nan")] * 2)
-    lines = [f"[zapformat bench] {metrics['schemas']} schemas, 1-minute load average before/after: "
-             + " / ".join(f"{x:.1f}" for x in load)]
+    lines = [f"[zapformat bench] {metrics['schemas']} schemas, clock {clock}, 1-minute load "
+             "average before/after: " + " / ".join(f"{x:.1f}" for x in load)]
     for v, out in metrics["per_vocab"].items():
         lines += [f"\n{v}: compile p50 ms | mask mean / p50 / p99 us, cold (first query, caches cleared) | warm "
                   "(later queries) | accept mean us | failures | agreement with xgrammar | mask mean ratio to the "
