@@ -73,20 +73,20 @@ GATE = {"endpoint_min": 0.8, "base_max": 0.2}
 SELECTED = ("merge3", "merge3_mean", "full_data", "random_search", "random_genome")
 FIXED = ("endpoint_a", "endpoint_b", "base", "slerp_half", "task_arithmetic")
 
-_FT = ("finetune_steps", "finetune_rows", "finetune_row_len", "finetune_lr", "finetune_seed")
+_FT = ("finetune_steps", "finetune_rows", "finetune_row_len", "finetune_lr", "finetune_seed", "finetune_rehearsal")
 _TASKS = dict(task_a="add_long", task_b="add_letters", target="add_long_letters")
 _IRT = dict(ability_clip=30.0, ability_prior_sd=None, item_params=None)
 SIZES = {
     "tiny": dict(base="tiny", **_TASKS, **_IRT, finetune_steps=2, finetune_rows=2, finetune_row_len=64,
-                 finetune_lr=3e-3, finetune_seed=0, gate_items=8, search_items=12, test_items=12, anchors=4,
+                 finetune_lr=3e-3, finetune_seed=0, finetune_rehearsal=0.3, gate_items=8, search_items=12, test_items=12, anchors=4,
                  population=4, holdout_models=3, irt_dims=1, pop_size=4, generations=2, repeats=1,
                  ta_grid=[0.5, 1.0], actors=2, num_gpus=0),
-    "quick": dict(base="base", **_TASKS, **_IRT, finetune_steps=600, finetune_rows=8, finetune_row_len=128,
-                  finetune_lr=2e-3, finetune_seed=0, gate_items=500, search_items=200, test_items=500,
+    "quick": dict(base="base", **_TASKS, **_IRT, finetune_steps=700, finetune_rows=8, finetune_row_len=128,
+                  finetune_lr=2e-3, finetune_seed=0, finetune_rehearsal=0.3, gate_items=500, search_items=200, test_items=500,
                   anchors=10, population=14, holdout_models=12, irt_dims=2, pop_size=8, generations=5,
                   repeats=2, ta_grid=[0.5, 0.75, 1.0], actors=2, num_gpus=0),
-    "full": dict(base="base", **_TASKS, **_IRT, finetune_steps=600, finetune_rows=8, finetune_row_len=128,
-                 finetune_lr=2e-3, finetune_seed=0, gate_items=1000, search_items=500, test_items=1000,
+    "full": dict(base="base", **_TASKS, **_IRT, finetune_steps=700, finetune_rows=8, finetune_row_len=128,
+                 finetune_lr=2e-3, finetune_seed=0, finetune_rehearsal=0.3, gate_items=1000, search_items=500, test_items=1000,
                  anchors=10, population=40, holdout_models=40, irt_dims=3, pop_size=16, generations=12,
                  repeats=5, ta_grid=[0.25, 0.5, 0.75, 1.0, 1.25], actors=8, num_gpus=0),
 }
@@ -140,7 +140,7 @@ def finetune_endpoint(task: str, shared: Mapping[str, Any]):
     torch.set_num_threads(1)
     model, tok, _ = load_checkpoint(base)
     steps = int(shared["finetune_steps"])
-    res = training.fine_tune(model, tok, {task: 1.0}, steps=steps, lr=float(shared["finetune_lr"]),
+    res = training.fine_tune(model, tok, finetune_mixture(task, shared), steps=steps, lr=float(shared["finetune_lr"]),
                              seed=int(shared["finetune_seed"]), rows=int(shared["finetune_rows"]),
                              row_len=int(shared["finetune_row_len"]), warmup=max(1, steps // 10))
     card = {"name": f"merge3-endpoint-{task}", "base_sha256": base.digest, "task": task,
@@ -148,6 +148,14 @@ def finetune_endpoint(task: str, shared: Mapping[str, Any]):
             "training_seconds": round(res.seconds, 1)}
     save_checkpoint(out, res.model, tok, card)
     return read_blob(out)
+
+
+def finetune_mixture(task: str, config: Mapping[str, Any]) -> dict:
+    """An endpoint's fine-tuning mixture: its task, with a ``finetune_rehearsal`` share of the base's
+    own 3-digit ``add`` (rehearsal keeps the specialists fine-tunes of one shared base, as the paper's
+    endpoints are, instead of letting each forget the shared skill; the target task is never trained)."""
+    r = float(config["finetune_rehearsal"])
+    return {task: 1.0} if r == 0 else {task: 1.0 - r, "add": r}
 
 
 # --- answering item sets (pmap tasks) --------------------------------------------------------------
@@ -238,6 +246,8 @@ def _check(config: Mapping[str, Any]) -> None:
         raise ValueError(f"ability_clip must be > 0 or None, got {config['ability_clip']!r}")
     if config["ability_prior_sd"] is not None and not float(config["ability_prior_sd"]) > 0:
         raise ValueError(f"ability_prior_sd must be > 0 or None, got {config['ability_prior_sd']!r}")
+    if not 0.0 <= float(config["finetune_rehearsal"]) < 1.0:
+        raise ValueError(f"finetune_rehearsal must be in [0, 1), got {config['finetune_rehearsal']!r}")
     if not float(config["num_gpus"]) >= 0:
         raise ValueError(f"num_gpus must be >= 0, got {config['num_gpus']!r}")
 
