@@ -32,7 +32,7 @@ def purify_chunk(models: dict, item: dict) -> dict:
 
     from rayml.purify import ssni as S
 
-    images = torch.as_tensor(np.asarray(item["images"], dtype=np.float32))
+    images = torch.from_numpy(np.array(item["images"], dtype=np.float32))  # a writable copy of the object-store array
     pcfg = S.PurifyConfig(**item["purify"])
     scfg = S.SSNIConfig(**item["ssni"]) if item.get("ssni") else None
     with torch.no_grad():
