@@ -53,16 +53,16 @@ PAPER_BETA = 0.01
 REAL_MODELS = ("smollm2-135m",)
 # a real pretrained chat model (``model=smollm2-135m``): plain-text questions (``rayml.alignment.text_tasks``),
 # LoRA adapters only, no warm-up; sizes cut to what a 2-core CPU trains (a handful of DPO steps per run)
-_REAL = dict(task="lookup", levels=[2, 4, 8], capacities=["lora2", "lora16"], ref_seeds=2, ref_steps=4, evals=2, steps=4,
+_REAL = dict(levels=[2, 4, 8], capacities=["lora2", "lora16"], ref_seeds=2, ref_steps=4, evals=2, steps=4,
              batch_size=4, n_pairs=32, fractions=[0.25, 0.5, 0.75], test_seeds=2, tune_seeds=1, eval_per_level=6,
              beta_grid=[0.003, 0.01, 0.1], lr_scale_grid=[10])
-_COMMON = dict(model="base", task="add", levels=[3, 4, 5], noise=0.1, evals=4, lr_full=1e-5, lr_lora=1e-4,
+_COMMON = dict(model="base", task="lookup", levels=[3, 4, 5], noise=0.1, evals=4, lr_full=1e-5, lr_lora=1e-4,
                beta_ref=0.1, reweight_temperature=1.0, beta_grid=[0.003, 0.01, 0.1], lr_scale_grid=[0.3, 1, 3, 10])
 SIZES = {
     "tiny": dict(_COMMON, train_digits=[3, 4], sft_items=8, sft_steps=2, sft_lr=1e-3, n_pairs=16, capacities=["lora1"], ref_seeds=2, ref_steps=2, steps=2,
                  batch_size=4, fractions=[0.5], test_seeds=2, tune_seeds=1, eval_per_level=3, evals=2,
                  beta_grid=[0.1], lr_scale_grid=[1],
-                 real=dict(task="lookup", levels=[2, 8], capacities=["lora1"], ref_steps=2, evals=1, steps=2,
+                 real=dict(levels=[2, 8], capacities=["lora1"], ref_steps=2, evals=1, steps=2,
                            batch_size=2, n_pairs=12, eval_per_level=4)),
     "quick": dict(_COMMON, **_WARM, n_pairs=192, capacities=["lora2", "full"], ref_seeds=2, ref_steps=24, steps=24,
                   batch_size=16, fractions=[0.25, 0.5, 0.75], test_seeds=3, tune_seeds=1, eval_per_level=40,
@@ -139,9 +139,16 @@ def _base(name: str = "base"):
 
 def _effective(config: Mapping[str, Any]) -> dict:
     """The config a run uses: a real pretrained model takes its settings from ``config["real"]``."""
+    from rayml.alignment.text_tasks import LEVELS
+
     config = dict(config)
     real = config.pop("real", None) or {}
-    return dict(config, **real) if config["model"] in REAL_MODELS else config
+    if config["model"] not in REAL_MODELS:
+        return config
+    config = dict(config, **real)
+    if config["task"] != "lookup":  # the real blocks' levels count facts; other questions take their own
+        config["levels"] = list(LEVELS[config["task"]])
+    return config
 
 
 def _real(config) -> bool:

@@ -89,3 +89,5 @@ def test_the_smollm2_setting_takes_its_own_sizes():
     cfg = selective_dpo._effective(dict(selective_dpo.SIZES["quick"], model="smollm2-135m"))
     assert cfg["levels"] == [2, 4, 8] and cfg["task"] == "lookup" and all(c.startswith("lora") for c in cfg["capacities"]) and "real" not in cfg
     assert selective_dpo._effective(selective_dpo.SIZES["quick"])["capacities"] == ["lora2", "full"]
+    add = selective_dpo._effective(dict(selective_dpo.SIZES["quick"], model="smollm2-135m", task="add"))
+    assert add["task"] == "add" and add["levels"] == [1, 2, 3]
