@@ -46,7 +46,7 @@ SIZES = {
                  beta_grid=[0.1], test_per_level=3, turns=3, seeds=2),
     "quick": dict(train_digits=[3, 4], ood_digits=[5], sft_items=1500, sft_steps=900, sft_lr=1e-3,
                   train_questions=128, tune_questions=32, chunk=16, n_candidates=4, mc_rollouts=2, dpo_steps=30,
-                  batch_size=16, lr_grid=[1e-5, 3e-5, 1e-4, 3e-4], beta_grid=[0.03, 0.1, 0.5, 2.0], test_per_level=40, turns=5,
+                  batch_size=16, lr_grid=[1e-5, 3e-5, 1e-4, 3e-4], beta_grid=[0.01, 0.03, 0.1, 0.5, 2.0], test_per_level=40, turns=5,
                   seeds=2),
     "full": dict(train_digits=[3, 4], ood_digits=[2, 5], sft_items=1500, sft_steps=900, sft_lr=1e-3,
                  train_questions=1024, tune_questions=128, chunk=32, n_candidates=8, mc_rollouts=4, dpo_steps=200,
