@@ -62,6 +62,8 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "bench": ("transformers", "xgrammar", "llguidance", "outlines_core"),
     "hf": ("transformers", "gguf", "accelerate"),
     "compress": ("DracoPy", "constriction"),
+    "text": ("transformers",),
+    "diffusion": ("diffusers",),
 }
 # What each family needs beyond the core, for ``rayml run``; ``_BENCH_EXTRAS`` adds what a
 # method's benchmark needs on top (its peers).
