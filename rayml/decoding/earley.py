@@ -266,12 +266,48 @@ class EarleyEngine:
         return self._build(chart, seeds)
 
     def accept_bytes(self, chart: tuple, data: bytes) -> tuple | None:
-        """Scan every byte of ``data``; ``None`` if any is rejected."""
+        """Scan every byte of ``data``; ``None`` if any is rejected.
+
+        Fast engine (``memo`` and pruning): when the chart waits on one terminal state only and
+        every byte but the last keeps that terminal's DFA alive in a non-accepting state, no item
+        completes before the last byte, so the pruned chart after ``data`` is the one built from
+        the items advanced to the DFA's final state: one Earley set is built instead of one per
+        byte (e.g. a token inside a string)."""
+        last = chart[-1]
+        if self.memo and self.prune and len(data) > 1 and len(last.scan) == 1 and data[0] not in last.steps:
+            got = self._accept_inside(chart, data)
+            if got is not _MISSING:
+                return got
         for b in data:
             chart = self.step(chart, b)
             if chart is None:
                 return None
         return chart
+
+    def _accept_inside(self, chart: tuple, data: bytes):
+        """``accept_bytes`` for a chart waiting on one terminal state, or ``_MISSING`` when an
+        item could complete before the last byte (then bytes are stepped one by one)."""
+        ((t, s), its), = chart[-1].scan.items()
+        trans, acc, has_out = self.t_trans[t], self.t_accept[t], self.t_has_out[t]
+        for b in data[:-1]:
+            s = trans[s][b]
+            if s < 0:
+                return None
+            if acc[s] or not has_out[s]:
+                return _MISSING
+        s2 = trans[s][data[-1]]
+        if s2 < 0:
+            return None
+        j = len(chart) - 1
+        mid, ok = has_out[s2], acc[s2]
+        seeds = []
+        for d, _, o, ov in its:
+            oo = j if o == SELF else o
+            if mid:
+                seeds.append((d, s2, oo, ov))
+            if ok:
+                seeds.append((d + 1, 0, oo, ov))
+        return self._build(chart, seeds) if seeds else None
 
     def exit_chart(self, chart: tuple, t: int, s: int, a: int) -> tuple | None:
         """The chart after the items waiting on terminal ``t`` in DFA state ``s`` consumed some
