@@ -31,7 +31,7 @@ SIZES = {
     "tiny": dict(nodes=12, steps_per_day=12, days=10, train_days=5, val_days=1, shift_day=8, seq=6, horizon=6,
                  epochs=1, batch=32, dim=16, lr_grid=[2e-3], seeds=1, envs=2, tune_seeds=1),
     "quick": dict(nodes=40, steps_per_day=24, days=21, train_days=12, val_days=2, shift_day=17, seq=12, horizon=12,
-                  epochs=15, batch=32, dim=32, lr_grid=[5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2], seeds=4, envs=3,
+                  epochs=15, batch=32, dim=32, lr_grid=[5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2], seeds=6, envs=3,
                   tune_seeds=2),
     "full": dict(nodes=200, steps_per_day=96, days=56, train_days=35, val_days=7, shift_day=49, seq=12, horizon=12,
                  epochs=100, batch=64, dim=64, lr_grid=[2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2], seeds=10,
@@ -110,9 +110,12 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     ss = runtime.seeds(test_seed, 2 * int(config["seeds"]))
     items = [("main", m, best[m], k, ss[2 * k], ss[2 * k + 1]) for k in range(int(config["seeds"])) for m in METHODS]
     out = runtime.pmap(run_task, items, shared=dict(config), chunk_size=1, desc="stop runs")
-    rows = []
+    rows, model_rows = [], []
     for o in out:
         for split in ("id", "ood", "inductive", "inductive_id"):
+            # the claims' unit: one value per trained model (its nodes share one training run)
+            model_rows.append({"method": o["method"], "seed": o["seed"], "split": split, "metric": "mae",
+                               "value": float(np.mean(o[split]))})
             for node, v in enumerate(o[split]):
                 rows.append({"method": o["method"], "seed": o["seed"], "node": node, "split": split,
                              "metric": "mae", "value": float(v)})
@@ -134,7 +137,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
               "stop_environments_per_step": int(config["envs"]),
               "note": "equal epochs, batches, training windows and optimizer steps for every method; STOP's step "
                       "evaluates envs perturbed copies (envs x the forward passes per step)"}
-    tables = {"errors": rows,
+    tables = {"per_model": model_rows, "errors": rows,
               "tuning": [{"method": m, "lr": lr, "metric": "val_mae", "value": val[m, lr]} for m in METHODS
                          for lr in grid]}
     return Outcome(metrics=metrics, baselines=baselines, tables=tables, budget=budget)
@@ -149,11 +152,11 @@ def _train_windows(c: Mapping[str, Any]) -> range:
 def _vs(split: str, base: str, source: str) -> Claim:
     what = {"ood": "out-of-distribution MAE (shifted dynamics, training nodes)",
             "inductive": "inductive MAE (unseen nodes, shifted period)"}[split]
-    return Claim(text=f"STOP's {what} is below {base}'s (paired over seed x node)",
+    return Claim(text=f"STOP's {what} is below {base}'s (paired over test seeds: one mean MAE per trained model)",
                  metric=f"metrics.{split}_mae", compare=f"baselines.{base.replace('-', '_')}.{split}_mae", op="<",
-                 test="wilcoxon signed-rank over seeds", table="errors",
+                 test="wilcoxon signed-rank over seeds", table="per_model",
                  a={"method": "stop", "split": split}, b={"method": base, "split": split},
-                 pair_on=("seed", "node"), kind="paper", source=source)
+                 pair_on=("seed",), kind="paper", source=source)
 
 
 _GEN = "abstract: 'STOP achieves up to 17.01% improvement in generalization performance'"
