@@ -51,7 +51,7 @@ _BASE = dict(res=16, hi_res=28, show_res=[28, 64], grid=4, heads=2, mlp_ratio=2.
 SIZES = {
     "tiny": dict(_BASE, seeds=2, steps=12, batch=8, hidden=16, depth=1, latents=8, point_depth=1, n_points=32,
                  n_clouds=24, n_eval=24, n_eval_points=12, sample_steps=4, lr_grid=[1e-3], n_show=2, show_res=[28]),
-    "quick": dict(_BASE, seeds=3, steps=300, batch=32, hidden=32, depth=2, latents=16, point_depth=1, n_points=64,
+    "quick": dict(_BASE, seeds=3, steps=200, batch=32, hidden=32, depth=2, latents=16, point_depth=1, n_points=64,
                   n_clouds=400, n_eval=128, n_eval_points=48, sample_steps=25, lr_grid=[1e-4, 1e-3, 3e-3, 1e-2],
                   n_show=8),
     "full": dict(_BASE, seeds=10, steps=10000, batch=64, hidden=96, depth=4, latents=64, point_depth=3, n_points=256,
