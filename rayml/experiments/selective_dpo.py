@@ -15,6 +15,12 @@ run, so capacity is the trainable capacity of the same pretrained model: LoRA ad
 rank ``r`` on every projection, and full fine-tuning (``capacities``; their trainable parameter
 counts are recorded). Assumed, not the paper's axis.
 
+SmolLM2 (``model="smollm2-135m"``): SmolLM2-135M-Instruct (``rayml.llm.pretrained``) is the starting
+policy as it is (no warm-up); pairs are plain-text verifiable questions (``rayml.alignment.text_tasks``:
+fact lookups with 2 / 4 / 8 facts by default, additions with ``task="add"``) in its chat format with
+the reply led to the answer; capacity is LoRA rank only; the other settings come from the size's
+``real`` block, cut to what a 2-core CPU trains (a handful of DPO steps per run).
+
 Steps (each a set of Ray tasks through ``rayml.runtime.pmap``):
 1. reference runs: per capacity, ``ref_seeds`` random splits x 2 halves; each trains on one half
    and records the held-out DPO loss of the other half at ``evals`` points; learning order = the
