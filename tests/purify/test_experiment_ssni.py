@@ -34,7 +34,7 @@ def _fake_parts(clean, robust_by_attack, reps=1):
                         levels[(lab, name, key)] = np.array([10.0, 20.0])
             for inp in ("clean", "pgd", "random"):
                 norm_levels[(lab, inp)] = np.array([50.0, 60.0])
-        norms = {("all", "clean"): np.array([1.0, 2.0]),
+        norms = {("all", "clean"): np.array([1.0, 2.0]), ("all", "clean_redraw"): np.array([1.5, 1.5]),
                  **{(lab, k): np.array([3.0, 4.0]) for lab in E.LABELS for k in ("pgd", "random")}}
         parts.append({"chunk": start // 2, "seed": start, "start": start, "n": 2, "correct": correct,
                       "levels": levels, "norms": norms, "norm_levels": norm_levels})
@@ -134,7 +134,10 @@ def test_equal_clean_gap_is_one_value_per_image_averaged_over_draws():
     # one row per image (4), never per (image, draw); image 2 is robust in one of two draws
     assert sorted(gaps) == [0, 1, 2, 3] and gaps[2] == pytest.approx(0.5 - 0.5)
     assert {x["defence"] for x in tables["curve"]} == set(E.defences(CONFIG))
-    assert {x["input"] for x in tables["score_norms"]} == {"clean", "pgd", "random"}
+    assert {x["input"] for x in tables["score_norms"]} == {"clean", "pgd", "random", "clean_redraw"}
+    shift = {x["image"]: x["value"] for x in tables["level_shift"] if x["radius"] == lab and x["defence"] == "ssni_n"}
+    assert shift == {0: 0.0, 1: 0.0, 2: 0.0, 3: 0.0}  # the fake levels are equal for PGD and clean inputs
+    assert metrics[lab]["ssni_n_level_shift"] == 0.0 and baselines[lab]["diffpure_constant"]["level_shift"] == 0.0
 
 
 @pytest.mark.parametrize(
