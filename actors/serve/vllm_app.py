@@ -68,7 +68,11 @@ class VLLMGenerator:
     def __init__(self, model: str = SMOLLM2, chat: bool = True, max_model_len: int = 2048,
                  kv_cache_gib: int = 1, limits: Optional[dict] = None):
         os.environ.update(engine_env(kv_cache_gib))
-        from vllm import LLM
+        try:
+            from vllm import LLM
+        except ImportError as exc:
+            raise ImportError(f"the vllm app needs vLLM in the replica's Python ({exc}); run it from the venv of "
+                              f"scripts/setup_vllm_cpu.sh (docs/vllm.md)") from None
 
         from rayml.decoding.logits import GrammarLimits
 
