@@ -78,8 +78,8 @@ _TASKS = dict(task_a="add_long", task_b="add_letters", target="add_long_letters"
 _IRT = dict(ability_clip=30.0, ability_prior_sd=None, item_params=None)
 SIZES = {
     "tiny": dict(base="tiny", **_TASKS, **_IRT, finetune_steps=2, finetune_rows=2, finetune_row_len=64,
-                 finetune_lr=3e-3, finetune_seed=0, finetune_rehearsal=0.3, gate_items=8, search_items=12, test_items=12, anchors=4,
-                 population=4, holdout_models=3, irt_dims=1, pop_size=4, generations=2, repeats=1,
+                 finetune_lr=3e-3, finetune_seed=0, finetune_rehearsal=0.3, gate_items=16, search_items=32, test_items=24, anchors=4,
+                 population=6, holdout_models=4, irt_dims=1, pop_size=4, generations=2, repeats=1,
                  ta_grid=[0.5, 1.0], actors=2, num_gpus=0),
     "quick": dict(base="base", **_TASKS, **_IRT, finetune_steps=700, finetune_rows=8, finetune_row_len=128,
                   finetune_lr=2e-3, finetune_seed=0, finetune_rehearsal=0.3, gate_items=500, search_items=200, test_items=500,
