@@ -13,7 +13,10 @@ math in Japanese). The shipped base (``rayml.llm.pretrained("base")``) adds 3-di
   task; the search set (``search_items``, the "full" fitness data) and the test set
   (``test_items``) are disjoint draws of it.
 
-Endpoints are fine-tuned with ``rayml.llm.training.fine_tune`` as pmap tasks (cached per node under
+Endpoints are fine-tuned with ``rayml.llm.training.fine_tune`` on their task with a
+``finetune_rehearsal`` share of the base's own 3-digit ``add`` (so both stay fine-tunes of one
+shared base; without it both forgot the shared skill and no merge reached the cross task), as pmap
+tasks (cached per node under
 ``~/.cache/rayml/merge3/endpoints/<hash>/``, keyed by the base's weights and the recipe, and
 travelling as ``CheckpointBlob`` bytes, never as paths).
 
@@ -78,15 +81,18 @@ _TASKS = dict(task_a="add_long", task_b="add_letters", target="add_long_letters"
 _IRT = dict(ability_clip=30.0, ability_prior_sd=None, item_params=None)
 SIZES = {
     "tiny": dict(base="tiny", **_TASKS, **_IRT, finetune_steps=2, finetune_rows=2, finetune_row_len=64,
-                 finetune_lr=3e-3, finetune_seed=0, finetune_rehearsal=0.3, gate_items=16, search_items=32, test_items=24, anchors=4,
+                 finetune_lr=3e-3, finetune_seed=0, finetune_rehearsal=0.3,
+                 gate_items=16, search_items=32, test_items=24, anchors=4,
                  population=6, holdout_models=4, irt_dims=1, pop_size=4, generations=2, repeats=1,
                  ta_grid=[0.5, 1.0], actors=2, num_gpus=0),
     "quick": dict(base="base", **_TASKS, **_IRT, finetune_steps=700, finetune_rows=8, finetune_row_len=128,
-                  finetune_lr=2e-3, finetune_seed=0, finetune_rehearsal=0.3, gate_items=500, search_items=200, test_items=500,
+                  finetune_lr=2e-3, finetune_seed=0, finetune_rehearsal=0.3,
+                  gate_items=500, search_items=200, test_items=500,
                   anchors=10, population=14, holdout_models=12, irt_dims=2, pop_size=8, generations=5,
                   repeats=2, ta_grid=[0.5, 0.75, 1.0], actors=2, num_gpus=0),
     "full": dict(base="base", **_TASKS, **_IRT, finetune_steps=700, finetune_rows=8, finetune_row_len=128,
-                 finetune_lr=2e-3, finetune_seed=0, finetune_rehearsal=0.3, gate_items=1000, search_items=500, test_items=1000,
+                 finetune_lr=2e-3, finetune_seed=0, finetune_rehearsal=0.3,
+                 gate_items=1000, search_items=500, test_items=1000,
                  anchors=10, population=40, holdout_models=40, irt_dims=3, pop_size=16, generations=12,
                  repeats=5, ta_grid=[0.25, 0.5, 0.75, 1.0, 1.25], actors=8, num_gpus=0),
 }
