@@ -570,12 +570,15 @@ def plots(record: Mapping) -> dict:
 EXPERIMENT = Experiment(
     name=METHOD, paper=PAPER,
     ray="every (phase, modality, method, lr, seed) training + sampling + scoring (the lr tuning grid, the test seeds) "
-        "and the metric floors as pmap tasks; the cached feature nets travel as bytes through the object store",
+        "and the metric floors as pmap tasks, longest first; the cached feature nets travel as bytes through the "
+        "object store",
     checked_against="the authors' code (apple-aiml-research/ml-inrflow: linear path and velocity target, logit-normal "
                     "t, query subsampling with shared noise, PatchCAEncoder spatial-aware latents, Perceiver encoder / "
                     "DiT trunk / PerceiverDecoder with adaLN-Zero, ODE sampler with a context mask, the resolution-free "
                     "notebook, optimiser config) and the abstract; a review digest of the earlier ASFT version; closed "
                     "forms in the tests: the path and target against t y1 + (1-t) eps and y1 - eps, the decoder's "
-                    "permutation equivariance and conditional independence over queries",
+                    "permutation equivariance and conditional independence over queries, joint multi-resolution "
+                    "sampling against sampling the training grid alone, the exact EMD against brute force over all "
+                    "matchings and the 1-D closed form (sorted coordinates), Chamfer against brute force",
     sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
 )
