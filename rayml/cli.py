@@ -22,6 +22,7 @@ SERVE_APPS = {
     "generate": "rayml.actors.serve.generate:app",
     "constrained": "rayml.actors.serve.constrained:app",
     "epic": "rayml.actors.serve.epic:app",
+    "emloc": "rayml.actors.serve.emloc:app",
 }
 
 

@@ -208,9 +208,9 @@ def test_set_values_are_checked_against_the_sizes_before_any_work(capsys, settin
 
 
 def test_a_setting_refused_by_the_experiment_itself_is_bad_input(capsys):
-    # merge3 checks its task list before any Ray task: one line, exit 2
-    err = _one_line_error(capsys, ["run", "merge3", "--size", "tiny", "--set", 'tasks=["copy"]'])
-    assert "tasks must name 2 tasks" in err
+    # merge3 checks its endpoint tasks before any Ray task: one line, exit 2
+    err = _one_line_error(capsys, ["run", "merge3", "--size", "tiny", "--set", 'task_a="nope"'])
+    assert "task must be one of" in err and "nope" in err
 
 
 def _submits_then_crashes(config, seed):
