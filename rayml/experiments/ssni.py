@@ -28,6 +28,12 @@ DiffPure level of the grid, or a random mixture of two (a randomised defence rea
 the segment between them), reaches at a clean accuracy >= SSNI's -- is compared with SSNI per
 image: the gap is SSNI's robust accuracy minus the envelope's, each averaged over the noise draws,
 and a one-sided Wilcoxon signed-rank test runs over images (one value per image, never per draw).
+The envelope's candidate (grid level or mixture) is chosen by 2-fold cross-fitting over the attacked
+images (alternate images by index): the candidate best on one half gives the envelope on the other,
+and vice versa, so the maximum over candidates is not taken on the images it is compared on (that
+maximum is biased upwards, against SSNI; it is reported beside as ``*_insample``). Which candidates
+qualify (clean accuracy >= SSNI's) and the mixture weights use the clean accuracy on all ``n_clean``
+images, the constraint and not the compared quantity.
 The control is DiffPure at the constant level ``control_t = 100`` (off the grid) run through the
 same claim: a constant-level defence should not lie above the curve. The score-norm claim's control
 is a second, independent estimate of the clean norm (the estimator's noise); the noise-level claim
@@ -243,19 +249,22 @@ def _cat(parts: list[dict], key) -> np.ndarray:
     return np.concatenate([p["correct"][key] for p in parts], axis=1)
 
 
-def _envelope(clean: np.ndarray, robust: np.ndarray, target: float) -> tuple[np.ndarray, dict]:
+def _envelope(clean: np.ndarray, robust: np.ndarray, target: float,
+              select: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
     """The curve's upper envelope at clean accuracy ``>= target``, per (replicate, image).
 
     ``clean``: the grid's clean accuracies; ``robust``: ``(grid, replicates, images)`` robust
     correctness. Candidates: every grid point with clean accuracy ``>= target``, and every random
     mixture of a point above ``target`` with one below it, weighted to reach ``target`` exactly
     (a randomised defence reaches every point of that segment). Returns the candidate with the
-    highest mean robust accuracy and ``{"points", "weight", "outside"}``; ``outside`` (no grid point
+    highest mean robust accuracy over the images in ``select`` (a boolean mask; all images when
+    ``None``), on every image, and ``{"points", "weight", "outside"}``; ``outside`` (no grid point
     reaches ``target``) falls back to the cleanest grid point.
     """
     clean = np.asarray(clean, float)
     robust = np.asarray(robust, float)
-    best, info = None, None
+    mask = np.ones(robust.shape[-1], bool) if select is None else np.asarray(select, bool)
+    best, score, info = None, None, None
     for j in range(len(clean)):
         if clean[j] >= target:
             cands = [((j,), 1.0, robust[j])]
@@ -264,12 +273,43 @@ def _envelope(clean: np.ndarray, robust: np.ndarray, target: float) -> tuple[np.
                     w = (target - clean[k]) / (clean[j] - clean[k])
                     cands.append(((j, k), w, w * robust[j] + (1 - w) * robust[k]))
             for pts, w, arr in cands:
-                if best is None or arr.mean() > best.mean() + 1e-12:
-                    best, info = arr, {"points": list(pts), "weight": float(w), "outside": False}
+                value = arr[:, mask].mean()
+                if best is None or value > score + 1e-12:
+                    best, score, info = arr, value, {"points": list(pts), "weight": float(w), "outside": False}
     if best is None:
         j = int(np.argmax(clean))
         return robust[j].copy(), {"points": [j], "weight": 1.0, "outside": True}
     return best, info
+
+
+FOLDS = 2
+
+
+def _crossfit_envelope(clean: np.ndarray, robust: np.ndarray, target: float,
+                       folds: int = FOLDS) -> tuple[np.ndarray, list[dict]]:
+    """The upper envelope with its candidate chosen by cross-fitting over images, per (replicate, image).
+
+    Image ``i`` (by position) is in fold ``i % folds``; on each fold the envelope is the candidate
+    of :func:`_envelope` that is best on the other folds' images, so no image's envelope value comes
+    from a maximum taken over that image. Returns the envelope and each fold's ``_envelope`` info.
+    """
+    robust = np.asarray(robust, float)
+    n = robust.shape[-1]
+    if n < folds:
+        raise ValueError(f"cross-fitting needs at least {folds} images, got {n}")
+    fold = np.arange(n) % folds
+    env = np.empty(robust.shape[1:], float)
+    infos = []
+    for f in range(folds):
+        arr, info = _envelope(clean, robust, target, select=fold != f)
+        env[:, fold == f] = arr[:, fold == f]
+        infos.append(info)
+    return env, infos
+
+
+def _described(info: dict, grid: list[str]) -> dict:
+    """An envelope candidate as record data: its grid levels by name and the mixture weight."""
+    return {"levels": [grid[j] for j in info["points"]], "weight": info["weight"]}
 
 
 def _summarise(parts: list[dict], config: Mapping[str, Any]) -> tuple[dict, dict, dict]:
@@ -323,13 +363,19 @@ def _summarise(parts: list[dict], config: Mapping[str, Any]) -> tuple[dict, dict
             curves[base] = (clean_curve, robust_curve)
         for name in (*OURS, CONTROL):
             for base, (clean_curve, robust_curve) in curves.items():
-                env, info = _envelope(clean_curve, robust_curve, acc[name]["clean"])
-                gap = robust[name].astype(float).mean(0) - env.mean(0)  # one value per image
+                env, infos = _crossfit_envelope(clean_curve, robust_curve, acc[name]["clean"])
+                env_in, info_in = _envelope(clean_curve, robust_curve, acc[name]["clean"])
+                ours = robust[name].astype(float).mean(0)
+                gap = ours - env.mean(0)  # one value per image, its envelope chosen on the other fold
                 suffix = "" if base == "diffpure" else f"_{base}"
+
                 acc[name].update({f"envelope_robust{suffix}": float(env.mean()),
                                   f"gap_at_equal_clean{suffix}": float(gap.mean()),
-                                  f"envelope{suffix}": {"levels": [grids[base][j] for j in info["points"]],
-                                                        "weight": info["weight"], "outside": info["outside"]}})
+                                  f"envelope_robust_insample{suffix}": float(env_in.mean()),
+                                  f"gap_at_equal_clean_insample{suffix}": float((ours - env_in.mean(0)).mean()),
+                                  f"envelope{suffix}": {"folds": [_described(i, grids[base]) for i in infos],
+                                                        "insample": _described(info_in, grids[base]),
+                                                        "outside": info_in["outside"]}})
                 if base == "diffpure":
                     tables["equal_clean"] += [{"radius": lab, "defence": name, "image": int(image_ids[i]),
                                                "value": float(gap[i])} for i in range(gap.size)]
@@ -386,6 +432,9 @@ def _check(config: Mapping[str, Any]) -> None:
         v = config[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{key} must be an integer >= 1, got {v!r}")
+    if config["n_test"] < FOLDS:
+        raise ValueError(f"n_test must be >= {FOLDS} (the envelope is cross-fitted over {FOLDS} folds of images), "
+                         f"got {config['n_test']}")
     if not config["n_test"] <= config["n_clean"] <= xte.shape[0]:
         raise ValueError(f"n_test <= n_clean <= {xte.shape[0]} must hold, got {config['n_test']}, {config['n_clean']}")
     if sorted(map(float, config["radii"])) != sorted(RADII):
@@ -437,7 +486,8 @@ SOURCE_LEVEL = "abstract: 'the cleaner a sample is, the less the noise it should
 def _equal_clean(variant: str, lab: str) -> Claim:
     name = f"diffpure_ssni_{variant}"
     return Claim(
-        text=f"SSNI-{variant.upper()} is above DiffPure's curve (upper envelope) at >= its clean accuracy "
+        text=f"SSNI-{variant.upper()} is above DiffPure's curve (upper envelope, candidate chosen by 2-fold "
+             f"cross-fitting over images) at >= its clean accuracy "
              f"(l_inf {lab}; robust: worst case incl. the attack through t(x); Wilcoxon over images)",
         metric=f"metrics.{lab}.{name}.gap_at_equal_clean", compare=0.0, op=">",
         test="wilcoxon signed-rank over seeds", table="equal_clean", a={"radius": lab, "defence": name},

@@ -1,4 +1,5 @@
-"""The SSNI experiment's bookkeeping: the worst case, the curve's upper envelope, the per-image gap, config checks."""
+"""The SSNI experiment's bookkeeping: the worst case, the curve's upper envelope (cross-fitted), the per-image gap,
+config checks."""
 
 from __future__ import annotations
 
@@ -113,6 +114,53 @@ def test_the_envelope_dominates_every_grid_point_and_mixture_by_brute_force():
         assert env.mean() == pytest.approx(best, abs=0.01) and env.mean() >= best - 1e-9
 
 
+def test_crossfit_envelope_chooses_each_folds_candidate_on_the_other_fold():
+    # two grid points at the ceiling: t0 robust on images 0 and 2 (fold 0), t1 on image 1 (fold 1)
+    clean = np.array([1.0, 1.0])
+    robust = np.array([[[1.0, 0.0, 1.0, 0.0]], [[0.0, 1.0, 0.0, 0.0]]])
+    env_in, info_in = E._envelope(clean, robust, 1.0)
+    assert info_in["points"] == [0] and env_in.mean() == pytest.approx(0.5)  # the in-sample maximum
+    env, infos = E._crossfit_envelope(clean, robust, 1.0)
+    # fold 0 takes fold 1's best (t1), fold 1 takes fold 0's best (t0): both are 0 on the held-out images
+    assert [i["points"] for i in infos] == [[1], [0]]
+    assert np.allclose(env, 0.0)
+
+
+def test_crossfit_envelope_matches_a_brute_force_held_out_choice():
+    rng = np.random.default_rng(1)
+    for _ in range(30):
+        g, n = rng.integers(2, 6), rng.integers(2, 9)
+        clean = np.sort(rng.uniform(0.4, 1.0, g))[::-1]
+        robust = rng.uniform(0, 1, (g, 2, n))
+        target = rng.uniform(clean.min(), clean.max())
+        env, _ = E._crossfit_envelope(clean, robust, target)
+        for f in range(2):
+            held, train = np.arange(n) % 2 == f, np.arange(n) % 2 != f
+            cands = [robust[j] for j in range(g) if clean[j] >= target]
+            cands += [w * robust[j] + (1 - w) * robust[k] for j in range(g) for k in range(g)
+                      if clean[j] >= target > clean[k] for w in [(target - clean[k]) / (clean[j] - clean[k])]]
+            best = max(cands, key=lambda c: c[:, train].mean())
+            assert np.allclose(env[:, held], best[:, held])
+    with pytest.raises(ValueError, match="at least 2 images"):
+        E._crossfit_envelope(np.array([1.0, 0.5]), np.zeros((2, 1, 1)), 0.7)
+
+
+def test_equal_clean_gap_uses_the_cross_fitted_envelope_not_the_in_sample_maximum():
+    ones = [1, 1, 1, 1]
+    clean = {**_all(ones)}
+    r = lambda v: _attacks(v, v, v, v)  # noqa: E731
+    attacks = {**{n: r([0, 0, 0, 0]) for n in E.defences(CONFIG)},
+               "diffpure_t50": r([1, 0, 1, 0]), "diffpure_t150": r([0, 1, 0, 0]),
+               "diffpure_ssni_n": {**r([0, 0, 0, 0]), "fixed_t": [0, 0, 0, 0]},
+               "diffpure_ssni_l": {**r([0, 0, 0, 0]), "fixed_t": [0, 0, 0, 0]}}
+    metrics, _, tables = E._summarise(_fake_parts(clean, attacks), CONFIG)
+    d = metrics[E.LABELS[0]]["diffpure_ssni_n"]
+    assert d["envelope_robust_insample"] == pytest.approx(0.5) and d["gap_at_equal_clean_insample"] == pytest.approx(-0.5)
+    assert d["envelope_robust"] == pytest.approx(0.0) and d["gap_at_equal_clean"] == pytest.approx(0.0)
+    assert d["envelope"]["insample"]["levels"] == ["diffpure_t50"]
+    assert [f["levels"] for f in d["envelope"]["folds"]] == [["diffpure_t150"], ["diffpure_t50"]]
+
+
 def test_equal_clean_gap_is_one_value_per_image_averaged_over_draws():
     # 2 replicates: DiffPure t50 clean 1.0 robust 0.25; t150 clean 0.5 robust 0.75; SSNI and the control at clean 0.75
     clean = {"diffpure_t50": [1, 1, 1, 1], "diffpure_t150": [1, 1, 0, 0], "diffpure_t100": [1, 1, 1, 0],
@@ -142,7 +190,7 @@ def test_equal_clean_gap_is_one_value_per_image_averaged_over_draws():
 
 @pytest.mark.parametrize(
     "override, match",
-    [({"n_test": 0}, "n_test"), ({"chunk": 0}, "chunk"), ({"n_clean": 2}, "n_clean"), ({"radii": [0.1]}, "radii"),
+    [({"n_test": 0}, "n_test"), ({"n_test": 1}, "n_test"), ({"chunk": 0}, "chunk"), ({"n_clean": 2}, "n_clean"), ({"radii": [0.1]}, "radii"),
      ({"t_grid": [50.0]}, "t_grid"), ({"t_grid": [50.0, 100.0]}, "control_t"), ({"schedule": [[4, 2], [2, 2]]}, "schedule"),
      ({"schedule": [[4, 2]]}, "schedule"), ({"replicates": 0}, "replicates"), ({"tolerance": 0.0}, "tolerance"),
      ({"gdmp_scale": -1.0}, "gdmp_scale")],
