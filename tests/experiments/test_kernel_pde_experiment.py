@@ -3,3 +3,34 @@
 
 def test_every_claim_is_measured_at_tiny_size(unmeasured_claims):
     assert unmeasured_claims("kernel-pde") == []
+
+
+def test_every_solver_gets_the_same_gauss_newton_budget():
+    from rayml.experiments import kernel_pde as kp
+
+    for size, cfg in kp.SIZES.items():
+        assert "daks_iterations" not in cfg, size  # one cap, gn_iterations, for Kronecker and DAKS alike
+        assert cfg["timing_repeats"] >= (3 if cfg["timing"] else 1), size
+
+
+def test_timing_repeats_and_gn_iterations_are_checked():
+    import pytest
+
+    from rayml.experiments import kernel_pde as kp
+
+    for key, bad in (("timing_repeats", 0), ("timing_repeats", 1.5), ("gn_iterations", 0)):
+        with pytest.raises(ValueError, match=key):
+            kp._check_config({**kp.SIZES["tiny"], key: bad})
+
+
+def test_timed_solve_reports_the_minimum_of_its_repeats(monkeypatch):
+    import types
+
+    from rayml.experiments import kernel_pde as kp
+    from rayml.pde.problems import NonlinearElliptic
+
+    clock = iter([0.0, 5.0, 10.0, 12.0, 20.0, 21.0])  # three solves: 5 s, 2 s, 1 s
+    monkeypatch.setattr(kp, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    cfg = {**kp.SIZES["tiny"], "timing": True, "timing_repeats": 3}
+    res, seconds, peak = kp._measured("fd", NonlinearElliptic(), (8, 8), (0.3, 0.3), 0.0, cfg)
+    assert seconds == 1.0 and peak > 0 and res.rmse > 0
