@@ -14,8 +14,9 @@ random, confidence, margin, entropy, coreset, BADGE, GALAXY) starts from the sam
 set per seed, labels the same ``batch`` per round for the same number of rounds, and has its head's
 ``C`` tuned on the same grid on tuning seeds kept apart from the test seeds (by the mean balanced
 accuracy over the rounds; quick: 0.01 ... 100, four decades, so that no strategy's choice is pinned to a
-grid edge by a narrow grid; ``metrics.C_at_grid_edge`` counts the choices that still are). Rounds run in lock-step through Ray: each round is one ``pmap`` over
-every (strategy, noise, seed) run, a task retraining, scoring and selecting the next batch.
+grid edge by a narrow grid; ``metrics.C_at_grid_edge`` counts the choices that still are). Rounds run in
+lock-step through Ray: each round is one ``pmap`` over every (strategy, noise, seed) run, a task
+retraining, scoring and selecting the next batch.
 
 Measured: balanced accuracy (clean, balanced test set) against labels used, minority-class labels
 collected, and the label saving at equal accuracy: with ``L_m(a)`` the labels strategy ``m`` needs
