@@ -13,7 +13,7 @@ from typing import Sequence
 
 from rayml import registry
 
-__all__ = ["main", "SERVE_APPS"]
+__all__ = ["main", "SERVE_APPS", "OPTIONAL_APPS"]
 
 # Short names of the Serve apps, for ``rayml serve NAME``; values are import paths.
 SERVE_APPS = {
@@ -23,7 +23,13 @@ SERVE_APPS = {
     "constrained": "rayml.actors.serve.constrained:app",
     "epic": "rayml.actors.serve.epic:app",
     "emloc": "rayml.actors.serve.emloc:app",
+    "generate-smollm2": "rayml.actors.serve.generate:smollm2_app",
+    "constrained-smollm2": "rayml.actors.serve.constrained:smollm2_app",
+    "vllm": "rayml.actors.serve.vllm_app:app",
 }
+# Apps that ``clusters/serve.yaml`` does not deploy: they need the [hf] extra and the SmolLM2
+# wheel, or vLLM (a virtual environment of its own); a cluster serves them by adding them there.
+OPTIONAL_APPS = frozenset({"generate-smollm2", "constrained-smollm2", "vllm"})
 
 
 class UsageError(Exception):

@@ -390,7 +390,7 @@ def test_vllm_connector_compiles_and_links_with_vllms_own_request_and_scheduler_
 
 
 @pytest.mark.skipif(_vllm_base() is None or not torch.cuda.is_available(),
-                    reason="end-to-end vLLM needs a GPU and vLLM (not on the machines rayml is built on)")
+                    reason="the CUDA vLLM end to end needs a GPU; vLLM on the CPU runs end to end in tests/llm/test_vllm_cpu.py")
 def test_vllm_engine_answers_like_the_embedded_naive_link(tmp_path, monkeypatch):
     """The whole engine with the connector: compile documents, then ask; vLLM's greedy answers must
     agree with the embedded engine's naive link (same weights, fp32)."""
