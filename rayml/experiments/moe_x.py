@@ -31,7 +31,8 @@ from rayml.results import Claim, Control
 
 PAPER = "Mixture of Experts Made Intrinsically Interpretable (MoE-X), ICML 2025"
 METHOD = "moe-x"
-ARCH_KEYS = {"moe-x": "moe_x", "switch": "switch", "dense-gelu": "dense_gelu", "dense-relu": "dense_relu", "sae": "sae"}
+ARCH_KEYS = {"moe-x": "moe_x", "switch": "switch", "dense-gelu": "dense_gelu", "dense-relu": "dense_relu", "sae": "sae",
+             "untrained": "untrained"}
 
 _COMMON = dict(n_heads=4, n_experts=8, top_k=2, greedy_share=0.5, probe_layer=-1, aux_coef=0.01,
                precision=0.95, min_support=5, min_prop_count=8)
@@ -40,10 +41,10 @@ SIZES = {
                  lr_grid=[3e-3], tune_seeds=1, seeds=2, sae_l1_grid=[1e-3], sae_steps=40, **_COMMON),
     "quick": dict(games_train=400, games_eval=160, seq_len=96, d_model=64, n_layers=2, hidden=256, steps=120,
                   batch=16, lr_grid=[1e-3, 3e-3, 1e-2, 3e-2], tune_seeds=1, seeds=6,
-                  sae_l1_grid=[3e-4, 1e-3, 3e-3, 1e-2, 3e-2], sae_steps=600, **_COMMON),
+                  sae_l1_grid=[3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1], sae_steps=600, **_COMMON),
     "full": dict(games_train=20000, games_eval=2000, seq_len=256, d_model=256, n_layers=6, hidden=1024,
                  steps=20000, batch=64, lr_grid=[1e-4, 3e-4, 1e-3, 3e-3, 1e-2], tune_seeds=2, seeds=8,
-                 sae_l1_grid=[1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2], sae_steps=20000, **_COMMON),
+                 sae_l1_grid=[1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1], sae_steps=20000, **_COMMON),
 }
 
 
@@ -96,7 +97,9 @@ def _load(cfg, state):
 
 
 def train_task(item: tuple, shared: Mapping[str, Any]) -> dict:
-    """One training run ``(phase, arch, lr, seed index, seed)``: weights, validation loss, loss curve."""
+    """One training run ``(phase, arch, lr, seed index, seed)``: weights, validation loss, loss curve.
+
+    ``phase="init"``: no training, the model as initialised from ``seed`` (the untrained control)."""
     import time
 
     from rayml.architectures import moe_x as mx
@@ -105,6 +108,12 @@ def train_task(item: tuple, shared: Mapping[str, Any]) -> dict:
     config, data = shared["config"], shared["data"]
     cfg = _arch_config(config, arch, shared["vocab"])
     t0, c0 = time.perf_counter(), time.process_time()
+    if phase == "init":
+        model = mx.build_model(cfg, seed)
+        model.eval()
+        return {"phase": phase, "arch": arch, "lr": 0.0, "si": si, "seed": seed, "state": _state(model),
+                "val_loss": mx.val_loss(model, data["eval"]), "curve": [],
+                "timings": {"train_s": 0.0, "train_cpu_s": 0.0}}
     model, losses = mx.train_lm(cfg, data["train"], steps=int(config["steps"]), batch=int(config["batch"]), lr=lr,
                                 seed=seed, aux_coef=float(config["aux_coef"]))
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -150,7 +159,7 @@ def _scores(acts, data, props, config) -> dict:
 def probe_task(item: tuple, shared: Mapping[str, Any]) -> dict:
     """Probe one trained model ``(kind, arch, seed index, state, extra)``.
 
-    ``kind="model"``: its MLP hidden at ``probe_layer`` against the board (coverage, reconstruction),
+    ``kind="model"`` (or ``"init"``, the untrained control): its MLP hidden at ``probe_layer`` against the board (coverage, reconstruction),
     and for an MoE the router's sparsity (Figure 9) and the sparse-MLP identity on real inputs.
     ``kind="sae"``: fit an SAE (L1 ``extra``) on the dense GELU model's hidden and probe its features.
     """
@@ -201,6 +210,16 @@ def _data(config, seed):
             "labels": ev.bsp_labels(), "n_eval": int(config["games_eval"])}, len(cd.ALPHABET) + 1
 
 
+def choose_sae_l1(coverage: Mapping[float, float], l0: Mapping[float, float], cap: float) -> tuple[float, bool]:
+    """The SAE's L1 at a sparsity cap: the highest coverage among the L1s with active fraction ``<= cap``.
+
+    Returns the L1 and whether any L1 met the cap (if none did, the sparsest L1 is returned)."""
+    ok = [v for v in coverage if l0[v] <= cap]
+    if ok:
+        return max(ok, key=lambda v: coverage[v]), True
+    return min(coverage, key=lambda v: l0[v]), False
+
+
 def run(config: Mapping[str, Any], seed: int) -> Outcome:
     """Tune (lr per architecture, L1 for the SAE) on tuning seeds, train on test seeds, probe; all on Ray."""
     from rayml.architectures import moe_x as mx
@@ -222,21 +241,31 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
               for a in mx.ARCHS}
     gelu_tune = [r for r in tune if r["arch"] == "dense-gelu" and r["lr"] == chosen["dense-gelu"]]
     l1s = [float(v) for v in config["sae_l1_grid"]]
+    moex_tune = [r for r in tune if r["arch"] == "moe-x" and r["lr"] == chosen["moe-x"]]
     stage2 = [("train", a, chosen[a], i, s) for a in mx.ARCHS for i, s in enumerate(test_seeds)]
+    stage2 += [("init", "moe-x", 0.0, i, s) for i, s in enumerate(test_seeds)]
     stage2_probe = [("sae", "dense-gelu", -1 - r["si"], r["state"], l1) for r in gelu_tune for l1 in l1s]
+    stage2_probe += [("model", "moe-x", 1000 + r["si"], r["state"], None) for r in moex_tune]  # index apart from tests
     trained = runtime.pmap(train_task, stage2, shared=shared, chunk_size=1, desc="moe-x training runs")
     sae_tune = runtime.pmap(probe_task, stage2_probe, shared=shared, chunk_size=1, desc="moe-x SAE tuning")
-    l1 = max(l1s, key=lambda v: np.mean([np.mean(r["coverage"]) for r in sae_tune if r["extra"] == v]))
-    probes = [("model", r["arch"], r["si"], r["state"], None) for r in trained]
+    # The SAE is compared at equal sparsity (as in the paper): its L1 maximises coverage on the tuning seeds among
+    # the L1s whose features are no more often active than MoE-X's hidden units on the same tuning seeds.
+    cap = float(np.mean([r["l0_fraction"] for r in sae_tune if r["kind"] == "model"]))
+    sae_l0 = {v: float(np.mean([r["l0_fraction"] for r in sae_tune if r["kind"] == "sae" and r["extra"] == v]))
+              for v in l1s}
+    sae_cov = {v: float(np.mean([np.mean(r["coverage"]) for r in sae_tune if r["kind"] == "sae" and r["extra"] == v]))
+               for v in l1s}
+    l1, sparse_enough = choose_sae_l1(sae_cov, sae_l0, cap)
+    probes = [("init" if r["phase"] == "init" else "model", r["arch"], r["si"], r["state"], None) for r in trained]
     probes += [("sae", "dense-gelu", r["si"], r["state"], l1) for r in trained if r["arch"] == "dense-gelu"]
     probed = runtime.pmap(probe_task, probes, shared=shared, chunk_size=1, desc="moe-x probes")
 
-    val = {(r["arch"], r["si"]): r["val_loss"] for r in trained}
+    val = {("untrained" if r["phase"] == "init" else r["arch"], r["si"]): r["val_loss"] for r in trained}
     for p in probed:
         if p["kind"] == "sae":
             val[("sae", p["si"])] = p["val_loss"]
-    by = {("sae" if p["kind"] == "sae" else p["arch"], p["si"]): p for p in probed}
-    methods = list(mx.ARCHS) + ["sae"]
+    by = {({"sae": "sae", "init": "untrained"}.get(p["kind"], p["arch"]), p["si"]): p for p in probed}
+    methods = list(mx.ARCHS) + ["sae", "untrained"]
     cov_rows, rec_rows, val_rows, model_rows, summary = [], [], [], [], {}
     for m in methods:
         covs, recs, vals, l0s = [], [], [], []
@@ -267,6 +296,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         summary[m]["sparse_mlp_max_abs_diff"] = float(max(by[(m, i)]["sparse_mlp_max_abs_diff"] for i in range(n_test)))
     summary["sae"]["fvu"] = float(np.mean([by[("sae", i)]["sae_fvu"] for i in range(n_test)]))
     summary["sae"]["l1"] = l1
+    summary["sae"]["tuning_l0_cap"] = cap
+    summary["sae"]["tuning_sparsity_cap_met"] = bool(sparse_enough)
 
     metrics = dict(summary["moe-x"])
     metrics["n_properties"] = int(props.size)
@@ -275,18 +306,25 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     cfgs = {a: _arch_config(config, a, vocab) for a in mx.ARCHS}
     tuning_rows = [{"method": r["arch"], "lr": r["lr"], "seed": r["si"], "metric": "val_loss", "value": r["val_loss"]}
                    for r in tune]
-    tuning_rows += [{"method": "sae", "l1": r["extra"], "seed": -1 - r["si"], "metric": "coverage",
-                     "value": float(np.mean(r["coverage"]))} for r in sae_tune]
+    tuning_rows += [{"method": "sae", "l1": r["extra"], "seed": -1 - r["si"], "metric": k,
+                     "value": float(np.mean(r["coverage"])) if k == "coverage" else r["l0_fraction"]}
+                    for r in sae_tune if r["kind"] == "sae" for k in ("coverage", "l0_fraction")]
+    tuning_rows += [{"method": "moe-x", "seed": -1 - (r["si"] - 1000), "metric": "l0_fraction", "value": r["l0_fraction"]}
+                    for r in sae_tune if r["kind"] == "model"]
     curve_rows = [{"method": r["arch"], "seed": r["si"], "point": j, "metric": "train_loss", "value": float(v)}
                   for r in trained for j, v in enumerate(r["curve"])]
     timing_rows = [{"method": r["arch"], "seed": r["si"], "metric": k, "value": v}
-                   for r in trained for k, v in r["timings"].items()]
+                   for r in trained if r["phase"] != "init" for k, v in r["timings"].items()]
     budget = {"steps": int(config["steps"]), "batch": int(config["batch"]),
               "train_tokens": int(config["steps"]) * int(config["batch"]) * int(config["seq_len"]),
               "mlp_params": {a: mx.active_mlp_params(c) for a, c in cfgs.items()},
               "sae_width": cfgs["moe-x"].n_experts * cfgs["moe-x"].expert_hidden,
               "tuning": {"lr_grid": lrs, "chosen_lr": chosen, "sae_l1_grid": l1s, "chosen_l1": l1,
-                         "tune_seeds": n_tune, "criterion": "validation loss (lr); mean BSP coverage (SAE L1)",
+                         "tune_seeds": n_tune,
+                         "criterion": "validation loss (lr); mean BSP coverage (SAE L1) among the L1s whose active "
+                                      "feature fraction is at most MoE-X's active hidden fraction (tuning seeds)",
+                         "sae_l0_cap": cap, "sae_l0_by_l1": {str(v): sae_l0[v] for v in l1s},
+                         "sae_sparsity_cap_met": bool(sparse_enough),
                          "on_grid_edge": {**{a: chosen[a] in (min(lrs), max(lrs)) for a in mx.ARCHS},
                                           "sae_l1": l1 in (min(l1s), max(l1s))}},
               "test_seeds": n_test}
@@ -297,12 +335,19 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                    budget=budget)
 
 
-def _paired(text, metric, other, source):
-    """``metric`` of MoE-X above ``other``'s, paired over test seeds: one value per trained model."""
+def _untrained(metric):
+    """The untrained MoE-X (its initialisation, one per test seed) run through a claim in MoE-X's place."""
+    return Control("untrained", f"baselines.untrained.{metric}", a={"method": "untrained", "metric": metric})
+
+
+def _paired(text, metric, other, source, kind="paper", controls=None):
+    """``metric`` of MoE-X above ``other``'s, paired over test seeds: one value per trained model.
+
+    Control: the untrained MoE-X; where it passes too, the claim does not discriminate at this size."""
     return Claim(text=text, metric=f"metrics.{metric}", compare=f"baselines.{ARCH_KEYS[other]}.{metric}", op=">",
                  test="wilcoxon signed-rank over seeds", table="per_model",
                  a={"method": "moe-x", "metric": metric}, b={"method": other, "metric": metric}, pair_on=("seed",),
-                 source=source)
+                 source=source, kind=kind, controls=(_untrained(metric),) if controls is None else controls)
 
 
 CLAIMS = (
@@ -313,12 +358,14 @@ CLAIMS = (
             "coverage", "dense-gelu", "Table 1: coverage GELU (GPT-2) 0.356, MoE-X 0.428"),
     _paired("MoE-X's BSP coverage beats the dense ReLU MLP at equal active parameters (paired over seeds)",
             "coverage", "dense-relu", "Table 1: coverage ReLU 0.312, MoE-X 0.428"),
-    _paired("MoE-X's hidden units cover BSPs better than an SAE trained on the dense GELU model (paired over seeds)",
+    _paired("MoE-X's hidden units cover BSPs better than an SAE trained on the dense GELU model at no lower "
+            "sparsity (its L1 tuned under MoE-X's active fraction; paired over seeds)",
             "coverage", "sae",
             "abstract: 'with interpretability surpassing even sparse autoencoder (SAE)-based approaches'"),
     _paired("MoE-X reconstructs the board better than the Switch MoE (paired over seeds: one mean reconstruction "
             "per trained model)", "reconstruction", "switch", "Table 1: reconstruction Switch 0.734, MoE-X 0.840"),
-    _paired("MoE-X reconstructs the board better than the SAE on the dense GELU model (paired over seeds)",
+    _paired("MoE-X reconstructs the board better than the SAE on the dense GELU model at no lower sparsity "
+            "(paired over seeds)",
             "reconstruction", "sae",
             "abstract: 'with interpretability surpassing even sparse autoencoder (SAE)-based approaches'"),
     Claim(text="MoE-X's validation loss is within 5% of the dense GELU model's (the SAE-spliced GELU model is the control)",
@@ -330,6 +377,9 @@ CLAIMS = (
           metric="metrics.router_chosen_to_all_l0", compare=0.9, op="<",
           source="Figure 9: 'Our score identifies a more sparse set of experts' (TopK gating does not)",
           controls=(Control("switch", "baselines.switch.router_chosen_to_all_l0"),)),
+    _paired("sanity: BSP coverage separates the trained MoE-X from its own initialisation (paired over seeds); "
+            "where it does not, the coverage claims cannot discriminate at this size", "coverage", "untrained",
+            "", kind="sanity", controls=()),
     Claim(text="the MoE-X layer equals its wide sparse-MLP form (max |difference|, float64, trained weights)",
           metric="metrics.sparse_mlp_max_abs_diff", compare=1e-10, op="<", kind="sanity"),
 )
