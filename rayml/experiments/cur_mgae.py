@@ -41,7 +41,7 @@ SIZES = {
                  hidden=16, layers=2, mask_grid=[0.5], seeds=2, tuning_graphs=1, measure_every=2, probe_frac=0.3),
     "quick": dict(n=500, classes=10, degree=8.0, feat_dim=32, feat_signal=0.7, homophily=[0.3, 0.5, 0.7],
                   epochs=80, hidden=32, layers=2, mask_grid=[0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 0.9], seeds=6,
-                  tuning_graphs=1,
+                  tuning_graphs=2,
                   measure_every=4,
                   probe_frac=0.2),
     "full": dict(n=3000, classes=10, degree=10.0, feat_dim=64, feat_signal=0.7, homophily=[0.3, 0.4, 0.5, 0.6, 0.7],
