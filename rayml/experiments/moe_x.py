@@ -13,9 +13,11 @@ fitted and probed for the dense GELU model, router sparsity, the sparse-MLP iden
 task; weights travel through the object store. Tuning: every architecture's learning rate is chosen
 on the same grid (quick: 1e-3 .. 3e-2) by validation loss on tuning seeds kept apart from the test
 seeds (the paper's own learning rate could not be read); the SAE's L1 coefficient on its own grid
-(quick: 3e-4 .. 3e-2) by coverage on the tuning seeds. The comparisons pair one value per trained
-model (its mean over BSPs or board positions) over the test seeds: the properties of one model are
-not independent units.
+(quick: 3e-4 .. 3e-1) by coverage on the tuning seeds, among the L1s whose active feature fraction
+is at most MoE-X's active hidden fraction on the same seeds (the paper compares at equal sparsity).
+The comparisons pair one value per trained model (its mean over BSPs or board positions) over the
+test seeds: the properties of one model are not independent units. Control of the coverage and
+reconstruction claims: the untrained MoE-X (its initialisation from each test seed), probed alike.
 """
 
 from __future__ import annotations
