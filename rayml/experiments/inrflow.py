@@ -89,11 +89,14 @@ def _models(config):
     key = tuple(c[k] for k in ("hidden", "depth", "heads", "grid", "mlp_ratio", "res", "point_depth", "latents",
                                "fourier_freqs"))
     if key not in _WIDTHS:
-        n_img, n_pts = F.param_count(img()), F.param_count(pts())
-        step = 2 * c["heads"]
-        _WIDTHS[key] = (B.match_width(lambda w: B.GridMLPFlow(c["res"], w), n_img, range(4, 1025, 2)),
-                        B.match_width(lambda w: B.GridUNetFlow(c["res"], w), n_img, range(2, 257)),
-                        B.match_width(ptf, n_pts, range(step, 1025, step)))
+        # the bisection builds models, which draws from the global RNG: it must not move the caller's
+        # seeded stream (else the first task in each worker process initialises differently)
+        with torch.random.fork_rng(devices=[]):
+            n_img, n_pts = F.param_count(img()), F.param_count(pts())
+            step = 2 * c["heads"]
+            _WIDTHS[key] = (B.match_width(lambda w: B.GridMLPFlow(c["res"], w), n_img, range(4, 1025, 2)),
+                            B.match_width(lambda w: B.GridUNetFlow(c["res"], w), n_img, range(2, 257)),
+                            B.match_width(ptf, n_pts, range(step, 1025, step)))
     gw, uw, pw = _WIDTHS[key]
     return {("image", "inrflow"): img, ("points", "inrflow"): pts,
             ("image", "grid"): lambda: B.GridMLPFlow(c["res"], gw),
