@@ -27,7 +27,7 @@ import numpy as np
 
 from rayml.llm import tasks as _tasks
 
-__all__ = ["PreferencePair", "make_pairs", "near_miss", "eval_items", "encode_pairs", "load_tokenizer",
+__all__ = ["PreferencePair", "make_pairs", "noisy_pairs", "near_miss", "eval_items", "encode_pairs", "load_tokenizer",
            "score_answer", "sft_data"]
 
 
@@ -86,6 +86,18 @@ def make_pairs(n: int, *, levels: Sequence[int] = (1, 2, 3, 4), noise: float = 0
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}")
     levels = _check_levels(levels)
+
+    def draw(d, rng):
+        item = _tasks.make_items("add", 1, rng, split="train", digits=d)[0]
+        return item, item.prompt, near_miss(item, rng)
+
+    return noisy_pairs(n, levels, noise, seed, draw)
+
+
+def noisy_pairs(n: int, levels: Sequence[int], noise: float, seed: int | np.random.Generator,
+                draw) -> list[PreferencePair]:
+    """``n`` pairs at levels drawn uniformly from ``levels``, exactly ``round(noise * n)`` of them
+    (chosen at random) label-flipped; ``draw(level, rng) -> (item, prompt, wrong answer)``."""
     if not 0 <= noise < 0.5:
         raise ValueError(f"noise must be in [0, 0.5), got {noise!r}")
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
@@ -94,10 +106,9 @@ def make_pairs(n: int, *, levels: Sequence[int] = (1, 2, 3, 4), noise: float = 0
     flipped[rng.choice(n, size=int(round(noise * n)), replace=False)] = True
     out = []
     for d, flip in zip(lv, flipped):
-        item = _tasks.make_items("add", 1, rng, split="train", digits=int(d))[0]
-        wrong = near_miss(item, rng)
+        item, prompt, wrong = draw(int(d), rng)
         good, bad = (wrong, item.answer) if flip else (item.answer, wrong)
-        out.append(PreferencePair(item.prompt, good, bad, int(d), bool(flip), item))
+        out.append(PreferencePair(prompt, good, bad, int(d), bool(flip), item))
     return out
 
 

@@ -123,26 +123,19 @@ def make_pairs(n: int, *, kind: str = "add", levels: Sequence[int] | None = None
                seed: int | np.random.Generator = 0) -> list:
     """``n`` ``PreferencePair``s (``rayml.alignment.preference``) of ``kind``, levels drawn uniformly,
     exactly ``round(noise * n)`` of them label-flipped; ``prompt`` holds the question."""
-    from rayml.alignment.preference import PreferencePair
+    from rayml.alignment.preference import noisy_pairs
 
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}")
     levels = tuple(LEVELS.get(kind, ()) if levels is None else levels)
     if not levels:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-    if not 0 <= noise < 0.5:
-        raise ValueError(f"noise must be in [0, 0.5), got {noise!r}")
-    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-    lv = rng.choice(levels, size=n)
-    flipped = np.zeros(n, dtype=bool)
-    flipped[rng.choice(n, size=int(round(noise * n)), replace=False)] = True
-    out = []
-    for d, flip in zip(lv, flipped):
-        item = make_item(kind, int(d), rng, "train")
-        wrong = near_miss(item, rng)
-        good, bad = (wrong, item.answer) if flip else (item.answer, wrong)
-        out.append(PreferencePair(item.question, good, bad, int(d), bool(flip), item))
-    return out
+
+    def draw(d, rng):
+        item = make_item(kind, d, rng, "train")
+        return item, item.question, near_miss(item, rng)
+
+    return noisy_pairs(n, levels, noise, seed, draw)
 
 
 def eval_items(n_per_level: int, *, kind: str = "add", levels: Sequence[int] | None = None,
