@@ -43,9 +43,19 @@ that same total, the full-data GA (fitness the search-set accuracy; ``pop_size``
 generation for as many generations as the budget pays) and random search (as many random SLERP
 genomes as the budget pays, scored on the search set) run; the same GA with the plain anchor
 mean as fitness is the estimator ablation. The selected merge of each is answered on the test
-set, as are the endpoints, the base, SLERP at ``t = 0.5`` and task arithmetic
-(``base + lam (tau_A + tau_B)``, ``lam`` chosen on the search set from ``ta_grid``, which holds
-the usual ``lam = 1``). Every generation runs on a ``ResilientActorPool`` of ``MergeEvaluator``
+set, as are the endpoints, the base, SLERP at ``t = 0.5``, task arithmetic
+(``base + lam (tau_A + tau_B)``, ``lam`` chosen on the search set, disjoint from the test set, from
+``ta_grid``, which must hold the usual ``lam = 1``; the grid's scores, the chosen ``lam`` and whether
+it sits on the grid's edge are recorded under ``metrics.search.task_arithmetic``) and, per repeat,
+``random_merges`` unevolved random SLERP genomes of the same space from the repeat's own seed (the
+control that says whether the evolution matters: a claim that random merges also pass is printed as
+not discriminating).
+
+**Units of the paired tests.** A "vs" claim pairs MERGE^3's test accuracy with the baseline's over
+the ``repeats`` independent search repeats (a sign test; a baseline with no search seed enters
+every repeat with its one value). The repeats share the two endpoints (one fine-tune each) and the
+test items, so the tests are conditional on them; the items of one repeat share one merge and are
+never counted as independent draws. Every generation runs on a ``ResilientActorPool`` of ``MergeEvaluator``
 actors (``num_gpus`` each when set) that hold the models and receive only genomes; ``evolve``
 checkpoints every generation.
 
@@ -73,7 +83,7 @@ PAPER = "MERGE^3: Efficient Evolutionary Merging on Consumer-grade GPUs, ICML 20
 ESTIMATORS = ("mean", "mp_irt", "gmp_irt")
 # Fixed before any merge ran (the issue's gate): specialists on their own task, a base without either skill.
 GATE = {"endpoint_min": 0.8, "base_max": 0.2}
-SELECTED = ("merge3", "merge3_mean", "full_data", "random_search", "random_genome")
+SELECTED = ("merge3", "merge3_mean", "full_data", "random_search", "random_merge")
 FIXED = ("endpoint_a", "endpoint_b", "base", "slerp_half", "task_arithmetic")
 
 _FT = ("finetune_steps", "finetune_rows", "finetune_row_len", "finetune_lr", "finetune_seed", "finetune_rehearsal")
@@ -83,18 +93,19 @@ SIZES = {
     "tiny": dict(base="tiny", **_TASKS, **_IRT, finetune_steps=2, finetune_rows=2, finetune_row_len=64,
                  finetune_lr=3e-3, finetune_seed=0, finetune_rehearsal=0.3,
                  gate_items=16, search_items=32, test_items=24, anchors=4,
-                 population=6, holdout_models=4, irt_dims=1, pop_size=4, generations=2, repeats=1,
-                 ta_grid=[0.5, 1.0], actors=2, num_gpus=0),
+                 population=6, holdout_models=4, irt_dims=1, pop_size=4, generations=2, repeats=2,
+                 random_merges=2, ta_grid=[0.5, 1.0, 1.5], actors=2, num_gpus=0),
     "quick": dict(base="base", **_TASKS, **_IRT, finetune_steps=700, finetune_rows=8, finetune_row_len=128,
                   finetune_lr=2e-3, finetune_seed=0, finetune_rehearsal=0.3,
                   gate_items=500, search_items=200, test_items=500,
                   anchors=10, population=14, holdout_models=12, irt_dims=2, pop_size=8, generations=5,
-                  repeats=2, ta_grid=[0.5, 0.75, 1.0], actors=2, num_gpus=0),
+                  repeats=8, random_merges=4, ta_grid=[0.25, 0.5, 0.75, 1.0, 1.25, 1.5], actors=2, num_gpus=0),
     "full": dict(base="base", **_TASKS, **_IRT, finetune_steps=700, finetune_rows=8, finetune_row_len=128,
                  finetune_lr=2e-3, finetune_seed=0, finetune_rehearsal=0.3,
                  gate_items=1000, search_items=500, test_items=1000,
                  anchors=10, population=40, holdout_models=40, irt_dims=3, pop_size=16, generations=12,
-                 repeats=5, ta_grid=[0.25, 0.5, 0.75, 1.0, 1.25], actors=8, num_gpus=0),
+                 repeats=16, random_merges=8, ta_grid=[0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0], actors=8,
+                 num_gpus=0),
 }
 BENCH_SIZES = {
     "tiny": dict(SIZES["tiny"], bench_population=4, bench_repeats=2),
@@ -239,7 +250,7 @@ def _check(config: Mapping[str, Any]) -> None:
     for k in ("task_a", "task_b", "target"):
         tasks.get_task(str(config[k]))
     for k in ("gate_items", "search_items", "test_items", "anchors", "population", "holdout_models", "irt_dims",
-              "pop_size", "generations", "repeats", "actors", "finetune_steps"):
+              "pop_size", "generations", "repeats", "random_merges", "actors", "finetune_steps"):
         v = config[k]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{k} must be a positive integer, got {v!r}")
@@ -248,6 +259,8 @@ def _check(config: Mapping[str, Any]) -> None:
     grid = config["ta_grid"]
     if not isinstance(grid, (list, tuple)) or not grid or not all(isinstance(x, (int, float)) for x in grid):
         raise ValueError(f"ta_grid must be a non-empty list of numbers, got {grid!r}")
+    if 1.0 not in [float(x) for x in grid]:
+        raise ValueError(f"ta_grid must hold task arithmetic's usual lambda = 1, got {grid!r}")
     if config["ability_clip"] is not None and not float(config["ability_clip"]) > 0:
         raise ValueError(f"ability_clip must be > 0 or None, got {config['ability_clip']!r}")
     if config["ability_prior_sd"] is not None and not float(config["ability_prior_sd"]) > 0:
@@ -343,7 +356,7 @@ def _search(S: dict, config: Mapping[str, Any], pool, r: int, tmp: Path) -> dict
     """One repeat: MERGE^3 (gmp-IRT), the plain-mean ablation, full-data GA and random search at
     MERGE^3's total forward passes; returns each selected genome, its fitness and its cost."""
     seed_r = S["repeat_seeds"][r]
-    s_extract, s_ga, s_rand = runtime.seeds(seed_r, 3)
+    s_extract, s_ga, s_rand, s_unevolved = runtime.seeds(seed_r, 4)
     N, n, P = len(S["sets"]["search"]), int(config["anchors"]), int(config["pop_size"])
     anchors = merge3.extract(N, n, np.random.default_rng(s_extract))
     space = merge3.GenomeSpace("slerp", 2, S["n_layers"])
@@ -375,8 +388,9 @@ def _search(S: dict, config: Mapping[str, Any], pool, r: int, tmp: Path) -> dict
                             evaluations=r_full.evaluations, history=r_full.history)
     out["random_search"] = dict(x=X_rand[best], fitness=float(f_rand[best]), passes=int(n_rand) * N,
                                 evaluations=int(n_rand), history=[])
-    # an unevolved random merge: the first random-search genome (the controls' stand-in for "no search")
-    out["random_genome"] = dict(x=X_rand[0], fitness=float(f_rand[0]), passes=N, evaluations=1, history=[])
+    # unevolved random merges of the same space, own seed (the controls: does the evolution matter?)
+    X_unev = space.random(int(config["random_merges"]), np.random.default_rng(s_unevolved))
+    out["random_merge"] = dict(x=X_unev, fitness=float("nan"), passes=0, evaluations=0, history=[])
     return out
 
 
@@ -396,35 +410,48 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                             num_gpus=float(config["num_gpus"]))
     slerp_half = np.full(11, 5.0)
     grid = [float(v) for v in config["ta_grid"]]
+    K = int(config["random_merges"])
+    evolved = [m for m in SELECTED if m != "random_merge"]
     try:
         with tempfile.TemporaryDirectory() as tmp:
             found = [_search(S, config, pool, r, Path(tmp)) for r in range(R)]
         clock["search"] = time.perf_counter()
+        # task arithmetic: lam tuned on the search set (disjoint from the test set), grid holding lam = 1
         y_ta = pool.map("answer", [("task_arithmetic", np.array([lam, lam]), "search") for lam in grid])
-        lam = grid[int(np.argmax([float(np.mean(y)) for y in y_ta]))]
-        jobs = [("slerp", f[m]["x"], "test") for f in found for m in SELECTED]
+        ta_scores = [float(np.mean(y)) for y in y_ta]
+        lam = grid[int(np.argmax(ta_scores))]  # first of the ties
+        jobs = [("slerp", f[m]["x"], "test") for f in found for m in evolved]
+        jobs += [("slerp", x, "test") for f in found for x in f["random_merge"]["x"]]
         jobs += [("slerp", slerp_half, "test"), ("task_arithmetic", np.array([lam, lam]), "test")]
         test_y = pool.map("answer", jobs)
         clock["test"] = time.perf_counter()
     finally:
         pool.shutdown()
-    k = len(SELECTED)
-    sel_y = {m: np.array([test_y[r * k + i] for r in range(R)]) for i, m in enumerate(SELECTED)}  # (R, T)
+    k = len(evolved)
+    sel_y = {m: np.array([test_y[r * k + i] for r in range(R)]) for i, m in enumerate(evolved)}  # (R, T)
+    unev = np.array(test_y[R * k:R * k + R * K]).reshape(R, K, -1)  # (R, K, T)
+    sel_y["random_merge"] = unev.mean(axis=1)  # per repeat: the mean of its K unevolved merges
     fixed_y = {"endpoint_a": S["test_ref"][1], "endpoint_b": S["test_ref"][2], "base": S["test_ref"][0],
-               "slerp_half": test_y[R * k], "task_arithmetic": test_y[R * k + 1]}
+               "slerp_half": test_y[R * k + R * K], "task_arithmetic": test_y[R * k + R * K + 1]}
     acc = {m: float(sel_y[m].mean()) for m in SELECTED}
     acc.update({m: float(np.mean(y)) for m, y in fixed_y.items()})
     per_repeat = {m: [float(v) for v in sel_y[m].mean(axis=1)] for m in SELECTED}
     better = "endpoint_a" if acc["endpoint_a"] >= acc["endpoint_b"] else "endpoint_b"
     acc["better_endpoint"] = acc[better]
-    fitness = {m: [f[m]["fitness"] for f in found] for m in SELECTED}
+    fitness = {m: [f[m]["fitness"] for f in found] for m in evolved}
     gap = {m: float(np.mean(np.subtract(fitness[m], per_repeat[m]))) for m in ("merge3", "merge3_mean")}
-    passes = {m: [int(f[m]["passes"]) for f in found] for m in SELECTED}
+    passes = {m: [int(f[m]["passes"]) for f in found] for m in evolved}
     passes["task_arithmetic_tuning"] = len(grid) * N
     ratio = {m: float(np.max(np.divide(passes[m], passes["merge3"]))) for m in ("full_data", "random_search")}
+    wins = {m: int(sum(a > b for a, b in zip(per_repeat["merge3"], per_repeat[m] if m in per_repeat else
+                                              [acc[m]] * R))) for m in (*SELECTED[1:], *FIXED, "better_endpoint")}
     passed = bool(S["gate"]["passed"])
     decided = _gated({"test": acc, "estimation": {k_: v for k_, v in est_metrics.items() if k_.endswith("_mae")},
                       "winners_curse": gap}, passed)
+    ta = {"grid": grid, "search_accuracy": ta_scores, "lambda": lam,
+          "on_grid_edge": bool(len(grid) > 1 and lam in (min(grid), max(grid))),
+          "tuned_on": "the search set (target items disjoint from the test set)",
+          "paper_setting": 1.0}
     metrics = {
         "gate": S["gate"],
         "decided": decided,
@@ -432,8 +459,10 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         "estimation": est_metrics,
         "search": {"per_repeat_test": per_repeat, "fitness": fitness, "forward_passes": passes,
                    "passes_vs_merge3": ratio, "irt_forward_passes": S["irt_forward_passes"],
-                   "evaluations": {m: [f[m]["evaluations"] for f in found] for m in SELECTED},
-                   "better_endpoint": better, "task_arithmetic_lambda": lam,
+                   "evaluations": {m: [f[m]["evaluations"] for f in found] for m in evolved},
+                   "merge3_repeats_won": wins,
+                   "random_merges_test": [[float(v) for v in unev[r].mean(axis=1)] for r in range(R)],
+                   "better_endpoint": better, "task_arithmetic": ta,
                    "merge3_genomes": [merge3.GenomeSpace("slerp", 2, S["n_layers"]).describe(f["merge3"]["x"])
                                       for f in found]},
         "irt": {"dims": S["fit"].dims, "fit_models": int(S["Y_fit"].shape[0]), "items": int(S["Y_fit"].shape[1]),
@@ -445,24 +474,28 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         "timings": {f"{k_}_s": round(v - prev, 3) for (k_, v), prev in
                     zip(list(clock.items())[1:], list(clock.values())[:-1])},
     }
-    baselines = {m: {"test": acc[m]} for m in (*FIXED, "full_data", "random_search", "random_genome",
-                                                "merge3_mean")}
-    item_rows = [{"model": m, "item": j, "metric": "test_correct", "value": float(v)}
+    baselines = {m: {"test": acc[m]} for m in (*FIXED, "full_data", "random_search", "random_merge", "merge3_mean")}
+    item_rows = [{"model": m, "item": j, "metric": "test_correct_mean_over_repeats", "value": float(v)}
                  for m, Y in sel_y.items() for j, v in enumerate(Y.mean(axis=0))]
     item_rows += [{"model": m, "item": j, "metric": "test_correct", "value": float(v)}
                   for m, y in fixed_y.items() for j, v in enumerate(y)]
-    item_rows += [{"model": "better_endpoint", "item": j, "metric": "test_correct", "value": float(v)}
-                  for j, v in enumerate(fixed_y[better])]
     history = [{"method": m, "repeat": r, "generation": h["generation"], "metric": "best_fitness",
                 "value": -float(h["best"])} for r, f in enumerate(found) for m in ("merge3", "merge3_mean", "full_data")
                for h in f[m]["history"]]
+    # the unit of the paired claims: one independent search repeat (its own extraction, GA and random seeds,
+    # its own unevolved merges); the endpoints and the test items are shared by every repeat, so the tests are
+    # conditional on them. Fixed baselines (one merge, no search seed) enter every repeat with their one value.
     repeat_rows = [{"model": m, "repeat": r, "metric": "test_accuracy", "value": v}
                    for m in SELECTED for r, v in enumerate(per_repeat[m])]
+    repeat_rows += [{"model": m, "repeat": r, "metric": "test_accuracy", "value": acc[m]}
+                    for m in (*FIXED, "better_endpoint") for r in range(R)]
     budget = {"search_items": N, "anchors": n, "test_items": int(config["test_items"]),
               "irt_fit_models": int(S["Y_fit"].shape[0]), "forward_pass": "one item answered by one model",
               "equal_budget": "full-data GA and random search get MERGE^3's total (IRT population + GA) forward "
                               "passes, rounded down to whole search-set evaluations",
-              "ga": f"pop {config['pop_size']} x {config['generations']} generations (MERGE^3 and its mean ablation)"}
+              "ga": f"pop {config['pop_size']} x {config['generations']} generations (MERGE^3 and its mean ablation)",
+              "repeats": R, "random_merges_per_repeat": K,
+              "task_arithmetic_tuning": f"{len(grid)} lambdas x {N} search items"}
     return Outcome(metrics=metrics, baselines=baselines,
                    tables={"estimation": est_rows, "target_items": item_rows, "history": history,
                            "repeats": repeat_rows},
@@ -477,13 +510,18 @@ SOURCE_COST = ("abstract: 'reducing fitness computation costs 50x while retainin
                "original performance'")
 SOURCE_ESTIMATE = ("abstract: 'Estimating model abilities using Item Response Theory (IRT), and Evolving optimal "
                    "merges via IRT-based performance estimators'")
-_PAIRED = dict(test="paired sign test over seeds", table="target_items", pair_on=("item",))
+# The unit of a paired test is one independent search repeat (its own extraction, GA seed, random-search
+# draws and unevolved merges), never a test item: the items of one repeat share its merge, so pairing over
+# them would count one search as hundreds of independent draws. The endpoints (one fine-tune each) and the
+# test items are shared by the repeats: the tests are conditional on them.
+_PAIRED = dict(test="paired sign test over seeds", table="repeats", pair_on=("repeat",))
+_UNIT = " (target test accuracy, sign test paired over independent search repeats; endpoints and test items fixed)"
 
 
 def _vs(name: str, text: str, source: str, controls: tuple[str, ...]) -> Claim:
-    """The MERGE^3 merge against ``name`` on the target's test items (mean over repeats per item)."""
-    return Claim(text=text, metric="metrics.decided.test.merge3", compare=f"metrics.decided.test.{name}", op=">",
-                 a={"model": "merge3"}, b={"model": name}, source=source, **_PAIRED,
+    """The MERGE^3 merge against ``name``: mean over repeats, and a sign test paired over repeats."""
+    return Claim(text=text + _UNIT, metric="metrics.decided.test.merge3", compare=f"metrics.decided.test.{name}",
+                 op=">", a={"model": "merge3"}, b={"model": name}, source=source, **_PAIRED,
                  controls=tuple(Control(c, f"metrics.decided.test.{c}", a={"model": c}) for c in controls))
 
 
@@ -500,16 +538,17 @@ CLAIMS = (
     Claim(text="the endpoint gate passed: each endpoint >= 0.8 on its own task, the base <= 0.2 on both (fixed "
                "before any merge; otherwise no paper claim is decided)",
           metric="metrics.gate.passed", compare=1.0, op=">=", kind="sanity"),
-    _vs("better_endpoint", "the MERGE^3-evolved merge beats the better endpoint on the cross task (target test set)",
-        SOURCE_MERGE, ("base", "random_genome")),
-    _vs("slerp_half", "the MERGE^3-evolved merge beats SLERP at t = 0.5 on the cross task", SOURCE_MERGE,
-        ("endpoint_a", "endpoint_b", "random_genome")),
-    _vs("task_arithmetic", "the MERGE^3-evolved merge beats task arithmetic (lambda tuned on the search set) on the "
-        "cross task", SOURCE_MERGE, ("endpoint_a", "endpoint_b", "random_genome")),
+    _vs("better_endpoint", "the MERGE^3-evolved merge beats the better endpoint on the cross task; control: random "
+        "unevolved merges of the same space (does the evolution matter?)", SOURCE_MERGE, ("random_merge", "base")),
+    _vs("slerp_half", "the MERGE^3-evolved merge beats SLERP at t = 0.5 on the cross task; control: random "
+        "unevolved merges", SOURCE_MERGE, ("random_merge", "endpoint_a", "endpoint_b")),
+    _vs("task_arithmetic", "the MERGE^3-evolved merge beats task arithmetic (lambda tuned on the search set over a "
+        "grid holding lambda = 1, recorded) on the cross task", SOURCE_MERGE,
+        ("random_merge", "endpoint_a", "endpoint_b")),
     _vs("random_search", "at equal total forward passes (IRT population counted) MERGE^3's merge beats random search's "
-        "best on the cross task", SOURCE_COST, ("random_genome", "base")),
+        "best on the cross task", SOURCE_COST, ("random_merge", "base")),
     _vs("full_data", "at equal total forward passes (IRT population counted) MERGE^3's merge beats full-data "
-        "evolution's on the cross task", SOURCE_COST, ("random_genome", "base")),
+        "evolution's on the cross task", SOURCE_COST, ("random_merge", "base")),
     _estimator_claim("gmp_irt"),
     _estimator_claim("mp_irt"),
     Claim(text="winner's curse: the gmp-IRT fitness of MERGE^3's selected merge exceeds its test accuracy by at most "

@@ -30,3 +30,24 @@ def test_claims_name_their_controls_and_sources():
     assert len(paper) == 8 and all(c.source for c in paper)
     assert exp.GATE == {"endpoint_min": 0.8, "base_max": 0.2}
     assert exp.SIZES["quick"]["test_items"] >= 500 and exp.SIZES["quick"]["gate_items"] >= 500
+
+
+def test_vs_claims_pair_over_independent_repeats_with_an_unevolved_control():
+    vs = [c for c in exp.CLAIMS if c.test is not None and c.table == "repeats"]
+    assert len(vs) == 5
+    for c in vs:
+        assert c.pair_on == ("repeat",) and c.a == {"model": "merge3"}
+        assert "random_merge" in [ctl.name for ctl in c.controls]
+    # a one-sided sign test over R repeats reaches p < 0.05 only when 0.5 ** R < 0.05
+    assert 0.5 ** exp.SIZES["quick"]["repeats"] < 0.05 and exp.SIZES["quick"]["random_merges"] >= 2
+    for size in exp.SIZES.values():
+        assert 1.0 in size["ta_grid"] and min(size["ta_grid"]) < 1.0 < max(size["ta_grid"])
+
+
+def test_task_arithmetic_grid_must_hold_the_usual_lambda():
+    import pytest
+
+    with pytest.raises(ValueError, match="ta_grid"):
+        exp._check(dict(exp.SIZES["tiny"], ta_grid=[0.5, 0.75]))
+    with pytest.raises(ValueError, match="random_merges"):
+        exp._check(dict(exp.SIZES["tiny"], random_merges=0))
