@@ -1,26 +1,43 @@
-"""A SmolLM2-135M agent for the SyncMind harness: the language model picks the option each turn.
+"""A language-model agent for the SyncMind harness: the model picks the option each turn and the
+function it holds out of sync.
 
 In SyncMind (ICML 2025) the LLM agent chooses, at every turn, between (a) interacting with the
 environment, (b) proposing a solution and (c) asking the collaborator, under the budget shown in
-its prompt (the authors' ``recover_prompt.py``). Here SmolLM2-135M-Instruct (``rayml.llm.pretrained
-("smollm2-135m")``) makes exactly that choice: the prompt (our paraphrase of the task, the options,
-the budget left, the failing log and the last result) is followed by ``Option (`` and the agent
-takes the option whose letter has the highest next-token logit (greedy, so episodes are
-deterministic). A 135M model cannot write the repairs itself, so the *execution* of the chosen
-option uses the scripted skills of ``syncmind_agents`` (reading the next file or running the tests
-for (a), the next localised candidate or the collaborator's fix for (b), a location or fix
-question for (c)). Assumed: this split; the paper's agents also write the code. What it measures
-is the model's own collaboration willingness (ASR) and its balance of exploring and proposing.
-SmolLM2-135M prefers the option the question names last, so the order in which the question lists
-the options is drawn per episode (from the episode's seed).
+its prompt (the authors' ``recover_prompt.py``), and each proposal names the file and function it
+takes to be out of sync (graded by localisation accuracy). Here the *decisions* are the model's:
+
+* the option of each turn: the prompt (our paraphrase of the task, the options, the budget left,
+  the failing log and the last result) is followed by ``Option (`` and the agent takes the allowed
+  option letter with the highest next-token logit (greedy, constrained to the allowed letters);
+* the location of each new proposal: when it needs a new function to repair, the traceback-ranked
+  suspects among the files it has read (at most ``MAX_SUSPECTS``, listed in an order drawn per
+  call) are offered as numbered choices after ``Answer: (`` and it takes the number with the
+  highest logit. A location the collaborator gave is used as told.
+
+A 135M model cannot write the repairs itself, so the *execution* (which file to read next, the
+candidate edits of the chosen function, the question's wording) uses the scripted skills of
+``syncmind_agents``. Assumed: this split; the paper's agents also write the code. What the agent
+measures is the model's own collaboration willingness (ASR), resource awareness (whether its
+asking moves with the prices shown in its prompt), localisation among the suspects, and its
+balance of exploring and proposing. SmolLM2-135M prefers the option the question names last, so
+the order of the options is drawn per episode (from the episode's seed) and the order of the
+suspects per call.
+
+``picker`` is the decision maker: ``SmolLMPicker`` (SmolLM2-135M-Instruct, ``rayml.llm.pretrained
+("smollm2-135m")``; the chat template's shared system prefix is held in a KV cache) or
+``UniformPicker`` (a uniform draw among the allowed choices, from the episode's seed: the
+weights-free floor the experiment's default size runs in the model's place).
 """
 
 from __future__ import annotations
 
+import random
+
 from rayml.agents import syncmind_agents as sa
 
-__all__ = ["LLMOptionAgent", "option_prompt"]
+__all__ = ["LLMOptionAgent", "SmolLMPicker", "UniformPicker", "option_prompt", "location_prompt", "MAX_SUSPECTS"]
 
+MAX_SUSPECTS = 5
 _SYSTEM = (
     "You are a software engineer fixing a shared Python repository. A teammate changed the repository while you "
     "were away, and one piece of your local code still follows the old version, so the tests now fail. Each turn "
@@ -28,37 +45,111 @@ _SYSTEM = (
     "(b) propose a fix for the function you think is responsible - it costs ${coding} and the tests are run on "
     "it;{ask_option} You have {turns} turns in all and the task fails when the budget or the turns run out.")
 _ASK = " (c) ask your teammate, who knows the current code, one question - it costs ${asking};"
+_LOG_CHARS = 700
 
 
 def option_prompt(log: str, last: str, balance: float, turn: int, resources, order: str = "abc") -> str:
     """The user message of one turn (the chat template and ``Option (`` are added by the agent);
     ``order`` is the order in which the question lists the options."""
-    tail = log if len(log) <= 900 else "..." + log[-900:]
+    tail = log if len(log) <= _LOG_CHARS else "..." + log[-_LOG_CHARS:]
     letters = [k for k in order if resources.collaborative or k != "c"]
     options = ", ".join(f"({k})" for k in letters[:-1]) + f" or ({letters[-1]})"
     return (f"[Budget left: ${balance:g}; turn {turn + 1} of {resources.max_turns}]\n"
             f"Failing tests:\n{tail}\n\nLast result: {last}\n\nWhich option do you take now: {options}?")
 
 
-class LLMOptionAgent(sa.SkilledAgent):
-    """The language model picks (a) / (b) / (c); the scripted skills carry the option out."""
+def location_prompt(log: str, suspects) -> str:
+    """The user message asking which of ``suspects`` [(path, qualname)] is out of sync (numbered
+    from 1 in the order given)."""
+    tail = log if len(log) <= _LOG_CHARS else "..." + log[-_LOG_CHARS:]
+    listed = "\n".join(f"({i + 1}) {q} in {p}" for i, (p, q) in enumerate(suspects))
+    return (f"Failing tests:\n{tail}\n\nYou will now propose a fix. Which function still follows the old "
+            f"version?\n{listed}\nAnswer with its number.")
 
-    name = "smollm2"
 
-    def __init__(self, lm, **params):
-        super().__init__(**params)
+def _system(resources) -> str:
+    r = resources
+    return _SYSTEM.format(coding=f"{r.coding_cost:g}", asking=f"{r.asking_cost:g}", turns=r.max_turns,
+                          ask_option=_ASK.format(asking=f"{r.asking_cost:g}") if r.collaborative else "")
+
+
+class UniformPicker:
+    """Picks uniformly among the allowed choices (the episode's ``rng``): no knowledge at all."""
+
+    name = "uniform"
+
+    def pick(self, system: str, user: str, cue: str, choices, rng: random.Random) -> str:
+        return rng.choice(list(choices))
+
+
+class SmolLMPicker:
+    """Greedy choice among single-token answers: the allowed answer token with the highest logit
+    after ``chat(user, system) + cue`` (constrained decoding of one token). The tokens of the chat
+    template up to the user message are kept in a KV cache per system text."""
+
+    name = "smollm2-135m"
+
+    def __init__(self, lm):
         self.lm = lm
-        tok = lm.tokenizer
-        self._letters = {k: tok.encode(k)[-1] for k in ("a", "b", "c")}
+        self._prefix: dict = {}  # system text -> (prefix ids, cache)
+        self._tok_ids: dict = {}
+
+    def _token(self, answer: str) -> int:
+        if answer not in self._tok_ids:
+            self._tok_ids[answer] = self.lm.tokenizer.encode(answer)[-1]
+        return self._tok_ids[answer]
+
+    def _cached_prefix(self, system: str):
+        import torch
+
+        hit = self._prefix.get(system)
+        if hit is None:
+            tok = self.lm.tokenizer
+            a = tok.encode(tok.chat("x", system=system), bos=True)
+            b = tok.encode(tok.chat("y", system=system), bos=True)
+            n = next(i for i, (u, v) in enumerate(zip(a, b)) if u != v)
+            ids = a[:n]
+            cache = self.lm.model.new_cache(batch=1, capacity=len(ids) + 512)
+            with torch.no_grad():
+                self.lm.model(torch.as_tensor([ids]), cache=cache)
+            hit = self._prefix[system] = (ids, cache)
+        return hit
+
+    def pick(self, system: str, user: str, cue: str, choices, rng: random.Random) -> str:
+        import torch
+
+        tok = self.lm.tokenizer
+        ids = tok.encode(tok.chat(user, system=system) + cue, bos=True)
+        prefix, base = self._cached_prefix(system)
+        with torch.no_grad():
+            if ids[:len(prefix)] == prefix and len(ids) > len(prefix):
+                cache = base.select(torch.zeros(1, dtype=torch.long))
+                cache.ensure_capacity(len(ids) + 1)
+                logits = self.lm.model(torch.as_tensor([ids[len(prefix):]]), cache=cache, last_only=True)[0, -1]
+            else:
+                logits = self.lm.logits([ids[-(self.lm.max_seq_len - 1):]])[0, -1]
+        logits = logits.float()
+        return max(choices, key=lambda k: (float(logits[self._token(k)]), -list(choices).index(k)))
+
+
+class LLMOptionAgent(sa.SkilledAgent):
+    """The picker chooses (a) / (b) / (c) and the location of each new proposal; the scripted
+    skills carry the choices out."""
+
+    name = "lm"
+
+    def __init__(self, picker, **params):
+        super().__init__(**params)
+        self.picker = picker
 
     def reset(self, view, resources, seed):
         super().reset(view, resources, seed)
-        # the question lists the options in an order drawn per episode: a small model prefers
-        # the option named last, and this spreads that position bias over the options
+        # a small model prefers the option named last: the order is drawn per episode
         self.order = "".join(self.rng.sample("abc", 3))
         self.turn = 0
         self.last = "none yet"
         self.choices: list = []
+        self.system = _system(resources)
 
     def _observe(self, obs):
         super()._observe(obs)
@@ -78,17 +169,34 @@ class LLMOptionAgent(sa.SkilledAgent):
             self.last = "that action was not possible"
 
     def _choose(self) -> str:
-        import torch
-
         r = self.res
-        system = _SYSTEM.format(coding=f"{r.coding_cost:g}", asking=f"{r.asking_cost:g}", turns=r.max_turns,
-                                ask_option=_ASK.format(asking=f"{r.asking_cost:g}") if r.collaborative else "")
-        text = self.lm.tokenizer.chat(option_prompt(self.log, self.last, self.balance, self.turn, r, self.order), system=system)
-        ids = self.lm.tokenizer.encode(text + "Option (", bos=True)[-(self.lm.max_seq_len - 1):]
-        with torch.no_grad():
-            logits = self.lm.logits([ids])[0, -1].float()
-        allowed = ("a", "b", "c") if r.collaborative else ("a", "b")
-        return max(allowed, key=lambda k: (float(logits[self._letters[k]]), k == "a"))
+        allowed = [k for k in self.order if r.collaborative or k != "c"]
+        user = option_prompt(self.log, self.last, self.balance, self.turn, r, self.order)
+        return self.picker.pick(self.system, user, "Option (", allowed, self.rng)
+
+    def _refill(self):
+        """The next suspect is the picker's choice among the traceback-ranked suspects not yet
+        tried (a location from the collaborator is taken as told)."""
+        ranked = sa.localise(self.log, self.files)
+        if self.known and self.known not in self.exhausted:
+            pick = self.known
+        else:
+            left = [s for s in ranked if s not in self.exhausted][:MAX_SUSPECTS]
+            if not left:
+                return False
+            shown = self.rng.sample(left, len(left))
+            if len(shown) == 1:
+                pick = shown[0]
+            else:
+                k = self.picker.pick(self.system, location_prompt(self.log, shown), "Answer: (",
+                                     [str(i + 1) for i in range(len(shown))], self.rng)
+                pick = shown[int(k) - 1]
+        self.exhausted.add(pick)
+        p, q = pick
+        cands, n_guided = sa.repair_candidates(p, q, self.files, self.log)
+        limit = len(cands) if self.known == pick else self.params.get("per_suspect", 4)
+        self.queue = [(p, q, c, i < n_guided) for i, c in enumerate(cands[:max(limit, n_guided)])]
+        return bool(self.queue) or self._refill()
 
     def _policy(self):
         choice = self._choose()
