@@ -53,6 +53,7 @@ __all__ = [
     "FlowLM",
     "LoRALM",
     "trainable_parameters",
+    "flow_budget",
     "lora_rank_for_budget",
     "l2d_loss",
     "lm_loss",
@@ -300,6 +301,21 @@ class LoRALM(nn.Module):
 def trainable_parameters(module: nn.Module) -> int:
     """Number of parameters with ``requires_grad`` (the finetuning budget)."""
     return sum(p.numel() for p in {id(p): p for p in module.parameters() if p.requires_grad}.values())
+
+
+def flow_budget(base_config, cfg: L2DConfig = L2DConfig()) -> int:
+    """Trainable parameters of the L2D flow path on a base of shape ``base_config`` (a ``ModelConfig``).
+
+    Counted on a model built on the ``meta`` device: no weights are loaded or allocated and the global
+    torch random stream is not touched (loading a base draws from it: ``TransformerLM.reset_parameters``),
+    so calling this anywhere leaves the caller's later random draws unchanged.
+    """
+    from rayml.llm.model import TransformerLM
+
+    if not isinstance(cfg, L2DConfig):
+        raise TypeError(f"cfg must be an L2DConfig, got {type(cfg).__name__}")
+    with torch.device("meta"):
+        return trainable_parameters(FlowLM(TransformerLM(base_config), cfg))
 
 
 def lora_rank_for_budget(base_config, budget: int) -> int:

@@ -86,29 +86,26 @@ def _base():
 
 
 def _build(method, config, base):
+    """The L2D flow path or the LoRA baseline around ``base``; its new weights come from the global
+    torch random stream, so callers seed it right before (nothing else may draw in between)."""
     from rayml.architectures import l2d
 
     if method == "l2d":
         return l2d.FlowLM(base, _l2d_cfg(config))
-    rank = l2d.lora_rank_for_budget(base.config, _budget(config))
-    return l2d.LoRALM(base, rank)
+    return l2d.LoRALM(base, l2d.lora_rank_for_budget(base.config, _budget(config, base.config)))
 
 
-_BUDGET: dict = {}
+def _budget(config, base_config) -> int:
+    """Trainable parameters of the L2D flow path for this config (the LoRA baseline matches it).
 
-
-def _budget(config) -> int:
-    """Trainable parameters of the L2D flow path for this config (the LoRA baseline matches it)."""
+    Counted on the meta device, afresh each call: no per-process cache and no draw from the global
+    torch random stream. (Before: a per-process cache filled by loading a base, whose initialisation
+    drew from the global stream between ``torch.manual_seed`` and the LoRA's initialisation in the
+    first LoRA run of each worker process only, so the record depended on which worker ran what.)
+    """
     from rayml.architectures import l2d
 
-    key = (config["lora_rank"], config["flow_dim"], config["cond_dim"], config["noise_scale"])
-    if key not in _BUDGET:
-        import torch
-
-        base, _ = _base()
-        with torch.random.fork_rng():  # counting must not move the caller's random stream
-            _BUDGET[key] = l2d.trainable_parameters(l2d.FlowLM(base, _l2d_cfg(config)))
-    return _BUDGET[key]
+    return l2d.flow_budget(base_config, _l2d_cfg(config))
 
 
 def _batch(tok, items):

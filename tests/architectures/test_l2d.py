@@ -140,6 +140,19 @@ def test_lora_baseline_matches_the_budget():
     assert torch.equal(lora(ids), _base()(ids))  # B = 0 at initialisation
 
 
+def test_flow_budget_counts_the_flow_path_without_drawing_random_numbers():
+    base = _base()
+    cfg = l2d.L2DConfig(flow_dim=16, cond_dim=8, lora_rank=3)
+    torch.manual_seed(11)
+    state = torch.get_rng_state()
+    assert l2d.flow_budget(base.config, cfg) == l2d.trainable_parameters(l2d.FlowLM(_base(), cfg))
+    torch.manual_seed(11)
+    l2d.flow_budget(base.config, cfg)
+    assert torch.equal(torch.get_rng_state(), state)  # the caller's next draw is unchanged
+    with pytest.raises(TypeError, match="cfg"):
+        l2d.flow_budget(base.config, {"flow_dim": 16})
+
+
 def test_bad_input_is_rejected():
     with pytest.raises(ValueError, match="flow_dim"):
         l2d.L2DConfig(flow_dim=0)
