@@ -14,3 +14,17 @@ def test_paired_claims_pair_trained_models_and_feasibility_has_the_q_blind_contr
     feas = [c for c in exp.CLAIMS if c.kind == "paper" and c.metric == "metrics.feasibility.train_emb_max"]
     assert len(feas) == 1 and "lp_gnn" in {ctl.name for ctl in feas[0].controls}
     assert all(c.kind == "sanity" for c in exp.CLAIMS if c.metric == "metrics.separation.qp_gnn_mi_max")
+
+
+def test_twin_and_width_claims_are_paired_over_seeds_with_a_q_blind_control():
+    from rayml.experiments import qp_gnn as exp
+
+    twin = [c for c in exp.CLAIMS if c.metric.startswith("metrics.twin.")]
+    assert len(twin) == 2
+    for c in twin:
+        assert c.test and c.pair_on == ("seed",) and c.b["method"] == "q-blind-floor"
+        assert [k.a["method"] for k in c.controls] == ["lp-gnn"]
+    width = [c for c in exp.CLAIMS if c.metric == "metrics.mi_objective.width_gain"]
+    assert len(width) == 1 and width[0].test and width[0].table == "width_gain"
+    assert [k.a["method"] for k in width[0].controls] == ["lp-gnn-mi"]
+    assert "twin_seeds" not in exp.SIZES["quick"]  # the twins train one model per seed, like the main runs
