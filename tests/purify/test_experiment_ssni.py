@@ -8,7 +8,7 @@ import pytest
 
 from rayml.experiments import ssni as E
 
-CONFIG = {**E.SIZES["tiny"], "t_grid": [50.0, 150.0], "schedule": [[1, 1], [2, 1]]}
+CONFIG = {**E.SIZES["tiny"], "t_grid": [50.0, 150.0], "schedule": [[1, 1], [2, 1]], "min_steps": 2}
 
 
 def _fake_parts(clean, robust_by_attack, reps=1):
@@ -163,17 +163,17 @@ def test_equal_clean_gap_uses_the_cross_fitted_envelope_not_the_in_sample_maximu
 
 def test_equal_clean_gap_is_one_value_per_image_averaged_over_draws():
     # 2 replicates: DiffPure t50 clean 1.0 robust 0.25; t150 clean 0.5 robust 0.75; SSNI and the control at clean 0.75
-    clean = {"diffpure_t50": [1, 1, 1, 1], "diffpure_t150": [1, 1, 0, 0], "diffpure_t100": [1, 1, 1, 0],
+    clean = {"diffpure_t50": [1, 1, 1, 1], "diffpure_t150": [1, 1, 0, 0], E.CONTROL: [1, 1, 1, 0],
              "gdmp_t50": [1, 1, 1, 1], "gdmp_t150": [1, 1, 0, 0],
              "diffpure_ssni_n": [1, 1, 1, 0], "diffpure_ssni_l": [1, 1, 1, 0]}
     r = lambda v: _attacks(v, v, v, v)  # noqa: E731
-    attacks = {"diffpure_t50": r([1, 0, 0, 0]), "diffpure_t150": r([1, 1, 1, 0]), "diffpure_t100": r([1, 1, 0, 0]),
+    attacks = {"diffpure_t50": r([1, 0, 0, 0]), "diffpure_t150": r([1, 1, 1, 0]), E.CONTROL: r([1, 1, 0, 0]),
                "gdmp_t50": r([0, 0, 0, 0]), "gdmp_t150": r([0, 0, 0, 0]),
                "diffpure_ssni_n": {**r([[1, 1, 1, 1], [1, 1, 0, 1]]), "fixed_t": [1, 1, 1, 1]},
                "diffpure_ssni_l": {**r([1, 0, 0, 0]), "fixed_t": [1, 0, 0, 0]}}
     metrics, baselines, tables = E._summarise(_fake_parts(clean, attacks, reps=2), CONFIG)
     lab = E.LABELS[1]
-    assert baselines[lab]["diffpure_t100"]["gap_at_equal_clean"] == pytest.approx(0.0)
+    assert baselines[lab][E.CONTROL]["gap_at_equal_clean"] == pytest.approx(0.0)
     assert metrics[lab]["diffpure_ssni_n"]["envelope_robust"] == pytest.approx(0.5)
     assert metrics[lab]["diffpure_ssni_n"]["gap_at_equal_clean"] == pytest.approx(0.875 - 0.5)
     assert metrics[lab]["diffpure_ssni_l"]["gap_at_equal_clean"] == pytest.approx(-0.25)
@@ -188,11 +188,70 @@ def test_equal_clean_gap_is_one_value_per_image_averaged_over_draws():
     assert metrics[lab]["ssni_n_level_shift"] == 0.0 and baselines[lab]["diffpure_constant"]["level_shift"] == 0.0
 
 
+SCHED3 = {**CONFIG, "schedule": [[1, 1], [2, 1], [4, 2]], "min_steps": 2}
+
+
+def _sched_parts(steps_by_name, extra=()):
+    """Fake parts whose adaptive steps (per defence, the same at both radii) hold the given accuracies
+    (4 images, 1 draw, over 2 chunks); ``extra``: further attack keys present on every defence."""
+    parts = []
+    for start in (0, 2):
+        correct = {}
+        for lab in E.LABELS:
+            for name in E.defences(SCHED3):
+                for k, acc in enumerate(steps_by_name.get(name, [1.0, 1.0])):
+                    row = np.array([j < round(acc * 4) for j in range(4)], bool)[None, start:start + 2]
+                    correct[(lab, name, f"adaptive_{k}")] = row
+                for key in extra:
+                    correct[(lab, name, key)] = np.ones((1, 2), bool)
+        parts.append({"chunk": start // 2, "start": start, "n": 2, "correct": correct, "levels": {}})
+    return parts
+
+
+def test_the_schedule_continues_while_the_last_step_moves_the_accuracy_by_the_tolerance():
+    tol = SCHED3["tolerance"]
+    assert tol == 0.05
+    # diffpure_t50 fell by 0.25 (continues); gdmp_t50 ROSE by 0.25 (two-sided: continues); the rest are flat
+    parts = _sched_parts({"diffpure_t50": [0.75, 0.5], "gdmp_t50": [0.25, 0.5]})
+    jobs = E.next_jobs(parts, SCHED3)
+    assert sorted(jobs) == sorted((float(r), n, "adaptive", 2) for r in SCHED3["radii"]
+                                  for n in ("diffpure_t50", "gdmp_t50"))
+
+
+def test_bpda_and_fixed_t_run_at_each_defences_reached_step_once_nothing_continues():
+    # diffpure_t50 ran 3 steps (the cap) without converging; every other defence stopped after 2
+    parts = _sched_parts({"diffpure_t50": [1.0, 0.75, 0.25]})
+    jobs = E.next_jobs(parts, SCHED3)
+    r0 = float(SCHED3["radii"][0])
+    assert (r0, "diffpure_t50", "bpda", 2) in jobs and (r0, "diffpure_t150", "bpda", 1) in jobs
+    assert (r0, "diffpure_ssni_n", "fixed_t", 1) in jobs and (r0, "diffpure_ssni_l", "fixed_t", 1) in jobs
+    assert not any(a == "fixed_t" for _, n, a, _ in jobs if "_ssni_" not in n)
+    assert len(jobs) == len(SCHED3["radii"]) * (len(E.defences(SCHED3)) + 2)
+    assert E.next_jobs(_sched_parts({"diffpure_t50": [1.0, 0.75, 0.25]}, extra=("bpda",)), SCHED3) == []
+    # the capped defence is reported as such; the converged ones are not
+    ssni_parts = _fake_parts(_all([1, 1, 1, 1]), _all(_attacks([1, 1, 1, 1], [1, 1, 1, 1], [0, 0, 1, 1], [1, 1, 1, 1],
+                                                                fixed_t=[1, 1, 1, 1])))
+    metrics, baselines, _ = E._summarise(ssni_parts, CONFIG)
+    d = metrics[E.LABELS[1]]["diffpure_ssni_n"]
+    assert d["steps"] == 2 and d["schedule_reached"] == [2, 1] and d["capped"] and not d["converged"]
+    assert metrics[E.LABELS[1]]["attack"]["capped_defences"] == len(E.defences(CONFIG))
+
+
+def test_seeds_are_keyed_not_drawn_in_order():
+    a = E._seed(7, E._K_STEP, 1, 3, 2)
+    assert a == E._seed(7, E._K_STEP, 1, 3, 2) and 0 <= a < 2 ** 63
+    others = {E._seed(7, E._K_STEP, 1, 3, 1), E._seed(7, E._K_STEP, 0, 3, 2), E._seed(7, E._K_BPDA, 1, 3),
+              E._seed(8, E._K_STEP, 1, 3, 2)}
+    assert a not in others and len(others) == 4
+
+
 @pytest.mark.parametrize(
     "override, match",
     [({"n_test": 0}, "n_test"), ({"n_test": 1}, "n_test"), ({"chunk": 0}, "chunk"), ({"n_clean": 2}, "n_clean"), ({"radii": [0.1]}, "radii"),
-     ({"t_grid": [50.0]}, "t_grid"), ({"t_grid": [50.0, 100.0]}, "control_t"), ({"schedule": [[4, 2], [2, 2]]}, "schedule"),
-     ({"schedule": [[4, 2]]}, "schedule"), ({"replicates": 0}, "replicates"), ({"tolerance": 0.0}, "tolerance"),
+     ({"t_grid": [50.0]}, "t_grid"), ({"t_grid": [50.0, E.CONTROL_T]}, "control_t"), ({"schedule": [[4, 2], [2, 2]]}, "schedule"),
+     ({"schedule": [[4, 2]]}, "schedule"), ({"schedule": [[4, 1], [2, 4]]}, "schedule"),
+     ({"min_steps": 1}, "min_steps"), ({"min_steps": 4}, "min_steps"),
+     ({"replicates": 0}, "replicates"), ({"tolerance": 0.0}, "tolerance"),
      ({"gdmp_scale": -1.0}, "gdmp_scale")],
 )
 def test_bad_configs_are_rejected(override, match):
