@@ -123,17 +123,13 @@ def _cache_of(_item: int) -> str:
     return str(runtime.cache_root())
 
 
-# Found by this test: run after the other experiments of this module, these gave cluster records
-# that differed from the one-node records. diffadvmap's cause was worker state: its per-process
-# transfer MLP and feature net took their initial weights from the worker's global torch RNG, which
-# earlier tasks in that worker had moved (fixed: they are seeded). l2d's cause is not found: it
-# passes alone, and in about half of the full-module runs; its tasks seed every random draw.
-_DRIVER_STATE = {"l2d"}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
-    reason="open: the record depends on process state left by earlier experiments (passes alone)",
-    strict=False)) if n in _DRIVER_STATE else n for n in NAMES])
+# Found by this test (both fixed): run after the other experiments of this module, two methods gave
+# cluster records that differed from the one-node records because of per-process state. diffadvmap's
+# per-process transfer MLP and feature net took their initial weights from the worker's global torch
+# RNG, which earlier tasks in that worker had moved (now seeded). l2d counted its LoRA budget through
+# a per-process cache filled by loading a base model between ``torch.manual_seed`` and the LoRA's
+# initialisation, in the first LoRA run of each worker only (now counted on the meta device).
+@pytest.mark.parametrize("name", NAMES)
 def test_tiny_run_on_nodes_with_their_own_caches_equals_one_node(name, single_node, cluster_without_shared_disk):
     record = experiments.run(name, size="tiny", seed=1)
     assert record["env"]["ray_nodes"] == 3
