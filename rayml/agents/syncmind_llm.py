@@ -51,19 +51,24 @@ _LOG_CHARS = 700
 def option_prompt(log: str, last: str, balance: float, turn: int, resources, order: str = "abc") -> str:
     """The user message of one turn (the chat template and ``Option (`` are added by the agent);
     ``order`` is the order in which the question lists the options."""
-    tail = log if len(log) <= _LOG_CHARS else "..." + log[-_LOG_CHARS:]
     letters = [k for k in order if resources.collaborative or k != "c"]
     options = ", ".join(f"({k})" for k in letters[:-1]) + f" or ({letters[-1]})"
-    return (f"[Budget left: ${balance:g}; turn {turn + 1} of {resources.max_turns}]\n"
-            f"Failing tests:\n{tail}\n\nLast result: {last}\n\nWhich option do you take now: {options}?")
+    return (_log_part(log) + f"[Budget left: ${balance:g}; turn {turn + 1} of {resources.max_turns}]\n"
+            f"Last result: {last}\n\nWhich option do you take now: {options}?")
+
+
+def _log_part(log: str) -> str:
+    """The start of every user message of an episode (its failing log does not change), so the
+    model reads it once per episode (KV cache)."""
+    tail = log if len(log) <= _LOG_CHARS else "..." + log[-_LOG_CHARS:]
+    return f"Failing tests:\n{tail}\n\n"
 
 
 def location_prompt(log: str, suspects) -> str:
     """The user message asking which of ``suspects`` [(path, qualname)] is out of sync (numbered
     from 1 in the order given)."""
-    tail = log if len(log) <= _LOG_CHARS else "..." + log[-_LOG_CHARS:]
     listed = "\n".join(f"({i + 1}) {q} in {p}" for i, (p, q) in enumerate(suspects))
-    return (f"Failing tests:\n{tail}\n\nYou will now propose a fix. Which function still follows the old "
+    return (_log_part(log) + "You will now propose a fix. Which function still follows the old "
             f"version?\n{listed}\nAnswer with its number.")
 
 
@@ -78,20 +83,21 @@ class UniformPicker:
 
     name = "uniform"
 
-    def pick(self, system: str, user: str, cue: str, choices, rng: random.Random) -> str:
+    def pick(self, system: str, user: str, cue: str, choices, rng: random.Random, shared: str = "") -> str:
         return rng.choice(list(choices))
 
 
 class SmolLMPicker:
     """Greedy choice among single-token answers: the allowed answer token with the highest logit
     after ``chat(user, system) + cue`` (constrained decoding of one token). The tokens of the chat
-    template up to the user message are kept in a KV cache per system text."""
+    template up to ``shared`` (the start of the user message common to the episode's prompts) are
+    kept in a KV cache (the last few keys)."""
 
     name = "smollm2-135m"
 
     def __init__(self, lm):
         self.lm = lm
-        self._prefix: dict = {}  # system text -> (prefix ids, cache)
+        self._prefix: dict = {}  # (system, shared) -> (prefix ids, cache)
         self._tok_ids: dict = {}
 
     def _token(self, answer: str) -> int:
@@ -99,28 +105,30 @@ class SmolLMPicker:
             self._tok_ids[answer] = self.lm.tokenizer.encode(answer)[-1]
         return self._tok_ids[answer]
 
-    def _cached_prefix(self, system: str):
+    def _cached_prefix(self, system: str, shared: str = ""):
         import torch
 
-        hit = self._prefix.get(system)
+        hit = self._prefix.get((system, shared))
         if hit is None:
             tok = self.lm.tokenizer
-            a = tok.encode(tok.chat("x", system=system), bos=True)
-            b = tok.encode(tok.chat("y", system=system), bos=True)
-            n = next(i for i, (u, v) in enumerate(zip(a, b)) if u != v)
+            a = tok.encode(tok.chat(shared + "X", system=system), bos=True)
+            b = tok.encode(tok.chat(shared + "Y", system=system), bos=True)
+            n = max(1, next(i for i, (u, v) in enumerate(zip(a, b)) if u != v) - 1)
             ids = a[:n]
             cache = self.lm.model.new_cache(batch=1, capacity=len(ids) + 512)
             with torch.no_grad():
                 self.lm.model(torch.as_tensor([ids]), cache=cache)
-            hit = self._prefix[system] = (ids, cache)
+            if len(self._prefix) >= 8:  # one episode at a time: keep the latest few
+                self._prefix.pop(next(iter(self._prefix)))
+            hit = self._prefix[(system, shared)] = (ids, cache)
         return hit
 
-    def pick(self, system: str, user: str, cue: str, choices, rng: random.Random) -> str:
+    def pick(self, system: str, user: str, cue: str, choices, rng: random.Random, shared: str = "") -> str:
         import torch
 
         tok = self.lm.tokenizer
         ids = tok.encode(tok.chat(user, system=system) + cue, bos=True)
-        prefix, base = self._cached_prefix(system)
+        prefix, base = self._cached_prefix(system, shared)
         with torch.no_grad():
             if ids[:len(prefix)] == prefix and len(ids) > len(prefix):
                 cache = base.select(torch.zeros(1, dtype=torch.long))
@@ -172,7 +180,7 @@ class LLMOptionAgent(sa.SkilledAgent):
         r = self.res
         allowed = [k for k in self.order if r.collaborative or k != "c"]
         user = option_prompt(self.log, self.last, self.balance, self.turn, r, self.order)
-        return self.picker.pick(self.system, user, "Option (", allowed, self.rng)
+        return self.picker.pick(self.system, user, "Option (", allowed, self.rng, shared=_log_part(self.log))
 
     def _refill(self):
         """The next suspect is the picker's choice among the traceback-ranked suspects not yet
@@ -189,7 +197,7 @@ class LLMOptionAgent(sa.SkilledAgent):
                 pick = shown[0]
             else:
                 k = self.picker.pick(self.system, location_prompt(self.log, shown), "Answer: (",
-                                     [str(i + 1) for i in range(len(shown))], self.rng)
+                                     [str(i + 1) for i in range(len(shown))], self.rng, shared=_log_part(self.log))
                 pick = shown[int(k) - 1]
         self.exhausted.add(pick)
         p, q = pick

@@ -170,7 +170,9 @@ def _pool(n_items, timeout_s):
 
     limit = runtime.worker_limit()
     size = max(1, min(n_items, limit if limit is not None else max(1, runtime.cluster_info()["cpus"])))
-    return ResilientActorPool(SyncMindWorker, size=size, kwargs={"timeout_s": float(timeout_s)})
+    # a language-model episode takes minutes on a loaded CPU
+    return ResilientActorPool(SyncMindWorker, size=size, kwargs={"timeout_s": float(timeout_s)},
+                              wait_timeout_s=3600.0)
 
 
 def _episodes(pool, scenarios, specs, seed_tag):
@@ -179,6 +181,15 @@ def _episodes(pool, scenarios, specs, seed_tag):
     for i, sc in enumerate(scenarios):
         seeds = runtime.seeds(np.random.SeedSequence([seed_tag, i]), len(specs))
         items.append((sc, [(a, p, s, sd) for (a, p, s), sd in zip(specs, seeds)]))
+    return pool.map("run_scenario", items)
+
+
+def _episodes_each(pool, scenarios, specs, seed_tag):
+    """As ``_episodes``, one call per (scenario, spec) (language-model episodes are long)."""
+    items = []
+    for i, sc in enumerate(scenarios):
+        seeds = runtime.seeds(np.random.SeedSequence([seed_tag, i]), len(specs))
+        items += [(sc, [(a, p, s, sd)]) for (a, p, s), sd in zip(specs, seeds)]
     return pool.map("run_scenario", items)
 
 
@@ -239,7 +250,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         lm_specs = [(a, {"per_suspect": chosen["per_suspect"],
                          "model": config["model"] if a == LLM_AGENT else "uniform"}, s)
                     for a in lm_agents for s in LM_SETTINGS]
-        lm_out = _episodes(pool, lm_test, lm_specs, seed + 11)
+        lm_out = _episodes_each(pool, lm_test, lm_specs, seed + 11)
     finally:
         pool.shutdown()
     verified = [o["verified"] for o in out]
