@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -89,23 +90,38 @@ FIXED = ("endpoint_a", "endpoint_b", "base", "slerp_half", "task_arithmetic")
 _FT = ("finetune_steps", "finetune_rows", "finetune_row_len", "finetune_lr", "finetune_seed", "finetune_rehearsal")
 _TASKS = dict(task_a="add_long", task_b="add_letters", target="add_long_letters")
 _IRT = dict(ability_clip=30.0, ability_prior_sd=None, item_params=None)
+REAL_MODELS = ("smollm2-135m",)
+# a Hugging Face Llama-family base (``model=smollm2-135m`` or a local HF directory): plain-text tasks, LoRA
+# endpoints trained on CPU (``lora_rank``; ``finetune_rows`` is the batch, ``finetune_items`` the training items),
+# sizes cut to what a 2-core CPU answers in minutes (a forward pass of SmolLM2-135M is ~100x the substrate's)
+_REAL = dict(task_a="add2", task_b="add1_letters", target="add2_letters", finetune_steps=40, finetune_rows=8,
+             finetune_lr=3e-3, finetune_rehearsal=0.0, lora_rank=8, finetune_items=256,
+             gate_items=40, search_items=30, test_items=60, anchors=6, population=4, holdout_models=4, irt_dims=1,
+             pop_size=4, generations=2, repeats=2, random_merges=2, ta_grid=[0.5, 1.0, 1.5])
+_HF = dict(model="substrate", hf_endpoints=None, lora_rank=8, finetune_items=256)
 SIZES = {
     "tiny": dict(base="tiny", **_TASKS, **_IRT, finetune_steps=2, finetune_rows=2, finetune_row_len=64,
                  finetune_lr=3e-3, finetune_seed=0, finetune_rehearsal=0.3,
                  gate_items=16, search_items=32, test_items=24, anchors=4,
                  population=6, holdout_models=4, irt_dims=1, pop_size=4, generations=2, repeats=2,
-                 random_merges=2, ta_grid=[0.5, 1.0, 1.5], actors=2, num_gpus=0),
+                 random_merges=2, ta_grid=[0.5, 1.0, 1.5], actors=2, num_gpus=0, **_HF,
+                 real=dict(_REAL, finetune_steps=2, finetune_items=8, gate_items=4, search_items=8, test_items=4,
+                           anchors=2, population=2, holdout_models=2, pop_size=2, generations=1, random_merges=1)),
     "quick": dict(base="base", **_TASKS, **_IRT, finetune_steps=700, finetune_rows=8, finetune_row_len=128,
                   finetune_lr=2e-3, finetune_seed=0, finetune_rehearsal=0.3,
                   gate_items=500, search_items=200, test_items=500,
                   anchors=10, population=14, holdout_models=12, irt_dims=2, pop_size=8, generations=5,
-                  repeats=8, random_merges=4, ta_grid=[0.25, 0.5, 0.75, 1.0, 1.25, 1.5], actors=2, num_gpus=0),
+                  repeats=8, random_merges=4, ta_grid=[0.25, 0.5, 0.75, 1.0, 1.25, 1.5], actors=2, num_gpus=0,
+                  **_HF, real=dict(_REAL)),
     "full": dict(base="base", **_TASKS, **_IRT, finetune_steps=700, finetune_rows=8, finetune_row_len=128,
                  finetune_lr=2e-3, finetune_seed=0, finetune_rehearsal=0.3,
                  gate_items=1000, search_items=500, test_items=1000,
                  anchors=10, population=40, holdout_models=40, irt_dims=3, pop_size=16, generations=12,
                  repeats=16, random_merges=8, ta_grid=[0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0], actors=8,
-                 num_gpus=0),
+                 num_gpus=0, **_HF,
+                 real=dict(_REAL, gate_items=200, search_items=100, test_items=500, anchors=10, population=12,
+                           holdout_models=12, pop_size=8, generations=5, repeats=8, random_merges=4,
+                           finetune_steps=120)),
 }
 BENCH_SIZES = {
     "tiny": dict(SIZES["tiny"], bench_population=4, bench_repeats=2),
@@ -175,6 +191,54 @@ def finetune_mixture(task: str, config: Mapping[str, Any]) -> dict:
     return {task: 1.0} if r == 0 else {task: 1.0 - r, "add": r}
 
 
+# --- Hugging Face bases: the base as bytes, LoRA endpoints (pmap tasks) ------------------------------
+
+def hf_base_blob(model: str):
+    """The ``HFBlob`` of ``model`` (``"smollm2-135m"``: converted once into the cache by
+    ``rayml.llm.smollm2``; else a local HF Llama-family directory), read on the driver and sent as bytes."""
+    from rayml.merging import hf_endpoints
+
+    if model in REAL_MODELS:
+        from rayml.llm import smollm2
+
+        return hf_endpoints.read_hf_blob(smollm2.ensure())
+    return hf_endpoints.read_hf_blob(model)
+
+
+def finetune_hf_endpoint(task: str, shared: Mapping[str, Any]):
+    """pmap task: a ``LoraEndpoint`` of the HF base (``shared["base"]``, an ``HFBlob``) fine-tuned on
+    ``finetune_items`` training items of text task ``task``, or found in this node's cache
+    (``~/.cache/rayml/merge3/lora/<key>.npz``, keyed by the base's digest, the task and the recipe);
+    the adapter travels back as arrays (a few MB), never as a path."""
+    import torch
+
+    from rayml.merging import hf_endpoints
+
+    base = shared["base"]
+    keys = (*_FT, "lora_rank", "finetune_items")
+    recipe = {"base_sha256": base.digest, "task": task, **{k: shared[k] for k in keys}}
+    key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
+    path = _cache_root() / "lora" / f"{key}.npz"
+    if path.exists():
+        return hf_endpoints.LoraEndpoint.from_bytes(path.read_bytes())
+    torch.set_num_threads(1)
+    model, tok = hf_endpoints.load_model(base)
+    items = hf_endpoints.make_text_items(task, int(shared["finetune_items"]),
+                                         np.random.default_rng([int(shared["finetune_seed"]), 7]), split="train")
+    t0 = time.perf_counter()
+    ep = hf_endpoints.lora_finetune(model, tok, items, rank=int(shared["lora_rank"]),
+                                    steps=int(shared["finetune_steps"]), lr=float(shared["finetune_lr"]),
+                                    batch_size=int(shared["finetune_rows"]), seed=int(shared["finetune_seed"]),
+                                    base_digest=base.digest)
+    ep = hf_endpoints.LoraEndpoint(ep.base_digest, ep.factors,
+                                   {**ep.card, "task": task, "training_seconds": round(time.perf_counter() - t0, 1)})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_bytes(ep.to_bytes())
+    os.replace(tmp, path)
+    return ep
+
+
 # --- answering item sets (pmap tasks) --------------------------------------------------------------
 
 _LOADED: dict = {}
@@ -219,9 +283,10 @@ def answer_model(item: tuple, shared: Mapping[str, Any]) -> np.ndarray:
 def item_sets(config: Mapping[str, Any], seed: int) -> dict:
     """The gate sets (``task_a``, ``task_b``), the search set and the test set of the target."""
     from rayml.llm import tasks
+    from rayml.merging import hf_endpoints
 
     G, N, T = int(config["gate_items"]), int(config["search_items"]), int(config["test_items"])
-    mk = tasks.make_items
+    mk = hf_endpoints.make_text_items if _is_real(config) else tasks.make_items
     return {"gate_a": mk(config["task_a"], G, np.random.default_rng([seed, 1, 0]), split="test"),
             "gate_b": mk(config["task_b"], G, np.random.default_rng([seed, 1, 1]), split="test"),
             "search": mk(config["target"], N, np.random.default_rng([seed, 2]), split="test"),
@@ -244,11 +309,45 @@ def _worker_cap(n: int) -> int:
     return max(1, min(int(n), cap)) if cap else max(1, int(n))
 
 
+def _is_real(config: Mapping[str, Any]) -> bool:
+    return config["model"] != "substrate"
+
+
+def _effective(config: Mapping[str, Any]) -> dict:
+    """The config a run uses: a Hugging Face base takes its settings from ``config["real"]``."""
+    config = dict(config)
+    real = config.pop("real", None) or {}
+    return dict(config, **real) if _is_real(config) else config
+
+
 def _check(config: Mapping[str, Any]) -> None:
     from rayml.llm import tasks
+    from rayml.merging import hf_endpoints
 
+    model = config["model"]
+    if not isinstance(model, str) or not (model in ("substrate", *REAL_MODELS) or (Path(model) / "config.json").is_file()):
+        raise ValueError(f"model must be 'substrate', one of {REAL_MODELS} or a local Hugging Face Llama-family "
+                         f"directory, got {model!r}")
+    real = config.get("real") or {}
+    if not isinstance(real, dict) or set(real) - set(config) or {"model", "real"} & set(real):
+        raise ValueError(f"real must be a dict of other settings of this config, got {real!r}")
+    config = _effective(config)
     for k in ("task_a", "task_b", "target"):
-        tasks.get_task(str(config[k]))
+        if _is_real(config):
+            if config[k] not in hf_endpoints.TEXT_TASKS:
+                raise ValueError(f"{k} must be one of {sorted(hf_endpoints.TEXT_TASKS)} for a Hugging Face model, "
+                                 f"got {config[k]!r}")
+        else:
+            tasks.get_task(str(config[k]))
+    eps = config["hf_endpoints"]
+    if eps is not None and (not _is_real(config) or not isinstance(eps, (list, tuple)) or len(eps) != 2
+                            or not all((Path(str(e)) / "config.json").is_file() for e in eps)):
+        raise ValueError(f"hf_endpoints must be None or two local Hugging Face directories (with a Hugging Face "
+                         f"model), got {eps!r}")
+    for k in ("lora_rank", "finetune_items"):
+        v = config[k]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{k} must be a positive integer, got {v!r}")
     for k in ("gate_items", "search_items", "test_items", "anchors", "population", "holdout_models", "irt_dims",
               "pop_size", "generations", "repeats", "random_merges", "actors", "finetune_steps"):
         v = config[k]
@@ -273,22 +372,57 @@ def _check(config: Mapping[str, Any]) -> None:
 
 # --- setup shared by run and bench -----------------------------------------------------------------
 
-def setup(config: Mapping[str, Any], seed: int) -> dict:
-    """Endpoints, item sets, the gate, the IRT population's answers, the 2PL and the abilities."""
-    _check(config)
-    from rayml.llm.checkpoint import read_blob
+def _pool_answer(pool):
+    """``answer_model``'s jobs answered on an evaluator pool (``("base",)``, ``("endpoint", i)``, genomes)."""
+    def answer(jobs: list) -> list:
+        return pool.map("answer", [(m[0], (m[1] if len(m) > 1 else 0), set_name) for m, set_name in jobs])
+    return answer
 
-    base = read_blob(base_dir(str(config["base"])))
-    ft = {**{k: config[k] for k in _FT}, "base": base}
-    endpoints = runtime.pmap(finetune_endpoint, [config["task_a"], config["task_b"]], shared=ft,
-                             desc="merge3 endpoints")
-    n_layers = int(base.card["model_config"]["n_layers"])
+
+def setup(config: Mapping[str, Any], seed: int) -> dict:
+    """Endpoints, item sets, the gate, the IRT population's answers, the 2PL and the abilities.
+
+    With a Hugging Face base (``model``) the evaluator pool is started here (``S["pool"]``, holding the
+    gate, search, test and every repeat's anchor set) and answers everything; the caller shuts it down."""
+    _check(config)
+    config = _effective(config)
+    real = _is_real(config)
     sets = item_sets(config, seed)
+    if real:
+        from rayml.merging import hf_endpoints
+
+        base = hf_base_blob(str(config["model"]))
+        if config["hf_endpoints"]:
+            endpoints = [hf_endpoints.read_hf_blob(str(e)) for e in config["hf_endpoints"]]
+        else:
+            ft = {**{k: config[k] for k in (*_FT, "lora_rank", "finetune_items")}, "base": base}
+            endpoints = runtime.pmap(finetune_hf_endpoint, [config["task_a"], config["task_b"]], shared=ft,
+                                     desc="merge3 LoRA endpoints")
+        n_layers = hf_endpoints.n_layers(base)
+        for r, s_rep in enumerate(runtime.seeds(runtime.seeds(seed, 3)[2], int(config["repeats"]))):
+            idx = merge3.extract(len(sets["search"]), int(config["anchors"]),
+                                 np.random.default_rng(runtime.seeds(s_rep, 3)[0])).indices
+            sets[f"anchors{r}"] = [sets["search"][i] for i in idx]
+        pool = merge3.make_pool(base, endpoints, sets, actors=_worker_cap(config["actors"]), seed=seed,
+                                num_gpus=float(config["num_gpus"]), batch_size=32)
+        answer = _pool_answer(pool)
+    else:
+        from rayml.llm.checkpoint import read_blob
+
+        base = read_blob(base_dir(str(config["base"])))
+        ft = {**{k: config[k] for k in _FT}, "base": base}
+        endpoints = runtime.pmap(finetune_endpoint, [config["task_a"], config["task_b"]], shared=ft,
+                                 desc="merge3 endpoints")
+        n_layers = int(base.card["model_config"]["n_layers"])
+        pool = None
     shared = {"base": base, "endpoints": endpoints, "seed": int(seed), "sets": sets}
+    if not real:
+        def answer(jobs: list, desc: str = "merge3") -> list:
+            return runtime.pmap(answer_model, jobs, shared=shared, desc=desc)
     # the gate, before any merge runs
     gate_jobs = [(("base",), "gate_a"), (("base",), "gate_b"), (("endpoint", 0), "gate_a"),
                  (("endpoint", 1), "gate_b"), (("endpoint", 0), "gate_b"), (("endpoint", 1), "gate_a")]
-    g = [float(np.mean(y)) for y in runtime.pmap(answer_model, gate_jobs, shared=shared, desc="merge3 gate")]
+    g = [float(np.mean(y)) for y in answer(gate_jobs)]
     gate = {"base_on_a": g[0], "base_on_b": g[1], "endpoint_a_on_a": g[2], "endpoint_b_on_b": g[3],
             "endpoint_a_on_b": g[4], "endpoint_b_on_a": g[5], **{f"threshold_{k}": v for k, v in GATE.items()}}
     gate["passed"] = float(min(g[2], g[3]) >= GATE["endpoint_min"] and max(g[0], g[1]) <= GATE["base_max"])
@@ -299,7 +433,7 @@ def setup(config: Mapping[str, Any], seed: int) -> dict:
     holdout = [random_genome(s, n_layers, ("slerp", "dare_ties")[i % 2]) for i, s in enumerate(hold_seeds)]
     fit_models = refs if config["item_params"] else refs + population
     jobs = [(m, "search") for m in fit_models + holdout] + [(m, "test") for m in refs]
-    ans = runtime.pmap(answer_model, jobs, shared=shared, desc="merge3 population")
+    ans = answer(jobs)
     k = len(fit_models)
     Y_fit, Y_hold, test_ref = np.array(ans[:k]), np.array(ans[k:k + len(holdout)]), np.array(ans[k + len(holdout):])
     if config["item_params"]:
@@ -313,7 +447,7 @@ def setup(config: Mapping[str, Any], seed: int) -> dict:
     return dict(base=base, endpoints=endpoints, n_layers=n_layers, sets=sets, gate=gate, Y_fit=Y_fit,
                 Y_hold=Y_hold, holdout=holdout, hold_seeds=hold_seeds, test_ref=test_ref, fit=fit, thetas=thetas,
                 repeat_seeds=runtime.seeds(s_rep, int(config["repeats"])), irt_forward_passes=int(Y_fit.size),
-                shared=shared)
+                shared=shared, pool=pool)
 
 
 def _estimator(S: dict, anchors: merge3.Anchors, mode: str, kind: str) -> merge3.Merge3Estimator:
@@ -397,6 +531,8 @@ def _search(S: dict, config: Mapping[str, Any], pool, r: int, tmp: Path) -> dict
 def run(config: Mapping[str, Any], seed: int) -> Outcome:
     """The reproduction (see the module docstring)."""
     clock = {"start": time.perf_counter()}
+    _check(config)
+    config = _effective(config)
     S = setup(config, seed)
     clock["setup"] = time.perf_counter()
     est_metrics, est_rows = estimation_error(S, config)
@@ -406,8 +542,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         s_extract = runtime.seeds(S["repeat_seeds"][r], 3)[0]
         idx = merge3.extract(N, n, np.random.default_rng(s_extract)).indices
         sets[f"anchors{r}"] = [S["sets"]["search"][i] for i in idx]
-    pool = merge3.make_pool(S["base"], S["endpoints"], sets, actors=_worker_cap(config["actors"]), seed=seed,
-                            num_gpus=float(config["num_gpus"]))
+    pool = S["pool"] or merge3.make_pool(S["base"], S["endpoints"], sets, actors=_worker_cap(config["actors"]),
+                                         seed=seed, num_gpus=float(config["num_gpus"]))
     slerp_half = np.full(11, 5.0)
     grid = [float(v) for v in config["ta_grid"]]
     K = int(config["random_merges"])
@@ -453,6 +589,10 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
           "tuned_on": "the search set (target items disjoint from the test set)",
           "paper_setting": 1.0}
     metrics = {
+        "model": config["model"] if config["model"] in ("substrate", *REAL_MODELS) else "local Hugging Face directory",
+        "endpoints": [getattr(e, "card", None) if _is_real(config) else {"task": t} for e, t in
+                      zip(S["endpoints"], (config["task_a"], config["task_b"]))],
+        "tasks": {k: config[k] for k in ("task_a", "task_b", "target")},
         "gate": S["gate"],
         "decided": decided,
         "ungated": None if passed else {"test": acc, "estimation": est_metrics, "winners_curse": gap},
@@ -608,7 +748,11 @@ def bench(config: Mapping[str, Any], seed: int) -> Outcome:
     reps = int(config["bench_repeats"])
     if reps < 1:
         raise ValueError(f"bench_repeats must be >= 1, got {reps!r}")
+    _check(config)
+    config = _effective(config)
     S = setup(config, seed)
+    if S["pool"] is not None:  # the bench times pools of its own
+        S["pool"].shutdown()
     N, n = len(S["sets"]["search"]), int(config["anchors"])
     anchors = merge3.extract(N, n, np.random.default_rng(S["repeat_seeds"][0]))
     est = _estimator(S, anchors, "gmp_irt", "slerp")

@@ -270,10 +270,13 @@ class MergeEvaluator:
     """Holds the base and endpoint models (loaded once) and the item sets; answers genomes.
 
     Args:
-        base: the base model's checkpoint, a ``rayml.llm.checkpoint.CheckpointBlob`` (or a
+        base: the base model's checkpoint, a ``rayml.llm.checkpoint.CheckpointBlob``, a Hugging Face
+            Llama-family directory as ``rayml.merging.hf_endpoints.HFBlob`` (or a rayml checkpoint
             directory, on a single node: a path is node-local).
-        endpoints: the endpoint models' checkpoints, likewise.
-        item_sets: name -> list of ``rayml.llm.tasks.Item``.
+        endpoints: the endpoint models: full checkpoints likewise, or
+            ``rayml.merging.hf_endpoints.LoraEndpoint`` adapters of the base.
+        item_sets: name -> list of ``rayml.llm.tasks.Item`` or of text items
+            (``rayml.alignment.text_tasks.TextItem``, asked in the chat format).
         seed: the run seed (DARE masks).
         threads: torch intra-op threads.
         batch_size: generation batch.
@@ -287,15 +290,14 @@ class MergeEvaluator:
 
         from rayml import runtime
         from rayml.llm.backends import EmbeddedLM
-        from rayml.llm.checkpoint import load_checkpoint
+        from rayml.merging import hf_endpoints
 
         runtime.pin_threads(threads)
         torch.set_num_threads(max(1, int(threads)))
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        model, tok, _ = load_checkpoint(base, device=device)
+        model, tok = hf_endpoints.load_model(base, device=device)
         self.base = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        self.endpoints = [{k: v.detach().clone() for k, v in load_checkpoint(p, device=device)[0].state_dict().items()}
-                          for p in endpoints]
+        self.endpoints = [hf_endpoints.endpoint_state(p, self.base, device=device) for p in endpoints]
         self.n_layers = int(model.config.n_layers)
         self.item_sets = {k: list(v) for k, v in item_sets.items()}
         self.seed, self.batch_size = int(seed), int(batch_size)
@@ -304,19 +306,25 @@ class MergeEvaluator:
 
     def answer(self, job) -> np.ndarray:
         """``job = (genome kind, genome, item-set name)``: merge, answer the set greedily, return
-        the correctness vector."""
+        the correctness vector. Kind ``"base"`` (genome ignored) answers with the base, kind
+        ``"endpoint"`` with endpoint ``int(genome)``."""
         import torch
 
-        from rayml.llm import tasks
+        from rayml.merging import hf_endpoints
 
         kind, genome, set_name = job
         if set_name not in self.item_sets:
             raise ValueError(f"unknown item set {set_name!r}; known: {sorted(self.item_sets)}")
-        space = GenomeSpace(kind, len(self.endpoints), self.n_layers)
-        merged = merge_genome(space, self.base, self.endpoints, genome, seed=self.seed)
+        if kind == "base":
+            merged = self.base
+        elif kind == "endpoint":
+            merged = self.endpoints[int(genome)]
+        else:
+            space = GenomeSpace(kind, len(self.endpoints), self.n_layers)
+            merged = merge_genome(space, self.base, self.endpoints, genome, seed=self.seed)
         with torch.no_grad():
             self.model.load_state_dict(merged)
-            y = tasks.evaluate([self.lm], self.item_sets[set_name], batch_size=self.batch_size)[0]
+            y = hf_endpoints.evaluate_items(self.lm, self.item_sets[set_name], batch_size=self.batch_size)
         return y
 
     def ping(self) -> int:
@@ -329,14 +337,19 @@ def make_pool(base, endpoints: Sequence, item_sets: Mapping[str, list], *, actor
     """A ``ResilientActorPool`` of ``actors`` ``MergeEvaluator``s (``actor_cls``: a subclass;
     ``kwargs`` go to its constructor); ``num_gpus`` per actor (a fraction shares a GPU), each
     actor then merges and generates on its GPU."""
+    import ray
+
     from rayml.actors.pool import ResilientActorPool
 
     if isinstance(num_gpus, bool) or not isinstance(num_gpus, (int, float)) or num_gpus < 0:
         raise ValueError(f"num_gpus must be a number >= 0, got {num_gpus!r}")
     cls = actor_cls or MergeEvaluator
+    # The models and item sets go into the object store once, as top-level references the pool keeps:
+    # Ray resolves them for every constructor call, and a restarted actor (one killed for memory, say)
+    # finds them still there (passed by value, Ray may free them after the first construction).
     return ResilientActorPool(cls, size=int(actors), num_cpus=num_cpus, num_gpus=num_gpus,
-                              kwargs=dict(base=base, endpoints=list(endpoints),
-                                          item_sets=dict(item_sets), seed=seed,
+                              kwargs=dict(base=ray.put(base), endpoints=ray.put(list(endpoints)),
+                                          item_sets=ray.put(dict(item_sets)), seed=seed,
                                           threads=max(1, int(num_cpus)), **kwargs))
 
 

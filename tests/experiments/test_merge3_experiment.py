@@ -51,3 +51,31 @@ def test_task_arithmetic_grid_must_hold_the_usual_lambda():
         exp._check(dict(exp.SIZES["tiny"], ta_grid=[0.5, 0.75]))
     with pytest.raises(ValueError, match="random_merges"):
         exp._check(dict(exp.SIZES["tiny"], random_merges=0))
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.slow
+def test_a_local_hf_directory_runs_the_whole_experiment_with_lora_endpoints(ray_session, tmp_path):
+    # the Hugging Face path end to end at its smallest: a tiny random Llama as an HF directory, two LoRA
+    # endpoints fine-tuned as pmap tasks, the gate, population, searches and test answers on evaluator actors
+    import torch
+
+    from rayml.llm import training
+    from rayml.llm.hf import export_hf_dir
+    from rayml.llm.model import TransformerLM
+
+    cfg = training.CONFIGS["tiny"]
+    tok = training.build_tokenizer(cfg)
+    m = TransformerLM(cfg.model_config(tok.vocab_size))
+    m.reset_parameters(torch.Generator().manual_seed(0))
+    d = export_hf_dir(m, tok, tmp_path / "hf")
+    config = dict(exp.SIZES["tiny"], model=d, actors=2)
+    config["real"] = dict(config["real"], finetune_items=4, repeats=1)
+    out = exp.run(config, seed=0)
+    m_ = out.metrics
+    assert m_["model"] == "local Hugging Face directory" and m_["tasks"]["target"] == "add2_letters"
+    assert all(e["rank"] == 8 and e["steps"] == 2 for e in m_["endpoints"])
+    assert m_["gate"]["passed"] == 0.0 and m_["ungated"]["test"]["merge3"] is not None
+    assert {r["repeat"] for r in out.tables["repeats"]} == {0}
