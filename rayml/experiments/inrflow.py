@@ -12,11 +12,22 @@ clouds and proteins, and samples images at resolutions above the training one. W
   on the fixed 16x16 grid, ``grid`` (a flow-matching MLP) and ``unet`` (a small time-conditioned
   U-Net), and ``pointtf`` (a point-cloud flow transformer with self-attention over all points, no
   point-wise decoder);
-- each method's learning rate tuned on ``lr_grid`` (the authors' 1e-4 inside it) on a tuning seed
-  apart from the test seeds, by the same distance as the test (FID-like / MMD-CD to validation data);
+- each method's learning rate tuned on ``lr_grid`` (the same grid for every method, the authors' 1e-4
+  inside it) on a tuning seed apart from the test seeds, by the same distance as the test (FID-like /
+  MMD-CD to validation data); a tuned rate on an edge of the grid is flagged (``metrics.lr_on_edge``
+  and a sanity claim);
 - metrics against held-out data: an FID-like distance (Fréchet distance of the features of a small
   digits classifier trained by the project and cached, one per resolution) for images; MMD-CD,
   COV-CD, and with the exact earth mover's distance MMD-EMD and COV-EMD for point clouds;
+- ``draws`` independent sample draws per trained model, each scored against its own held-out data
+  (images: a disjoint slice of the held-out digits; clouds: a fresh reference set), the clouds' metrics
+  also per shape class (the same nearest neighbours, the sums restricted to one class's reference
+  clouds). The per-modality claims pair the methods over (shape class, seed, draw) (images: (seed,
+  draw)) with a sign test, and ``metrics.case_wins`` counts the cases each method wins, so no shape
+  class, seed or reference set decides a claim alone;
+- ``curve`` (empty at every size; e.g. ``--set curve=[100,200]``): EMA snapshots along each test run
+  scored like draw 0, the training curve of every method (the ``curve`` table); the loss per tenth of
+  training is always in the ``loss`` table;
 - the INR property: INRFlow sampled at ``hi_res`` x ``hi_res`` (never trained there; the training
   grid is the context, the new grid extra queries), scored against held-out digits at ``hi_res``;
   the grid models cannot sample there (no coordinates). The 16x16 and ``hi_res`` images come from one
@@ -46,16 +57,16 @@ from rayml.results import Claim
 PAPER = "INRFlow: Flow Matching INRs in Ambient Space (Apple ML research), ICML 2025"
 METHOD = "inrflow"
 
-_BASE = dict(res=16, hi_res=28, show_res=[28, 64], grid=4, heads=2, mlp_ratio=2.0, fourier_freqs=6, query_fraction=0.25,
+_BASE = dict(res=16, hi_res=28, show_res=[28, 64], curve=[], grid=4, heads=2, mlp_ratio=2.0, fourier_freqs=6, query_fraction=0.25,
              ema=0.999, feature_epochs=8, dense_factor=4)
 SIZES = {
-    "tiny": dict(_BASE, seeds=2, steps=12, batch=8, hidden=16, depth=1, latents=8, point_depth=1, n_points=32,
+    "tiny": dict(_BASE, seeds=2, draws=2, steps=12, batch=8, hidden=16, depth=1, latents=8, point_depth=1, n_points=32,
                  n_clouds=24, n_eval=24, n_eval_points=12, sample_steps=4, lr_grid=[1e-3], n_show=2, show_res=[28]),
-    "quick": dict(_BASE, seeds=3, steps=200, batch=32, hidden=32, depth=2, latents=16, point_depth=1, n_points=64,
-                  n_clouds=400, n_eval=128, n_eval_points=48, sample_steps=25, lr_grid=[1e-4, 1e-3, 3e-3, 1e-2],
+    "quick": dict(_BASE, seeds=3, draws=3, steps=200, batch=32, hidden=32, depth=2, latents=16, point_depth=1, n_points=64,
+                  n_clouds=400, n_eval=128, n_eval_points=48, sample_steps=25, lr_grid=[1e-4, 1e-3, 3e-3, 1e-2, 3e-2],
                   n_show=8),
-    "full": dict(_BASE, seeds=10, steps=10000, batch=64, hidden=96, depth=4, latents=64, point_depth=3, n_points=256,
-                 n_clouds=4000, n_eval=1000, n_eval_points=200, sample_steps=100,
+    "full": dict(_BASE, seeds=10, draws=3, steps=10000, batch=64, hidden=96, depth=4, latents=64, point_depth=3, n_points=256,
+                 n_clouds=4000, n_eval=180, n_eval_points=200, sample_steps=100,
                  lr_grid=[1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2], n_show=16, feature_epochs=20),
 }
 MODALITIES = ("image", "points")
@@ -137,6 +148,8 @@ def fit_task(item: tuple, shared: Mapping[str, Any]) -> dict:
                         max(1, int(config["batch"]) // 2), lr=float(lr), ema=float(config["ema"]),
                         query_fraction=float(config["query_fraction"]) if method == "inrflow" else 1.0)
     steps, n_eval = int(config["sample_steps"]), int(config["n_eval"])
+    # the training curve (test runs only): EMA snapshots along the run, scored like draw 0
+    curve = tuple(int(k) for k in config["curve"]) if phase == "test" else ()
     out = {"phase": phase, "modality": modality, "method": method, "lr": float(lr), "index": index,
            "params": F.param_count(model)}
     timing = {}
@@ -144,7 +157,7 @@ def fit_task(item: tuple, shared: Mapping[str, Any]) -> dict:
         train_x, held, _ = _digit_split(res, s_data)
         vals = train_x.reshape(train_x.shape[0], -1, 1)
         coords = F.image_grid(res).expand(vals.shape[0], -1, -1)
-        fit = F.train(model, coords, vals, cfg, s_fit)
+        fit = F.train(model, coords, vals, cfg, s_fit, snapshots=curve)
         timing["train"] = time.perf_counter() - t_start
         net = D.load_feature_net(shared["features"][res], res)
         hi = int(config["hi_res"])
@@ -157,9 +170,26 @@ def fit_task(item: tuple, shared: Mapping[str, Any]) -> dict:
             samples, native = both[res], both[hi]
         else:
             samples = F.sample_images(fit["ema"], n_eval, res, train_resolution=res, steps=steps, seed=s_sample)
-        timing["sample"] = time.perf_counter() - t_start - timing["train"]
         out["finite"] = bool(torch.isfinite(samples).all())
         out["fid"] = D.frechet_distance(D.features(net, samples), D.features(net, held[:n_eval]))
+        if phase == "test":
+            # independent sample draws, each scored against its own disjoint slice of the held-out digits
+            draws = []
+            for d, (s_smp, _) in enumerate(_draw_seeds(seed, config), start=0):
+                if d:
+                    x = F.sample_images(fit["ema"], n_eval, res, train_resolution=res, steps=steps, seed=s_smp)
+                    out["finite"] = out["finite"] and bool(torch.isfinite(x).all())
+                    fid = D.frechet_distance(D.features(net, x), D.features(net, held[d * n_eval:(d + 1) * n_eval]))
+                else:
+                    fid = out["fid"]
+                draws.append({"draw": d, "case": "digits", "fid": fid})
+            out["draws"] = draws
+            out["fid"] = float(np.mean([r["fid"] for r in draws]))
+        if curve:
+            ref = D.features(net, held[:n_eval])
+            out["curve"] = [{"step": k, "metric": "fid", "value": D.frechet_distance(D.features(net, F.sample_images(
+                m, n_eval, res, train_resolution=res, steps=steps, seed=s_sample)), ref)} for k, m in fit["snapshots"].items()]
+        timing["sample"] = time.perf_counter() - t_start - timing["train"]
         if phase == "test":
             _, held_hi, _ = _digit_split(hi, s_data)
             net_hi = D.load_feature_net(shared["features"][hi], hi)
@@ -189,12 +219,32 @@ def fit_task(item: tuple, shared: Mapping[str, Any]) -> dict:
         n_pts, n_clouds, n_eval_p = int(config["n_points"]), int(config["n_clouds"]), int(config["n_eval_points"])
         train_c, _ = D.shape_clouds(n_clouds, n_pts, s_data)
         held_c, _ = D.shape_clouds(n_eval_p, n_pts, s_data + 1)
-        fit = F.train(model, train_c, train_c, cfg, s_fit)
+        fit = F.train(model, train_c, train_c, cfg, s_fit, snapshots=curve)
         timing["train"] = time.perf_counter() - t_start
         samples = F.sample_points(fit["ema"], n_eval_p, n_pts, context_points=n_pts, steps=steps, seed=s_sample)
-        timing["sample"] = time.perf_counter() - t_start - timing["train"]
         out["finite"] = bool(torch.isfinite(samples).all())
-        out.update(D.mmd_cov(samples, held_c, with_emd=phase == "test"))
+        if phase == "tune":
+            out.update(D.mmd_cov(samples, held_c))
+        else:
+            # independent sample draws, each against its own held-out reference set (draw 0: the samples
+            # above against held_c); scored per shape class so that no class decides a claim alone
+            draws = []
+            for d, (s_smp, s_ref) in enumerate(_draw_seeds(seed, config)):
+                x = samples
+                if d:
+                    x = F.sample_points(fit["ema"], n_eval_p, n_pts, context_points=n_pts, steps=steps, seed=s_smp)
+                    out["finite"] = out["finite"] and bool(torch.isfinite(x).all())
+                ref, kinds = D.shape_clouds(n_eval_p, n_pts, s_data + 1 if d == 0 else s_ref)
+                m = D.mmd_cov(x, ref, with_emd=True, reference_kinds=kinds)
+                draws.append({"draw": d, **{k: v for k, v in m.items() if k != "by_kind"}})
+                draws += [{"draw": d, "case": kind, **v} for kind, v in m["by_kind"].items()]
+            out["draws"] = draws
+            for k in _POINT_KEYS:
+                out[k] = float(np.mean([r[k] for r in draws if "case" not in r]))
+            out["curve"] = [{"step": k, "metric": name, "value": v} for k, m in fit["snapshots"].items() for name, v in
+                            D.mmd_cov(F.sample_points(m, n_eval_p, n_pts, context_points=n_pts, steps=steps,
+                                                      seed=s_sample), held_c).items()]
+        timing["sample"] = time.perf_counter() - t_start - timing["train"]
         if phase == "test":
             dense = n_pts * int(config["dense_factor"])
             held_d, _ = D.shape_clouds(n_eval_p, dense, s_data + 1)  # the same shapes, denser
@@ -218,6 +268,17 @@ def fit_task(item: tuple, shared: Mapping[str, Any]) -> dict:
     return out
 
 
+_POINT_KEYS = ("mmd_cd", "cov_cd", "mmd_emd", "cov_emd")
+
+
+def _draw_seeds(seed, config) -> list:
+    """Per test draw ``d``: (sampling seed, reference-set seed); spawned from the item's seed after the
+    four seeds ``fit_task`` uses, so they are the same for every method of a test seed (paired draws)."""
+    n = int(config["draws"])
+    extra = runtime.seeds(seed, 4 + 3 * n)[4:]
+    return [(extra[3 * d], extra[3 * d + 1]) for d in range(n)]
+
+
 def floor_task(item: tuple, shared: Mapping[str, Any]) -> dict:
     """The metrics' floor: training data itself scored against the held-out data."""
     from rayml.generative import inrflow_data as D
@@ -230,19 +291,30 @@ def floor_task(item: tuple, shared: Mapping[str, Any]) -> dict:
         res, n_eval = int(config["res"]), int(config["n_eval"])
         train_x, held, _ = _digit_split(res, s_data)
         net = D.load_feature_net(shared["features"][res], res)
-        return {"modality": modality, "index": index,
-                "fid": D.frechet_distance(D.features(net, train_x[:n_eval]), D.features(net, held[:n_eval]))}
+        sl = lambda x, d: x[d * n_eval:(d + 1) * n_eval]  # noqa: E731  (the test draws' held-out slices)
+        draws = [{"draw": d, "case": "digits", "fid": D.frechet_distance(D.features(net, sl(train_x, d)),
+                                                                          D.features(net, sl(held, d)))}
+                 for d in range(int(config["draws"]))]
+        return {"modality": modality, "index": index, "draws": draws, "fid": float(np.mean([r["fid"] for r in draws]))}
     n_pts, n_eval_p = int(config["n_points"]), int(config["n_eval_points"])
-    held_c, _ = D.shape_clouds(n_eval_p, n_pts, s_data + 1)
-    other, _ = D.shape_clouds(n_eval_p, n_pts, s_data + 2)
-    return {"modality": modality, "index": index, **D.mmd_cov(other, held_c, with_emd=True)}
+    n = int(config["draws"])
+    extra = runtime.seeds(seed, 4 + 3 * n)[4:]
+    draws = []
+    for d in range(n):  # the same reference sets as the test draws, against fresh clouds of the shapes
+        ref, kinds = D.shape_clouds(n_eval_p, n_pts, s_data + 1 if d == 0 else extra[3 * d + 1])
+        other, _ = D.shape_clouds(n_eval_p, n_pts, s_data + 2 if d == 0 else extra[3 * d + 2])
+        m = D.mmd_cov(other, ref, with_emd=True, reference_kinds=kinds)
+        draws.append({"draw": d, **{k: v for k, v in m.items() if k != "by_kind"}})
+        draws += [{"draw": d, "case": kind, **v} for kind, v in m["by_kind"].items()]
+    return {"modality": modality, "index": index, "draws": draws,
+            **{k: float(np.mean([r[k] for r in draws if "case" not in r])) for k in _POINT_KEYS}}
 
 
 # ----------------------------------------------------------------------------- the run
 
 
 def _check(config):
-    for key in ("seeds", "steps", "batch", "hidden", "depth", "heads", "grid", "latents", "point_depth", "n_points",
+    for key in ("seeds", "draws", "steps", "batch", "hidden", "depth", "heads", "grid", "latents", "point_depth", "n_points",
                 "n_clouds", "n_eval", "n_eval_points", "sample_steps", "n_show", "fourier_freqs", "feature_epochs",
                 "dense_factor"):
         v = config[key]
@@ -263,8 +335,13 @@ def _check(config):
         raise ValueError(f"batch must be >= 2 (point clouds train with batch // 2), got {config['batch']}")
     if config["n_eval"] < 8 or config["n_eval_points"] < 4 or config["n_clouds"] < 4:
         raise ValueError("n_eval must be >= 8, n_eval_points >= 4 and n_clouds >= 4")
-    if config["n_eval"] > 500:
-        raise ValueError(f"n_eval must be <= 500 (the held-out digits), got {config['n_eval']}")
+    if config["n_eval"] * config["draws"] > 540:
+        raise ValueError(f"n_eval * draws must be <= 540 (the held-out digits, one disjoint slice per draw), got "
+                         f"n_eval={config['n_eval']}, draws={config['draws']}")
+    curve = config["curve"]
+    if not isinstance(curve, list) or not all(isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= config["steps"]
+                                              for k in curve):
+        raise ValueError(f"curve must be a list of step counts in [1, steps={config['steps']}], got {curve!r}")
     grid = config["lr_grid"]
     if not isinstance(grid, list) or not grid or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                                          and v > 0 for v in grid):
@@ -336,6 +413,31 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                 rows.append({"modality": f["modality"], "method": "data", "seed": f["index"], "metric": key,
                              "value": float(f[key])})
 
+    # the per-draw table the tested claims pair on: images one row per (seed, draw) ("set" level); point
+    # clouds one row per (shape class, seed, draw) ("class" level) and the whole reference set ("set")
+    draw_rows = []
+    for r in res + [dict(f, method="data") for f in floors]:
+        for dr in r.get("draws", ()):
+            for key in ("fid",) + _POINT_KEYS:
+                if key in dr:
+                    draw_rows.append({"modality": r["modality"], "method": r["method"], "seed": r["index"],
+                                      "draw": dr["draw"], "case": dr.get("case", "all"),
+                                      "level": "class" if r["modality"] == "points" and "case" in dr else "set",
+                                      "metric": key, "value": float(dr[key])})
+
+    def wins(modality, metric, base, level, lower):
+        """Per-case wins of INRFlow and of ``base`` (and ties) over the paired rows of ``draw_rows``."""
+        pick = lambda mth: {(r["case"], r["seed"], r["draw"]): r["value"] for r in draw_rows  # noqa: E731
+                            if r["modality"] == modality and r["method"] == mth and r["metric"] == metric
+                            and r["level"] == level}
+        a, b = pick("inrflow"), pick(base)
+        gaps = [(a[k] - b[k]) * (-1 if lower else 1) for k in sorted(set(a) & set(b), key=repr)]
+        return {"inrflow": sum(g > 0 for g in gaps), base: sum(g < 0 for g in gaps), "ties": sum(g == 0 for g in gaps)}
+
+    case_wins = {f"image/{b}/fid": wins("image", "fid", b, "set", True) for b in ("grid", "unet")}
+    case_wins.update({f"points/pointtf/{k}": wins("points", k, "pointtf", "class", k.startswith("mmd"))
+                      for k in _POINT_KEYS})
+
     def mean(modality, method, metric):
         v = [r["value"] for r in rows if r["modality"] == modality and r["method"] == method and r["metric"] == metric]
         return float(np.mean(v)) if v else float("nan")
@@ -375,7 +477,11 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         "data_floor": {"fid": mean("image", "data", "fid"),
                        **{k: mean("points", "data", k) for k in ("mmd_cd", "cov_cd", "mmd_emd", "cov_emd")}},
         "tuned_lr": {f"{m}/{mth}": tuned[(m, mth)] for m, mth in pairs},
+        # tuned learning rates on an edge of a grid of more than one value (the optimum may lie outside)
+        "lr_on_edge": [f"{m}/{mth}" for m, mth in pairs if len(grid) > 1 and tuned[(m, mth)] in (min(grid), max(grid))],
+        "case_wins": case_wins,
     }
+    metrics["lr_on_edge_count"] = len(metrics["lr_on_edge"])
     img_base = lambda mth: {k: mean("image", mth, k) for k in ("fid", "fid_hi_nearest", "fid_hi_nearest_ratio",  # noqa: E731
                                                                "fid_hi_bilinear")}
     baselines = {
@@ -393,7 +499,9 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                            f"{config['ema']}), logit-normal t, Euler ODE sampling from the EMA weights"}
     timing = [{"phase": r["phase"], "modality": r["modality"], "method": r["method"], "lr": r["lr"], "seed": r["index"],
                **{f"{k}_s": round(v, 2) for k, v in r["timing"].items()}} for r in timing_rows]
-    tables = {"quality": rows, "normalised": norm_rows, "samples": shows, "loss": curves, "timing_tasks": timing}
+    curve_rows = [{"modality": r["modality"], "method": r["method"], "seed": r["index"], **c}
+                  for r in res for c in r.get("curve", ())]
+    tables = {"quality": rows, "draws": draw_rows, "curve": curve_rows, "normalised": norm_rows, "samples": shows, "loss": curves, "timing_tasks": timing}
     return Outcome(metrics=metrics, baselines=baselines, tables=tables, budget=budget)
 
 
@@ -408,6 +516,14 @@ _DOMAINS = ("abstract: 'INRFlow effectively handles different data modalities su
 _CONTINUOUS = ("abstract: 'we introduce a conditionally independent point-wise training objective that enables INRFlow "
                "to make predictions continuously in coordinate space'")
 
+_PAIR = ("case", "seed", "draw")
+
+
+def _rows(modality, method, metric, level="class"):
+    """The filter of a tested claim's rows in the ``draws`` table."""
+    return {"modality": modality, "method": method, "metric": metric, "level": level}
+
+
 CLAIMS = (
     Claim(text="across modalities (digits images, shape point clouds), a lower distance to held-out data than the "
                "equal-size baseline of each modality (FID-like / MMD-CD, each divided by its modality's mean over both "
@@ -421,18 +537,32 @@ CLAIMS = (
           metric="metrics.distance_norm_unet", compare="baselines.baseline.distance_norm_unet", op="<",
           test="paired sign test over seeds", table="normalised", a={"comparison": "unet", "role": "inrflow"},
           b={"comparison": "unet", "role": "baseline"}, pair_on=("case", "seed"), source=_DOMAINS),
-    Claim(text="images: lower FID-like distance to held-out digits than the equal-size grid flow-matching MLP",
-          metric="metrics.fid", compare="baselines.grid.fid", op="<", source=_DOMAINS),
+    Claim(text="images: lower FID-like distance to held-out digits than the equal-size grid flow-matching MLP "
+               "(paired over seed x sample draw, each draw against its own disjoint held-out digits)",
+          metric="metrics.fid", compare="baselines.grid.fid", op="<", test="paired sign test over seeds", table="draws",
+          a=_rows("image", "inrflow", "fid", "set"), b=_rows("image", "grid", "fid", "set"), pair_on=_PAIR,
+          source=_DOMAINS),
     Claim(text="point clouds: lower MMD-CD to held-out shapes than the equal-size point transformer without the "
-               "point-wise decoder", metric="metrics.mmd_cd", compare="baselines.pointtf.mmd_cd", op="<", source=_DOMAINS),
-    Claim(text="point clouds: higher COV-CD than the point transformer", metric="metrics.cov_cd",
-          compare="baselines.pointtf.cov_cd", op=">", source=_DOMAINS),
-    Claim(text="images: lower FID-like distance to held-out digits than the equal-size grid U-Net",
-          metric="metrics.fid", compare="baselines.unet.fid", op="<", source=_DOMAINS),
-    Claim(text="point clouds: lower MMD-EMD (exact EMD) to held-out shapes than the point transformer",
-          metric="metrics.mmd_emd", compare="baselines.pointtf.mmd_emd", op="<", source=_DOMAINS),
-    Claim(text="point clouds: higher COV-EMD than the point transformer", metric="metrics.cov_emd",
-          compare="baselines.pointtf.cov_emd", op=">", source=_DOMAINS),
+               "point-wise decoder (paired over shape class x seed x sample draw, each draw against its own held-out "
+               "reference clouds)", metric="metrics.mmd_cd", compare="baselines.pointtf.mmd_cd", op="<",
+          test="paired sign test over seeds", table="draws", a=_rows("points", "inrflow", "mmd_cd"),
+          b=_rows("points", "pointtf", "mmd_cd"), pair_on=_PAIR, source=_DOMAINS),
+    Claim(text="point clouds: higher COV-CD than the point transformer (paired over shape class x seed x draw)",
+          metric="metrics.cov_cd", compare="baselines.pointtf.cov_cd", op=">", test="paired sign test over seeds",
+          table="draws", a=_rows("points", "inrflow", "cov_cd"), b=_rows("points", "pointtf", "cov_cd"),
+          pair_on=_PAIR, source=_DOMAINS),
+    Claim(text="images: lower FID-like distance to held-out digits than the equal-size grid U-Net (paired over seed "
+               "x sample draw)", metric="metrics.fid", compare="baselines.unet.fid", op="<",
+          test="paired sign test over seeds", table="draws", a=_rows("image", "inrflow", "fid", "set"),
+          b=_rows("image", "unet", "fid", "set"), pair_on=_PAIR, source=_DOMAINS),
+    Claim(text="point clouds: lower MMD-EMD (exact EMD) to held-out shapes than the point transformer (paired over "
+               "shape class x seed x draw)", metric="metrics.mmd_emd", compare="baselines.pointtf.mmd_emd", op="<",
+          test="paired sign test over seeds", table="draws", a=_rows("points", "inrflow", "mmd_emd"),
+          b=_rows("points", "pointtf", "mmd_emd"), pair_on=_PAIR, source=_DOMAINS),
+    Claim(text="point clouds: higher COV-EMD than the point transformer (paired over shape class x seed x draw)",
+          metric="metrics.cov_emd", compare="baselines.pointtf.cov_emd", op=">", test="paired sign test over seeds",
+          table="draws", a=_rows("points", "inrflow", "cov_emd"), b=_rows("points", "pointtf", "cov_emd"),
+          pair_on=_PAIR, source=_DOMAINS),
     Claim(text="at the unseen resolution, decoding the coordinates beats replicating the model's own training-"
                "resolution pixels (FID-like at hi_res, native < nearest-neighbour)",
           metric="metrics.fid_hi", compare="metrics.fid_hi_nearest", op="<", source=_CONTINUOUS),
@@ -444,6 +574,8 @@ CLAIMS = (
           metric="metrics.fid_hi", compare="baselines.unet.fid_hi_nearest", op="<", source=_CONTINUOUS),
     Claim(text="the baselines are within 10% of INRFlow's parameter count", metric="metrics.param_gap", compare=0.1,
           op="<=", kind="sanity"),
+    Claim(text="no tuned learning rate lies on an edge of the tuning grid (where the optimum could lie outside it)",
+          metric="metrics.lr_on_edge_count", compare=0, op="<=", kind="sanity"),
     Claim(text="every sample is finite", metric="metrics.finite", compare=1.0, op=">=", kind="sanity"),
     Claim(text="the flow-matching loss falls during training (mean over runs, last tenth < first tenth)",
           metric="metrics.loss_last", compare="metrics.loss_first", op="<", kind="sanity"),
@@ -564,7 +696,25 @@ def plots(record: Mapping) -> dict:
                 ax5[i][j].imshow(v[j], cmap="gray", vmin=-1, vmax=1, interpolation="nearest")
             ax5[i][0].set_title(name, fontsize=7, loc="left")
         fig5.tight_layout()
-    figs = {"distances": fig, "digit_samples": fig2, "cloud_samples": fig3, "loss": fig4}
+    # the tested point-cloud claims, case by case: INRFlow minus the point transformer per (class, seed, draw)
+    drows = record["tables"].get("draws", [])
+    fig6, axes6 = plt.subplots(1, 4, figsize=(15, 3.4))
+    for ax, metric in zip(axes6, ("mmd_cd", "cov_cd", "mmd_emd", "cov_emd")):
+        pick = lambda mth: {(r["case"], r["seed"], r["draw"]): r["value"] for r in drows  # noqa: E731
+                            if r["modality"] == "points" and r["method"] == mth and r["metric"] == metric
+                            and r["level"] == "class"}
+        a, b = pick("inrflow"), pick("pointtf")
+        cases = sorted({k[0] for k in a})
+        for j, case in enumerate(cases):
+            gaps = [a[k] - b[k] for k in sorted(a) if k[0] == case and k in b]
+            ax.scatter(j + np.linspace(-0.2, 0.2, len(gaps)), gaps, s=12, color=f"C{j}")
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_xticks(range(len(cases)), cases, fontsize=8)
+        better = "below 0" if metric.startswith("mmd") else "above 0"
+        ax.set_title(f"{metric.upper().replace('_', '-')}: INRFlow - point transformer\n(INRFlow better {better}; "
+                     "one dot per seed x draw)", fontsize=8)
+    fig6.tight_layout()
+    figs = {"distances": fig, "digit_samples": fig2, "cloud_samples": fig3, "loss": fig4, "point_classes": fig6}
     if fig5 is not None:
         figs["resolutions"] = fig5
     return figs

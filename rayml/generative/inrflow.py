@@ -501,12 +501,22 @@ def cicfm_loss(model: nn.Module, coords: torch.Tensor, values: torch.Tensor, t: 
     return ((model(coords, y_t, t, qx, qy) - qu) ** 2).mean()
 
 
-def train(model: nn.Module, coords: torch.Tensor, values: torch.Tensor, cfg: TrainConfig, seed: int) -> dict:
+def train(model: nn.Module, coords: torch.Tensor, values: torch.Tensor, cfg: TrainConfig, seed: int,
+          snapshots=()) -> dict:
     """Train ``model`` on the sets ``(coords, values)`` (``(S, N, D)``, ``(S, N, C)``) with the point-wise
-    objective; returns ``{"model", "ema", "losses"}``. Deterministic in ``seed`` (one thread)."""
+    objective; returns ``{"model", "ema", "losses", "snapshots"}``. Deterministic in ``seed`` (one thread).
+
+    ``snapshots``: step counts ``k`` (``1 <= k <= cfg.steps``) at which a copy of the EMA weights is kept
+    (``{k: ema}``). There is no learning-rate schedule and the EMA warm-up depends on the step only, so the
+    snapshot at ``k`` equals the EMA of a ``k``-step run with the same seed (tested): one run measures the
+    whole training curve."""
     _check_sets(coords, values)
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+    if isinstance(snapshots, (str, int)) or not all(isinstance(k, int) and not isinstance(k, bool)
+                                                    and 1 <= k <= cfg.steps for k in snapshots):
+        raise ValueError(f"snapshots must be step counts in [1, {cfg.steps}], got {snapshots!r}")
+    keep, kept = set(snapshots), {}
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(int(seed))
     ema = copy.deepcopy(model).eval()
@@ -536,8 +546,10 @@ def train(model: nn.Module, coords: torch.Tensor, values: torch.Tensor, cfg: Tra
         with torch.no_grad():  # ema <- decay ema + (1 - decay) model
             torch._foreach_lerp_(ema_params, [p.detach() for p in params], 1 - decay)
         losses.append(float(loss.detach()))
+        if k + 1 in keep:
+            kept[k + 1] = copy.deepcopy(ema)
     model.eval()
-    return {"model": model, "ema": ema, "losses": losses}
+    return {"model": model, "ema": ema, "losses": losses, "snapshots": kept}
 
 
 # ----------------------------------------------------------------------------- sampling

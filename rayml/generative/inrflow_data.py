@@ -262,15 +262,35 @@ def emd_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(out)
 
 
-def mmd_cov(generated: torch.Tensor, reference: torch.Tensor, with_emd: bool = False) -> dict:
+def mmd_cov(generated: torch.Tensor, reference: torch.Tensor, with_emd: bool = False, reference_kinds=None) -> dict:
     """MMD-CD (mean over reference clouds of the Chamfer distance to the closest generated cloud; lower
     is better) and COV-CD (share of reference clouds that are some generated cloud's nearest; higher
     is better), Achlioptas et al. 2018; with ``with_emd=True`` also MMD-EMD and COV-EMD, the same with the
-    exact EMD (``emd_matrix``; equal point counts)."""
-    out = {}
+    exact EMD (``emd_matrix``; equal point counts).
+
+    ``reference_kinds`` (one label per reference cloud, e.g. the shape class of ``shape_clouds``) adds
+    ``by_kind: {kind: {metric: value}}``: the same two sums restricted to the reference clouds of each
+    kind (nearest neighbours are still found among all reference clouds), so the whole-set MMD / COV
+    is the count-weighted mean of the per-kind values (tested) and each shape class can be compared
+    on its own."""
+    if reference_kinds is not None and len(reference_kinds) != reference.shape[0]:
+        raise ValueError(f"reference_kinds must have one label per reference cloud ({reference.shape[0]}), "
+                         f"got {len(reference_kinds)}")
+    out, by_kind = {}, {}
+    kinds = None if reference_kinds is None else list(dict.fromkeys(reference_kinds))
     for name, fn in (("cd", chamfer_matrix),) + ((("emd", emd_matrix),) if with_emd else ()):
         d = fn(generated, reference)
-        mmd = float(d.min(0).values.mean())
+        nearest = d.min(0).values  # per reference cloud
+        covered = torch.zeros(reference.shape[0], dtype=torch.bool)
+        covered[d.argmin(1)] = True
+        mmd = float(nearest.mean())
         out[f"mmd_{name}"] = mmd if math.isfinite(mmd) else float("nan")
-        out[f"cov_{name}"] = float(torch.unique(d.argmin(1)).numel() / reference.shape[0])
+        out[f"cov_{name}"] = float(covered.double().mean())
+        for k in kinds or ():
+            sel = torch.tensor([r == k for r in reference_kinds])
+            m = float(nearest[sel].mean())
+            by_kind.setdefault(k, {})[f"mmd_{name}"] = m if math.isfinite(m) else float("nan")
+            by_kind[k][f"cov_{name}"] = float(covered[sel].double().mean())
+    if kinds is not None:
+        out["by_kind"] = by_kind
     return out

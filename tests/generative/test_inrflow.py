@@ -250,6 +250,21 @@ def test_training_is_deterministic_and_lowers_the_loss():
         assert torch.equal(a, b)
 
 
+def test_a_snapshot_equals_the_ema_of_a_shorter_run():
+    x, _ = D.digit_images(6)
+    vals = x[:32].reshape(32, -1, 1)
+    coords = F.image_grid(6).expand(32, -1, -1)
+    long = F.train(_img_model(2), coords, vals, F.TrainConfig(steps=12, batch=8, lr=3e-3), seed=4, snapshots=(5, 12))
+    short = F.train(_img_model(2), coords, vals, F.TrainConfig(steps=5, batch=8, lr=3e-3), seed=4)
+    assert sorted(long["snapshots"]) == [5, 12] and long["losses"][:5] == short["losses"]
+    for a, b in zip(long["snapshots"][5].parameters(), short["ema"].parameters()):
+        assert torch.equal(a, b)
+    for a, b in zip(long["snapshots"][12].parameters(), long["ema"].parameters()):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="snapshots"):
+        F.train(_img_model(2), coords, vals, F.TrainConfig(steps=5, batch=8), seed=4, snapshots=(6,))
+
+
 def test_match_width_equalises_parameter_counts():
     target = F.param_count(F.INRFlow(F.ModelConfig(modality="image", hidden=32, depth=2, heads=2)))
     w = B.match_width(lambda w: B.GridMLPFlow(16, w), target, range(4, 400, 2))
@@ -298,6 +313,25 @@ def test_chamfer_matches_brute_force_and_mmd_cov_of_identical_sets():
             assert abs(cd[i, j].item() - (d.min(1).mean() + d.min(0).mean())) < 1e-5
     same = D.mmd_cov(b, b)
     assert same["mmd_cd"] == 0.0 and same["cov_cd"] == 1.0
+
+
+def test_mmd_cov_by_kind_restricts_the_sums_to_each_kind_and_averages_back_to_the_whole_set():
+    gen, _ = D.shape_clouds(7, 20, seed=4)
+    ref, kinds = D.shape_clouds(10, 20, seed=5)  # uneven kinds: 3, 3, 2, 2
+    out = D.mmd_cov(gen, ref, with_emd=True, reference_kinds=kinds)
+    for name, fn in (("cd", D.chamfer_matrix), ("emd", D.emd_matrix)):
+        d = fn(gen, ref).numpy()
+        nearest_ref = {int(np.argmin(row)) for row in d}  # brute force: each generated cloud's nearest
+        for k in set(kinds):
+            idx = [j for j, r in enumerate(kinds) if r == k]
+            assert out["by_kind"][k][f"mmd_{name}"] == pytest.approx(np.mean([d[:, j].min() for j in idx]), abs=1e-12)
+            assert out["by_kind"][k][f"cov_{name}"] == pytest.approx(np.mean([j in nearest_ref for j in idx]))
+        for m in (f"mmd_{name}", f"cov_{name}"):
+            weighted = sum(out["by_kind"][k][m] * kinds.count(k) for k in set(kinds)) / len(kinds)
+            assert out[m] == pytest.approx(weighted, abs=1e-12)
+    assert "by_kind" not in D.mmd_cov(gen, ref)
+    with pytest.raises(ValueError, match="reference_kinds"):
+        D.mmd_cov(gen, ref, reference_kinds=kinds[:-1])
 
 
 def test_emd_matches_brute_force_and_the_one_dimensional_closed_form():
