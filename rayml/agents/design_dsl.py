@@ -378,10 +378,11 @@ def _rel(a: float, b: float) -> float:
 
 
 def evaluate(result: Sequence[Part], target: Sequence[Part], before: Sequence[Part], intent: Mapping,
-             *, res: int | None = None) -> dict:
+             *, res: int | None = None, geometry: bool = True) -> dict:
     """Checkable targets of one episode: success (every parameter within ``SUCCESS_TOL`` and the
     same parts and holes), the intended quantity's relative error (parameter precision), voxel IoU,
-    volume error, bounding-box error, hole counts and mirror symmetry."""
+    volume error, bounding-box error, hole counts and mirror symmetry (``geometry=False``: the
+    voxel metrics are NaN, not computed)."""
     from rayml.agents.design_dsl_kernel import bbox, volume
 
     def key(m):
@@ -404,6 +405,10 @@ def evaluate(result: Sequence[Part], target: Sequence[Part], before: Sequence[Pa
     else:
         want = intent["diameter"] / 2
         err = min([_rel(c[3], want) for c in rc[len(key(before)[1]):]] or [1.0])
+    out = {"success": float(ok), "param_error": float(min(err, 1.0)), "precise": float(err <= PRECISION_TOL),
+           "holes_ok": float(hole_count(result) == hole_count(target))}
+    if not geometry:
+        return {**out, "iou": math.nan, "volume_error": math.nan, "bbox_error": math.nan, "symmetry_ok": math.nan}
     sym_t = mirror_symmetry(target, res)
     sym_r = mirror_symmetry(result, res)
     bt, br = bbox(target), bbox(result)
