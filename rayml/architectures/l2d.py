@@ -39,6 +39,7 @@ other flow positions (as in the authors' memory-efficient implementation).
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import asdict, dataclass
 
@@ -219,27 +220,38 @@ class FlowLM(nn.Module):
 
     # --- the flow path ------------------------------------------------------------------------
     def flow_logits(self, h_main: torch.Tensor, cache, x_t: torch.Tensor, t: torch.Tensor,
-                    labels: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits of the L2D model for the last ``x_t.shape[1]`` positions of the cached sequence.
+                    labels: torch.Tensor | None = None, at: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits of the L2D model at ``s = x_t.shape[1]`` positions of the cached sequence.
 
-        ``h_main``: (b, s, d) main hidden of those positions; ``x_t``: (b, s, m); ``t``: (b, s) in [0, 1].
+        ``h_main``: (b, s, d) main hidden of those positions; ``x_t``: (b, s, m); ``t``: (b, s) in [0, 1];
+        ``at``: (b, s) indices of those positions in the cache (default: the last ``s``). The flow stream
+        of a position reads only the main path's keys and values at or before it (never other flow
+        positions), so any subset of positions gives the same logits as the full sequence.
         """
         from rayml.llm.model import rope_cos_sin
 
         b, s, _ = x_t.shape
         mcfg = self.base.config
         T = cache.length
-        positions = cache.positions[:, T - s:T]
+        if at is None:
+            positions = cache.positions[:, T - s:T]
+        else:
+            if at.shape != (b, s):
+                raise ValueError(f"at must have shape {(b, s)}, got {tuple(at.shape)}")
+            positions = torch.gather(cache.positions[:, :T], 1, at)
         cos, sin = rope_cos_sin(positions, mcfg.head_dim, mcfg.rope_theta, x_t.dtype)
         var = (1 - t) ** 2 * self.cfg.noise_scale ** 2 + t ** 2
         f = self.flow_in(x_t / var.sqrt()[..., None])
         cond = self._cond(t, labels)
+        if at is not None:  # (b, 1, s, T): each position sees the cached entries up to itself
+            mask = (torch.arange(T)[None, None, :] <= at[:, :, None])[:, None]
+        elif s < T:  # the last s positions attend to every cached entry at or before them
+            mask = torch.ones(s, T, dtype=torch.bool).tril(diagonal=T - s)
         for layer, fl in enumerate(self.layers):
             k, v = cache.read(layer)
-            if s == T:
+            if at is None and s == T:
                 f = fl(f, cond, k, v, cos, sin, mcfg, causal=True)
-            else:  # the last s positions attend to every cached entry at or before them
-                mask = torch.ones(s, T, dtype=torch.bool).tril(diagonal=T - s)
+            else:
                 f = _masked_layer(fl, f, cond, k, v, cos, sin, mcfg, mask)
         scale = self.head(cond) - self.head(self._cond(torch.zeros_like(t), labels))
         return self.base_logits(h_main + f * scale)
@@ -249,14 +261,17 @@ class FlowLM(nn.Module):
         h, cache = self.main_path(ids)
         return self.flow_logits(h, cache, x_t, t, labels)
 
-    def velocity(self, h_main, cache, x, t: float, labels=None, guidance: float = 1.0) -> torch.Tensor:
+    def velocity(self, h_main, cache, x, t: float, labels=None, guidance: float = 1.0,
+                 table: torch.Tensor | None = None) -> torch.Tensor:
         """``(x_1_hat - x) / (1 - t)`` with ``x_1_hat`` the representation of the argmax token; CFG mixes
-        the conditional and the unconditional velocities with weight ``guidance``."""
+        the conditional and the unconditional velocities with weight ``guidance``. ``table``: the
+        precomputed ``flow_table()`` (it is the same for every evaluation of one solve)."""
         tt = torch.full(x.shape[:2], float(t))
+        table = self.flow_table() if table is None else table
 
         def v(lab):
             logits = self.flow_logits(h_main, cache, x, tt, lab)
-            x1 = self.flow_table()[logits.argmax(-1)]
+            x1 = table[logits.argmax(-1)]
             return (x1 - x) / (1.0 - float(t))
 
         if labels is None or self.class_embed is None or guidance == 1.0:
@@ -279,13 +294,18 @@ def _masked_layer(fl, f, cond, k, v, cos, sin, mcfg, mask):
 
 
 class LoRALM(nn.Module):
-    """The LoRA finetuning baseline: LoRA on every projection of the frozen base (q, k, v, o, gate, up, down)."""
+    """The LoRA finetuning baseline: LoRA on every projection of the frozen base (q, k, v, o, gate, up, down).
+
+    ``base`` is not modified: the adapters wrap the projections of a copy that shares its weights."""
 
     def __init__(self, base, rank: int, alpha: float | None = None):
         super().__init__()
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
             raise ValueError(f"rank must be a positive integer, got {rank!r}")
         _freeze(base)
+        # the adapters go into a copy of the module tree that shares the (frozen) weight tensors, so
+        # ``base`` itself is left as it was (a worker may keep one loaded base for many runs)
+        base = copy.deepcopy(base, memo={id(p): p for p in base.parameters()})
         alpha = float(rank) if alpha is None else alpha
         for block in base.layers:
             for parent, names in ((block.self_attn, ("q_proj", "k_proj", "v_proj", "o_proj")),
@@ -327,8 +347,13 @@ def lora_rank_for_budget(base_config, budget: int) -> int:
 
 
 def l2d_loss(flow: FlowLM, ids: torch.Tensor, targets: torch.Tensor, generator: torch.Generator,
-             labels: torch.Tensor | None = None, ignore_index: int = -100) -> torch.Tensor:
-    """Eq. 4: cross-entropy of the next token given ``x_t`` of that token, ``t ~ U(0, 1)`` per token."""
+             labels: torch.Tensor | None = None, ignore_index: int = -100, only_targets: bool = False) -> torch.Tensor:
+    """Eq. 4: cross-entropy of the next token given ``x_t`` of that token, ``t ~ U(0, 1)`` per token.
+
+    ``only_targets``: run the flow path only at the positions whose target is not ``ignore_index``
+    (the same loss, since a flow position reads only the main path; the random draws are made for
+    every position either way, so both give the same ``t`` and noise per position).
+    """
     b, s = ids.shape
     t = torch.rand(b, s, generator=generator)
     tgt = targets.clamp_min(0)
@@ -338,8 +363,18 @@ def l2d_loss(flow: FlowLM, ids: torch.Tensor, targets: torch.Tensor, generator: 
     if labels is not None and flow.class_embed is not None:
         drop = torch.rand(labels.shape, generator=generator) < flow.cfg.guidance_dropout
         labels = torch.where(drop, flow.cfg.n_classes, labels)[:, None].expand(b, s)
-    logits = flow(ids, x_t, t, labels)
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=ignore_index)
+    if not only_targets:
+        logits = flow(ids, x_t, t, labels)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=ignore_index)
+    keep = targets != ignore_index
+    k = max(1, int(keep.sum(1).max()))
+    # per row, the target positions first (in order), padded with ignored positions
+    order = torch.sort((~keep).to(torch.int8), dim=1, stable=True).indices[:, :k]
+    h, cache = flow.main_path(ids)
+    g = lambda x: torch.gather(x, 1, order if x.dim() == 2 else order[..., None].expand(-1, -1, x.shape[-1]))
+    lab = g(labels) if labels is not None and labels.dim() == 2 else labels
+    logits = flow.flow_logits(g(h), cache, g(x_t), g(t), lab, at=order)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), g(targets).reshape(-1), ignore_index=ignore_index)
 
 
 def lm_loss(model: nn.Module, ids: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
@@ -413,13 +448,15 @@ def solve(flow: FlowLM, h_main, cache, x0: torch.Tensor, *, method: str = "euler
     The velocity at ``t >= 1`` is taken as zero (the path has arrived), as in the authors' adaptive solvers.
     """
 
+    table = flow.flow_table()
+
     def vel(xx, t, rows):
         if t >= 1.0:
             return torch.zeros_like(xx)
         if rows is None:
-            return flow.velocity(h_main, cache, xx, t, labels, guidance)
+            return flow.velocity(h_main, cache, xx, t, labels, guidance, table)
         lab = labels[rows] if labels is not None else None
-        return flow.velocity(h_main[rows], cache.select(rows), xx, t, lab, guidance)
+        return flow.velocity(h_main[rows], cache.select(rows), xx, t, lab, guidance, table)
 
     x, evals = integrate(vel, x0, method=method, steps=steps, rtol=rtol, atol=atol, max_evals=max_evals)
     logits = flow.flow_logits(h_main, cache, x, torch.ones(x.shape[:2]), labels)

@@ -1,23 +1,32 @@
-"""L2D reproduction on the substrate: accuracy against the number of ODE steps, LoRA at equal budget.
+"""L2D reproduction: accuracy against the number of ODE steps, LoRA at equal budget, on the substrate
+and on SmolLM2-135M.
 
-The shipped base model (``rayml.llm.pretrained("base")``) adds 3-digit numbers perfectly and 4-digit
-numbers never (the sum is written least-significant digit first). L2D adds a flow path beside the
-frozen base and is trained on 4-digit addition with the flow-matching cross-entropy; the baseline
-is LoRA finetuning of the same base on the same items with the same number of trainable
-parameters (rank chosen to match), steps, batch and learning-rate grid. Test accuracy (exact match
-of the generated sum, greedy) is measured for the base (``steps = 0``: the L2D model at ``t = 0`` is
-the base bit for bit), for L2D with Euler and midpoint at each number of steps, and for the
-adaptive solver, whose evaluations per problem are recorded.
+Substrate (``model="base"``): the shipped base model (``rayml.llm.pretrained("base")``) adds 3-digit
+numbers perfectly and 4-digit numbers never (the sum is written least-significant digit first). L2D
+adds a flow path beside the frozen base and is trained on 4-digit addition with the flow-matching
+cross-entropy; the baseline is LoRA finetuning of the same base on the same items with the same
+number of trainable parameters (rank chosen to match), steps, batch and learning-rate grid. Test
+accuracy (exact match of the generated sum, greedy) is measured for the base (``steps = 0``: the L2D
+model at ``t = 0`` is the base bit for bit), for L2D with Euler and midpoint at each number of steps,
+and for the adaptive solver, whose evaluations per problem are recorded.
+
+SmolLM2 (``model="smollm2-135m"``): the frozen base is SmolLM2-135M-Instruct (``rayml.llm.pretrained``;
+its Q4_1-quantised weights, dequantised) and the items are plain-text questions a verifier scores
+(``rayml.alignment.text_tasks``: ``task="add"`` asks ``What is 3+5?`` with the reply led to ``3+5=``,
+``levels`` the operand digits; ``task="lookup"`` asks for one of ``levels`` facts); the other settings
+come from the size's ``real`` block (cut to what a 2-core CPU trains: a few dozen steps). The flow
+path runs only at the answer positions in training (``l2d_loss(only_targets=True)``: the same loss).
 
 Ray: training runs (method x lr x tuning seed, then method x test seed) are tasks; evaluations
-(method x seed x solver x steps) are tasks; the base weights come from the package in each task and
-the trained adapters travel through the object store. Tuning: each method's learning rate on the
-same grid (the authors' 1e-4 inside it) by held-out loss on a tuning seed kept apart from the test seeds.
+(method x seed x solver x steps) are tasks; each worker process loads the frozen base once (from the
+package or its own node's cache) and the trained adapters travel through the object store. Tuning:
+each method's learning rate on the same grid (the authors' 1e-4 inside it) by held-out loss on a
+tuning seed kept apart from the test seeds.
 """
 
 from __future__ import annotations
 
-import copy
+from functools import lru_cache
 from typing import Any, Mapping
 
 import numpy as np
@@ -30,21 +39,58 @@ PAPER = "Large Language Models to Diffusion Finetuning (L2D), ICML 2025"
 METHOD = "l2d"
 IGNORE = -100
 
+REAL_MODELS = ("smollm2-135m",)
+# a real pretrained LM (``model=smollm2-135m``): plain-text questions, settings cut to what a 2-core CPU
+# trains and evaluates in a few minutes (SmolLM2 is ~140x the substrate's size)
+_REAL = dict(train_items=512, eval_items=32, adaptive_items=6, adaptive_max_evals=24, steps=32, batch=4,
+             lr_grid=[1e-4, 1e-3], tune_seeds=1, seeds=2, ode_steps=[1, 2, 4, 8], solvers=["euler"], lora_rank=4,
+             flow_dim=16, cond_dim=8)
+_COMMON = dict(model="base", task="add", levels=[1, 2])
 SIZES = {
-    "tiny": dict(digits=4, train_items=64, eval_items=4, adaptive_items=1, adaptive_max_evals=6, steps=3, batch=8, lr_grid=[1e-3],
-                 tune_seeds=1, seeds=2, ode_steps=[1, 2], solvers=["euler"], adaptive_tol=0.05, lora_rank=8,
-                 flow_dim=32, noise_scale=64.0, cond_dim=16),
-    "quick": dict(digits=4, train_items=4000, eval_items=100, adaptive_items=10, adaptive_max_evals=64, steps=200, batch=24,
+    "tiny": dict(_COMMON, digits=4, train_items=64, eval_items=4, adaptive_items=1, adaptive_max_evals=6, steps=3, batch=8,
+                 lr_grid=[1e-3], tune_seeds=1, seeds=2, ode_steps=[1, 2], solvers=["euler"], adaptive_tol=0.05, lora_rank=8,
+                 flow_dim=32, noise_scale=64.0, cond_dim=16,
+                 real=dict(train_items=16, eval_items=2, adaptive_items=1, adaptive_max_evals=4, steps=1, batch=2,
+                           seeds=1, lora_rank=1, flow_dim=8, cond_dim=4)),
+    "quick": dict(_COMMON, digits=4, train_items=4000, eval_items=100, adaptive_items=10, adaptive_max_evals=64, steps=200, batch=24,
                   lr_grid=[1e-4, 1e-3, 1e-2], tune_seeds=1, seeds=2, ode_steps=[1, 2, 4, 8, 16], solvers=["euler", "midpoint"],
-                  adaptive_tol=0.05, lora_rank=8, flow_dim=64, noise_scale=64.0, cond_dim=32),
-    "full": dict(digits=4, train_items=50000, eval_items=500, adaptive_items=200, adaptive_max_evals=256, steps=3000, batch=64,
+                  adaptive_tol=0.05, lora_rank=8, flow_dim=64, noise_scale=64.0, cond_dim=32, real=dict(_REAL)),
+    "full": dict(_COMMON, digits=4, train_items=50000, eval_items=500, adaptive_items=200, adaptive_max_evals=256, steps=3000, batch=64,
                  lr_grid=[1e-4, 1e-3, 3e-3, 1e-2], tune_seeds=2, seeds=5, ode_steps=[1, 2, 4, 8, 16, 32],
                  solvers=["euler", "midpoint"], adaptive_tol=0.02, lora_rank=16, flow_dim=64, noise_scale=64.0,
-                 cond_dim=32),
+                 cond_dim=32,
+                 real=dict(_REAL, train_items=20000, eval_items=200, adaptive_items=40, adaptive_max_evals=128, steps=1000,
+                           batch=16, lr_grid=[1e-4, 3e-4, 1e-3], seeds=3, ode_steps=[1, 2, 4, 8, 16, 32], lora_rank=8,
+                           flow_dim=64, cond_dim=32)),
 }
 
 
+def _effective(config: Mapping[str, Any]) -> dict:
+    """The config a run uses: a real pretrained model takes its settings from ``config["real"]``."""
+    config = dict(config)
+    real = config.pop("real", None) or {}
+    return dict(config, **real) if config["model"] in REAL_MODELS else config
+
+
+def _real(config) -> bool:
+    return config["model"] in REAL_MODELS
+
+
 def _check(config: Mapping[str, Any]) -> None:
+    from rayml.alignment.text_tasks import KINDS
+
+    if config.get("model") not in ("base",) + REAL_MODELS:
+        raise ValueError(f"model must be one of {('base',) + REAL_MODELS}, got {config.get('model')!r}")
+    real = config.get("real") or {}
+    if not isinstance(real, dict) or set(real) - set(config) or {"model", "real"} & set(real):
+        raise ValueError(f"real must be a dict of other settings of this config, got {real!r}")
+    if config["task"] not in KINDS:
+        raise ValueError(f"task must be one of {KINDS} (questions for a real model), got {config['task']!r}")
+    levels = config["levels"]
+    if (not isinstance(levels, list) or not levels
+            or any(isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 9 for v in levels)):
+        raise ValueError(f"levels must be a non-empty list of integers in 1..9, got {levels!r}")
+    config = _effective(config)
     for key in ("digits", "train_items", "eval_items", "adaptive_items", "adaptive_max_evals", "steps", "batch", "tune_seeds", "seeds",
                 "lora_rank", "flow_dim", "cond_dim"):
         v = config[key]
@@ -52,6 +98,8 @@ def _check(config: Mapping[str, Any]) -> None:
             raise ValueError(f"{key} must be a positive integer, got {v!r}")
     if config["digits"] > 6:
         raise ValueError(f"digits must be <= 6 (the context stays short), got {config['digits']}")
+    if _real(config) and config["eval_items"] < len(config["levels"]):
+        raise ValueError(f"eval_items ({config['eval_items']}) must be >= the number of levels ({len(config['levels'])})")
     if config["adaptive_items"] > config["eval_items"]:
         raise ValueError(f"adaptive_items ({config['adaptive_items']}) must be <= eval_items ({config['eval_items']})")
     for key in ("lr_grid", "ode_steps"):
@@ -77,10 +125,18 @@ def _l2d_cfg(config):
                      cond_dim=int(config["cond_dim"]))
 
 
-def _base():
+@lru_cache(maxsize=1)
+def _base(model: str = "base"):
+    """The frozen base and its tokenizer, loaded once per process (nothing modifies it: the flow path
+    and the LoRA baseline wrap it). Loading builds a model, whose default initialisation draws from
+    the global torch random stream: forked here, so no caller's later draws depend on whether this
+    process had loaded it before (what made the LoRA runs differ per worker, issue 17)."""
+    import torch
+
     import rayml.llm as L
 
-    lm = L.pretrained("base")
+    with torch.random.fork_rng():
+        lm = L.pretrained(model)
     lm.model.eval()
     return lm.model, lm.tokenizer
 
@@ -108,14 +164,22 @@ def _budget(config, base_config) -> int:
     return l2d.flow_budget(base_config, _l2d_cfg(config))
 
 
-def _batch(tok, items):
+def _encode(tok, item, real: bool) -> tuple[list[int], list[int]]:
+    """(prompt ids starting with BOS, answer ids ending with the end token) of one item."""
+    if real:
+        from rayml.alignment import text_tasks as tt
+
+        return tok.encode(tt.prompt_text(item), bos=True), tok.encode(item.answer) + [tok.eos_id]
+    return [tok.bos_id] + tok.encode(item.prompt), tok.encode(item.answer) + [tok.eos_id]
+
+
+def _batch(tok, items, real: bool = False):
     """(ids, targets) of ``<bos> prompt answer <eos>`` rows, right-padded, loss on answer and eos only."""
     import torch
 
     rows = []
     for it in items:
-        p = [tok.bos_id] + tok.encode(it.prompt)
-        a = tok.encode(it.answer) + [tok.eos_id]
+        p, a = _encode(tok, it, real)
         ids = p + a
         tgt = [IGNORE] * (len(p) - 1) + a + [IGNORE]
         rows.append((ids, tgt))
@@ -129,6 +193,18 @@ def _batch(tok, items):
 
 
 def _items(config, seed, n, split):
+    """``n`` items: the substrate's reversed-sum additions, or (a real model) plain-text questions of
+    ``task`` with levels drawn uniformly (training) or ``n // len(levels)`` per level, interleaved (test)."""
+    if _real(config):
+        from rayml.alignment import text_tasks as tt
+
+        levels = [int(v) for v in config["levels"]]
+        rng = np.random.default_rng(seed)
+        if split == "train":
+            return [tt.make_item(config["task"], int(levels[rng.integers(len(levels))]), rng, "train") for _ in range(n)]
+        per = max(1, n // len(levels))
+        by_level = [[tt.make_item(config["task"], lv, rng, "test") for _ in range(per)] for lv in levels]
+        return [it for group in zip(*by_level) for it in group]
     from rayml.llm import tasks
 
     return tasks.make_items("add", n, seed, split=split, digits=int(config["digits"]))
@@ -157,7 +233,8 @@ def train_task(item: tuple, shared: Mapping[str, Any]) -> dict:
 
     phase, method, lr, si, seed = item
     config = shared["config"]
-    base, tok = _base()
+    real = _real(config)
+    base, tok = _base(config["model"])
     torch.manual_seed(int(seed) % (2**63))  # the adapters' initialisation depends on the item only
     model = _build(method, config, base)
     train = shared["train"]
@@ -168,31 +245,46 @@ def train_task(item: tuple, shared: Mapping[str, Any]) -> dict:
     losses = []
     for step in range(steps):
         rows = np.random.default_rng([int(seed) % (2**63), step]).integers(0, len(train), bsz)
-        ids, tgt = _batch(tok, [train[i] for i in rows])
+        ids, tgt = _batch(tok, [train[i] for i in rows], real)
         scale = min(1.0, (step + 1) / max(1, steps // 10))
         for g in opt.param_groups:
             g["lr"] = lr * scale
-        loss = l2d.l2d_loss(model, ids, tgt, gen) if method == "l2d" else l2d.lm_loss(model, ids, tgt)
+        loss = (l2d.l2d_loss(model, ids, tgt, gen, only_targets=True) if method == "l2d"
+                else l2d.lm_loss(model, ids, tgt))
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
         opt.step()
         losses.append(float(loss.detach()))
     timings = {"train_s": time.perf_counter() - t0, "train_cpu_s": time.process_time() - c0}
-    ids, tgt = _batch(tok, shared["heldout"])
+    ids, tgt = _batch(tok, shared["heldout"], real)
     with torch.no_grad():
         g2 = torch.Generator().manual_seed(12345)
-        held = float(l2d.l2d_loss(model, ids, tgt, g2) if method == "l2d" else l2d.lm_loss(model, ids, tgt))
+        held = float(l2d.l2d_loss(model, ids, tgt, g2, only_targets=True) if method == "l2d"
+                     else l2d.lm_loss(model, ids, tgt))
     return {"phase": phase, "method": method, "lr": lr, "si": si, "state": _trainable_state(model),
             "heldout_loss": held, "curve": losses[:: max(1, steps // 30)], "timings": timings,
             "trainable": l2d.trainable_parameters(model)}
 
 
-def _generate_base(model, tok, items, max_new):
+def _by_length(generate, prompts: list, max_new: int):
+    """Run ``generate(prompt tensor)`` -> ``(ids (b, max_new), evals (b,))`` on each group of prompts of
+    equal token length and put the rows back in the items' order."""
+    import torch
+
+    ids = torch.zeros(len(prompts), max_new, dtype=torch.long)
+    evals = torch.zeros(len(prompts), dtype=torch.long)
+    for n in sorted({len(p) for p in prompts}):
+        rows = [i for i, p in enumerate(prompts) if len(p) == n]
+        out, ev = generate(torch.tensor([prompts[i] for i in rows]))
+        ids[rows], evals[rows] = out, ev
+    return ids, evals
+
+
+def _generate_base(model, prompts, max_new):
     """Greedy answers of an ordinary LM (base or LoRA) for prompts of equal token length."""
     import torch
 
-    prompts = torch.tensor([[tok.bos_id] + tok.encode(it.prompt) for it in items])
     cache = model.new_cache(prompts.shape[0], capacity=prompts.shape[1] + max_new + 1)
     logits = model(prompts, cache=cache, last_only=True)
     out = []
@@ -200,18 +292,17 @@ def _generate_base(model, tok, items, max_new):
         nxt = logits[:, -1].argmax(-1)
         out.append(nxt)
         logits = model(nxt[:, None], cache=cache)
-    return torch.stack(out, 1)
+    return torch.stack(out, 1), torch.ones(prompts.shape[0], dtype=torch.long)
 
 
-def _generate_l2d(flow, tok, items, max_new, method, steps, seed, tol, max_evals=256):
-    """Answers of the L2D model: per token, the ODE from noise to the argmax representation."""
+def _generate_l2d(flow, prompts, max_new, method, steps, gen, tol, max_evals=256):
+    """Answers of the L2D model for prompts of equal length: per token, the ODE from noise (drawn from
+    ``gen``) to the argmax representation; velocity evaluations per row."""
     import torch
 
     from rayml.architectures import l2d
 
-    prompts = torch.tensor([[tok.bos_id] + tok.encode(it.prompt) for it in items])
     b = prompts.shape[0]
-    gen = torch.Generator().manual_seed(int(seed) % (2**63))
     cache = flow.base.new_cache(b, capacity=prompts.shape[1] + max_new + 1)
     h, cache = flow.main_path(prompts, cache)
     out, evals = [], torch.zeros(b, dtype=torch.long)
@@ -226,14 +317,24 @@ def _generate_l2d(flow, tok, items, max_new, method, steps, seed, tol, max_evals
     return torch.stack(out, 1), evals
 
 
-def _score(tok, items, gen_ids):
-    from rayml.llm import tasks
+def _score(tok, items, gen_ids, real: bool):
+    if real:
+        from rayml.alignment.text_tasks import score
+    else:
+        from rayml.llm.tasks import score
 
     scores = []
     for it, row in zip(items, gen_ids.tolist()):
         cut = row.index(tok.eos_id) if tok.eos_id in row else len(row)
-        scores.append(tasks.score(it, tok.decode(row[:cut])))
+        scores.append(score(it, tok.decode(row[:cut])))
     return scores
+
+
+def _max_new(config) -> int:
+    """Tokens generated per answer: the longest answer and the end token (digits are single tokens)."""
+    if _real(config):
+        return (max(int(v) for v in config["levels"]) + 1 if config["task"] == "add" else 3) + 1
+    return int(config["digits"]) + 2
 
 
 def eval_task(item: tuple, shared: Mapping[str, Any]) -> dict:
@@ -242,31 +343,34 @@ def eval_task(item: tuple, shared: Mapping[str, Any]) -> dict:
 
     method, si, solver, steps, state, eseed = item
     config = shared["config"]
-    base, tok = _base()
+    real = _real(config)
+    base, tok = _base(config["model"])
     items = shared["test"]
-    max_new = int(config["digits"]) + 2
+    max_new = _max_new(config)
     out = {"method": method, "si": si, "solver": solver, "steps": steps}
     with torch.no_grad():
         if method == "base":
-            ids = _generate_base(base, tok, items, max_new)
-            evals = torch.ones(len(items), dtype=torch.long)
+            model = base
         elif method == "lora":
             model = _build("lora", config, base)
             _load_state(model, state)
-            ids = _generate_base(model.base, tok, items, max_new)
-            evals = torch.ones(len(items), dtype=torch.long)
+            model = model.base
         else:
-            import torch as _t
-
-            _t.manual_seed(1000 + si)
+            torch.manual_seed(1000 + si)
             flow = _build("l2d", config, base)
             if state is not None:
                 _load_state(flow, state)
             if solver == "adaptive_heun":
                 items = items[: int(config["adaptive_items"])]
-            ids, evals = _generate_l2d(flow, tok, items, max_new, solver, steps, eseed, float(config["adaptive_tol"]),
-                                       int(config["adaptive_max_evals"]))
-    out["correct"] = _score(tok, items, ids)
+        prompts = [_encode(tok, it, real)[0] for it in items]
+        if method in ("base", "lora"):
+            ids, evals = _by_length(lambda p: _generate_base(model, p, max_new), prompts, max_new)
+        else:
+            gen = torch.Generator().manual_seed(int(eseed) % (2**63))
+            ids, evals = _by_length(lambda p: _generate_l2d(flow, p, max_new, solver, steps, gen,
+                                                            float(config["adaptive_tol"]),
+                                                            int(config["adaptive_max_evals"])), prompts, max_new)
+    out["correct"] = _score(tok, items, ids, real)
     out["evals"] = (evals.float() / max_new).tolist()  # velocity evaluations per generated token
     return out
 
@@ -274,9 +378,10 @@ def eval_task(item: tuple, shared: Mapping[str, Any]) -> dict:
 def run(config: Mapping[str, Any], seed: int) -> Outcome:
     """Tune, finetune (L2D and LoRA at equal trainable parameters), evaluate against ODE steps; on Ray."""
     _check(config)
+    config = _effective(config)
     s_train, s_held, s_test, s_eval = runtime.seeds(seed, 4)
     train = _items(config, s_train, int(config["train_items"]), "train")
-    held = _items(config, s_held, 64, "train")
+    held = _items(config, s_held, 32 if _real(config) else 64, "train")
     test = _items(config, s_test, int(config["eval_items"]), "test")
     n_tune, n_test = int(config["tune_seeds"]), int(config["seeds"])
     all_seeds = runtime.seeds(seed + 1, n_tune + n_test)
@@ -357,7 +462,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     budget = {"trainable_parameters": {"l2d": metrics["trainable_parameters"], "lora": lora_tr},
               "steps": int(config["steps"]), "batch": int(config["batch"]), "train_items": int(config["train_items"]),
               "tuning": {"lr_grid": lrs, "chosen_lr": chosen, "tune_seeds": n_tune, "criterion": "held-out loss"},
-              "test_seeds": n_test}
+              "test_seeds": n_test, "model": config["model"]}
     tuning_rows = [{"method": r["method"], "lr": r["lr"], "seed": r["si"], "metric": "heldout_loss",
                     "value": r["heldout_loss"]} for r in tune]
     curve_rows = [{"method": r["method"], "seed": r["si"], "point": j, "metric": "train_loss", "value": v}
@@ -425,7 +530,10 @@ def plots(record: Mapping) -> dict:
         ax.axhline(record["baselines"][name]["accuracy"], ls=style, color="k", label=f"{name} (equal budget)" if name == "lora" else name)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("ODE steps (0.5 = base, t = 0)")
-    ax.set_ylabel("test accuracy (4-digit addition)")
+    cfg = record.get("config", {})
+    what = (f"{cfg.get('model')}: {cfg.get('task')} questions, levels {cfg.get('levels')}" if cfg.get("model") in REAL_MODELS
+            else "4-digit addition")
+    ax.set_ylabel(f"test accuracy ({what})", fontsize=8)
     ax.legend(fontsize=7)
     ax = axes[1]
     ev = [r["value"] for r in record["tables"]["adaptive_steps"]]
@@ -440,9 +548,12 @@ EXPERIMENT = Experiment(
     name=METHOD,
     paper=PAPER,
     ray="finetuning runs (method x lr x tuning seed, method x test seed) and evaluations (method x seed x solver x "
-        "steps) as tasks; adapters through the object store, the frozen base from the package in each task",
+        "steps) as tasks; adapters through the object store, the frozen base (substrate or SmolLM2-135M) loaded once "
+        "per worker process from the package or that node's own cache",
     checked_against="abstract; the authors' code (SakanaAI/L2D: flow path, modulation head, velocity, solvers); "
-                    "research notes; t = 0 reproduces the base logits exactly (test)",
+                    "research notes; t = 0 reproduces the base logits exactly, on the substrate and on SmolLM2-135M "
+                    "(tests); an untrained flow path generates SmolLM2's greedy answers token for token (test); the "
+                    "answer-positions-only loss equals the full-sequence loss and its gradients (test)",
     sizes=SIZES,
     run=run,
     claims=CLAIMS,

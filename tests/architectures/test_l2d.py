@@ -81,6 +81,40 @@ def test_training_moves_only_the_flow_path_and_is_deterministic():
     assert float(l1) == float(l2)
 
 
+def test_the_loss_on_target_positions_only_equals_the_full_sequence_loss():
+    """``only_targets`` runs the flow path at the answer positions alone (what makes SmolLM2 training
+    affordable); the loss and its gradients are those of the full-sequence forward."""
+    base = _base()
+    flow = _perturbed(l2d.FlowLM(base, l2d.L2DConfig(flow_dim=16, cond_dim=8, n_classes=2)))
+    ids = torch.randint(1, 40, (3, 10), generator=torch.Generator().manual_seed(6))
+    tgt = torch.full((3, 10), -100)
+    tgt[0, 4:7], tgt[1, 8:10], tgt[2, 2] = ids[0, 5:8], ids[1, 1:3], 7  # different counts per row
+    lab = torch.tensor([0, 1, 2])
+    losses, grads = [], []
+    for only in (False, True):
+        flow.zero_grad()
+        loss = l2d.l2d_loss(flow, ids, tgt, torch.Generator().manual_seed(8), lab, only_targets=only)
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append([p.grad.clone() for p in flow.parameters() if p.requires_grad])
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-6)
+    for a, b in zip(*grads):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="at"):
+        h, cache = flow.main_path(ids)
+        flow.flow_logits(h[:, :2], cache, torch.zeros(3, 2, 16), torch.zeros(3, 2), at=torch.zeros(3, 3, dtype=torch.long))
+
+
+def test_lora_baseline_leaves_its_base_unchanged():
+    base = _base()
+    ids = torch.randint(0, 40, (2, 5), generator=torch.Generator().manual_seed(1))
+    ref = base(ids)
+    lora = _perturbed(l2d.LoRALM(base, 2))
+    assert not torch.equal(lora(ids), ref)
+    assert torch.equal(base(ids), ref)  # the base's modules were not replaced
+    assert all(isinstance(m, torch.nn.Linear) for m in (base.layers[0].self_attn.q_proj, base.layers[0].mlp.down_proj))
+
+
 def test_integrators_against_the_closed_form_of_dx_dt_equals_minus_x():
     x0 = torch.tensor([[1.0, -2.0], [0.5, 3.0]], dtype=torch.float64)
     exact = x0 * math.exp(-1.0)

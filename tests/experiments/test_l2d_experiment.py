@@ -38,3 +38,62 @@ def test_a_finetuning_run_does_not_depend_on_what_its_process_ran_before():
     assert again["heldout_loss"] == first["heldout_loss"]
     assert again["state"].keys() == first["state"].keys()
     assert all(np.array_equal(again["state"][k], first["state"][k]) for k in first["state"])
+
+
+def test_bad_model_options_are_rejected_before_any_work():
+    import pytest
+
+    tiny = dict(E.SIZES["tiny"])
+    E._check(dict(tiny, model="smollm2-135m"))
+    for bad, name in ((dict(model="gpt2"), "model"), (dict(real={"nope": 1}), "real"), (dict(real={"model": "base"}), "real"),
+                      (dict(task="sum"), "task"), (dict(levels=[0]), "levels"), (dict(levels=2), "levels"),
+                      (dict(model="smollm2-135m", real=dict(tiny["real"], eval_items=1)), "eval_items")):
+        with pytest.raises(ValueError, match=name):
+            E._check(dict(tiny, **bad))
+
+
+def test_real_model_items_are_plain_text_questions_split_and_interleaved_by_level():
+    from rayml.alignment import text_tasks as tt
+
+    config = E._effective(dict(E.SIZES["quick"], model="smollm2-135m"))
+    test = E._items(config, 3, 8, "test")
+    assert [it.level for it in test] == [1, 2] * 4  # the adaptive solver's first items cover every level
+    assert all(tt._split_of(it.question) == "test" for it in test)
+    train = E._items(config, 3, 40, "train")
+    assert {it.level for it in train} == {1, 2} and all(tt._split_of(it.question) == "train" for it in train)
+    assert E._items(config, 3, 40, "train") == train
+    assert E._effective(dict(E.SIZES["quick"]))["steps"] == E.SIZES["quick"]["steps"]  # base: real block unused
+
+
+def test_smollm2_untrained_flow_generates_the_base_answers_and_training_is_deterministic():
+    """On SmolLM2-135M: a flow path at its initialisation (zero-initialised modulation head) leaves the
+    model equal to the base at every t, so its ODE generation reproduces the base's greedy answers
+    token for token; a finetuning run is a function of its item (run twice, same adapters)."""
+    import pytest
+
+    from rayml.llm import smollm2
+    from rayml.registry import MissingExtra
+
+    torch.set_num_threads(1)
+    try:
+        smollm2.require_hf()
+        smollm2.ensure()
+    except (MissingExtra, smollm2.ModelUnavailable) as e:
+        pytest.skip(f"SmolLM2-135M is not available here: {e}")
+    config = E._effective(dict(E.SIZES["tiny"], model="smollm2-135m"))
+    base, tok = E._base("smollm2-135m")
+    items = E._items(config, 5, 2, "test")
+    prompts = [E._encode(tok, it, True)[0] for it in items]
+    n = E._max_new(config)
+    with torch.no_grad():
+        ref, _ = E._by_length(lambda p: E._generate_base(base, p, n), prompts, n)
+        torch.manual_seed(0)
+        flow = E._build("l2d", config, base)
+        gen = torch.Generator().manual_seed(1)
+        out, evals = E._by_length(lambda p: E._generate_l2d(flow, p, n, "euler", 2, gen, 0.05), prompts, n)
+    assert torch.equal(out, ref) and evals.tolist() == [2 * n] * len(items)
+    shared = {"config": config, "train": E._items(config, 1, 8, "train"), "heldout": E._items(config, 2, 2, "train")}
+    a = E.train_task(("tune", "l2d", 1e-3, 0, 9), shared)
+    b = E.train_task(("tune", "l2d", 1e-3, 0, 9), shared)
+    assert a["heldout_loss"] == b["heldout_loss"] and a["curve"] == b["curve"]
+    assert all(np.array_equal(a["state"][k], b["state"][k]) for k in a["state"])
