@@ -16,8 +16,9 @@ rounding) -- run from scratch at each step of a ``schedule`` of (iterations, EOT
 step reported; BPDA+EOT and, for SSNI, the adaptive attack with ``t(x)`` held fixed, at the
 defence's last reached step. ``robust`` is the per-(image, noise draw) worst case over all of them.
 The schedule runs to convergence: every defence runs its first ``min_steps`` steps, and its
-adaptive attack continues to the next step while the last step changed its accuracy (over all
-images and draws) by ``tolerance`` or more in either direction; the schedule's last step is the
+adaptive attack continues to the next step until its last ``patience`` steps each changed its
+accuracy (over all images and draws) by less than ``tolerance`` in either direction (the accuracy
+has stopped falling for ``patience`` doublings, not once by chance); the schedule's last step is the
 cap, and a defence that reaches it unconverged is reported ``capped``. The decision is the
 driver's, between rounds of Ray tasks over the chunks (``next_jobs``), so it is taken on all
 images and does not depend on the number of workers; each attack's seed is keyed by (chunk,
@@ -92,7 +93,7 @@ LABELS = tuple(radius_label(r) for r in RADII)
 CONTROL = f"diffpure_t{int(CONTROL_T)}"
 
 _COMMON = dict(radii=list(RADII), t_star=100.0, bias=5.0, tau=1.0, eps_steps=20, classifier_pgd_iterations=20,
-               reference_size=500, control_t=CONTROL_T, gdmp_scale=GDMP_SCALE, tolerance=0.05)
+               reference_size=500, control_t=CONTROL_T, gdmp_scale=GDMP_SCALE, tolerance=0.05, patience=2)
 SIZES = {
     "tiny": dict(n_test=4, n_clean=4, chunk=2, t_grid=[50.0, 150.0], schedule=[[1, 1], [2, 1], [3, 1]], min_steps=2,
                  replicates=2, stride=50.0, attack_stride=50.0,
@@ -339,22 +340,30 @@ def _steps(parts: list[dict], lab: str, name: str) -> int:
     return k
 
 
+def _recent_change(accs: list[float], patience: int) -> float:
+    """The largest absolute change of the last ``patience`` schedule steps (``inf`` if fewer ran)."""
+    if len(accs) < patience + 1:
+        return float("inf")
+    return float(max(abs(b - a) for a, b in zip(accs[-patience - 1:-1], accs[-patience:])))
+
+
 def next_jobs(parts: list[dict], config: Mapping[str, Any]) -> list[tuple]:
     """The attack jobs ``(radius, defence, attack, step)`` of the next round, from the rounds so far.
 
-    The adaptive attack of a (radius, defence) continues to the schedule's next step while its last
-    step changed the adaptive accuracy (over all images and draws) by ``tolerance`` or more, in either
-    direction, and the schedule has a next step (the cap). Once no defence continues, BPDA+EOT and
-    (SSNI) the fixed-``t`` attack run at each defence's last reached step. ``[]``: done.
+    The adaptive attack of a (radius, defence) continues to the schedule's next step until each of
+    its last ``patience`` steps changed the adaptive accuracy (over all images and draws) by less
+    than ``tolerance``, in either direction, or the schedule has no next step (the cap). Once no
+    defence continues, BPDA+EOT and (SSNI) the fixed-``t`` attack run at each defence's last reached
+    step. ``[]``: done.
     """
-    tol, cap = float(config["tolerance"]), len(config["schedule"])
+    tol, cap, patience = float(config["tolerance"]), len(config["schedule"]), int(config["patience"])
     jobs, final = [], []
     for radius in config["radii"]:
         lab = radius_label(float(radius))
         for name in defences(config):
             k = _steps(parts, lab, name)
             accs = [float(_cat(parts, (lab, name, f"adaptive_{j}")).mean()) for j in range(k)]
-            if k < cap and abs(accs[-1] - accs[-2]) >= tol:
+            if k < cap and _recent_change(accs, patience) >= tol:
                 jobs.append((float(radius), name, "adaptive", k))
             elif (lab, name, "bpda") not in parts[0]["correct"]:
                 final.append((float(radius), name, "bpda", k - 1))
@@ -436,7 +445,7 @@ def _summarise(parts: list[dict], config: Mapping[str, Any]) -> tuple[dict, dict
     names = defences(config)
     grids = {base: grid_names(config, base) for base in BASES}
     nsched = len(config["schedule"])
-    tol = float(config["tolerance"])
+    tol, patience = float(config["tolerance"]), int(config["patience"])
     metrics: dict = {}
     baselines: dict = {}
     tables: dict = {"equal_clean": [], "curve": [], "score_norms": [], "norm_levels": [], "level_shift": [],
@@ -459,10 +468,10 @@ def _summarise(parts: list[dict], config: Mapping[str, Any]) -> tuple[dict, dict
             steps = _steps(parts, lab, name)
             d["schedule"] = [d[f"adaptive_{k}"] for k in range(steps)]
             d["adaptive"] = min(d["schedule"])
-            change = d["schedule"][-1] - d["schedule"][-2] if steps > 1 else float("nan")
-            d["schedule_change"] = change
-            d["abs_schedule_change"] = abs(change)
-            d["converged"] = bool(abs(change) < tol)
+            d["schedule_change"] = d["schedule"][-1] - d["schedule"][-2] if steps > 1 else float("nan")
+            # the largest |change| over the last `patience` steps: what the stopping rule compares with tol
+            d["abs_schedule_change"] = _recent_change(d["schedule"], patience)
+            d["converged"] = bool(d["abs_schedule_change"] < tol)
             d["steps"] = steps
             d["schedule_reached"] = [int(v) for v in config["schedule"][steps - 1]]
             d["capped"] = bool(not d["converged"] and steps == nsched)
@@ -582,6 +591,9 @@ def _check(config: Mapping[str, Any]) -> None:
     m = config["min_steps"]
     if isinstance(m, bool) or not isinstance(m, int) or not 2 <= m <= len(sched):
         raise ValueError(f"min_steps must be an integer in [2, len(schedule)] (a change needs two steps), got {m!r}")
+    p = config["patience"]
+    if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p < len(sched):
+        raise ValueError(f"patience must be an integer in [1, len(schedule) - 1], got {p!r}")
     if not 0 < float(config["tolerance"]) < 1:
         raise ValueError(f"tolerance must be in (0, 1), got {config['tolerance']!r}")
     if not float(config["gdmp_scale"]) > 0:
@@ -613,8 +625,9 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     budget = {"attack": f"l_inf radii {list(config['radii'])}",
               "schedule_iterations_x_eot": [list(s) for s in config["schedule"]],
               "schedule_rule": f"every defence runs the first {int(config['min_steps'])} steps; its adaptive attack "
-                               f"continues to the next step while the last one changed its accuracy by >= "
-                               f"{float(config['tolerance'])} (either direction), up to the schedule's last step",
+                               f"continues to the next step until each of its last {int(config['patience'])} steps "
+                               f"changed its accuracy by less than {float(config['tolerance'])} (either direction), "
+                               f"up to the schedule's last step",
               "attack_rounds": rounds,
               "bpda_and_fixed_t": "at each defence's last reached step", "replicates": int(config["replicates"]),
               "images_attacked": n_test, "images_clean": int(config["n_clean"]),
@@ -676,6 +689,7 @@ def _level_claim(lab: str) -> Claim:
 
 SHIPPED = radius_label(0.2)
 TOLERANCE = _COMMON["tolerance"]
+PATIENCE = _COMMON["patience"]
 CLAIMS = (
     *[_equal_clean(v, lab) for lab in LABELS for v in ("n", "l")],
     *[_norm_claim(lab) for lab in LABELS],
@@ -685,12 +699,13 @@ CLAIMS = (
     Claim(text=f"attack sanity: the adaptive attack is at least as strong as transfer PGD (DiffPure t*={int(CONTROL_T)})",
           metric=f"baselines.{SHIPPED}.{CONTROL}.adaptive", compare=f"baselines.{SHIPPED}.{CONTROL}.pgd", op="<=",
           kind="sanity"),
-    *[Claim(text=f"attack convergence (two-sided): {who}'s adaptive attack stops at a step that changes its accuracy "
-                 f"by less than {TOLERANCE}, before the schedule's cap (l_inf 0.2)", metric=f"{where}.{SHIPPED}.{who}.abs_schedule_change",
+    *[Claim(text=f"attack convergence (two-sided): {who}'s adaptive attack stops where each of its last "
+                 f"{PATIENCE} steps changed its accuracy by less than {TOLERANCE}, before the schedule's cap (l_inf 0.2)", metric=f"{where}.{SHIPPED}.{who}.abs_schedule_change",
             compare=TOLERANCE, op="<", kind="sanity")
       for who, where in ((CONTROL, "baselines"), ("diffpure_ssni_n", "metrics"), ("diffpure_ssni_l", "metrics"))],
-    *[Claim(text=f"attack convergence (two-sided), every defence: its reached step changes its adaptive accuracy by "
-                 f"less than {TOLERANCE} (none stopped at the schedule's cap unconverged; l_inf {lab})",
+    *[Claim(text=f"attack convergence (two-sided), every defence: each of its last {PATIENCE} steps changed its "
+                 f"adaptive accuracy by less than {TOLERANCE} (none stopped at the schedule's cap unconverged; "
+                 f"l_inf {lab})",
             metric=f"metrics.{lab}.attack.max_abs_schedule_change", compare=TOLERANCE, op="<", kind="sanity")
       for lab in LABELS],
 )

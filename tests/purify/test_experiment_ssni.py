@@ -8,7 +8,7 @@ import pytest
 
 from rayml.experiments import ssni as E
 
-CONFIG = {**E.SIZES["tiny"], "t_grid": [50.0, 150.0], "schedule": [[1, 1], [2, 1]], "min_steps": 2}
+CONFIG = {**E.SIZES["tiny"], "t_grid": [50.0, 150.0], "schedule": [[1, 1], [2, 1]], "min_steps": 2, "patience": 1}
 
 
 def _fake_parts(clean, robust_by_attack, reps=1):
@@ -188,7 +188,7 @@ def test_equal_clean_gap_is_one_value_per_image_averaged_over_draws():
     assert metrics[lab]["ssni_n_level_shift"] == 0.0 and baselines[lab]["diffpure_constant"]["level_shift"] == 0.0
 
 
-SCHED3 = {**CONFIG, "schedule": [[1, 1], [2, 1], [4, 2]], "min_steps": 2}
+SCHED3 = {**CONFIG, "schedule": [[1, 1], [2, 1], [4, 2]], "min_steps": 2, "patience": 1}
 
 
 def _sched_parts(steps_by_name, extra=()):
@@ -216,6 +216,21 @@ def test_the_schedule_continues_while_the_last_step_moves_the_accuracy_by_the_to
     jobs = E.next_jobs(parts, SCHED3)
     assert sorted(jobs) == sorted((float(r), n, "adaptive", 2) for r in SCHED3["radii"]
                                   for n in ("diffpure_t50", "gdmp_t50"))
+
+
+def test_with_patience_2_one_small_change_does_not_stop_the_schedule():
+    cfg = {**SCHED3, "schedule": [[1, 1], [2, 1], [4, 2], [8, 4]], "patience": 2}
+    # two steps: no defence has two changes yet, so all continue (a flat start is not convergence)
+    jobs = E.next_jobs(_sched_parts({}), cfg)
+    assert len(jobs) == len(cfg["radii"]) * len(E.defences(cfg)) and all(j[2:] == ("adaptive", 2) for j in jobs)
+    # diffpure_t50: +0.0 then -0.5 (continues); gdmp_t50: -0.5 then 0.0 (one small change: continues);
+    # every other defence: two flat steps (stops, so the BPDA round waits for the continuing ones)
+    parts = _sched_parts({"diffpure_t50": [1.0, 1.0, 0.5], "gdmp_t50": [1.0, 0.5, 0.5],
+                          **{n: [1.0, 1.0, 1.0] for n in E.defences(cfg) if n not in ("diffpure_t50", "gdmp_t50")}})
+    jobs = E.next_jobs(parts, cfg)
+    assert sorted(jobs) == sorted((float(r), n, "adaptive", 3) for r in cfg["radii"] for n in ("diffpure_t50", "gdmp_t50"))
+    assert E._recent_change([1.0, 0.5, 0.5], 2) == 0.5 and E._recent_change([1.0, 0.5, 0.5], 1) == 0.0
+    assert E._recent_change([1.0, 0.5], 2) == float("inf")
 
 
 def test_bpda_and_fixed_t_run_at_each_defences_reached_step_once_nothing_continues():
@@ -250,7 +265,8 @@ def test_seeds_are_keyed_not_drawn_in_order():
     [({"n_test": 0}, "n_test"), ({"n_test": 1}, "n_test"), ({"chunk": 0}, "chunk"), ({"n_clean": 2}, "n_clean"), ({"radii": [0.1]}, "radii"),
      ({"t_grid": [50.0]}, "t_grid"), ({"t_grid": [50.0, E.CONTROL_T]}, "control_t"), ({"schedule": [[4, 2], [2, 2]]}, "schedule"),
      ({"schedule": [[4, 2]]}, "schedule"), ({"schedule": [[4, 1], [2, 4]]}, "schedule"),
-     ({"min_steps": 1}, "min_steps"), ({"min_steps": 4}, "min_steps"),
+     ({"min_steps": 1}, "min_steps"), ({"min_steps": 4}, "min_steps"), ({"patience": 0}, "patience"),
+     ({"patience": 3}, "patience"),
      ({"replicates": 0}, "replicates"), ({"tolerance": 0.0}, "tolerance"),
      ({"gdmp_scale": -1.0}, "gdmp_scale")],
 )
