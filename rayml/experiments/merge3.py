@@ -97,8 +97,8 @@ REAL_MODELS = ("smollm2-135m",)
 _REAL = dict(task_a="add2", task_b="add1_letters", target="add2_letters", finetune_steps=40, finetune_rows=8,
              finetune_lr=3e-3, finetune_rehearsal=0.0, lora_rank=8, finetune_items=256,
              gate_items=40, search_items=30, test_items=60, anchors=6, population=4, holdout_models=4, irt_dims=1,
-             pop_size=4, generations=2, repeats=2, random_merges=2, ta_grid=[0.5, 1.0, 1.5])
-_HF = dict(model="substrate", hf_endpoints=None, lora_rank=8, finetune_items=256)
+             pop_size=4, generations=2, repeats=2, random_merges=2, ta_grid=[0.5, 1.0, 1.5], stop_on_failed_gate=True)
+_HF = dict(model="substrate", hf_endpoints=None, lora_rank=8, finetune_items=256, stop_on_failed_gate=False)
 SIZES = {
     "tiny": dict(base="tiny", **_TASKS, **_IRT, finetune_steps=2, finetune_rows=2, finetune_row_len=64,
                  finetune_lr=3e-3, finetune_seed=0, finetune_rehearsal=0.3,
@@ -379,7 +379,7 @@ def _pool_answer(pool):
     return answer
 
 
-def setup(config: Mapping[str, Any], seed: int) -> dict:
+def setup(config: Mapping[str, Any], seed: int, *, stop_on_failed_gate: bool = False) -> dict:
     """Endpoints, item sets, the gate, the IRT population's answers, the 2PL and the abilities.
 
     With a Hugging Face base (``model``) the evaluator pool is started here (``S["pool"]``, holding the
@@ -426,6 +426,8 @@ def setup(config: Mapping[str, Any], seed: int) -> dict:
     gate = {"base_on_a": g[0], "base_on_b": g[1], "endpoint_a_on_a": g[2], "endpoint_b_on_b": g[3],
             "endpoint_a_on_b": g[4], "endpoint_b_on_a": g[5], **{f"threshold_{k}": v for k, v in GATE.items()}}
     gate["passed"] = float(min(g[2], g[3]) >= GATE["endpoint_min"] and max(g[0], g[1]) <= GATE["base_max"])
+    if stop_on_failed_gate and not gate["passed"]:
+        return dict(base=base, endpoints=endpoints, n_layers=n_layers, sets=sets, gate=gate, pool=pool, stopped=True)
     s_pop, s_hold, s_rep = runtime.seeds(seed, 3)
     refs = [("base",), ("endpoint", 0), ("endpoint", 1)]
     population = _mixed_genomes(s_pop, int(config["population"]), n_layers)
@@ -528,13 +530,36 @@ def _search(S: dict, config: Mapping[str, Any], pool, r: int, tmp: Path) -> dict
     return out
 
 
+def stopped_outcome(S: dict, config: Mapping[str, Any], clock: dict) -> Outcome:
+    """The record of a run stopped at a failed gate (``stop_on_failed_gate``: no merge searched, since
+    nothing it measured could decide a claim): the gate's numbers, every claimed number ``None``."""
+    names = (*SELECTED, *FIXED, "better_endpoint")
+    decided = _gated({"test": dict.fromkeys(names, 0.0), "estimation": dict.fromkeys(
+        [f"{m}_mae" for m in ESTIMATORS], 0.0), "winners_curse": {"merge3": 0.0, "merge3_mean": 0.0}}, False)
+    metrics = {
+        "model": config["model"] if config["model"] in ("substrate", *REAL_MODELS) else "local Hugging Face directory",
+        "endpoints": [getattr(e, "card", None) for e in S["endpoints"]],
+        "tasks": {k: config[k] for k in ("task_a", "task_b", "target")},
+        "gate": S["gate"], "decided": decided, "ungated": None, "stopped_at_gate": True,
+        "search": {"passes_vs_merge3": {"full_data": None, "random_search": None}},
+        "timings": {"setup_s": round(clock["setup"] - clock["start"], 3)},
+    }
+    return Outcome(metrics=metrics, baselines={m: {"test": None} for m in (*FIXED, *SELECTED[1:])},
+                   tables={"estimation": [], "target_items": [], "history": [], "repeats": []},
+                   budget={"gate_items": int(config["gate_items"]), "stopped": "at the failed gate, before any merge"})
+
+
 def run(config: Mapping[str, Any], seed: int) -> Outcome:
     """The reproduction (see the module docstring)."""
     clock = {"start": time.perf_counter()}
     _check(config)
     config = _effective(config)
-    S = setup(config, seed)
+    S = setup(config, seed, stop_on_failed_gate=bool(config["stop_on_failed_gate"]))
     clock["setup"] = time.perf_counter()
+    if S.get("stopped"):
+        if S["pool"] is not None:
+            S["pool"].shutdown()
+        return stopped_outcome(S, config, clock)
     est_metrics, est_rows = estimation_error(S, config)
     N, n, R = len(S["sets"]["search"]), int(config["anchors"]), int(config["repeats"])
     sets = {"search": S["sets"]["search"], "test": S["sets"]["test"]}
@@ -712,6 +737,8 @@ def plots(record: Mapping) -> dict:
     import matplotlib.pyplot as plt
 
     m = record["metrics"]
+    if m.get("stopped_at_gate"):
+        return {"merge3": _gate_figure(m["gate"], plt)}
     acc = m["decided"]["test"] if m["gate"]["passed"] else m["ungated"]["test"]
     names = [*SELECTED, *FIXED]
     per = m["search"]["per_repeat_test"]
@@ -738,6 +765,22 @@ def plots(record: Mapping) -> dict:
     ax2.set_ylabel("|estimate - search-set accuracy| (held-out merges)")
     fig.tight_layout()
     return {"merge3": fig}
+
+
+def _gate_figure(gate: Mapping, plt):
+    """The gate of a run stopped there: each model's accuracy on each gate task, with the thresholds."""
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    names = ["base_on_a", "base_on_b", "endpoint_a_on_a", "endpoint_b_on_b", "endpoint_a_on_b", "endpoint_b_on_a"]
+    ax.bar(range(len(names)), [gate[k] for k in names], color=["C7", "C7", "C3", "C3", "C0", "C0"])
+    ax.axhline(gate["threshold_endpoint_min"], color="C3", ls="--", label="endpoint >= (own task)")
+    ax.axhline(gate["threshold_base_max"], color="C7", ls=":", label="base <=")
+    ax.set_xticks(range(len(names)), names, rotation=40, ha="right", fontsize=7)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("accuracy on the gate items")
+    ax.set_title("GATE FAILED: run stopped before any merge", fontsize=8)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
 
 
 # --- bench -----------------------------------------------------------------------------------------

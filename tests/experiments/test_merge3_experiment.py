@@ -72,10 +72,25 @@ def test_a_local_hf_directory_runs_the_whole_experiment_with_lora_endpoints(ray_
     m.reset_parameters(torch.Generator().manual_seed(0))
     d = export_hf_dir(m, tok, tmp_path / "hf")
     config = dict(exp.SIZES["tiny"], model=d, actors=2)
-    config["real"] = dict(config["real"], finetune_items=4, repeats=1)
+    config["real"] = dict(config["real"], finetune_items=4, repeats=1, stop_on_failed_gate=False)
     out = exp.run(config, seed=0)
     m_ = out.metrics
     assert m_["model"] == "local Hugging Face directory" and m_["tasks"]["target"] == "add2_letters"
     assert all(e["rank"] == 8 and e["steps"] == 2 for e in m_["endpoints"])
     assert m_["gate"]["passed"] == 0.0 and m_["ungated"]["test"]["merge3"] is not None
     assert {r["repeat"] for r in out.tables["repeats"]} == {0}
+
+
+def test_a_run_stopped_at_the_gate_records_it_and_decides_nothing():
+    from rayml import results
+
+    S = {"endpoints": [None, None], "pool": None, "stopped": True,
+         "gate": {"base_on_a": 0.0, "base_on_b": 0.0, "endpoint_a_on_a": 0.1, "endpoint_b_on_b": 0.0,
+                  "endpoint_a_on_b": 0.0, "endpoint_b_on_a": 0.0, "threshold_endpoint_min": 0.8,
+                  "threshold_base_max": 0.2, "passed": 0.0}}
+    config = exp._effective(dict(exp.SIZES["quick"], model="smollm2-135m"))
+    out = exp.stopped_outcome(S, config, {"start": 0.0, "setup": 1.0})
+    record = {"metrics": out.metrics, "tables": out.tables, "baselines": out.baselines}
+    evaluated = results.evaluate_claims(record, exp.CLAIMS)
+    assert all(c["status"] == "fails" for c in evaluated)  # nothing decided, no claim holds
+    assert exp.plots(record)["merge3"] is not None
