@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -49,7 +49,7 @@ from rayml.llm import tasks as _tasks
 from rayml.llm.generation import generate
 from rayml.llm.model import TransformerLM
 
-__all__ = ["actor_prompt", "critic_prompt", "refine_prompt", "oracle_feedback", "majority_vote", "Rollout",
+__all__ = ["Format", "SUBSTRATE", "actor_prompt", "critic_prompt", "refine_prompt", "oracle_feedback", "majority_vote", "Rollout",
            "refine", "refine_metrics", "collect_pairs", "sft_examples", "StatePairs", "ROLES"]
 
 ROLES = ("actor", "critic")
@@ -87,12 +87,49 @@ def majority_vote(answers: Sequence[str]) -> str:
     return next(a for a in reversed(answers) if counts[a] == best)
 
 
+@dataclass(frozen=True)
+class Format:
+    """How the roles' states are written for one kind of model and question (the MDP's observation).
+
+    ``question(item)`` is what the prompts take (the substrate: the prompt string; plain text: the
+    item); ``actor(q)``, ``critic(q, answer)``, ``refine(q, answer, feedback)`` are the states;
+    ``extract(output)`` the answer carried into the next state and voted on; ``feedback(output)``
+    the critic's text carried into the refinement state; ``score(item, answer)`` the verifier.
+    """
+
+    name: str
+    question: Callable
+    actor: Callable
+    critic: Callable
+    refine: Callable
+    extract: Callable
+    feedback: Callable
+    score: Callable
+    answer_tokens: int = 8
+    feedback_tokens: int = 4
+
+
+def _same(x: str) -> str:
+    return x
+
+
+SUBSTRATE = Format("substrate", lambda it: it.prompt, actor_prompt, critic_prompt, refine_prompt, _same, _same,
+                   lambda it, a: _tasks.score(it, a), 8, 4)
+
+
 def _gen(model: TransformerLM, tok, prompts: Sequence[str], max_new: int, temperature: float,
-         seed: int | None) -> list[str]:
-    ids = [tok.encode(p, bos=True) for p in prompts]
-    out = generate(model, ids, max_new_tokens=max_new, eos_id=tok.eos_id, pad_id=tok.pad_id,
-                   temperature=temperature, seed=seed)
-    return [tok.decode(o) for o in out.tokens]
+         seed: int | None, memo: dict | None = None) -> list[str]:
+    """Generate for ``prompts``; greedy calls with a ``memo`` generate each distinct prompt once (a
+    state seen before, in this batch or an earlier turn, gets the output it got then)."""
+    if memo is None or temperature > 0:
+        ids = [tok.encode(p, bos=True) for p in prompts]
+        out = generate(model, ids, max_new_tokens=max_new, eos_id=tok.eos_id, pad_id=tok.pad_id,
+                       temperature=temperature, seed=seed)
+        return [tok.decode(o) for o in out.tokens]
+    todo = list(dict.fromkeys(p for p in prompts if p not in memo))
+    if todo:
+        memo.update(zip(todo, _gen(model, tok, todo, max_new, temperature, seed)))
+    return [memo[p] for p in prompts]
 
 
 @dataclass
@@ -104,37 +141,49 @@ class Rollout:
 
 
 @torch.no_grad()
-def refine(actor: TransformerLM, critic: TransformerLM, tok, questions: Sequence[str], *, turns: int = 5,
-           max_answer: int = 8, temperature: float = 0.0, seed: int | None = None) -> Rollout:
-    """Run the MDP: first answer, then ``turns - 1`` rounds of feedback and refinement (batched)."""
+def refine(actor: TransformerLM, critic: TransformerLM, tok, questions: Sequence, *, turns: int = 5,
+           max_answer: int | None = None, temperature: float = 0.0, seed: int | None = None,
+           fmt: Format = SUBSTRATE) -> Rollout:
+    """Run the MDP: first answer, then ``turns - 1`` rounds of feedback and refinement (batched).
+
+    ``questions`` are what ``fmt`` takes (``fmt.question(item)``). Greedy runs generate each
+    distinct state once: with the Markovian state, an answer repeated by a refinement is a fixed
+    point, so the later turns cost nothing."""
     if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
         raise ValueError(f"turns must be a positive integer, got {turns!r}")
     if not questions:
         raise ValueError("questions must not be empty")
+    if not isinstance(fmt, Format):
+        raise TypeError(f"fmt must be a Format, got {type(fmt).__name__}")
     rng = np.random.default_rng(seed)
+    n_ans = fmt.answer_tokens if max_answer is None else int(max_answer)
+    memo_a: dict = {}
+    memo_c: dict = {}
 
     def s():
         return None if seed is None else int(rng.integers(2**31))
 
-    answers = [[a] for a in _gen(actor, tok, [actor_prompt(q) for q in questions], max_answer, temperature, s())]
+    first = _gen(actor, tok, [fmt.actor(q) for q in questions], n_ans, temperature, s(), memo_a)
+    answers = [[fmt.extract(a)] for a in first]
     feedback: list = [[] for _ in questions]
     for _ in range(turns - 1):
         last = [a[-1] for a in answers]
-        fb = _gen(critic, tok, [critic_prompt(q, a) for q, a in zip(questions, last)], 4, temperature, s())
-        new = _gen(actor, tok, [refine_prompt(q, a, f) for q, a, f in zip(questions, last, fb)], max_answer,
-                   temperature, s())
+        fb = [fmt.feedback(f) for f in _gen(critic, tok, [fmt.critic(q, a) for q, a in zip(questions, last)],
+                                            fmt.feedback_tokens, temperature, s(), memo_c)]
+        new = _gen(actor, tok, [fmt.refine(q, a, f) for q, a, f in zip(questions, last, fb)], n_ans,
+                   temperature, s(), memo_a)
         for i in range(len(questions)):
             feedback[i].append(fb[i])
-            answers[i].append(new[i])
+            answers[i].append(fmt.extract(new[i]))
     return Rollout(answers, feedback)
 
 
-def refine_metrics(rollout: Rollout, items: Sequence[_tasks.Item]) -> dict:
+def refine_metrics(rollout: Rollout, items: Sequence, fmt: Format = SUBSTRATE) -> dict:
     """pass@turn1, maj@turnT (majority vote over the T answers), pass@turnT, and accuracy per turn."""
     if len(rollout.answers) != len(items):
         raise ValueError("rollout and items must have the same length")
-    correct = np.array([[_tasks.score(it, a) for a in ans] for it, ans in zip(items, rollout.answers)])
-    maj = np.array([_tasks.score(it, majority_vote(ans)) for it, ans in zip(items, rollout.answers)])
+    correct = np.array([[fmt.score(it, a) for a in ans] for it, ans in zip(items, rollout.answers)])
+    maj = np.array([fmt.score(it, majority_vote(ans)) for it, ans in zip(items, rollout.answers)])
     return {"pass1_turn1": float(correct[:, 0].mean()), "maj_turnT": float(maj.mean()),
             "pass1_turnT": float(correct.max(1).mean()), "per_turn": correct.mean(0).tolist(),
             "per_item_turn1": correct[:, 0].tolist(), "per_item_maj": maj.tolist()}
@@ -152,13 +201,14 @@ class StatePairs:
 
 
 @torch.no_grad()
-def collect_pairs(actor: TransformerLM, critic: TransformerLM, tok, items: Sequence[_tasks.Item], *,
-                  n_candidates: int = 4, mc_rollouts: int = 1, temperature: float = 1.0, max_answer: int = 8,
-                  seed: int = 0) -> StatePairs:
+def collect_pairs(actor: TransformerLM, critic: TransformerLM, tok, items: Sequence, *,
+                  n_candidates: int = 4, mc_rollouts: int = 1, temperature: float = 1.0, max_answer: int | None = None,
+                  seed: int = 0, fmt: Format = SUBSTRATE) -> StatePairs:
     """Algorithm 1's data collection under the reference system (``actor``, ``critic``) for ``items``.
 
     States come from one reference trajectory ``(x, a_0, a_1)`` per question; at each state
-    ``n_candidates`` actions are drawn from the reference and ranked by their Q estimate.
+    ``n_candidates`` actions are drawn from the reference and ranked by their Q estimate. The
+    actions in the pairs are the generated texts; the states carry ``fmt.extract``-ed answers.
     """
     for name, v in (("n_candidates", n_candidates), ("mc_rollouts", mc_rollouts)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -167,29 +217,36 @@ def collect_pairs(actor: TransformerLM, critic: TransformerLM, tok, items: Seque
         raise ValueError(f"n_candidates must be >= 2 to form a pair, got {n_candidates}")
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0 for sampling candidates, got {temperature!r}")
+    if not isinstance(fmt, Format):
+        raise TypeError(f"fmt must be a Format, got {type(fmt).__name__}")
     rng = np.random.default_rng(seed)
+    n_ans, n_fb = (fmt.answer_tokens if max_answer is None else int(max_answer)), fmt.feedback_tokens
 
     def s():
         return int(rng.integers(2**31))
 
-    qs = [it.prompt for it in items]
+    def sc(i, out):
+        return fmt.score(items[i], fmt.extract(out))
+
+    qs = [fmt.question(it) for it in items]
     n = n_candidates
     # the reference trajectory (x, a_0, a_1)
-    a0 = _gen(actor, tok, [actor_prompt(q) for q in qs], max_answer, temperature, s())
-    a1 = _gen(critic, tok, [critic_prompt(q, a) for q, a in zip(qs, a0)], 4, temperature, s())
+    a0 = [fmt.extract(a) for a in _gen(actor, tok, [fmt.actor(q) for q in qs], n_ans, temperature, s())]
+    a1 = [fmt.feedback(f) for f in _gen(critic, tok, [fmt.critic(q, a) for q, a in zip(qs, a0)], n_fb, temperature,
+                                        s())]
     # s_0: candidate first answers, Q = correctness
-    c0 = _gen(actor, tok, [actor_prompt(q) for q in qs for _ in range(n)], max_answer, temperature, s())
-    q0 = np.array([_tasks.score(items[i // n], c) for i, c in enumerate(c0)]).reshape(-1, n)
+    c0 = _gen(actor, tok, [fmt.actor(q) for q in qs for _ in range(n)], n_ans, temperature, s())
+    q0 = np.array([sc(i // n, c) for i, c in enumerate(c0)]).reshape(-1, n)
     # s_1: candidate feedback, Q = MC estimate of the reference actor's refinement
-    c1 = _gen(critic, tok, [critic_prompt(q, a) for q, a in zip(qs, a0) for _ in range(n)], 4, temperature, s())
+    c1 = _gen(critic, tok, [fmt.critic(q, a) for q, a in zip(qs, a0) for _ in range(n)], n_fb, temperature, s())
     m = mc_rollouts
-    ref_prompts = [refine_prompt(qs[i // n], a0[i // n], f) for i, f in enumerate(c1) for _ in range(m)]
-    refined = _gen(actor, tok, ref_prompts, max_answer, temperature, s())
-    q1 = np.array([_tasks.score(items[j // (n * m)], r) for j, r in enumerate(refined)]).reshape(-1, n, m).mean(2)
+    ref_prompts = [fmt.refine(qs[i // n], a0[i // n], fmt.feedback(f)) for i, f in enumerate(c1) for _ in range(m)]
+    refined = _gen(actor, tok, ref_prompts, n_ans, temperature, s())
+    q1 = np.array([sc(j // (n * m), r) for j, r in enumerate(refined)]).reshape(-1, n, m).mean(2)
     # s_2: candidate refinements, Q = correctness
-    c2 = _gen(actor, tok, [refine_prompt(q, a, f) for q, a, f in zip(qs, a0, a1) for _ in range(n)],
-              max_answer, temperature, s())
-    q2 = np.array([_tasks.score(items[i // n], c) for i, c in enumerate(c2)]).reshape(-1, n)
+    c2 = _gen(actor, tok, [fmt.refine(q, a, f) for q, a, f in zip(qs, a0, a1) for _ in range(n)],
+              n_ans, temperature, s())
+    q2 = np.array([sc(i // n, c) for i, c in enumerate(c2)]).reshape(-1, n)
 
     def pairs(states, cands, q):
         out = []
@@ -200,10 +257,59 @@ def collect_pairs(actor: TransformerLM, critic: TransformerLM, tok, items: Seque
                 out.append((st, cands[i * n + hi], cands[i * n + lo]))
         return out
 
-    d0 = pairs([actor_prompt(q) for q in qs], c0, q0)
-    d1 = pairs([critic_prompt(q, a) for q, a in zip(qs, a0)], c1, q1)
-    d2 = pairs([refine_prompt(q, a, f) for q, a, f in zip(qs, a0, a1)], c2, q2)
+    d0 = pairs([fmt.actor(q) for q in qs], c0, q0)
+    d1 = pairs([fmt.critic(q, a) for q, a in zip(qs, a0)], c1, q1)
+    d2 = pairs([fmt.refine(q, a, f) for q, a, f in zip(qs, a0, a1)], c2, q2)
     return StatePairs(d0, d1, d2, {"q0": float(q0.mean()), "q1": float(q1.mean()), "q2": float(q2.mean())})
+
+
+# ------------------------------------------------------------------------------------------
+# plain-text questions for a pretrained chat model (SmolLM2-135M)
+
+def text_critic_prompt(item, answer: str) -> str:
+    """The critic's state for a plain-text question: the question, the proposed answer, and the
+    start of a verdict that the critic's free-text feedback completes."""
+    from rayml.alignment.text_tasks import chat_prompt
+
+    return chat_prompt(f"{item.question} Proposed answer: {answer}. Is the proposed answer correct?") + \
+        "The proposed answer is"
+
+
+def text_refine_prompt(item, answer: str, feedback: str) -> str:
+    """The refining actor's state: question, last answer, the critic's feedback, the answer's lead."""
+    from rayml.alignment.text_tasks import chat_prompt
+
+    return chat_prompt(f"{item.question} Proposed answer: {answer}. Feedback: the proposed answer is {feedback}. "
+                       f"Answer again.") + item.lead
+
+
+def text_extract(output: str) -> str:
+    """The answer in a reply: its first integer, else the stripped first line (at most 24 characters)."""
+    from rayml.alignment.text_tasks import _INT
+
+    m = _INT.search(output)
+    return m.group(0) if m else output.strip().split("\n")[0][:24]
+
+
+def text_feedback(output: str) -> str:
+    """The critic's feedback carried into the next state: the first line, stripped, without a final period."""
+    return output.strip().split("\n")[0].rstrip(".").strip()
+
+
+def _text_score(item, answer: str) -> float:
+    from rayml.alignment.text_tasks import score
+
+    return score(item, answer)
+
+
+def _text_actor(item) -> str:
+    from rayml.alignment.text_tasks import prompt_text
+
+    return prompt_text(item)
+
+
+TEXT = Format("text", _same, _text_actor, text_critic_prompt, text_refine_prompt, text_extract, text_feedback,
+              _text_score, 6, 5)
 
 
 def encode_state_pairs(pairs: Sequence[tuple], tok) -> list[TokenPair]:
@@ -227,4 +333,5 @@ def sft_examples(items: Sequence[_tasks.Item], rng: np.random.Generator) -> list
     return out
 
 
-__all__ += ["encode_state_pairs"]
+__all__ += ["encode_state_pairs", "TEXT", "text_critic_prompt", "text_refine_prompt", "text_extract",
+            "text_feedback"]
