@@ -12,6 +12,8 @@ Modules:
         random halves, the easiest fraction trained easy to hard.
     dpsdp: DPSDP (Yuan & Xie, ICML 2025): actor-critic multi-turn refinement trained by per-turn
         DPO on pairs labelled by Monte-Carlo Q estimates.
+    frozen_prefix: DPO on the top blocks of a pretrained LM, its frozen bottom blocks' hidden states
+        computed once per sequence (the same numbers as the whole model, a fraction of the work).
 
 Importing ``rayml.alignment`` does not import torch; the submodules do.
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["dpo", "preference", "text_tasks", "selective_dpo", "dpsdp"]
+__all__ = ["dpo", "preference", "text_tasks", "selective_dpo", "dpsdp", "frozen_prefix"]
 
 
 def __getattr__(name):
