@@ -75,7 +75,9 @@ def test_bad_input_is_rejected(call, match):
 
 
 @pytest.mark.parametrize("key, value, match", [("model", "gpt-9", "model"), ("task", "mul", "task"),
-                                               ("real", {"no_such_key": 1}, "real")])
+                                               ("real", {"no_such_key": 1}, "real"),
+                                               ("lora_layers", -1, "lora_layers"), ("lora_layers", "4", "lora_layers"),
+                                               ("lora_layers", 999, "exceeds")])
 def test_the_experiment_rejects_unknown_models_and_tasks_before_work(key, value, match):
     from rayml.experiments import selective_dpo
 
