@@ -36,7 +36,7 @@ import random
 from typing import Mapping, Sequence
 
 from rayml.agents import design_dsl as dd
-from rayml.agents.design_dsl_domains import DEGREES, DOMAINS, Instruction, target_model
+from rayml.agents.design_dsl_domains import DOMAINS, Instruction, target_model
 from rayml.agents.design_dsl_kernel import PLACEMENT, apply_program, format_part, model_params
 
 __all__ = ["program_grammar", "example_program", "parse_program", "build_prompt", "SmolLMGenerator",
@@ -90,9 +90,10 @@ def _value_form(spec, ins: Instruction, old: float, new: float) -> str:
     if ins.kind == "percent" and nums and abs(abs(new / old - 1) - nums[0] / 100) < 1e-6:
         return f"BY {'+' if up else '-'}{_n(nums[0])}%"
     if ins.kind == "degree":
-        word = next((w for w in sorted(DEGREES, key=len, reverse=True) if w in ins.text.lower()), None)
-        if word and abs(spec.degree.get(word, math.nan) - abs(new / old - 1)) < 1e-6:
-            return f"{'+' if up else '-'}{word}"
+        text = f" {' '.join(dd.tokens(ins.text))} "
+        words = [w for w, m in spec.degree.items() if f" {w} " in text and abs(m - abs(new / old - 1)) < 1e-6]
+        if words:
+            return f"{'+' if up else '-'}{min(words, key=lambda w: (len(w), w))}"
         return f"TO {_n(new)}"
     return f"TO {_n(new)}"
 

@@ -416,7 +416,32 @@ def plots(record: Mapping) -> dict:
     axes[1].set_title("by instruction kind")
     axes[1].legend(fontsize=7)
     fig.tight_layout()
-    return {"success": fig}
+    figs = {"success": fig}
+    lm_rows = record["tables"].get("lm_episodes") or []
+    if lm_rows:
+        model = record["metrics"].get("lm", {}).get("model", "lm")
+        kinds = sorted({r["kind"] for r in lm_rows})
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+        for j, metric in enumerate(("success", "precise")):
+            vals = [[r["value"] for r in lm_rows if r["pipeline"] == p and r["metric"] == metric] for p in dm.PIPELINES]
+            mean = np.array([np.mean(v) for v in vals])
+            half = np.array([1.96 * np.sqrt(m * (1 - m) / max(len(v), 1)) for m, v in zip(mean, vals)])
+            axes[0].bar(np.arange(3) + 0.4 * j, mean, width=0.4, label=metric, yerr=half, capsize=3)
+        axes[0].set_xticks(np.arange(3) + 0.2, dm.PIPELINES, rotation=15, fontsize=8)
+        axes[0].set_ylabel("rate (95% normal band)")
+        axes[0].set_title(f"same LM, three pipelines: {model}")
+        axes[0].legend(fontsize=8)
+        for j, p in enumerate(dm.PIPELINES):
+            v = [np.mean([r["value"] for r in lm_rows if r["pipeline"] == p and r["kind"] == kd
+                          and r["metric"] == "success"]) for kd in kinds]
+            axes[1].bar(np.arange(len(kinds)) + 0.27 * j, v, width=0.27, label=p)
+        axes[1].set_xticks(np.arange(len(kinds)) + 0.27, kinds, fontsize=8)
+        axes[1].set_ylabel("task success")
+        axes[1].set_title("by instruction kind")
+        axes[1].legend(fontsize=7)
+        fig.tight_layout()
+        figs["lm_success"] = fig
+    return figs
 
 
 EXPERIMENT = Experiment(

@@ -419,7 +419,7 @@ def _wilson(p, n, z=1.96):
     den = 1 + z * z / n
     c = (p + z * z / (2 * n)) / den
     h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return c - h, c + h
+    return min(c - h, p), max(c + h, p)  # the interval holds p (rounding at p = 0 or 1)
 
 
 def plots(record: Mapping) -> dict:
@@ -473,6 +473,30 @@ def plots(record: Mapping) -> dict:
     ax.legend(fontsize=8, ncol=5)
     fig.tight_layout()
     figs["metrics"] = fig
+
+    sub = record["tables"].get("lm_subset") or []
+    if sub:
+        sval = {(r["agent"], r["setting"], r["metric"]): (float("nan") if r["value"] is None else r["value"], r["n"])
+                for r in sub}
+        sagents = list(dict.fromkeys(r["agent"] for r in sub))
+        model = record["baselines"].get("lm", {}).get("model", "lm")
+        fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+        xs = np.arange(len(sagents))
+        for j, setting in enumerate(LM_SETTINGS):
+            ps = np.array([sval[(a, setting, "sr")][0] for a in sagents])
+            ns = [sval[(a, setting, "sr")][1] for a in sagents]
+            lo_hi = np.array([_wilson(p, n) for p, n in zip(ps, ns)])
+            axes[0].bar(xs + (j - 1.5) * 0.2, ps, 0.2, label=setting,
+                        yerr=np.nan_to_num([ps - lo_hi[:, 0], lo_hi[:, 1] - ps]), capsize=2)
+            axes[1].bar(xs + (j - 1.5) * 0.2, [sval[(a, setting, "asr")][0] for a in sagents], 0.2, label=setting)
+        for ax, lab in ((axes[0], "SR (95% Wilson)"), (axes[1], "ASR (questions per turn)")):
+            ax.set_xticks(xs, sagents, rotation=25, fontsize=7)
+            ax.set_ylabel(lab)
+            ax.legend(fontsize=7)
+        axes[0].set_title(f"language-model agent ({model}) next to scripted agents, same scenarios", fontsize=9)
+        axes[1].set_title("collaboration willingness by question price", fontsize=9)
+        fig.tight_layout()
+        figs["lm_agent"] = fig
     return figs
 
 

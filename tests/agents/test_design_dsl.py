@@ -213,3 +213,66 @@ def test_cached_option_scoring_matches_a_plain_forward():
                            ({"lines": ["SET top.w = 3"], "partial": "SET top.w ="}, ["3", "4.5", "12"])):
         pre, opts = ch._prefix_ids(state), ch._option_ids(state, options)
         np.testing.assert_allclose(ch._scores_cached(pre, opts), ch._scores_plain(pre, opts), rtol=1e-4, atol=1e-3)
+
+
+# --- the language-model pipelines (design_dsl_lm) ------------------------------------------------
+
+def _matches(grammar_text: str, text: str) -> bool:
+    from rayml.decoding import GrammarMatcher, byte_vocabulary, compile_ebnf
+
+    m = GrammarMatcher(compile_ebnf(grammar_text, byte_vocabulary()))
+    return m.accept_bytes(text.encode()) and m.can_terminate()
+
+
+def test_worked_examples_are_exact_and_in_their_grammar(specs):
+    """Every pipeline's example program reproduces its instruction's target model exactly, and the
+    pipeline's grammar accepts it (so the model is shown programs it can write)."""
+    from rayml.agents import design_dsl_lm as dl
+
+    for ins in dom.instruction_suite(2, 21):
+        before = dom.DOMAINS[ins.domain].build(ins.params)
+        for pipe in dm.PIPELINES:
+            sp = dd.generic_spec(before) if pipe == "interface_generic" else specs[ins.domain]
+            lines = dl.example_program(pipe, sp, ins)
+            text = "\n".join(lines + ["END"])
+            assert _matches(dl.program_grammar(pipe, sp, before, 12), text), (pipe, text)
+            prog = dl.parse_program(pipe, text)
+            result = k.apply_program(before, prog)[0] if pipe == "direct" else dd.apply_statements(sp, before, prog)[0]
+            assert dd.evaluate(result, dom.target_model(ins), before, ins.intent, geometry=False)["success"] == 1.0
+        if ins.kind in ("percent", "degree"):  # the derived interface keeps the designer's value form
+            form = dl.example_program("interface_ads", specs[ins.domain], ins)[0]
+            assert ("%" in form) if ins.kind == "percent" else (form.split()[-1][0] in "+-")
+
+
+def test_program_grammar_rejects_what_the_language_cannot_say(specs):
+    from rayml.agents import design_dsl_lm as dl
+
+    ins = dom.instruction_suite(1, 3, domains=["table"])[0]
+    before = dom.DOMAINS["table"].build(ins.params)
+    ads = dl.program_grammar("interface_ads", specs["table"], before, 2)
+    assert _matches(ads, "ADJUST top.w BY +20%\nEND")
+    assert not _matches(ads, "SET top.w = 3\nEND")               # a modelling command
+    assert not _matches(ads, "ADJUST top.w +hugely\nEND")         # not a derived degree word
+    assert not _matches(ads, "ADJUST top.w TO 1\n" * 3 + "END")   # over the line budget
+    direct = dl.program_grammar("direct", None, before, 3)
+    assert _matches(direct, "SET leg_fl.h = 70.5\nSET top.z = -3\nEND")
+    assert not _matches(direct, "SET leg_xx.h = 70\nEND")          # not a part of the model
+
+
+def test_parse_program_drops_a_line_cut_by_the_token_budget():
+    from rayml.agents import design_dsl_lm as dl
+
+    assert dl.parse_program("interface_ads", "ADJUST a TO 3\nADJUST b BY +5%\nEND") == [
+        ("ADJUST", "a", "TO 3"), ("ADJUST", "b", "BY +5%")]
+    assert dl.parse_program("direct", "SET a.w = 3\nSET b.w = 4") == ["SET a.w = 3"]
+
+
+def test_uniform_generator_episodes_are_reproducible(specs):
+    from rayml.agents import design_dsl_lm as dl
+
+    ins = dom.instruction_suite(1, 4, domains=["shelf"])
+    runs = [[dl.lm_episode(dl.UniformGenerator(7), p, x, specs["shelf"], [], 12, 160)["text"]
+             for x in ins for p in dm.PIPELINES] for _ in range(2)]
+    assert runs[0] == runs[1]
+    with pytest.raises(ValueError, match="pipeline"):
+        dl.lm_episode(dl.UniformGenerator(0), "oracle", ins[0], specs["shelf"], [], 12, 160)
