@@ -61,6 +61,13 @@ checkpoints every generation.
 
 ``rayml bench merge3``: one population's full-data fitness on pools of 1 and 2 actors (the minimum
 of ``bench_repeats`` timings each), and MERGE^3's against full-data fitness.
+
+**Hugging Face bases** (``model``: ``"smollm2-135m"`` or a local HF Llama-family directory; default
+``"substrate"``): the settings of ``config["real"]`` apply; the base travels as its directory's bytes
+(``rayml.merging.hf_endpoints.HFBlob``), the endpoints are LoRA fine-tunes on plain-text tasks
+(``add2``, ``add1_letters``; target ``add2_letters``) made as pmap tasks and sent as their factors
+(or ``hf_endpoints``: two local HF directories), and the evaluator actors answer everything from
+the gate on. ``stop_on_failed_gate`` (on for HF bases) ends a run whose gate fails before any merge.
 """
 
 from __future__ import annotations
@@ -851,9 +858,10 @@ BENCH_CLAIMS = (
 EXPERIMENT = Experiment(
     name="merge3",
     paper=PAPER,
-    ray=("endpoint fine-tunes, the gate and the IRT population's answers as pmap tasks; every generation's genomes "
-         "on a ResilientActorPool of MergeEvaluator actors (num_gpus each when set) that hold the models (only "
-         "genomes travel), with a checkpoint per generation"),
+    ray=("endpoint fine-tunes (LoRA for Hugging Face bases), the gate and the IRT population's answers as pmap "
+         "tasks (on the actors for a Hugging Face base); every generation's genomes on a ResilientActorPool of "
+         "MergeEvaluator actors (num_gpus each when set) that hold the models (only genomes travel; weights reach "
+         "them through the object store), with a checkpoint per generation"),
     checked_against=("abstract and introduction of the paper (ICML 2025; the method sections were not readable "
                      "here); the authors' library tommasomncttn/mergenetic (mp-IRT/gmp-IRT, the lambda fit, the "
                      "11-gene SLERP genome of its cross-lingual problem, GA settings, random extraction with "
