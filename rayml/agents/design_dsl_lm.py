@@ -16,10 +16,10 @@ engine (``rayml.decoding``: an EBNF grammar of at most ``max_statements`` lines 
 ``END``, the part / quantity / degree-word names of the pipeline as alternatives, numbers as
 ``-?[0-9]{1,4}(.[0-9]{1,3})?``), so every program parses; at most ``max_new_tokens`` tokens (a
 program cut there keeps its complete lines). Prompt (the model's chat template): the language
-reference of the pipeline, ``shots`` worked examples (instructions of the same domain drawn from
-seeds apart from the test and tuning seeds, the same instructions for every pipeline, each with
-its model and its exact program in that pipeline's language), then the current model and the
-instruction. The shared part of the prompt is prefilled once into a KV cache per (pipeline,
+reference of the pipeline in the system message, ``shots`` worked examples as earlier chat turns
+(instructions of the same domain drawn from seeds apart from the test and tuning seeds, the same
+instructions for every pipeline: the user turn gives the model and the instruction, the assistant
+turn the exact program in that pipeline's language), then the current model and the instruction. The shared part of the prompt is prefilled once into a KV cache per (pipeline,
 domain, shots). Assumed: this prompt, the example programs (``example_program``) and the number
 syntax; the paper's prompts and LLMs are not public.
 
@@ -149,25 +149,25 @@ def _describe(model) -> str:
     return "\n".join(format_part(p) for p in model)
 
 
-def build_prompt(pipeline: str, spec, examples: Sequence[Instruction]) -> tuple[str, str]:
-    """``(system, shared user text)`` of ``pipeline``: the language reference and the worked
-    examples; the current model and the instruction follow (``_query``)."""
+def build_prompt(pipeline: str, spec, examples: Sequence[Instruction]) -> list[dict]:
+    """The shared chat messages of ``pipeline``: the system message (task and language reference)
+    and each worked example as a user turn (model, instruction) answered by an assistant turn (its
+    program); the current model and instruction follow as the last user turn (``_query``)."""
     if pipeline == "direct":
-        system = _SYSTEM.format(language="modelling commands", unit="command")
-        ref = _DIRECT_REF
+        system = _SYSTEM.format(language="modelling commands", unit="command") + "\n\n" + _DIRECT_REF
     else:
-        system = _SYSTEM.format(language="statements of the design interface", unit="statement")
-        ref = spec.prompt_reference() + "\nADJUST changes a quantity and everything that depends on it."
-    parts = [ref, ""]
-    for i, ex in enumerate(examples):
+        system = (_SYSTEM.format(language="statements of the design interface", unit="statement") + "\n\n"
+                  + spec.prompt_reference() + "\nADJUST changes a quantity and everything that depends on it.")
+    messages = [{"role": "system", "content": system}]
+    for ex in examples:
         before = DOMAINS[ex.domain].build(ex.params)
-        parts += [f"Example {i + 1}.", "Model:", _describe(before), f"Instruction: {ex.text}", "Program:",
-                  *example_program(pipeline, spec, ex), "END", ""]
-    return system, "\n".join(parts) + "Now the task.\n"
+        messages += [{"role": "user", "content": _query(before, ex)},
+                     {"role": "assistant", "content": "\n".join(example_program(pipeline, spec, ex) + ["END"])}]
+    return messages
 
 
 def _query(model, ins: Instruction) -> str:
-    return f"Model:\n{_describe(model)}\nInstruction: {ins.text}\nProgram:"
+    return f"Model:\n{_describe(model)}\nInstruction: {ins.text}"
 
 
 class SmolLMGenerator:
@@ -183,14 +183,14 @@ class SmolLMGenerator:
         self.grammars = GrammarCache(vocabulary_from_tokenizer(lm.tokenizer), vocab_size=lm.model.config.vocab_size)
         self._prefix: dict = {}
 
-    def _cached(self, key, system: str, shared: str):
+    def _cached(self, key, messages):
         import torch
 
         hit = self._prefix.get(key)
         if hit is None:
             tok = self.lm.tokenizer
-            a = tok.encode(tok.chat(shared + "Model:\nX", system=system), bos=True)
-            b = tok.encode(tok.chat(shared + "Model:\nY", system=system), bos=True)
+            a = tok.encode(tok.chat(messages + [{"role": "user", "content": "Model:\nX"}]), bos=True)
+            b = tok.encode(tok.chat(messages + [{"role": "user", "content": "Model:\nY"}]), bos=True)
             n = next(i for i, (u, v) in enumerate(zip(a, b)) if u != v) - 2  # stay clear of a merge at the seam
             ids = a[:n]
             cache = self.lm.model.new_cache(batch=1, capacity=len(ids) + 512)
@@ -199,15 +199,15 @@ class SmolLMGenerator:
             hit = self._prefix[key] = (ids, cache)
         return hit
 
-    def generate(self, key, system: str, shared: str, query: str, grammar: str, max_new_tokens: int) -> str:
+    def generate(self, key, messages, query: str, grammar: str, max_new_tokens: int) -> str:
         import torch
 
         from rayml.decoding.logits import EmbeddedGrammarProcessor
         from rayml.llm.generation import generate
 
         tok = self.lm.tokenizer
-        prefix, base = self._cached(key, system, shared)
-        ids = tok.encode(tok.chat(shared + query, system=system), bos=True)
+        prefix, base = self._cached(key, messages)
+        ids = tok.encode(tok.chat(messages + [{"role": "user", "content": query}]), bos=True)
         proc = EmbeddedGrammarProcessor([self.grammars.get({"type": "grammar", "grammar": grammar})])
         if ids[:len(prefix)] == prefix:
             cache = base.select(torch.zeros(1, dtype=torch.long))
@@ -254,10 +254,10 @@ def lm_episode(generator, pipeline: str, ins: Instruction, spec, examples: Seque
             prog = dm.interface_statements(generator, sp, before, ins, max_statements)
             text = "\n".join([dd.format_statement(st) for st in prog] + ["END"])
         return _score(pipeline, sp, before, ins, prog, text, 0)
-    system, shared = build_prompt(pipeline, sp, examples)
+    messages = build_prompt(pipeline, sp, examples)
     grammar = program_grammar(pipeline, sp, before, max_statements)
-    text = generator.generate((pipeline, ins.domain, key, len(examples)), system, shared, _query(before, ins),
-                              grammar, max_new_tokens)
+    text = generator.generate((pipeline, ins.domain, key, len(examples)), messages, _query(before, ins), grammar,
+                              max_new_tokens)
     return _score(pipeline, sp, before, ins, parse_program(pipeline, text), text,
                   len(generator.lm.tokenizer.encode(text)))
 

@@ -14,10 +14,15 @@ choices). Task success = every parameter of the resulting model within 1% of the
 parts, same holes); parameter precision = the intended quantity within 2%; voxel IoU, volume,
 bounding box, hole count and symmetry are recorded too.
 
-Models: the deterministic retrieval / template parser (``tiny``, ``quick``: the tests run it) and
-SmolLM2-135M-Instruct (``full``, primary there; a 40-episode slice took 1671 s on the loaded
-2-core machine, so it does not fit ``quick``'s two minutes; ``--set models='["smollm2"]'`` runs it
-at any size). Each model's knob is tuned per pipeline on instructions from tuning seeds.
+Two comparisons run. (1) The sanity comparison: the deterministic retrieval / template parser
+(``models``) decodes every pipeline slot by slot; its knob is tuned per pipeline on instructions
+from tuning seeds (``--set models='["smollm2"]'`` puts the older slot-scoring SmolLM2 chooser
+there). (2) The paper comparison (``rayml.agents.design_dsl_lm``): one language model (``model``:
+``smollm2-135m``, or the weights-free ``uniform`` slot picker by default) writes each pipeline's
+whole program with grammar-constrained greedy decoding (ZapFormat) after the same worked examples,
+with the same line and token budgets, on ``lm_per_cell`` x ``lm_seeds`` instructions per
+(domain, kind); the number of worked examples is tuned per pipeline on ``shots_grid`` (one value,
+untuned, at quick).
 
 Claims are paired over (instruction, seed) with a sign test; per-kind win counts keep one kind of
 instruction from carrying the aggregate.
@@ -44,12 +49,14 @@ METRICS = ("success", "precise", "param_error", "iou", "volume_error", "bbox_err
 LM_MODELS = ("uniform", "smollm2-135m")
 _COMMON = dict(domains=list(dom.DOMAINS), kinds=list(dom.KINDS_OF_INSTRUCTION), max_statements=6,
                corpus_variants=24, corpus_edits=400, model="uniform", shots_grid=[2, 4], lm_max_statements=12,
-               max_new_tokens=160)
+               max_new_tokens=128)
 SIZES = {
     "tiny": dict(per_cell=1, seeds=2, tune_per_cell=1, models=["retrieval"], chunk=4, lm_per_cell=1, lm_seeds=1,
                  lm_tune_per_cell=1, **_COMMON),
-    "quick": dict(per_cell=4, seeds=3, tune_per_cell=2, models=["retrieval"], chunk=8, lm_per_cell=2, lm_seeds=2,
-                  lm_tune_per_cell=1, **_COMMON),
+    # quick: one number of worked examples (4: one per instruction kind) for every pipeline, untuned
+    # (SmolLM2 takes about a minute per episode on the loaded 2-core machine); full tunes {2, 4}
+    "quick": dict(per_cell=4, seeds=3, tune_per_cell=2, models=["retrieval"], chunk=8, lm_per_cell=1, lm_seeds=2,
+                  lm_tune_per_cell=1, **{**_COMMON, "shots_grid": [4]}),
     "full": dict(per_cell=10, seeds=5, tune_per_cell=3, models=["retrieval"], chunk=8, lm_per_cell=10, lm_seeds=5,
                  lm_tune_per_cell=3, **_COMMON),
 }
@@ -191,9 +198,11 @@ def _lm_part(config, seed, specs) -> dict:
     # the uniform picker ignores the prompt: nothing to tune
     grid = list(config["shots_grid"]) if config["model"] != "uniform" else list(config["shots_grid"])[:1]
     chunk = int(config["chunk"])
-    tune_items = [it for p in dm.PIPELINES for k in grid for it in _by_domain_items("tune", p, k, tune_ins, chunk)]
+    # a one-value grid has nothing to tune
+    tune_items = [it for p in dm.PIPELINES for k in grid for it in _by_domain_items("tune", p, k, tune_ins, chunk)
+                  if len(grid) > 1]
     tuned = [r for part in runtime.pmap(run_lm_task, tune_items, shared=shared, chunk_size=1,
-                                        desc="design-dsl LM tuning") for r in part]
+                                        desc="design-dsl LM tuning") for r in part] if tune_items else []
     chosen, tuning_rows = {}, []
     for p in dm.PIPELINES:
         scores = {k: (_mean([r for r in tuned if r["pipeline"] == p and r["knob"] == k], "success"),
