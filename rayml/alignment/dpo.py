@@ -170,10 +170,13 @@ def sequence_logps(model: TransformerLM, prompts: Sequence[Sequence[int]], respo
     """``sum_t log p(response_t | prompt, response_<t)`` per row, in one right-padded forward pass.
 
     Right padding never changes the earlier tokens' logits under causal attention, so each row's
-    value equals the one computed alone.
+    value equals the one computed alone. A model with its own ``response_logps(prompts, responses,
+    pad_id=...)`` (``rayml.alignment.frozen_prefix``) computes them itself.
     """
     if len(prompts) != len(responses) or not prompts:
         raise ValueError("prompts and responses must be non-empty and of equal length")
+    if hasattr(model, "response_logps"):
+        return model.response_logps(prompts, responses, pad_id=pad_id)
     rows = [list(p) + list(r) for p, r in zip(prompts, responses)]
     width = max(len(r) for r in rows)
     device = model.embed_tokens.weight.device

@@ -141,6 +141,33 @@ class FrozenPrefixLM(torch.nn.Module):
         return out
 
 
+    def response_logps(self, prompts, responses, *, pad_id: int) -> torch.Tensor:
+        """``sum_t log p(response_t | prompt, response_<t)`` per row (what ``dpo.sequence_logps`` asks
+        for): the top blocks on the padded rows, the LM head and the softmax only where a response
+        token is predicted."""
+        rows = [list(p) + list(r) for p, r in zip(prompts, responses)]
+        b, s = len(rows), max(len(r) for r in rows)
+        dev = self.embed_tokens.weight.device
+        x = torch.zeros(b, s, self.config.d_model, dtype=self.embed_tokens.weight.dtype, device=dev)
+        at, nxt, owner = [], [], []
+        for i, (p, r) in enumerate(zip(prompts, responses)):
+            k = self.store.key(rows[i])
+            if len(k) < len(rows[i]) - 1:
+                raise ValueError("a response may end with at most one pad-valued token")
+            x[i, : len(k)] = self.store.states(k)
+            for t in range(len(p) - 1, len(p) + len(r) - 1):
+                at.append(i * s + t)
+                nxt.append(rows[i][t + 1])
+                owner.append(i)
+        cos, sin = rope_cos_sin(torch.arange(s, device=dev)[None].expand(b, -1), self.config.head_dim,
+                                self.config.rope_theta, x.dtype)
+        for layer in self.layers:
+            x = layer(x, cos, sin, None, None, None)
+        h = x.reshape(b * s, -1)[torch.as_tensor(at, device=dev)]
+        logp = torch.log_softmax(self.head(h).float(), dim=-1).gather(-1, torch.as_tensor(nxt, device=dev)[:, None])
+        return torch.zeros(b, dtype=logp.dtype, device=dev).index_add(0, torch.as_tensor(owner, device=dev), logp[:, 0])
+
+
 def full_model(top: FrozenPrefixLM) -> TransformerLM:
     """A ``TransformerLM`` view for generation: the store's bottom blocks, then ``top``'s blocks (LoRA
     adapters included). It shares every tensor with both; nothing is copied."""

@@ -64,9 +64,9 @@ REAL_MODELS = ("smollm2-135m",)
 # a real pretrained chat model (``model=smollm2-135m``): plain-text questions (``rayml.alignment.text_tasks``),
 # LoRA adapters on the top ``lora_layers`` blocks (the frozen blocks below computed once per sequence), no
 # warm-up; sized so that the quick run takes minutes on a 2-core CPU
-_REAL = dict(levels=[2, 4, 8], capacities=["lora2", "lora16"], lora_layers=4, lr_lora=1e-3, ref_seeds=2, ref_steps=24,
-             evals=3, steps=16, batch_size=4, n_pairs=48, fractions=[0.25, 0.5, 0.75], test_seeds=3, tune_seeds=1,
-             eval_per_level=6, beta_grid=[0.01, 0.1], lr_scale_grid=[1, 3])
+_REAL = dict(levels=[2, 4, 8], capacities=["lora2", "lora16"], lora_layers=4, lr_lora=1e-3, ref_seeds=2, ref_steps=12,
+             evals=2, steps=12, batch_size=4, n_pairs=48, fractions=[0.25, 0.5, 0.75], test_seeds=3, tune_seeds=1,
+             eval_per_level=5, beta_grid=[0.01, 0.1], lr_scale_grid=[1])
 _COMMON = dict(model="base", task="lookup", lora_layers=0, levels=[3, 4, 5], noise=0.1, evals=4, lr_full=1e-5, lr_lora=1e-4,
                beta_ref=0.1, reweight_temperature=1.0, beta_grid=[0.003, 0.01, 0.1], lr_scale_grid=[0.1, 0.3, 1, 3])
 SIZES = {
