@@ -7,8 +7,8 @@ own Ray task (``pmap``); the episodes run on a pool of agent actors (``Resilient
 ``SyncMindWorker``: the agents and a verifier cache stay loaded), one scenario per call, its
 contents sent as data.
 
-Agents (``rayml.agents.syncmind_agents``): scripted strategies, no language model. The harness runs
-each at the paper's settings: 30 turns, $1000, $100 per proposal, $100 per question (``default``),
+Agents (``rayml.agents.syncmind_agents``): scripted strategies. The harness runs each at the
+paper's settings: 30 turns, $1000, $100 per proposal, $100 per question (``default``),
 the same without the collaborator (``solo``), and the paper's resource-aware variants (50 turns,
 $3000, $50 and $200 questions). Every agent gets the same budgets in a setting (recorded).
 
@@ -19,6 +19,13 @@ the budget-aware agent without a collaborator is the no-collaboration agent. The
 knobs (its agents are LLMs): its own settings are the budgets, which are fixed, not tuned. The
 low-willingness agents ask with ``p_ask`` = 0.05 per turn, near the paper's measured ASR
 (<= 4.86%); it is a behaviour, not tuned.
+
+The language-model agent (``rayml.agents.syncmind_llm``, agent ``lm``): the model (``model``:
+``smollm2-135m``, or the weights-free ``uniform`` picker by default) picks each turn's option and
+the function of each new proposal; the scripted skills (tuned ``per_suspect``) execute. It runs on
+``lm_scenarios`` test scenarios drawn by the seed in the default, solo, $50- and $200-question
+settings, one actor call per episode; with SmolLM2 the same agent with uniform decisions
+(``uniform-picker``) runs next to it. The paper claims are about this agent.
 """
 
 from __future__ import annotations
