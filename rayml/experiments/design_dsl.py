@@ -331,11 +331,11 @@ _KIND = "sanity"
 _PARSER = " [decoder: the run's primary model; at quick the lexical parser, not an LLM]"
 
 
-_LM = " [the generating language model: SmolLM2-135M with --set model=smollm2-135m; the uniform slot picker by default]"
+_LM_NOTE = " [the generating language model: SmolLM2-135M with --set model=smollm2-135m; the uniform slot picker by default]"
 
 
 def _lm_paired(text, a_pipe, b_pipe, value_metric, summary_metric, source):
-    return Claim(text=text + _LM, metric=f"metrics.lm.{a_pipe}.{summary_metric}",
+    return Claim(text=text + _LM_NOTE, metric=f"metrics.lm.{a_pipe}.{summary_metric}",
                  compare=f"metrics.lm.{b_pipe}.{summary_metric}", op=">", test="paired sign test over seeds",
                  table="lm_episodes", a={"pipeline": a_pipe, "metric": value_metric},
                  b={"pipeline": b_pipe, "metric": value_metric}, pair_on=("uid", "seed"), source=source, kind="paper")
@@ -355,12 +355,13 @@ LM_CLAIMS = (
     _lm_paired("the automated domain specification matters for the language model: the interface over the derived "
                "specification beats the same interface over the generic geometry-level specification (paired over "
                "instruction x seed)", "interface_ads", "interface_generic", "success", "success", SRC_ADS),
-    Claim(text="targeted control through the interface is effective for the language model: task success >= 0.5" + _LM,
+    Claim(text="targeted control through the interface is effective for the language model: task success >= 0.5"
+               + _LM_NOTE,
           metric="metrics.lm.interface_ads.success", compare=0.5, op=">=", source=SRC_EFFECTIVE, kind="paper",
           controls=(Control("direct command generation", "metrics.lm.direct.success"),
                     Control("interface over the generic specification", "metrics.lm.interface_generic.success"))),
     Claim(text="the language model's gain over direct generation is not carried by one kind of instruction: the "
-               "interface wins (higher success) in at least 3 of the 4 instruction kinds" + _LM,
+               "interface wins (higher success) in at least 3 of the 4 instruction kinds" + _LM_NOTE,
           metric="metrics.lm.interface_ads.kinds_won_vs_direct", compare=3, op=">=", source=SRC_EFFECTIVE,
           kind="paper",
           controls=(Control("interface over the generic specification",
