@@ -62,8 +62,8 @@ REAL_MODELS = ("smollm2-135m",)
 TEXT_KINDS = ("add", "lookup")
 
 # SmolLM2-135M on a 2-core CPU: LoRA adapters, a few DPO steps, a few questions per replicate
-_REAL = dict(train_questions=8, tune_questions=8, chunk=8, n_candidates=4, mc_rollouts=1, dpo_steps=4,
-             batch_size=4, lr_grid=[1e-3], beta_grid=[0.03, 0.1, 0.3], test_per_level=4, turns=5, seeds=5,
+_REAL = dict(train_questions=4, tune_questions=4, chunk=4, n_candidates=4, mc_rollouts=1, dpo_steps=2,
+             batch_size=4, lr_grid=[5e-3], beta_grid=[0.03, 0.1, 0.3], test_per_level=2, turns=5, seeds=5,
              lora_rank=8, collect_temperature=0.7)
 _COMMON = dict(model="base", id_kind="lookup", id_levels=[4, 8], ood_kind="add", ood_levels=[1, 2], lora_rank=0,
                sft_replay=1500, collect_temperature=1.0)
