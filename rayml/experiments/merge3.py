@@ -104,7 +104,8 @@ REAL_MODELS = ("smollm2-135m",)
 _REAL = dict(task_a="add2", task_b="add1_letters", target="add2_letters", finetune_steps=40, finetune_rows=8,
              finetune_lr=3e-3, finetune_rehearsal=0.0, lora_rank=8, finetune_items=256,
              gate_items=40, search_items=30, test_items=60, anchors=6, population=4, holdout_models=4, irt_dims=1,
-             pop_size=4, generations=2, repeats=2, random_merges=2, ta_grid=[0.5, 1.0, 1.5], stop_on_failed_gate=True)
+             pop_size=4, generations=2, repeats=2, random_merges=2, ta_grid=[0.5, 1.0, 1.5], stop_on_failed_gate=True,
+             actors=1)  # one evaluator: each holds ~2 GB of fp32 SmolLM2 (model, base, merge); the quick machine is shared
 _HF = dict(model="substrate", hf_endpoints=None, lora_rank=8, finetune_items=256, stop_on_failed_gate=False)
 SIZES = {
     "tiny": dict(base="tiny", **_TASKS, **_IRT, finetune_steps=2, finetune_rows=2, finetune_row_len=64,
