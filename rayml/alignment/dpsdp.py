@@ -28,6 +28,12 @@ Feedback language on the substrate (assumed: the paper's critic writes free text
 paper distils a stronger model's feedback and refinements) is taught here by an oracle built on
 the verifier (``oracle_feedback``). Majority-vote ties go to the most recent answer (assumed).
 
+A ``Format`` writes the three states for a kind of model: ``SUBSTRATE`` (the formats above) or
+``TEXT`` (a pretrained chat model such as SmolLM2-135M on ``rayml.alignment.text_tasks`` questions:
+the critic writes free-text feedback after ``"The proposed answer is"``; the answer carried into the
+next state and voted on is the reply's first integer). Greedy ``refine`` generates each distinct
+state once: with the Markovian state an answer repeated by a refinement is a fixed point.
+
 Examples:
     >>> oracle_feedback("1234", "1244")
     'x2'
@@ -49,7 +55,8 @@ from rayml.llm import tasks as _tasks
 from rayml.llm.generation import generate
 from rayml.llm.model import TransformerLM
 
-__all__ = ["Format", "SUBSTRATE", "actor_prompt", "critic_prompt", "refine_prompt", "oracle_feedback", "majority_vote", "Rollout",
+__all__ = ["Format", "SUBSTRATE", "actor_prompt", "critic_prompt", "refine_prompt", "oracle_feedback", "majority_vote",
+           "Rollout",
            "refine", "refine_metrics", "collect_pairs", "sft_examples", "StatePairs", "ROLES"]
 
 ROLES = ("actor", "critic")
