@@ -731,7 +731,8 @@ EXPERIMENT = Experiment(
                     "notebook, optimiser config) and the abstract; a review digest of the earlier ASFT version; closed "
                     "forms in the tests: the path and target against t y1 + (1-t) eps and y1 - eps, the decoder's "
                     "permutation equivariance and conditional independence over queries, joint multi-resolution "
-                    "sampling against sampling the training grid alone, the exact EMD against brute force over all "
+                    "sampling against sampling the training grid alone, a training snapshot at step k against a k-step run, the "
+                    "per-class MMD / COV against brute force and their class-weighted mean against the whole set, the exact EMD against brute force over all "
                     "matchings and the 1-D closed form (sorted coordinates), Chamfer against brute force",
     sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
 )

@@ -11,7 +11,8 @@ def test_every_claim_is_measured_at_tiny_size(unmeasured_claims):
     assert unmeasured_claims("inrflow") == []
 
 
-def test_tested_claims_pair_every_shape_class_seed_and_draw(ray_session):
+def test_tested_claims_pair_every_shape_class_seed_and_draw(ray_session, tmp_path):
+    from rayml import results
     from rayml.experiments import inrflow as E
 
     record = experiments.run("inrflow", size="tiny", seed=2, overrides={"curve": [6, 12]})
@@ -46,6 +47,13 @@ def test_tested_claims_pair_every_shape_class_seed_and_draw(ray_session):
                 and c["method"] == r["method"] and c["seed"] == r["seed"]]
         assert last == [pytest.approx(r["value"], abs=1e-9)]
     assert {c["step"] for c in curve} == {6, 12}
+    # the list: equal-size baselines, generation at an unseen resolution (INRFlow only), samples as PNG
+    assert record["metrics"]["param_gap"] <= 0.1
+    assert record["metrics"]["hi_res_supported"] == {"inrflow": True, "grid": False, "unet": False}
+    assert np.isfinite(record["metrics"]["fid_hi"])
+    written = {str(p).rsplit("/", 1)[-1] for p in results.write_outputs(record, tmp_path, E.plots(record))}
+    for name in ("distances", "digit_samples", "cloud_samples", "resolutions", "point_classes", "loss"):
+        assert f"{name}.png" in written and (tmp_path / f"{name}.png").stat().st_size > 1000
     # the image draws are scored against disjoint held-out slices, so they differ
     fids = [r["value"] for r in rows if r["modality"] == "image" and r["method"] == "inrflow"]
     assert len(fids) == cfg["seeds"] * cfg["draws"] and len(set(fids)) == len(fids)
