@@ -129,7 +129,7 @@ SIZES = {
                  num_gpus=0, **_HF,
                  real=dict(_REAL, gate_items=200, search_items=100, test_items=500, anchors=10, population=12,
                            holdout_models=12, pop_size=8, generations=5, repeats=8, random_merges=4,
-                           finetune_steps=120)),
+                           finetune_steps=120, actors=8)),
 }
 BENCH_SIZES = {
     "tiny": dict(SIZES["tiny"], bench_population=4, bench_repeats=2),
