@@ -456,8 +456,9 @@ def plots(record: Mapping) -> dict:
 
 EXPERIMENT = Experiment(
     name=METHOD, paper=PAPER,
-    ray="(model x pipeline x knob x chunk of instructions) episodes as pmap tasks (tuning, then test); the "
-        "specifications are derived once in the driver and shared through the object store",
+    ray="(model x pipeline x knob x chunk of instructions) episodes as pmap tasks (tuning, then test), and the "
+        "language model's (pipeline x worked examples x domain chunk) episodes likewise (the model loaded once per "
+        "worker process); the specifications are derived once in the driver and shared through the object store",
     checked_against="abstract and the opening of the introduction (arXiv 2506.11070 HTML); the same group's AutoDSL "
                     "(ACL 2024) for how a DSL is derived from a domain corpus (secondary summaries); no code is "
                     "public; the interface's compiler is checked against the exact statement of every instruction "
