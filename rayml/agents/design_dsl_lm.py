@@ -93,7 +93,8 @@ def _value_form(spec, ins: Instruction, old: float, new: float) -> str:
         text = f" {' '.join(dd.tokens(ins.text))} "
         words = [w for w, m in spec.degree.items() if f" {w} " in text and abs(m - abs(new / old - 1)) < 1e-6]
         if words:
-            return f"{'+' if up else '-'}{min(words, key=lambda w: (len(w), w))}"
+            # a single word before a bigram ("little" rather than a spurious "be a"), then the longer
+            return f"{'+' if up else '-'}{min(words, key=lambda w: (' ' in w, -len(w), w))}"
         return f"TO {_n(new)}"
     return f"TO {_n(new)}"
 
