@@ -1,6 +1,7 @@
 """rayml.agents.design_dsl*: the CAD kernel, the suite, the automated domain specification, the
-interface's compiler and the two models (the retrieval parser; SmolLM2 is exercised by the
-experiment at full size)."""
+interface's compiler, the slot-level models (the retrieval parser, the slot-scoring chooser) and the
+language-model pipelines (grammars, worked examples, the uniform stand-in; SmolLM2 itself runs in
+the experiment's @model=smollm2-135m record)."""
 
 import math
 
