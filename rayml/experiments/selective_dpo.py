@@ -655,6 +655,7 @@ EXPERIMENT = Experiment(
         "(capacity x seed x method) as pmap tasks; weights never cross tasks (each loads the shipped base)",
     checked_against="paper abstract, the authors' README and curriculum-lens scripts (glorgao/SelectiveDPO: "
                     "make_curricula.py averages 3 seeds x 2 halves x 5 evaluations; the trainer is sequential); "
-                    "the DPO loss against a hand-computed case and a float64 re-derivation",
+                    "the DPO loss against a hand-computed case and a float64 re-derivation; the SmolLM2 top-layer path "
+                    "(rayml.alignment.frozen_prefix) against the whole model's log-probabilities",
     sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
 )
