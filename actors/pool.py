@@ -53,7 +53,8 @@ def _actor_lost_errors() -> tuple[type[BaseException], ...]:
     import ray.exceptions as rex
 
     names = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError",
-             "NodeDiedError", "ObjectLostError", "OwnerDiedError")
+             "NodeDiedError", "ObjectLostError", "OwnerDiedError",
+             "OutOfMemoryError")  # the memory monitor killed the actor's worker: requeue as for a death
     return tuple(getattr(rex, n) for n in names if hasattr(rex, n))
 
 

@@ -22,7 +22,9 @@ for _extra, _mods in registry.EXTRAS.items():
 # (``rayml.llm.smollm2``), both chosen by the user, the benchmark's peers (an absent peer is a
 # row saying so).
 ADAPTERS = ("rayml.actors", "rayml.llm.hf", "rayml.llm.backends", "rayml.llm.smollm2", "rayml.decoding.peers",
-            "rayml.agents.syncmind_llm",  # SyncMind's SmolLM2 agent: only when asked for (full, llm_scenarios)
+            "rayml.agents.syncmind_llm",  # SyncMind's SmolLM2 agent: only with `--set model=smollm2-135m`
+            "rayml.merging.hf_endpoints",  # MERGE^3's Hugging Face endpoints: only with `--set model=...`
+            "rayml.agents.design_dsl_lm",  # its SmolLM2 writer's constrained decoding: only with that model too
             "rayml.data.minilm",  # DIRECT's text set (--set dataset=docstrings; [text]): only when asked for
             "rayml.purify.adapters")  # pretrained diffusers score models ([diffusion]): only when asked for
 
