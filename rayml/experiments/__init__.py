@@ -136,6 +136,14 @@ def _check_value(key: str, value: Any, old: Any, largest: Any) -> None:
             raise ValueError(f"--set {key}: at most {MAX_GROWTH}x as many entries as the largest size's")
 
 
+def with_real_settings(config: Mapping[str, Any], real_models: Sequence[str]) -> dict:
+    """The config a run uses: when ``config["model"]`` is one of ``real_models`` (a real pretrained
+    model), the settings in ``config["real"]`` replace the substrate's; ``real`` itself is dropped."""
+    config = dict(config)
+    real = config.pop("real", None) or {}
+    return dict(config, **real) if config["model"] in real_models else config
+
+
 def resolve_config(sizes: Mapping[str, Mapping], size: str, overrides: Mapping[str, Any] | None) -> dict:
     """The config of ``size`` with ``overrides`` applied. Unknown keys, wrong types (an integer
     setting takes integers only; a list keeps its elements' types), negative values of settings

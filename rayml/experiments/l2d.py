@@ -32,7 +32,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from rayml import runtime
-from rayml.experiments import Experiment, Outcome
+from rayml.experiments import Experiment, Outcome, with_real_settings
 from rayml.results import Claim, Control
 
 PAPER = "Large Language Models to Diffusion Finetuning (L2D), ICML 2025"
@@ -67,9 +67,7 @@ SIZES = {
 
 def _effective(config: Mapping[str, Any]) -> dict:
     """The config a run uses: a real pretrained model takes its settings from ``config["real"]``."""
-    config = dict(config)
-    real = config.pop("real", None) or {}
-    return dict(config, **real) if config["model"] in REAL_MODELS else config
+    return with_real_settings(config, REAL_MODELS)
 
 
 def _real(config) -> bool:

@@ -48,7 +48,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from rayml import runtime
-from rayml.experiments import Experiment, Outcome
+from rayml.experiments import Experiment, Outcome, with_real_settings
 from rayml.results import Claim, Control
 
 PAPER = ("Principled Data Selection for Alignment: The Hidden Risks of Difficult Examples (Selective DPO), "
@@ -158,11 +158,9 @@ def _effective(config: Mapping[str, Any]) -> dict:
     """The config a run uses: a real pretrained model takes its settings from ``config["real"]``."""
     from rayml.alignment.text_tasks import LEVELS
 
-    config = dict(config)
-    real = config.pop("real", None) or {}
+    config = with_real_settings(config, REAL_MODELS)
     if config["model"] not in REAL_MODELS:
         return config
-    config = dict(config, **real)
     if config["task"] != "lookup":  # the real blocks' levels count facts; other questions take their own
         config["levels"] = list(LEVELS[config["task"]])
     return config
@@ -474,7 +472,6 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         scores = {bg: np.mean([t["accuracy"] for t in tuned if t["method"] == m and (t["beta"], t["lr_scale"]) == bg])
                   for bg in grid}
         best[m] = _choose(scores)
-    best_beta = {m: best[m][0] for m in best}
     test_seeds = runtime.seeds(ss[2], int(config["test_seeds"]))
     test_items = []
     for c in caps:
