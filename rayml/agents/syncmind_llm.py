@@ -35,7 +35,7 @@ import random
 
 from rayml.agents import syncmind_agents as sa
 
-__all__ = ["LLMOptionAgent", "SmolLMPicker", "UniformPicker", "option_prompt", "location_prompt", "MAX_SUSPECTS"]
+__all__ = ["LLMOptionAgent", "LLMVagueAgent", "SmolLMPicker", "UniformPicker", "option_prompt", "location_prompt", "MAX_SUSPECTS"]
 
 MAX_SUSPECTS = 5
 _SYSTEM = (
@@ -145,6 +145,7 @@ class LLMOptionAgent(sa.SkilledAgent):
     skills carry the choices out."""
 
     name = "lm"
+    vague = False
 
     def __init__(self, picker, **params):
         super().__init__(**params)
@@ -212,6 +213,8 @@ class LLMOptionAgent(sa.SkilledAgent):
         self.turn += 1
         r = self.res
         if choice == "c" and self._can_pay(r.asking_cost):
+            if self.vague:
+                return {"type": "ask", "question": {"kind": "vague"}}
             if self.known is None:
                 return {"type": "ask", "question": {"kind": "location"}}
             if self.fix is None:
@@ -225,3 +228,14 @@ class LLMOptionAgent(sa.SkilledAgent):
                 return a
         a = self._explore()
         return a if a else {"type": "run_tests"}
+
+
+class LLMVagueAgent(LLMOptionAgent):
+    """The control of the collaboration claims: the same picker makes the same decisions (the
+    option of each turn, the suspect of each proposal) and pays for its questions, but every
+    question it asks is vague, so the collaborator's answer carries no information (it cannot use
+    what it is told). Without a collaborator it is ``LLMOptionAgent`` itself: option (c) is not
+    offered, so with the same seed its episode is the same."""
+
+    name = "lm-vague"
+    vague = True

@@ -340,6 +340,36 @@ def test_uniform_picker_episodes_are_reproducible(scenarios):
     assert rows[0] == rows[1]
 
 
+def test_vague_lm_control_asks_but_learns_nothing(scenarios):
+    """The control of the collaboration claims: with the same seed and picker it is the lm agent
+    without a collaborator; with one, the picker's (c) buys a vague answer, never the location or
+    the fix."""
+    from rayml.agents import syncmind_llm as sl
+
+    cache = sm.TestCache()
+    solo = sm.Resources(collaborative=False)
+    for sc in scenarios[:3]:
+        for seed in (1, 4):
+            rows = [sm.run_episode(cls(sl.UniformPicker(), per_suspect=2), sc, solo, seed=seed, cache=cache).row()
+                    for cls in (sl.LLMOptionAgent, sl.LLMVagueAgent)]
+            assert rows[0] == rows[1]
+    class Listening(sl.LLMVagueAgent):
+        def _observe(self, obs):
+            if obs.get("type") == "answer":
+                self.heard.append(obs["answer"]["kind"])
+            super()._observe(obs)
+
+    sc = scenarios[0]
+    agent = Listening(_Recorder(["c"]), per_suspect=4)
+    agent.heard = []
+    ep = sm.run_episode(agent, sc, sm.Resources(), seed=3, cache=cache)
+    assert ep.asks >= 1 and set(agent.heard) == {"vague"} and not ep.success
+    assert agent.known is None and agent.fix is None
+    # the informative agent with the same always-ask picker is handed the fix
+    assert sm.run_episode(sl.LLMOptionAgent(_Recorder(["c", "1"]), per_suspect=4), sc, sm.Resources(), seed=3,
+                          cache=cache).success
+
+
 def test_smollm_picker_cached_prefix_matches_a_plain_forward():
     """SmolLM2-135M (skipped where it is not installed): the choice read from the KV-cached
     prefix equals the one from a full forward of the same prompt."""

@@ -4,7 +4,10 @@ import math
 
 import pytest
 
-PHI = "baselines.lm.pooled.asked_success_phi"
+PHIS = ("baselines.lm.default.asked_success_phi", "baselines.lm_vague.default.asked_success_phi",
+        "baselines.vague_asker.lm_subset.default_phi")
+NEVER_ASKS = ("baselines.no_collaboration.lm_subset.price.ask_adaptation",
+              "baselines.no_collaboration.lm_subset.price.sr_spread")
 
 
 def test_every_claim_is_measured_at_tiny_size(ray_session):
@@ -22,13 +25,27 @@ def test_every_claim_is_measured_at_tiny_size(ray_session):
             if not (isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)):
                 missing.append(path)
         if claim.test:
-            assert claim.table in record["tables"]
-    # the language-model agent's phi (asked vs recovered) is undefined, not unwired, when one of the
-    # two is constant over its few tiny episodes (the uniform picker recovers every collaborative one)
-    assert set(missing) <= {PHI}
-    if missing:
-        pooled = record["baselines"]["lm"]["pooled"]
-        assert pooled["sr"] in (0.0, 1.0) or pooled["ask_episode_rate"] in (0.0, 1.0)
+            rows = record["tables"][claim.table]
+            # the claim's rows and each control's rows cover the same scenarios as its zero rows
+            want = {r["scenario"] for r in rows if all(r.get(k) == v for k, v in claim.b.items())}
+            for flt in [claim.a] + [c.a for c in claim.controls]:
+                assert {r["scenario"] for r in rows if all(r.get(k) == v for k, v in flt.items())} == want
+    # a phi (asked vs recovered) is undefined, not unwired, when one of the two is constant over the
+    # few tiny episodes; the never-asking control's price metrics are undefined by design
+    assert set(missing) <= set(PHIS) | set(NEVER_ASKS)
+    assert all(results.lookup(record, p) is None for p in NEVER_ASKS)
+    assert record["baselines"]["lm"]["price"]["questions"] > 0  # the uniform picker asks
+
+    # the collaboration-gain rows are each agent's success with minus without the collaborator
+    eps = {(r["agent"], r["setting"], r["scenario"]): r["value"] for r in record["tables"]["episodes"]}
+    gains = [r for r in record["tables"]["collab_gain"] if r["agent"] != "none"]
+    assert {r["agent"] for r in gains} >= {"lm", "lm-vague", "vague-asker", "budget-aware"}
+    for r in gains:
+        solo_agent = "lm" if r["agent"] == "lm-vague" else r["agent"]  # the vague control's solo is the lm's
+        assert r["value"] == eps[(r["agent"], "default", r["scenario"])] - eps[(solo_agent, "solo", r["scenario"])]
+    # the vague control asks in the collaborative setting and its questions are all vague
+    assert record["baselines"]["lm_vague"]["default"]["asr"] > 0
+    assert not any(r["agent"] == "lm-vague" and r["setting"] == "solo" for r in record["tables"]["episodes"])
 
 
 def test_bad_settings_are_refused_before_any_work():
