@@ -30,7 +30,14 @@ Tuning: the PGD radius of both optimised attacks is chosen on the grid ``eps_gri
 trials, by ASR at ``k_main`` on the objective it is compared on (ties: the smaller radius): the
 single-sample poison once for its target query and once for the class's other queries (its
 class-wise numbers use that radius), the class-query poison for the class's other queries; the
-baselines have no parameter. Budget:
+baselines have no parameter. The record flags a chosen radius on the grid's edge
+(``config.budget.tuning.eps_at_edge``): on the class objective the tuning ASR grows with the radius,
+so the largest radius is chosen. The radii of ``eps_probe`` (past the grid's cap) are measured on
+the same tuning trials but never chosen: there the poison stops being a perturbation of its query
+image (the tuning table's ``own_class_1nn``: the poison's nearest training digit in pixel space has
+the query's class; ``closer_than_other_class``: the poison moved less, in L2, than the distance from
+the query to the nearest training digit of another class). The class comparison is also made at the
+release's radius 8/255 for both attacks on the same test trials (``metrics.paper_eps``). Budget:
 every attack injects the same number of pairs with the same text; PGD runs ``steps`` steps.
 """
 
@@ -56,15 +63,16 @@ GENERATORS = ("base", "smollm2-135m")
 _COMMON = dict(encoder_seed=0, k_main=3, n_aux=10, target="wrong-digit")
 SIZES = {
     "tiny": dict(seeds=2, trials=2, tune_trials=2, kb_size=300, n_poisons=[1, 2], ks=[1, 3], n_class_eval=3,
-                 eps_grid=[PAPER_EPS, 2 * PAPER_EPS], steps=20, llm_queries=1,
+                 eps_grid=[PAPER_EPS, 2 * PAPER_EPS], eps_probe=[4 * PAPER_EPS], steps=20, llm_queries=1,
                  generator="base", **_COMMON),
     "quick": dict(seeds=3, trials=16, tune_trials=8, kb_size=1000, n_poisons=[1, 2, 3], ks=[1, 3, 5, 10],
-                  n_class_eval=8, eps_grid=[PAPER_EPS, 2 * PAPER_EPS, 4 * PAPER_EPS, 8 * PAPER_EPS], steps=100,
+                  n_class_eval=8, eps_grid=[PAPER_EPS, 2 * PAPER_EPS, 4 * PAPER_EPS, 8 * PAPER_EPS],
+                  eps_probe=[16 * PAPER_EPS], steps=100,
                   llm_queries=6,
                   generator="smollm2-135m", **_COMMON),
     "full": dict(seeds=10, trials=50, tune_trials=30, kb_size=1257, n_poisons=[1, 2, 3, 5], ks=[1, 3, 5, 10, 20],
                  n_class_eval=15, eps_grid=[PAPER_EPS / 2, PAPER_EPS, 2 * PAPER_EPS, 4 * PAPER_EPS, 8 * PAPER_EPS],
-                 steps=100,
+                 eps_probe=[16 * PAPER_EPS], steps=100,
                  llm_queries=50, generator="smollm2-135m", **_COMMON),
 }
 SOURCE_ONE = ("abstract: 'Our attack successfully manipulates the response of the VLRAG system for the target query by "
@@ -119,6 +127,12 @@ def _check(config: Mapping[str, Any]) -> None:
         raise ValueError(f"eps_grid must be a non-empty list of radii in (0, 0.5], got {grid!r}")
     if not any(abs(e - PAPER_EPS) < 1e-9 for e in grid):
         raise ValueError(f"eps_grid must hold the release's radius 8/255 = {PAPER_EPS:.6f}, got {grid!r}")
+    probe = config["eps_probe"]
+    if (not isinstance(probe, list)
+            or any(isinstance(e, bool) or not isinstance(e, (int, float)) or not 0 < e <= 1 for e in probe)):
+        raise ValueError(f"eps_probe must be a list (may be empty) of radii in (0, 1], got {probe!r}")
+    if any(abs(e - g) < 1e-9 for e in probe for g in grid):
+        raise ValueError(f"eps_probe must not repeat a radius of eps_grid {grid!r}, got {probe!r}")
     if config["target"] not in ("wrong-digit", "i-dont-know"):
         raise ValueError(f"target must be 'wrong-digit' or 'i-dont-know', got {config['target']!r}")
 
@@ -211,7 +225,9 @@ def run_trial(item: tuple, shared: Mapping[str, Any]) -> dict:
         _, kb_c = _evaluate(enc, kb, dm, masks, [p_c], question, target_norm, qkey, [k_main], ["none"], 1)
         return {"phase": phase, "eps": eps_set, "asr": {"poisonedeye": res[("none", k_main)]["asr"],
                                                        "poisonedeye@class": class_asr(kb_s),
-                                                       "poisonedeye-class": class_asr(kb_c)}}
+                                                       "poisonedeye-class": class_asr(kb_c)},
+                "image": {"poisonedeye": _image_check(p_s.image, xq[qi], y),
+                          "poisonedeye-class": _image_check(p_c.image, xq[qi], y)}}
 
     poisons = {
         "poisonedeye": [pe.sample_poison(enc, xq[qi], question, target, cfg_s, seed=s) for s in start_seeds],
@@ -231,6 +247,13 @@ def run_trial(item: tuple, shared: Mapping[str, Any]) -> dict:
                 single[m] = {"asr_sample": res[("none", k_main)]["asr"], "top1_sample": res[("none", k_main)]["top1"],
                              "retrieved_sample": res[("none", k_main)]["retrieved"],
                              "margin": pe.retrieval_margin(kb_n, kb_n.keys[-1], qkey), "asr_class": class_asr(kb_n)}
+    # the class comparison at the release's radius for both attacks (same trials, same class queries)
+    p8 = poisons["poisonedeye"][0] if eps_sample == PAPER_EPS else pe.sample_poison(enc, xq[qi], question, target,
+                                                                                   pgd(PAPER_EPS))
+    single["poisonedeye@paper-eps"] = {"asr_class": class_asr(kb.extend(enc, p8.image[None], [p8.text]))}
+    p8 = poisons["poisonedeye-class"][0] if eps_class == PAPER_EPS else pe.class_poison(
+        enc, xq[qi], question, target, xa, int(config["n_aux"]), pgd(PAPER_EPS))
+    single["poisonedeye-class@paper-eps"] = {"asr_class": class_asr(kb.extend(enc, p8.image[None], [p8.text]))}
     # on the class's other queries the single-sample poison gets the radius tuned for that objective
     if eps_sample_class != eps_sample:
         p = pe.sample_poison(enc, xq[qi], question, target, cfg_sc)
@@ -288,22 +311,43 @@ def run_llm(item: tuple, shared: Mapping[str, Any]) -> dict:
     return {"seed": s_idx, "query": t_idx, "out": out}
 
 
-def _tune(out, grid):
+def _image_check(poison_image, query_image, label: int) -> dict:
+    """Is the poison still an image of its query's class? Pixel-space checks against the training split:
+    its nearest training digit (L2) has the query's class, and it moved less from the query than the
+    query's distance to the nearest training digit of another class."""
+    xtr, ytr, *_ = _pools()
+    d = np.linalg.norm(xtr - poison_image[None], axis=1)
+    other = np.linalg.norm(xtr[ytr != label] - query_image[None], axis=1).min()
+    return {"own_class_1nn": float(ytr[int(np.argmin(d))] == label),
+            "closer_than_other_class": float(np.linalg.norm(poison_image - query_image) < other)}
+
+
+def _tune(out, grid, probe=()):
     """Per optimised attack and objective: the radius of highest tuning ASR (ties: the smaller radius).
 
     ``poisonedeye``: the single-sample poison on its target query; ``poisonedeye@class``: the same
     poison on the class's other queries; ``poisonedeye-class``: the class-query poison on them.
+    Radii of ``probe`` are measured (rows with ``in_grid`` false) but never chosen. Returns the chosen
+    radii, the tuning table's rows and, per objective, where the choice sits on the grid.
     """
-    rows, chosen = [], {}
+    rows, chosen, where = [], {}, {}
+    radii = sorted(grid) + sorted(probe)
     for name in ("poisonedeye", "poisonedeye@class", "poisonedeye-class"):
-        means = []
-        for e in grid:
-            vals = [o["asr"][name] for o in out if o["eps"][0] == e]
-            means.append(float(np.mean(vals)))
-            rows.append({"method": name, "eps": e, "metric": "tuning_asr", "value": means[-1]})
-        best = max(means)
-        chosen[name] = min(e for e, m in zip(grid, means) if m == best)
-    return chosen, rows
+        means = {}
+        for e in radii:
+            means[e] = float(np.mean([o["asr"][name] for o in out if o["eps"][0] == e]))
+            rows.append({"method": name, "eps": e, "in_grid": e in grid, "metric": "tuning_asr", "value": means[e]})
+        best = max(means[e] for e in grid)
+        chosen[name] = min(e for e in grid if means[e] == best)
+        where[name] = {"at_edge": len(grid) > 1 and chosen[name] in (min(grid), max(grid)),
+                       "at_upper_edge": len(grid) > 1 and chosen[name] == max(grid),
+                       "flat_grid": len({means[e] for e in grid}) == 1}
+    for name in ("poisonedeye", "poisonedeye-class"):
+        for metric in ("own_class_1nn", "closer_than_other_class"):
+            for e in radii:
+                rows.append({"method": name, "eps": e, "in_grid": e in grid, "metric": metric,
+                             "value": float(np.mean([o["image"][name][metric] for o in out if o["eps"][0] == e]))})
+    return chosen, rows, where
 
 
 def run(config: Mapping[str, Any], seed: int) -> Outcome:
@@ -313,13 +357,14 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     _check(config)
     enc = it.load_or_train(int(config["encoder_seed"]))
     grid = [float(e) for e in config["eps_grid"]]
+    probe = [float(e) for e in config["eps_probe"]]
     cfg = dict(config)
     shared = {"encoder": enc, "config": cfg}
     tune_seeds = runtime.seeds(np.random.SeedSequence([seed, 1]), int(config["tune_trials"]) + 1)
     tune_items = [("tune", -1, t, ts, tune_seeds[-1], (e, e, e)) for t, ts in enumerate(tune_seeds[:-1])
-                  for e in grid]
+                  for e in grid + probe]
     tuned = runtime.pmap(run_trial, tune_items, shared=shared, desc="poisonedeye tuning")
-    chosen, tuning_rows = _tune(tuned, grid)
+    chosen, tuning_rows, where = _tune(tuned, grid, probe)
     kb_seeds = runtime.seeds(np.random.SeedSequence([seed, 0]), int(config["seeds"]))
     items = []
     for s, kbs in enumerate(kb_seeds):
@@ -334,10 +379,10 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         # one chunk per worker slot: each worker process loads SmolLM2 once
         llm = runtime.pmap(run_llm, llm_items, shared={"max_new_tokens": 16, "generator": config["generator"]},
                            chunk_size=max(1, -(-len(llm_items) // 2)), desc="poisonedeye SmolLM2 generator")
-    return _summarise(out, config, chosen, tuning_rows, grid, len(items) + len(tune_items), llm)
+    return _summarise(out, config, chosen, tuning_rows, grid, len(items) + len(tune_items), llm, where, probe)
 
 
-def _summarise(out, config, chosen, tuning_rows, grid, tasks, llm=()) -> Outcome:
+def _summarise(out, config, chosen, tuning_rows, grid, tasks, llm=(), where=None, probe=()) -> Outcome:
     from rayml.adversarial import vlrag as V
 
     k_main, ks, ns = int(config["k_main"]), sorted(config["ks"]), sorted(config["n_poisons"])
@@ -389,9 +434,11 @@ def _summarise(out, config, chosen, tuning_rows, grid, tasks, llm=()) -> Outcome
                "clean": clean,
                "clean_accuracy": clean["none"][f"k={k_main}"]["accuracy"],
                "clean_target_rate": clean["none"][f"k={k_main}"]["target_rate"],
+               "paper_eps": {"eps": PAPER_EPS, "asr_class": mean_single("poisonedeye-class@paper-eps", "asr_class")},
                "pgd_gain_min": float(min(o["pgd_gain"] for o in out)),
                "eps": chosen, "k_main": k_main, "trials": len(out)}
     baselines = {"sample_poison": {"asr_class": mean_single("poisonedeye", "asr_class")},
+                 "sample_poison_paper_eps": {"asr_class": mean_single("poisonedeye@paper-eps", "asr_class")},
                  "text_only": block("text-only"), "random": block("random")}
     llm_rows = []
     if llm:
@@ -413,6 +460,13 @@ def _summarise(out, config, chosen, tuning_rows, grid, tasks, llm=()) -> Outcome
               "tuning": {"grid": grid, "chosen": chosen, "objective": f"ASR at k={k_main} on tuning trials apart "
                          "from the test trials (poisonedeye: its target query; poisonedeye@class and "
                          "poisonedeye-class: the class's other queries); ties: the smaller radius",
+                         "eps_at_edge": {n: w["at_edge"] for n, w in (where or {}).items()},
+                         "eps_at_upper_edge": {n: w["at_upper_edge"] for n, w in (where or {}).items()},
+                         "flat_grid": {n: w["flat_grid"] for n, w in (where or {}).items()},
+                         "probe": {"eps": list(probe), "note": "measured on the tuning trials past the grid's cap, "
+                                   "never chosen (tuning table rows with in_grid false)"},
+                         "paper_eps_comparison": "both class-wise attacks also at the release's 8/255 on the test "
+                                                 "trials (metrics.paper_eps, baselines.sample_poison_paper_eps)",
                          "text-only / random": "no parameter"}}
     return Outcome(metrics=metrics, baselines=baselines,
                    tables={"trials": trial_rows, "sweep": sweep_rows, "clean": clean_rows, "tuning": tuning_rows,
@@ -446,6 +500,12 @@ CLAIMS = (
     _paired("the class-query poison beats the single-sample poison on other queries of the target's class, paired "
             "over (seed, query)", "metrics.asr_class", "baselines.sample_poison.asr_class", "asr_class",
             "poisonedeye-class", "poisonedeye", SOURCE_CLASS,
+            (Control("text-only", "baselines.text_only.asr_class", a={"method": "text-only", "metric": "asr_class"}),)),
+    _paired("at the release's radius 8/255 for both attacks, the class-query poison beats the single-sample poison "
+            "on other queries of the target's class, paired over (seed, query)", "metrics.paper_eps.asr_class",
+            "baselines.sample_poison_paper_eps.asr_class", "asr_class", "poisonedeye-class@paper-eps",
+            "poisonedeye@paper-eps", SOURCE_CLASS + "; the release's radius 0.0625 in SigLIP units (8/255 in [0, 1] "
+            "pixels, llava_inference_rag_poison_final_class.py)",
             (Control("text-only", "baselines.text_only.asr_class", a={"method": "text-only", "metric": "asr_class"}),)),
     Claim(text="the class-query poison extends to the class: ASR >= 0.5 over other queries of the target's class",
           metric="metrics.asr_class", compare=0.5, op=">=", source=SOURCE_CLASS,

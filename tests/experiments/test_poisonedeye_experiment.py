@@ -1,5 +1,55 @@
-"""rayml.experiments.poisonedeye: every declared claim is wired to a number its run measures."""
+"""rayml.experiments.poisonedeye: every declared claim is wired to a number its run measures; the tuning's
+edge flags and probe radii; the pixel-space check of a poison image."""
+
+import numpy as np
+import pytest
+
+from rayml.experiments import poisonedeye as X
 
 
 def test_every_claim_is_measured_at_tiny_size(unmeasured_claims):
     assert unmeasured_claims("poisonedeye") == []
+
+
+def _tuned(asr_by_eps):
+    """Synthetic tuning outputs: one trial per radius, the same ASR for every objective."""
+    img = {"own_class_1nn": 1.0, "closer_than_other_class": 0.0}
+    return [{"eps": (e, e, e), "asr": {n: a for n in ("poisonedeye", "poisonedeye@class", "poisonedeye-class")},
+             "image": {"poisonedeye": img, "poisonedeye-class": img}} for e, a in asr_by_eps.items()]
+
+
+def test_tune_flags_a_choice_on_the_upper_edge_and_never_chooses_a_probe_radius():
+    grid, probe = [1.0, 2.0, 4.0], [8.0]
+    chosen, rows, where = X._tune(_tuned({1.0: 0.2, 2.0: 0.5, 4.0: 0.7, 8.0: 0.9}), grid, probe)
+    assert chosen["poisonedeye-class"] == 4.0  # the probe's 0.9 is measured, not chosen
+    assert where["poisonedeye-class"] == {"at_edge": True, "at_upper_edge": True, "flat_grid": False}
+    probe_rows = [r for r in rows if r["eps"] == 8.0]
+    assert probe_rows and not any(r["in_grid"] for r in probe_rows)
+    assert {r["metric"] for r in probe_rows} == {"tuning_asr", "own_class_1nn", "closer_than_other_class"}
+
+
+def test_tune_interior_choice_and_flat_grid():
+    grid = [1.0, 2.0, 4.0]
+    chosen, _, where = X._tune(_tuned({1.0: 0.2, 2.0: 0.9, 4.0: 0.5}), grid)
+    assert chosen["poisonedeye"] == 2.0 and where["poisonedeye"]["at_edge"] is False
+    chosen, _, where = X._tune(_tuned({1.0: 1.0, 2.0: 1.0, 4.0: 1.0}), grid)
+    assert chosen["poisonedeye"] == 1.0  # ties: the smaller radius, which is the lower edge
+    assert where["poisonedeye"] == {"at_edge": True, "at_upper_edge": False, "flat_grid": True}
+
+
+def test_image_check_in_pixel_space():
+    xtr, ytr, xq, yq, *_ = X._pools()
+    x, y = xq[0], int(yq[0])
+    assert X._image_check(x, x, y) == {"own_class_1nn": 1.0, "closer_than_other_class": 1.0}
+    other = xtr[ytr != y][0]  # an image of another class: its own nearest neighbour is itself
+    far = X._image_check(other, x, y)
+    assert far["own_class_1nn"] == 0.0
+    d_other = np.linalg.norm(xtr[ytr != y] - x, axis=1).min()
+    assert far["closer_than_other_class"] == float(np.linalg.norm(other - x) < d_other) == 0.0
+
+
+@pytest.mark.parametrize("probe", [None, [0.0], [1.5], [True], [X.PAPER_EPS]])
+def test_bad_eps_probe(probe):
+    config = dict(X.SIZES["tiny"], eps_probe=probe)
+    with pytest.raises(ValueError, match="eps_probe"):
+        X._check(config)
