@@ -382,6 +382,23 @@ def sft_state(config: Mapping[str, Any], seed: int = WARMUP_SEED) -> dict:
     return state
 
 
+def collect(config: Mapping[str, Any], sft, questions: Mapping[Any, list], seed: int) -> dict:
+    """Algorithm 1's data collection under the reference system: ``questions`` maps a phase (a
+    replicate) to its chunks of training questions, each chunk one ``collect_task``; returns per
+    phase the pairs ``d0``/``d1``/``d2`` and the chunks' mean Q (``q``). ``config`` is effective."""
+    col = [(ph, i) for ph in questions for i in range(len(questions[ph]))]
+    col_seeds = runtime.seeds(seed, len(col))
+    shared = {"config": dict(config), "sft": sft, "questions": questions}
+    collected = runtime.pmap(collect_task, [(ph, i, col_seeds[n] % 2**31) for n, (ph, i) in enumerate(col)],
+                             shared=shared, chunk_size=1, desc="rollouts")
+    pairs = {ph: {"d0": [], "d1": [], "d2": [], "q": []} for ph in questions}
+    for c in collected:
+        for k in ("d0", "d1", "d2"):
+            pairs[c["phase"]][k] += [tuple(p) for p in c[k]]
+        pairs[c["phase"]]["q"].append(c["q"])
+    return pairs
+
+
 def _choose(scores: Mapping[tuple, float]) -> tuple:
     """The tuned setting: the highest score; ties go to the middle of the tied settings (sorted by
     beta, then lr; the lower middle of an even number), so a flat stretch does not pick its edge."""
@@ -409,16 +426,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
             evals[ph] = {"id": _train_items(config, int(config["tune_questions"]), "train", int(r.integers(2**31)))}
         else:
             evals[ph] = _test_items(config, int(r.integers(2**31)))
-    col = [(ph, i) for ph in phases for i in range(len(questions[ph]))]
-    col_seeds = runtime.seeds(ss[2], len(col))
-    shared = {"config": dict(config), "sft": sft, "questions": questions}
-    collected = runtime.pmap(collect_task, [(ph, i, col_seeds[n] % 2**31) for n, (ph, i) in enumerate(col)],
-                             shared=shared, chunk_size=1, desc="rollouts")
-    pairs = {ph: {"d0": [], "d1": [], "d2": [], "q": []} for ph in phases}
-    for c in collected:
-        for k in ("d0", "d1", "d2"):
-            pairs[c["phase"]][k] += [tuple(p) for p in c[k]]
-        pairs[c["phase"]]["q"].append(c["q"])
+    pairs = collect(config, sft, questions, ss[2])
     shared = {"config": dict(config), "sft": sft, "pairs": pairs, "eval": evals}
     train_seeds = runtime.seeds(ss[3], n_seeds + 1)
     grid = [(float(b), float(lr)) for b in config["beta_grid"] for lr in config["lr_grid"]]
