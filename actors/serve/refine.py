@@ -21,6 +21,8 @@ written by ``save_policy``. A replica never trains for minutes by default: a pol
 that is not cached fails the replica at startup with the command that makes it
 (``python -m rayml.alignment.dpsdp_policy --size quick``, with ``--reference`` for the warm-up);
 ``train_if_missing=True`` trains it inside the replica instead (seconds at ``size="tiny"``).
+Another policy from the command line: ``serve run rayml.actors.serve.refine:app_builder
+policy=reference`` (``size=``, ``seed=``, ``train_if_missing=true``, or ``policy=/path/to/p.npz``).
 
 Questions are the substrate's refinement questions: printable ASCII ending in ``=`` without
 ``|`` (which separates the fields of the refinement state), e.g. ``"317+845="``, ``"rev:1234="``,
@@ -44,8 +46,8 @@ from ray import serve
 
 from rayml.actors.serve.http import make_api
 
-__all__ = ["RefineServer", "RefineRequest", "app", "api", "build", "check_question", "MAX_QUESTIONS", "MAX_TURNS",
-           "MAX_QUESTION_CHARS", "MAX_QUESTION_TOKENS", "MAX_BODY"]
+__all__ = ["RefineServer", "RefineRequest", "app", "api", "build", "app_builder", "check_question", "MAX_QUESTIONS",
+           "MAX_TURNS", "MAX_QUESTION_CHARS", "MAX_QUESTION_TOKENS", "MAX_BODY"]
 
 MAX_QUESTIONS = 32
 MAX_TURNS = 8
@@ -61,7 +63,8 @@ def check_question(q: str) -> str:
     if not q:
         raise ValueError("a question must not be empty")
     if not all(" " <= c <= "~" for c in q):
-        raise ValueError(f"a question must be printable ASCII (the substrate's format, e.g. '317+845='), got {q[:40]!r}")
+        raise ValueError(f"a question must be printable ASCII (the substrate's format, e.g. '317+845='), "
+                         f"got {q[:40]!r}")
     if _SEPARATOR in q:
         raise ValueError(f"a question must not contain {_SEPARATOR!r} (it separates the refinement state's fields)")
     if not q.endswith("="):
@@ -103,14 +106,6 @@ class RefineAnswer(BaseModel):
     results: list[QuestionAnswer]
     turns: int
     system: str
-
-
-class HTTPError(ValueError):
-    """A request error with its HTTP status."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
 
 
 api = make_api("rayml refine: DPSDP multi-turn refinement (actor answers, critic critiques, actor refines)",
@@ -159,9 +154,10 @@ class RefineServer:
         for i, q in enumerate(req["questions"]):
             n = len(self.tok.encode(q))
             if n > self.max_tokens:
-                raise HTTPError(413, f"'questions.{i}' spans {n} tokens; a question may span at most {self.max_tokens} "
-                                     f"(its refinement state adds up to {self.overhead} tokens of answer and feedback "
-                                     f"within the {self.actor.config.max_seq_len}-token context)")
+                raise HTTPException(413, f"'questions.{i}' spans {n} tokens; a question may span at most "
+                                         f"{self.max_tokens} (its refinement state adds up to {self.overhead} tokens "
+                                         f"of answer and feedback within the {self.actor.config.max_seq_len}-token "
+                                         f"context)")
         with self.lock:
             ro = dp.refine(self.actor, self.critic, self.tok, req["questions"], turns=req["turns"], fmt=self.fmt)
         results = [{"question": q, "answers": a, "feedback": f, "majority": dp.majority_vote(a), "final": a[-1]}
@@ -170,10 +166,7 @@ class RefineServer:
 
     @api.post("/refine", response_model=RefineAnswer)
     async def refine(self, request: RefineRequest) -> dict:
-        try:
-            return await asyncio.to_thread(self._refine, request.model_dump())
-        except HTTPError as exc:
-            raise HTTPException(status_code=exc.status, detail=str(exc)) from None
+        return await asyncio.to_thread(self._refine, request.model_dump())  # HTTPException: 413
 
     @api.get("/policy")
     async def policy_info(self) -> dict:
@@ -205,6 +198,24 @@ def build(policy: str = "dpsdp", size: str = "quick", seed: int = 0, train_if_mi
     if not isinstance(train_if_missing, bool):
         raise ValueError(f"train_if_missing must be a bool, got {train_if_missing!r}")
     return RefineServer.bind(policy, size, seed, train_if_missing)
+
+
+def app_builder(args: dict):
+    """``build`` from ``serve run``'s ``key=value`` arguments (strings), e.g.
+    ``serve run rayml.actors.serve.refine:app_builder policy=reference size=tiny``."""
+    if not isinstance(args, dict):
+        raise ValueError(f"args must be a dict of strings, got {type(args).__name__}")
+    unknown = set(args) - {"policy", "size", "seed", "train_if_missing"}
+    if unknown:
+        raise ValueError(f"unknown arguments {sorted(unknown)}; known: policy, size, seed, train_if_missing")
+    seed = str(args.get("seed", "0"))
+    if not seed.isdigit():
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    flag = str(args.get("train_if_missing", "false")).lower()
+    if flag not in ("true", "false"):
+        raise ValueError(f"train_if_missing must be true or false, got {flag!r}")
+    return build(policy=str(args.get("policy", "dpsdp")), size=str(args.get("size", "quick")), seed=int(seed),
+                 train_if_missing=flag == "true")
 
 
 app = build()

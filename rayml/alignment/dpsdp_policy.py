@@ -51,6 +51,7 @@ DEFAULT_LR = 1e-4
 # the settings a policy depends on (the cache key); grids, test sizes and seeds count do not enter
 RECIPE_KEYS = ("model", "train_digits", "sft_items", "sft_steps", "sft_lr", "sft_replay", "train_questions", "chunk",
                "n_candidates", "mc_rollouts", "dpo_steps", "batch_size", "collect_temperature", "lora_rank")
+_SFT_KEYS = ("model", "train_digits", "sft_items", "sft_steps", "sft_lr", "sft_replay")  # the warm-up's recipe
 _SYSTEMS = ("dpsdp", "reference")
 
 
@@ -102,7 +103,8 @@ def _recipe(config: Mapping[str, Any] | None, size: str) -> dict:
         raise ValueError(f"config: model must be 'base' (SmolLM2 LoRA policies are not supported), "
                          f"got {merged.get('model')!r}")
     if merged.get("lora_rank") != 0:
-        raise ValueError(f"config: lora_rank must be 0 (full fine-tuning of the substrate), got {merged.get('lora_rank')!r}")
+        raise ValueError(f"config: lora_rank must be 0 (full fine-tuning of the substrate), "
+                         f"got {merged.get('lora_rank')!r}")
     try:
         E._check(merged)
     except (ValueError, TypeError) as exc:
@@ -164,7 +166,8 @@ def reference_policy(config: Mapping[str, Any] | None = None, *, size: str = "qu
         raise FileNotFoundError(f"the SFT warm-up of size {size!r} is not cached ({path}); make it with "
                                 f"`python -m rayml.alignment.dpsdp_policy --size {size} --reference`")
     sft = E.sft_state(config)
-    meta = {"format": FORMAT, "system": "reference", "size": size, "recipe": _recipe_of(config), "beta": None,
+    recipe = {k: v for k, v in _recipe_of(config).items() if k in _SFT_KEYS}
+    meta = {"format": FORMAT, "system": "reference", "size": size, "recipe": recipe, "beta": None,
             "lr": None, "seed": E.WARMUP_SEED, "base_sha256": _base_sha(),
             "note": "the SFT warm-up of the base checkpoint (DPSDP's reference system), one model in both roles"}
     return RefinementPolicy(sft, sft, meta)
@@ -238,6 +241,9 @@ def save_policy(policy: RefinementPolicy, path: str | os.PathLike) -> Path:
             np.savez(f, **arrays)
             f.flush()
             os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as an ordinary file would be (mkstemp makes it private)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -264,7 +270,8 @@ def load_policy(path: str | os.PathLike) -> RefinementPolicy:
     except (zipfile.BadZipFile, ValueError, OSError, KeyError, EOFError, TypeError) as exc:
         raise ValueError(f"{str(path)!r} is not a readable policy file ({type(exc).__name__}: {exc})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("system") not in _SYSTEMS:
-        raise ValueError(f"{str(path)!r} is not a {FORMAT} file (format {meta.get('format') if isinstance(meta, dict) else None!r})")
+        got = meta.get("format") if isinstance(meta, dict) else None
+        raise ValueError(f"{str(path)!r} is not a {FORMAT} file (format {got!r})")
     want = {k: (tuple(v.shape), str(v.dtype).replace("torch.", "")) for k, v in E._base()[0].state_dict().items()}
     roles = {}
     for role in ("actor", "critic"):
@@ -297,7 +304,8 @@ def policy_path(config: Mapping[str, Any] | None = None, *, size: str = "quick",
 
 
 def cached_policy(config: Mapping[str, Any] | None = None, *, size: str = "quick", seed: int = 0,
-                  beta: float | None = None, lr: float | None = None, train_if_missing: bool = True) -> RefinementPolicy:
+                  beta: float | None = None, lr: float | None = None,
+                  train_if_missing: bool = True) -> RefinementPolicy:
     """``train_policy``'s policy, read from the cache (``policy_path``) or trained and cached there.
     With ``train_if_missing=False`` an absent policy is ``FileNotFoundError`` with the command that
     trains it."""

@@ -44,6 +44,9 @@ def test_training_is_deterministic_for_a_seed_and_moves_the_actor(trained, ray_k
     assert ref.actor is ref.critic and ref.system == "reference"
     assert trained.actor.keys() == ref.actor.keys()
     assert not _same(trained.actor, ref.actor)  # DPO moved the actor away from the reference
+    assert m["pairs"]["d1"] == 0 and _same(trained.critic, ref.actor)  # no D1 pairs: the critic stays the reference
+    assert ref.meta["recipe"] == {k: m["recipe"][k] for k in ref.meta["recipe"]}
+    assert "dpo_steps" not in ref.meta["recipe"]  # the warm-up's own recipe
     other = P.train_policy(TINY, size="tiny", seed=1)
     assert other.meta["seed"] == 1 and not _same(other.actor, trained.actor)
 

@@ -106,3 +106,12 @@ def test_build_rejects_bad_arguments():
         app_module.build(size="huge")
     with pytest.raises(ValueError, match="seed"):
         app_module.build(seed=-1)
+
+
+def test_the_serve_run_builder_parses_its_string_arguments():
+    app = app_module.app_builder({"policy": "reference", "size": "tiny", "seed": "3", "train_if_missing": "true"})
+    assert type(app).__name__ == "Application"
+    for args, match in (({"policy": "best"}, "policy"), ({"seed": "-1"}, "seed"), ({"size": "huge"}, "size"),
+                        ({"train_if_missing": "maybe"}, "train_if_missing"), ({"port": "1"}, "port")):
+        with pytest.raises(ValueError, match=match):
+            app_module.app_builder(args)
