@@ -26,10 +26,12 @@ SERVE_APPS = {
     "generate-smollm2": "rayml.actors.serve.generate:smollm2_app",
     "constrained-smollm2": "rayml.actors.serve.constrained:smollm2_app",
     "vllm": "rayml.actors.serve.vllm_app:app",
+    "refine": "rayml.actors.serve.refine:app",
 }
 # Apps that ``clusters/serve.yaml`` does not deploy: they need the [hf] extra and the SmolLM2
-# wheel, or vLLM (a virtual environment of its own); a cluster serves them by adding them there.
-OPTIONAL_APPS = frozenset({"generate-smollm2", "constrained-smollm2", "vllm"})
+# wheel, or vLLM (a virtual environment of its own), or a trained policy in the node's cache (refine:
+# ``python -m rayml.alignment.dpsdp_policy --size quick``); a cluster serves them by adding them there.
+OPTIONAL_APPS = frozenset({"generate-smollm2", "constrained-smollm2", "vllm", "refine"})
 
 
 class UsageError(Exception):
