@@ -230,16 +230,31 @@ def _measure(record: Mapping, c: Claim, metric: str, a: Mapping[str, Any]) -> di
         p = _one_sided_p(xa, xb, greater, c.test) if xa.size else 1.0
         out["p_value"] = p
         out["holds"] = holds and p < ALPHA
-        out["measured"] += f" over {xa.size} paired seeds, p={p:.3g}"
+        unit = "paired seeds" if tuple(c.pair_on) == ("seed",) else f"pairs of ({', '.join(c.pair_on)})"
+        out["measured"] += f" over {xa.size} {unit}, p={p:.3g}"
+        out["n_pairs"] = int(xa.size)
+    out["value"] = value
     return out
 
 
+def _unmeasured(m: dict, c: Claim) -> bool:
+    """A measurement that could not be made: a non-finite value, or a paired test with no pairs."""
+    return not math.isfinite(m["value"]) or (c.test is not None and m.get("n_pairs", 0) == 0)
+
+
 def _status(c: Claim, own: dict, controls: list[dict]) -> tuple[str, bool | None]:
-    discriminating = None if not controls else not any(ctl["holds"] for ctl in controls)
+    """The claim's status. Only measured controls count: a control whose number could not be
+    measured (``unmeasured``) neither passes nor fails the claim, so a claim whose controls are all
+    unmeasured has no evidence of discrimination (``None``); a threshold paper claim that holds
+    without any measured control is ``incomplete``."""
+    measured = [ctl for ctl in controls if not ctl.get("unmeasured")]
+    discriminating = None if not measured else not any(ctl["holds"] for ctl in measured)
     if c.kind == "paper" and (not c.source.strip() or (is_threshold(c) and not controls)):
         return "incomplete", discriminating
     if not own["holds"]:
         return "fails", discriminating
+    if c.kind == "paper" and is_threshold(c) and not measured:
+        return "incomplete", discriminating
     if discriminating is False:
         return "not discriminating", discriminating
     return "holds", discriminating
@@ -249,13 +264,22 @@ def evaluate_claims(record: Mapping, claims: Sequence[Claim]) -> list[dict]:
     """Evaluate each claim, and each of its controls, against the measured numbers of ``record``.
 
     Returns JSON-ready dicts with ``holds`` (the claim's own comparison and test), the
-    controls' outcomes, ``discriminating`` (``None`` without controls) and the ``status``.
+    controls' outcomes (a control that could not be measured, a non-finite number or a paired
+    test without pairs, carries ``unmeasured: true`` and does not count), ``discriminating``
+    (``None`` without measured controls) and the ``status``.
     """
     out = []
     for c in claims:
         own = _measure(record, c, c.metric, c.a)
-        controls = [{"name": ctl.name, "metric": ctl.metric, **_measure(record, c, ctl.metric, ctl.a or c.a)}
-                    for ctl in c.controls]
+        controls = []
+        for ctl in c.controls:
+            m = _measure(record, c, ctl.metric, ctl.a or c.a)
+            controls.append({"name": ctl.name, "metric": ctl.metric, **m,
+                             **({"unmeasured": True} if _unmeasured(m, c) else {})})
+            for k in ("value", "n_pairs"):
+                controls[-1].pop(k, None)
+        for k in ("value", "n_pairs"):
+            own.pop(k, None)
         status, discriminating = _status(c, own, controls)
         out.append({
             "text": c.text,

@@ -123,6 +123,33 @@ def test_paper_claims_without_source_or_threshold_claims_without_controls_are_in
     assert summary["sanity"] == {"total": 1, "passed": 1}
 
 
+def test_an_unmeasured_control_neither_passes_nor_fails_a_claim():
+    rec = _record(baselines={"base": {"gap": 0.59, "rate": 0.4}, "weak": {"rate": 0.1}, "none": {"rate": None}})
+    out = results.evaluate_claims(rec, [
+        Claim("rate above 0.5", "metrics.rate", 0.5, ">", source=SRC,
+              controls=(Control("none", "baselines.none.rate"), Control("weak", "baselines.weak.rate"))),
+        Claim("rate above 0.5, only an unmeasured control", "metrics.rate", 0.5, ">", source=SRC,
+              controls=(Control("none", "baselines.none.rate"),)),
+        Claim("rate above 0.95, only an unmeasured control", "metrics.rate", 0.95, ">", source=SRC,
+              controls=(Control("none", "baselines.none.rate"),)),
+    ])
+    assert [c["controls"][0].get("unmeasured") for c in out] == [True, True, True]
+    assert "unmeasured" not in out[0]["controls"][1]
+    assert [c["discriminating"] for c in out] == [True, None, None]
+    # it holds only against its measured control; with none measured it is incomplete (or fails on its own)
+    assert [c["status"] for c in out] == ["holds", "incomplete", "fails"]
+    # a paired control with no rows is unmeasured too
+    rows = [{"method": m, "seed": s, "value": v} for m, vals in (("ours", [0.1] * 6), ("base", [0.5] * 6))
+            for s, v in enumerate(vals)]
+    rec = _record(tables={"runs": rows}, baselines={"base": {"gap": 0.59}, "gone": {"gap": 0.01}})
+    (out,) = results.evaluate_claims(rec, [Claim(
+        "gap lower", "metrics.gap", "baselines.base.gap", "<", test="paired sign test over seeds", table="runs",
+        a={"method": "ours"}, b={"method": "base"}, source=SRC,
+        controls=(Control("gone", "baselines.gone.gap", a={"method": "gone"}),))])
+    assert out["controls"][0]["unmeasured"] is True and out["discriminating"] is None and out["status"] == "holds"
+    assert "over 6 paired seeds" in out["measured"]
+
+
 def test_a_control_of_a_paired_claim_is_tested_on_its_own_rows():
     rows = [{"method": m, "seed": s, "value": v}
             for m, vals in (("ours", [0.1, 0.2, 0.1, 0.1, 0.0, 0.1, 0.2, 0.1]),

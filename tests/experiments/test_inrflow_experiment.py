@@ -23,7 +23,7 @@ def test_tested_claims_pair_every_shape_class_seed_and_draw(ray_session, tmp_pat
         if c.table != "draws":
             continue
         pairs = cfg["seeds"] * cfg["draws"] * (n_classes if c.a["level"] == "class" else 1)
-        assert f"over {pairs} paired seeds" in claim["measured"], claim["measured"]
+        assert f"over {pairs} pairs of ({', '.join(c.pair_on)})" in claim["measured"], claim["measured"]
     # the per-class rows average back to the whole-set rows, and the claims' means are the set rows' means
     for method in ("inrflow", "pointtf", "data"):
         for metric in ("mmd_cd", "cov_cd", "mmd_emd", "cov_emd"):
