@@ -35,9 +35,11 @@ import random
 
 from rayml.agents import syncmind_agents as sa
 
-__all__ = ["LLMOptionAgent", "LLMVagueAgent", "SmolLMPicker", "UniformPicker", "option_prompt", "location_prompt", "MAX_SUSPECTS"]
+__all__ = ["LLMOptionAgent", "LLMVagueAgent", "SmolLMPicker", "UniformPicker", "option_prompt", "location_prompt", "MAX_SUSPECTS",
+           "USEFUL_QUESTIONS"]
 
 MAX_SUSPECTS = 5
+USEFUL_QUESTIONS = 2  # the location, then the fix: what LLMOptionAgent can usefully ask
 _SYSTEM = (
     "You are a software engineer fixing a shared Python repository. A teammate changed the repository while you "
     "were away, and one piece of your local code still follows the old version, so the tests now fail. Each turn "
@@ -207,18 +209,25 @@ class LLMOptionAgent(sa.SkilledAgent):
         self.queue = [(p, q, c, i < n_guided) for i, c in enumerate(cands[:max(limit, n_guided)])]
         return bool(self.queue) or self._refill()
 
+    def _question(self):
+        """The question a (c) asks: the location, then the fix there; ``None`` once both are known
+        (at most ``USEFUL_QUESTIONS`` questions an episode)."""
+        if self.known is None:
+            return {"kind": "location"}
+        if self.fix is None:
+            return {"kind": "fix", "path": self.known[0], "qualname": self.known[1]}
+        return None
+
     def _policy(self):
         choice = self._choose()
         self.choices.append(choice)
         self.turn += 1
         r = self.res
         if choice == "c" and self._can_pay(r.asking_cost):
-            if self.vague:
-                return {"type": "ask", "question": {"kind": "vague"}}
-            if self.known is None:
-                return {"type": "ask", "question": {"kind": "location"}}
-            if self.fix is None:
-                return {"type": "ask", "question": {"kind": "fix", "path": self.known[0], "qualname": self.known[1]}}
+            question = self._question()
+            if question is not None:
+                return {"type": "ask", "question": question}
+        # a (c) with nothing left worth asking is taken as a proposal
         if choice in ("b", "c") and self._can_pay(r.coding_cost):
             if self.fix is not None and self.known:
                 fix, self.fix = self.fix, None
@@ -232,10 +241,26 @@ class LLMOptionAgent(sa.SkilledAgent):
 
 class LLMVagueAgent(LLMOptionAgent):
     """The control of the collaboration claims: the same picker makes the same decisions (the
-    option of each turn, the suspect of each proposal) and pays for its questions, but every
-    question it asks is vague, so the collaborator's answer carries no information (it cannot use
-    what it is told). Without a collaborator it is ``LLMOptionAgent`` itself: option (c) is not
-    offered, so with the same seed its episode is the same."""
+    option of each turn, the suspect of each proposal), but every question it asks is vague, so the
+    collaborator's answer carries no information (it cannot use what it is told).
+
+    Its questions are capped at ``USEFUL_QUESTIONS`` (2) an episode, the most ``LLMOptionAgent``
+    can usefully ask (the location, then the fix); once it has asked that many, a (c) is taken as a
+    proposal, the branch ``LLMOptionAgent`` takes when it knows both. So the two agents pay for at
+    most the same number of questions and differ only in what the answers tell them (without the
+    cap every (c) of the vague agent would be a paid question, and it would fail by running out of
+    money, not by lacking information). Without a collaborator it is ``LLMOptionAgent`` itself:
+    option (c) is not offered, so with the same seed its episode is the same."""
 
     name = "lm-vague"
     vague = True
+
+    def reset(self, view, resources, seed):
+        super().reset(view, resources, seed)
+        self.questions = 0
+
+    def _question(self):
+        if self.questions >= USEFUL_QUESTIONS:
+            return None
+        self.questions += 1
+        return {"kind": "vague"}

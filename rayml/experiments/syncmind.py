@@ -24,14 +24,21 @@ The language-model agent (``rayml.agents.syncmind_llm``, agent ``lm``): the mode
 ``smollm2-135m``, or the weights-free ``uniform`` picker by default) picks each turn's option and
 the function of each new proposal; the scripted skills (tuned ``per_suspect``) execute. It runs on
 ``lm_scenarios`` test scenarios drawn by the seed in the default, solo, $50- and $200-question
-settings, one actor call per episode; with SmolLM2 the same agent with uniform decisions
-(``uniform-picker``) runs next to it. The paper claims are about this agent. Their control for
-collaboration is ``lm-vague``: the same picker, seeds and decisions, but every question it asks is
-vague, so it pays for asking and cannot use what it is told; it runs at the default budgets (without
-a collaborator it is the ``lm`` agent, whose solo episodes it shares). Collaboration is claimed as a
-per-scenario gain (success with minus without the collaborator, table ``collab_gain``) against a zero
-row, so each control is judged on its own gain on the same scenarios. The price claims are measured
-only for an agent that asks at all (one that never asks would pass them vacuously).
+settings, one actor call per episode, with one seed per scenario for every setting (the settings of
+an episode differ only in their resources); with SmolLM2 the same agent with uniform decisions
+(``uniform-picker``) runs next to it on the same scenarios and seeds (with ``model=uniform`` the lm
+agent *is* the uniform picker, and its episodes stand for ``uniform-picker``, not run twice). The
+paper claims are about this agent. Their controls for collaboration: ``lm-vague``, the same picker,
+seeds and decisions, but every question it asks is vague and it asks at most 2 (the most ``lm`` can
+usefully ask: the location, then the fix; past that a (c) is a proposal for both), so it cannot use
+what it is told and differs from ``lm`` only in the answers' information; it runs at the default
+budgets (without a collaborator it is the ``lm`` agent, whose solo episodes it shares); and the
+uniform picker, a picker without any knowledge (the harness hands the fix to any agent that asks,
+so a random picker may pass: the claim then reads "not discriminating"). Collaboration is claimed as
+a per-scenario gain (success with minus without the collaborator, table ``collab_gain``) against a
+zero row, so each control is judged on its own gain on the same scenarios. The price claims are
+measured only for an agent that asks at the $50 or $200 price (one that never asks would pass them
+vacuously).
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from rayml.agents import syncmind as sm
 from rayml.agents import syncmind_agents as sa
 from rayml.agents import syncmind_bench as sb
 from rayml.agents import syncmind_repos as sr
+from rayml.agents.syncmind_llm import USEFUL_QUESTIONS
 from rayml.experiments import Experiment, Outcome
 from rayml.results import Claim, Control
 
@@ -60,6 +68,7 @@ COLLAB_SETTINGS = ("default", "turns50", "budget3000", "ask50", "ask200")
 VAGUE_AGENT = "lm-vague"  # the control: the same decisions, uninformative questions
 LM_SETTINGS = ("default", "solo", "ask50", "ask200")
 LM_COLLAB = ("default", "ask50", "ask200")
+PRICED = ("ask50", "ask200")  # the price claims need questions asked at these prices
 # the control runs where a collaborator answers; without one it *is* the lm agent (no option (c)):
 # with the same seed its solo episode is the lm agent's (tests/agents/test_syncmind.py checks it)
 VAGUE_SETTINGS = ("default",)
@@ -204,12 +213,15 @@ def _episodes(pool, scenarios, specs, seed_tag):
 
 def _episodes_each(pool, scenarios, specs, seed_tag):
     """As ``_episodes``, one call per (scenario, spec) (language-model episodes are long), with one
-    seed per (scenario, setting) shared by the agents: the language-model agent and its vague
-    control draw the same option orders, so their episodes differ only from the first answer on."""
+    seed per scenario shared by every agent and setting: the language-model agent and its vague
+    control draw the same option orders, so their episodes differ only from the first answer on,
+    and the default, $50 and $200 episodes of an agent differ only in the prices (in its prompt and
+    its budget), so a picker that ignores the price asks the same in all three until the money
+    binds differently."""
     items = []
     for i, sc in enumerate(scenarios):
-        seeds = dict(zip(LM_SETTINGS, runtime.seeds(np.random.SeedSequence([seed_tag, i]), len(LM_SETTINGS))))
-        items += [(sc, [(a, p, s, seeds[s])]) for a, p, s in specs]
+        seed = runtime.seeds(np.random.SeedSequence([seed_tag, i]), 1)[0]
+        items += [(sc, [(a, p, s, seed)]) for a, p, s in specs]
     return pool.map("run_scenario", items)
 
 
@@ -243,11 +255,12 @@ def _params(agent, chosen, config):
     return p
 
 
-def _price(per, collab_rows):
+def _price(per, priced_rows):
     """Price awareness over the default / $50 / $200 question settings: ASR($50) - ASR($200) and the
-    SR spread, measured only when the agent asked at least one question there (``None``
-    otherwise: an agent that never asks shows no difference and would pass the claims vacuously)."""
-    questions = sum(r["asks"] for r in collab_rows)
+    SR spread, measured only when the agent asked at least one question in the $50 or $200 setting
+    itself (``None`` otherwise: an agent that never asks at these prices shows no difference and
+    would pass the claims vacuously)."""
+    questions = sum(r["asks"] for r in priced_rows)
     srs = [per[s]["sr"] for s in LM_COLLAB]
     return {"questions": questions,
             "ask_adaptation": per["ask50"]["asr"] - per["ask200"]["asr"] if questions else None,
@@ -339,10 +352,15 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     # without a collaborator the vague control is the lm agent (no option (c); same seed): its solo
     # episodes are the lm agent's, not run twice
     solo_of_vague = [{**r, "agent": VAGUE_AGENT} for r in lm_rows if r["agent"] == LLM_AGENT and r["setting"] == "solo"]
+    # with model=uniform the lm slot holds the uniform picker: the uniform-picker control *is* the lm
+    # agent (same picker, seeds and scenarios), so its episodes are the lm agent's, not run twice
+    uniform_is_lm = UNIFORM_AGENT not in lm_agents
+    uniform_copy = [{**r, "agent": UNIFORM_AGENT} for r in lm_rows if r["agent"] == LLM_AGENT] if uniform_is_lm else []
+    lm_side = [LLM_AGENT, UNIFORM_AGENT]
     subset_rows = []
     gain_rows = [{"agent": "none", "scenario": sid, "metric": "collab_gain", "value": 0.0} for sid in lm_ids]
-    for a in lm_agents + [VAGUE_AGENT] + agents:
-        own = lm_rows + solo_of_vague if a in lm_agents or a == VAGUE_AGENT else scripted
+    for a in lm_side + [VAGUE_AGENT] + agents:
+        own = lm_rows + solo_of_vague + uniform_copy if a in lm_side or a == VAGUE_AGENT else scripted
         rows_a = [r for r in own if r["agent"] == a]
         ran = ("solo",) + VAGUE_SETTINGS if a == VAGUE_AGENT else LM_SETTINGS
         per = {s: sm.summarize_episodes([r for r in rows_a if r["setting"] == s]) for s in ran}
@@ -352,9 +370,11 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         sub = {"collaboration_gain": per["default"]["sr"] - per["solo"]["sr"], "scenarios": len(lm_ids),
                "default_phi": per["default"]["asked_success_phi"]}
         if a != VAGUE_AGENT:
-            sub["price"] = _price(per, [r for r in rows_a if r["setting"] in LM_COLLAB])
-        if a in lm_agents or a == VAGUE_AGENT:
+            sub["price"] = _price(per, [r for r in rows_a if r["setting"] in PRICED])
+        if a in lm_side or a == VAGUE_AGENT:
             b = {**per, **sub, "model": config["model"] if a != UNIFORM_AGENT else "uniform"}
+            if a == UNIFORM_AGENT and uniform_is_lm:
+                b["episodes"] = "the lm agent's (model=uniform: the lm slot holds the uniform picker)"
             if a != VAGUE_AGENT:
                 b["pooled"] = sm.summarize_episodes([r for r in rows_a if r["setting"] in LM_COLLAB])
                 b["resource_awareness"] = sm.resource_awareness({s: per[s] for s in LM_COLLAB})
@@ -377,6 +397,10 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
               "episodes_per_agent_and_setting": len(test), "tuning_scenarios": len(tune),
               "lm_agent": {"model": config["model"], "scenarios": len(lm_test), "settings": list(LM_SETTINGS),
                            "vague control settings": list(VAGUE_SETTINGS),
+                           "vague control questions per episode (at most)": USEFUL_QUESTIONS,
+                           "seeds": "one per scenario, shared by every lm-side agent and setting",
+                           "scenarios per repository": {r: sum(1 for i in lm_ids if i.split(":")[0] == r)
+                                                        for r in dict.fromkeys(i.split(":")[0] for i in lm_ids)},
                            "decisions": "option (a/b/c) each turn and the location of each new proposal",
                            "per_suspect": chosen["per_suspect"]},
               "tuning": {"per_suspect (shared repair skill, on no-collaboration)": list(config["per_suspect_grid"]),
@@ -396,8 +420,10 @@ SOURCE_RESOURCE = ("abstract: 'Minimal performance differences in agents' resour
                    "further reveal their significant lack of resource awareness'")
 SOURCE_WILLING = ("abstract: 'their consistently low collaboration willingness ($\\le 4.86\\%$) suggests fundamental "
                   "limitations of existing LLM in CSE'")
-_VAGUE_LM = ("lm-vague: the same model's decisions and seeds, every question vague (asks, cannot use the answer; "
-             "without a collaborator it is the lm agent)")
+_VAGUE_LM = ("lm-vague: the same model's decisions and seeds, every question vague, at most 2 questions like lm "
+             "(asks, cannot use the answer; without a collaborator it is the lm agent)")
+_UNIFORM = ("uniform-picker: the same agent with uniform decisions, same scenarios and seeds (with model=uniform it "
+            "is the lm agent itself)")
 _VAGUE_SCRIPTED = "vague-asker (scripted: asks with p = 0.05 per turn, learns nothing; same scenarios)"
 _NEVER_ASKS = "no-collaboration agent (never asks; same scenarios)"
 _LM = " [the language-model agent: SmolLM2-135M with --set model=smollm2-135m; the uniform picker by default]"
@@ -410,21 +436,25 @@ _LM = " [the language-model agent: SmolLM2-135M with --set model=smollm2-135m; t
 # The harness claims after them are sanity checks: the scripted agents' behaviour decides them by
 # construction (an agent that asks the know-everything collaborator for the fix is handed it).
 # So would the collaboration claims be for any agent that asks: their controls ask and cannot use
-# the answer (the lm agent's own decisions with vague questions, and the scripted vague-asker),
-# each judged on its own gain / correlation on the same scenarios.
+# the answer (the lm agent's own decisions with vague questions, at most as many as lm can usefully
+# ask, and the scripted vague-asker), and claim 1's also include the uniform picker, which shows
+# whether a picker without any knowledge passes too ("not discriminating"); each control is judged
+# on its own gain / correlation on the same scenarios.
 CLAIMS = (
     Claim(text="with the collaborator, the language-model agent recovers more scenarios than without it: its gain "
                "per scenario, success with minus success without the collaborator, is > 0 (paired sign test over "
                "scenarios against a zero gain; paper's default budgets: 30 turns, $1000, $100 per proposal and per "
-               "question). Controls: agents that ask but cannot use what they are told, their own gain on the same "
-               "scenarios" + _LM,
+               "question). Controls: agents that ask but cannot use what they are told, and a random picker, their own "
+               "gain on the same scenarios" + _LM,
           metric="baselines.lm.collaboration_gain", compare=0.0, op=">", test="paired sign test over seeds",
           table="collab_gain", a={"agent": LLM_AGENT, "metric": "collab_gain"},
           b={"agent": "none", "metric": "collab_gain"}, pair_on=("scenario",), kind="paper", source=SOURCE_COLLAB,
           controls=(Control(_VAGUE_LM, "baselines.lm_vague.collaboration_gain",
                             a={"agent": VAGUE_AGENT, "metric": "collab_gain"}),
                     Control(_VAGUE_SCRIPTED, "baselines.vague_asker.lm_subset.collaboration_gain",
-                            a={"agent": "vague-asker", "metric": "collab_gain"}))),
+                            a={"agent": "vague-asker", "metric": "collab_gain"}),
+                    Control(_UNIFORM, "baselines.uniform_picker.collaboration_gain",
+                            a={"agent": UNIFORM_AGENT, "metric": "collab_gain"}))),
     Claim(text="when the language-model agent asks, it recovers more: phi correlation of asked and recovered over its "
                "episodes at the default budgets (one per scenario) > 0" + _LM,
           metric="baselines.lm.default.asked_success_phi", compare=0.0, op=">", kind="paper", source=SOURCE_COLLAB,
@@ -435,13 +465,15 @@ CLAIMS = (
           metric="baselines.lm.asr", compare=0.0486, op="<=", kind="paper", source=SOURCE_WILLING,
           controls=(Control("always-ask agent", "baselines.always_ask.asr"),)),
     Claim(text="the language-model agent does not adapt its asking to the price shown in its prompt: ASR($50 questions) "
-               "- ASR($200 questions) <= 0.02, measured only if it asks at all in the default / $50 / $200 settings "
-               "(an agent that never asks would pass vacuously)" + _LM,
+               "- ASR($200 questions) <= 0.02, measured only if it asks at all in the $50 / $200 settings (an agent "
+               "that never asks would pass vacuously); one seed per scenario in both settings, so the price is "
+               "the only difference" + _LM,
           metric="baselines.lm.price.ask_adaptation", compare=0.02, op="<=", kind="paper", source=SOURCE_RESOURCE,
           controls=(Control("budget-aware agent (same scenarios)", "metrics.lm_subset.price.ask_adaptation"),
                     Control(_NEVER_ASKS, "baselines.no_collaboration.lm_subset.price.ask_adaptation"))),
     Claim(text="minimal performance differences across question prices: the language-model agent's SR spread over "
-               "default / $50 / $200 questions <= 0.1, measured only if it asks at all in these settings" + _LM,
+               "default / $50 / $200 questions <= 0.1, measured only if it asks at all in the $50 / $200 settings; one "
+               "seed per scenario in the three settings" + _LM,
           metric="baselines.lm.price.sr_spread", compare=0.1, op="<=", kind="paper", source=SOURCE_RESOURCE,
           controls=(Control("budget-aware agent (same scenarios)", "metrics.lm_subset.price.sr_spread"),
                     Control(_NEVER_ASKS, "baselines.no_collaboration.lm_subset.price.sr_spread"))),

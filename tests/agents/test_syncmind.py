@@ -360,14 +360,18 @@ def test_vague_lm_control_asks_but_learns_nothing(scenarios):
             super()._observe(obs)
 
     sc = scenarios[0]
-    agent = Listening(_Recorder(["c"]), per_suspect=4)
+    agent = Listening(_Recorder(["c", "1"]), per_suspect=4)
     agent.heard = []
     ep = sm.run_episode(agent, sc, sm.Resources(), seed=3, cache=cache)
-    assert ep.asks >= 1 and set(agent.heard) == {"vague"} and not ep.success
+    # an always-(c) picker: two paid vague questions (the cap: what lm can usefully ask), then its
+    # (c) turns are proposals, as lm's are once it knows the location and the fix
+    assert ep.asks == sl.USEFUL_QUESTIONS == 2 and agent.heard == ["vague", "vague"]
+    assert ep.proposals >= 1 and ep.spent == 2 * 100 + 100 * ep.proposals
     assert agent.known is None and agent.fix is None
-    # the informative agent with the same always-ask picker is handed the fix
-    assert sm.run_episode(sl.LLMOptionAgent(_Recorder(["c", "1"]), per_suspect=4), sc, sm.Resources(), seed=3,
-                          cache=cache).success
+    # the informative agent with the same always-ask picker asks as often and is handed the fix
+    told = sm.run_episode(sl.LLMOptionAgent(_Recorder(["c", "1"]), per_suspect=4), sc, sm.Resources(), seed=3,
+                          cache=cache)
+    assert told.success and told.asks == 2
 
 
 def test_smollm_picker_cached_prefix_matches_a_plain_forward():

@@ -39,10 +39,15 @@ def test_every_claim_is_measured_at_tiny_size(ray_session):
     # the collaboration-gain rows are each agent's success with minus without the collaborator
     eps = {(r["agent"], r["setting"], r["scenario"]): r["value"] for r in record["tables"]["episodes"]}
     gains = [r for r in record["tables"]["collab_gain"] if r["agent"] != "none"]
-    assert {r["agent"] for r in gains} >= {"lm", "lm-vague", "vague-asker", "budget-aware"}
+    assert {r["agent"] for r in gains} >= {"lm", "lm-vague", "uniform-picker", "vague-asker", "budget-aware"}
+    # with model=uniform the uniform-picker control is the lm agent itself (its episodes, not run twice)
+    assert "lm" in record["baselines"]["uniform_picker"]["episodes"]
     for r in gains:
-        solo_agent = "lm" if r["agent"] == "lm-vague" else r["agent"]  # the vague control's solo is the lm's
-        assert r["value"] == eps[(r["agent"], "default", r["scenario"])] - eps[(solo_agent, "solo", r["scenario"])]
+        own = "lm" if r["agent"] == "uniform-picker" else r["agent"]
+        solo_agent = "lm" if r["agent"] in ("lm-vague", "uniform-picker") else r["agent"]  # the vague control's solo is the lm's
+        assert r["value"] == eps[(own, "default", r["scenario"])] - eps[(solo_agent, "solo", r["scenario"])]
+    ids = {r["scenario"] for r in gains if r["agent"] == "lm"}
+    assert sum(record["config"]["budget"]["lm_agent"]["scenarios per repository"].values()) == len(ids)
     # the vague control asks in the collaborative setting and its questions are all vague
     assert record["baselines"]["lm_vague"]["default"]["asr"] > 0
     assert not any(r["agent"] == "lm-vague" and r["setting"] == "solo" for r in record["tables"]["episodes"])
@@ -54,3 +59,29 @@ def test_bad_settings_are_refused_before_any_work():
     for key, value in (("model", "gpt-4o"), ("lm_scenarios", 0), ("p_ask", 1.5), ("gen_repos", 0)):
         with pytest.raises(ValueError, match=key):
             exp.run({**exp.SIZES["tiny"], key: value}, 0)
+
+
+def test_lm_episodes_share_one_seed_per_scenario():
+    """The default, $50 and $200 (and solo) episodes of a scenario get the same seed for every
+    lm-side agent, so the price is the only difference between the priced settings."""
+    from rayml.experiments import syncmind as exp
+
+    class EchoPool:
+        def map(self, method, items):
+            return items
+
+    specs = [(a, {}, s) for a in ("lm", "lm-vague") for s in exp.LM_SETTINGS]
+    items = exp._episodes_each(EchoPool(), [{"id": "x"}, {"id": "y"}], specs, 11)
+    by_scenario = {}
+    for sc, [(agent, _, setting, seed)] in items:
+        by_scenario.setdefault(sc["id"], set()).add(seed)
+    assert all(len(seeds) == 1 for seeds in by_scenario.values()) and len(set().union(*by_scenario.values())) == 2
+
+
+def test_price_needs_questions_at_the_priced_settings():
+    from rayml.experiments import syncmind as exp
+
+    per = {"default": {"sr": 1.0, "asr": 0.3}, "ask50": {"sr": 0.0, "asr": 0.0}, "ask200": {"sr": 0.0, "asr": 0.0}}
+    assert exp._price(per, [{"asks": 0}, {"asks": 0}])["ask_adaptation"] is None
+    out = exp._price({**per, "ask50": {"sr": 0.5, "asr": 0.1}}, [{"asks": 2}, {"asks": 0}])
+    assert out["questions"] == 2 and abs(out["ask_adaptation"] - 0.1) < 1e-12 and out["sr_spread"] == 1.0
