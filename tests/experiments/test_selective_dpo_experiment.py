@@ -1,4 +1,10 @@
-"""rayml.experiments.selective_dpo: every declared claim is wired to a number its run measures."""
+"""rayml.experiments.selective_dpo: every declared claim is wired to a number its run measures; the
+SmolLM2 path's shortcuts (shared prompts, the cached start reference, the cached bottom blocks in
+generation, the driver's bottom states) give the numbers of the plain top-blocks model."""
+
+import copy
+
+import pytest
 
 
 def test_every_claim_is_measured_at_tiny_size(unmeasured_claims):
@@ -43,3 +49,125 @@ def test_the_tie_rule_prefers_the_paper_beta_and_the_default_learning_rate_on_fl
     quick = SIZES["quick"]
     assert 1 in quick["lr_scale_grid"] and min(quick["lr_scale_grid"]) < 0.3 and 0.01 in quick["beta_grid"]
     assert 0.01 in quick["real"]["beta_grid"]
+
+
+# ------------------------------------------------------------------------------------------
+# the SmolLM2 path's shortcuts give the numbers of the plain top-blocks model (rayml.alignment.frozen_prefix)
+
+def _tiny_lm(n_layers=4):
+    import torch
+
+    from rayml.llm.model import ModelConfig, TransformerLM
+
+    cfg = ModelConfig(vocab_size=24, d_model=16, n_layers=n_layers, n_heads=2, n_kv_heads=1, d_ff=32, max_seq_len=32)
+    m = TransformerLM(cfg)
+    m.reset_parameters(torch.Generator().manual_seed(0))
+    return m.eval()
+
+
+def _tiny_pairs(n=12, seed=0, pad=2):
+    import numpy as np
+
+    from rayml.alignment import dpo
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        prompt = [1] + rng.integers(3, 23, size=int(rng.integers(2, 7))).tolist()
+        c = rng.integers(3, 23, size=int(rng.integers(0, 4))).tolist()  # a response may be its end token only
+        r = rng.integers(3, 23, size=int(rng.integers(1, 4))).tolist()
+        out.append(dpo.TokenPair(prompt, c + [pad], r + [pad]))
+    return out
+
+
+def _moved_adapters(model, seed=0):
+    import torch
+
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.endswith("lora_B"):
+                p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(seed + len(n))))
+    return model
+
+
+
+@pytest.mark.parametrize("n_top", [1, 2, 3])
+def test_shared_prompt_log_probs_and_gradients_equal_the_plain_top_blocks(n_top):
+    import torch
+
+    from rayml.alignment import dpo
+    from rayml.alignment.frozen_prefix import FrozenPrefixLM
+    from rayml.experiments.selective_dpo import _top_policy_class
+
+    base, pairs = _tiny_lm(), _tiny_pairs()
+    plain = _moved_adapters(dpo.add_lora(FrozenPrefixLM(base, n_top, pad_id=2), 2, seed=1))
+    fast = _moved_adapters(dpo.add_lora(_top_policy_class()(base, n_top, pad_id=2), 2, seed=1))
+    want, got = dpo.pair_logps(plain, pairs, pad_id=2), dpo.pair_logps(fast, pairs, pad_id=2)
+    for w, g in zip(want, got):
+        assert torch.allclose(w, g, atol=1e-5)
+    (want[0] - want[1]).sum().backward()
+    (got[0] - got[1]).sum().backward()
+    gw = {n: p.grad for n, p in plain.named_parameters() if p.requires_grad}
+    gg = {n: p.grad for n, p in fast.named_parameters() if p.requires_grad}
+    assert gw.keys() == gg.keys() and gw
+    for n in gw:
+        assert torch.allclose(gw[n], gg[n], rtol=1e-4, atol=1e-4 * float(gw[n].abs().max())), n
+
+
+def test_the_start_reference_is_read_back_only_while_it_is_the_start():
+    import torch
+
+    from rayml.alignment import dpo
+    from rayml.alignment.frozen_prefix import FrozenPrefixLM
+    from rayml.experiments import selective_dpo as sdx
+
+    base, pairs = _tiny_lm(), _tiny_pairs()
+    policy = dpo.add_lora(sdx._top_policy_class()(base, 2, pad_id=2), 4, seed=3)
+    reference = dpo.frozen_copy(policy)          # what train_dpo uses: the start, frozen
+    assert reference._is_start() and not policy._is_start()
+    plain = dpo.pair_logps(dpo.frozen_copy(FrozenPrefixLM(base, 2, pad_id=2)), pairs, pad_id=2)
+    for _ in range(2):                            # computed, then read back: the same numbers
+        for w, g in zip(plain, dpo.pair_logps(reference, pairs, pad_id=2)):
+            assert torch.allclose(w, g, atol=1e-5)
+    moved = dpo.frozen_copy(_moved_adapters(copy.deepcopy(policy)))  # frozen but trained: not the start
+    assert not moved._is_start()
+    want = dpo.pair_logps(dpo.frozen_copy(_moved_adapters(dpo.add_lora(FrozenPrefixLM(base, 2, pad_id=2), 4, seed=3))),
+                          pairs, pad_id=2)
+    for w, g in zip(want, dpo.pair_logps(moved, pairs, pad_id=2)):
+        assert torch.allclose(w, g, atol=1e-5)
+    res = dpo.train_dpo(policy, pairs, dpo.DPOConfig(beta=0.5, lr=5e-2, steps=3, batch_size=4), seed=0, pad_id=2)
+    assert not dpo.frozen_copy(res.model)._is_start()
+
+
+def test_generation_from_the_shared_prompt_cache_equals_generate_on_the_whole_model():
+    from types import SimpleNamespace
+
+    from rayml.alignment import dpo
+    from rayml.alignment.frozen_prefix import full_model
+    from rayml.experiments.selective_dpo import _generate_top, _top_policy_class
+    from rayml.llm.generation import generate
+
+    base, pairs = _tiny_lm(), _tiny_pairs()
+    prompts = [p.prompt for p in pairs]
+    tok = SimpleNamespace(pad_id=0, eos_id=2)
+    for seed in range(3):
+        policy = _moved_adapters(dpo.add_lora(_top_policy_class()(base, 2, pad_id=2), 2, seed=seed), seed)
+        want = generate(full_model(policy), prompts, max_new_tokens=5, eos_id=2, pad_id=0).tokens
+        assert _generate_top(policy, prompts, 5, tok) == want
+        assert _generate_top(policy, prompts, 5, tok) == want  # from the cached bottom blocks
+
+
+def test_driver_bottom_states_equal_each_row_alone():
+    import torch
+
+    from rayml.alignment.frozen_prefix import PrefixStore
+    from rayml.experiments.selective_dpo import _bottom_states
+
+    base, pairs = _tiny_lm(), _tiny_pairs()
+    store = PrefixStore(base, 2, 2)
+    store.register(pairs)
+    got = _bottom_states(store, pairs)
+    assert len(got) == len({store.key(tuple(p.prompt) + tuple(r)) for p in pairs for r in (p.chosen, p.rejected)})
+    alone = PrefixStore(base, 2, 2)
+    for k, h in got.items():
+        assert torch.allclose(torch.from_numpy(h), alone.states(k), atol=1e-5)
