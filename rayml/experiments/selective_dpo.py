@@ -48,6 +48,7 @@ Steps (each a set of Ray tasks through ``rayml.runtime.pmap``):
 from __future__ import annotations
 
 import json
+import weakref
 from functools import lru_cache
 from typing import Any, Mapping
 
@@ -217,11 +218,17 @@ def _pairs(shared):
     if c["lora_layers"]:
         store = _store(c["model"], int(c["lora_layers"]))
         store.register(tp)
-        if shared.get("bottom"):
+        if shared.get("bottom"):  # this run's states win; start log-probabilities of other states are dropped
             import torch
 
+            changed = False
             for k, h in shared["bottom"].items():
-                store.hidden.setdefault(k, torch.from_numpy(h))
+                old = store.hidden.get(k)
+                if old is None or not np.array_equal(old.numpy(), h):
+                    store.hidden[k] = torch.from_numpy(np.array(h))
+                    changed = changed or old is not None
+            if changed:
+                _START_LOGPS.pop(store, None)
     return pairs, tp
 
 
@@ -355,7 +362,7 @@ def _top_policy_class():
 
                 if not self._is_start():
                     return _shared_prompt_logps(self, prompts, responses)
-                cache = _START_LOGPS.setdefault(id(self.store), {})
+                cache = _START_LOGPS.setdefault(self.store, {})
                 out = []
                 for p, r in zip(prompts, responses):
                     key = (tuple(p), tuple(r))
@@ -370,7 +377,7 @@ def _top_policy_class():
 
 
 _TopBlocks = None
-_START_LOGPS: dict = {}
+_START_LOGPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # per PrefixStore: (prompt, response) -> log p
 
 
 def _run_top(layers, x, positions, valid, slots, cache, last=None):
@@ -481,7 +488,7 @@ def _generate_top(policy, prompts, width: int, tok) -> list:
     from rayml.llm.model import TransformerLM, rope_cos_sin
 
     store = policy.store
-    key = (id(store), tuple(tuple(p) for p in prompts), int(width))
+    key = (store, tuple(tuple(p) for p in prompts), int(width))
     if key not in _PREFILL:
         base = store.model
         b, w = len(prompts), max(len(p) for p in prompts)
