@@ -33,14 +33,18 @@ Examples:
 from __future__ import annotations
 
 import copy
+import weakref
 from typing import Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rayml.llm.model import TransformerLM, rope_cos_sin
+from rayml.llm.generation import generate
+from rayml.llm.model import KVCache, TransformerLM, apply_rope, rope_cos_sin
 
-__all__ = ["PrefixStore", "FrozenPrefixLM", "full_model"]
+__all__ = ["PrefixStore", "FrozenPrefixLM", "full_model", "TopBlocksLM", "shared_prompt_logps", "generate_top",
+           "bottom_states", "install_states"]
 
 
 class PrefixStore:
@@ -178,3 +182,219 @@ def full_model(top: FrozenPrefixLM) -> TransformerLM:
     out.norm = top.norm
     out.hooks = []
     return out.eval()
+
+
+# --- the same numbers with less work: the Selective DPO experiment's SmolLM2 path ---------------
+
+_START_LOGPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # per PrefixStore: (prompt, response) -> log p
+
+
+class TopBlocksLM(FrozenPrefixLM):
+    """The top-blocks policy of the SmolLM2 runs, computing ``response_logps`` with less work and
+    the same numbers (up to float rounding):
+
+    * the unchanged starting policy (every parameter frozen, LoRA ``B`` still 0, the other top
+      weights equal to the start's: DPO's frozen reference in every run) computes each row once
+      per worker, alone (so the value does not depend on the batch that asked first), and reads
+      it back in every later step and run;
+    * otherwise a batch's distinct prompts run through the top blocks once (their keys and values
+      kept in a ``KVCache``, gradients flowing through it), and each response (chosen and
+      rejected) attends to its prompt's entries: the prompt, most of every row, is not computed
+      twice per pair.
+    """
+    def _is_start(self) -> bool:
+        if getattr(self, "_start_ok", None) == id(self):
+            return True
+        if any(p.requires_grad for p in self.parameters()):
+            return False
+        mine = {n.replace(".base.", "."): p for n, p in self.named_parameters() if ".lora_" not in n}
+        ref = {f"layers.{n}": p for n, p in torch.nn.ModuleList(
+            self.store.model.layers[self.store.split:]).named_parameters()}
+        ref.update({f"norm.{n}": p for n, p in self.store.model.norm.named_parameters()})
+        lora_zero = all(not bool(p.any()) for n, p in self.named_parameters() if n.endswith("lora_B"))
+        ok = lora_zero and mine.keys() == ref.keys() and all(torch.equal(mine[k], ref[k]) for k in mine)
+        if ok:
+            self._start_ok = id(self)
+        return ok
+
+    def response_logps(self, prompts, responses, *, pad_id: int):
+        if not self._is_start():
+            return shared_prompt_logps(self, prompts, responses)
+        cache = _START_LOGPS.setdefault(self.store, {})
+        out = []
+        for p, r in zip(prompts, responses):
+            key = (tuple(p), tuple(r))
+            if key not in cache:
+                with torch.no_grad():
+                    cache[key] = FrozenPrefixLM.response_logps(self, [p], [r], pad_id=pad_id)[0]
+            out.append(cache[key])
+        return torch.stack(out)
+
+
+def _run_top(layers, x, positions, valid, slots, cache, last=None):
+    """``layers`` (the top blocks) on ``x`` with ``cache`` (keys and values written at ``slots``). With
+    ``last`` (one position per row), the final block computes its keys and values everywhere (the
+    cache needs them) but its attention output and MLP only at ``last``: the other positions' outputs
+    predict nothing that is read. Returns (rows, seq or 1, d)."""
+    cfg = layers[0].self_attn.cfg
+    cache.positions[:, slots], cache.valid[:, slots] = positions, valid
+    cache.length = int(slots[-1]) + 1
+    mask = TransformerLM._cache_mask(cache.positions[:, : cache.length], cache.valid[:, : cache.length], positions,
+                                     slots, valid, cache.length)
+    cos, sin = rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta, x.dtype)
+    for layer in (layers if last is None else layers[:-1]):
+        x = layer(x, cos, sin, cache, slots, mask)
+    if last is None:
+        return x
+    layer, rows = layers[-1], torch.arange(x.shape[0], device=x.device)
+    attn, hd = layer.self_attn, cfg.head_dim
+    b, s, _ = x.shape
+    h = layer.input_layernorm(x)
+    k = apply_rope(attn.k_proj(h).view(b, s, cfg.n_kv_heads, hd).transpose(1, 2), cos, sin)
+    v = attn.v_proj(h).view(b, s, cfg.n_kv_heads, hd).transpose(1, 2)
+    cache.write(attn.layer, slots, k, v)
+    k, v = cache.read(attn.layer)
+    q = attn.q_proj(h[rows, last][:, None]).view(b, 1, cfg.n_heads, hd).transpose(1, 2)
+    q = apply_rope(q, cos[rows, last][:, None], sin[rows, last][:, None])
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[rows, :, last][:, :, None],
+                                         enable_gqa=cfg.n_heads > cfg.n_kv_heads)
+    y = x[rows, last][:, None] + attn.o_proj(out.transpose(1, 2).reshape(b, 1, cfg.n_heads * hd))
+    return y + layer.mlp(layer.post_attention_layernorm(y))
+
+
+def shared_prompt_logps(model, prompts, responses):
+    """``sum_t log p(response_t | prompt, response_<t)`` per row on a top-blocks model, each distinct
+    prompt through the top blocks once: pass 1 runs the prompts (right-padded) and keeps every top
+    block's keys and values (the final block's output only at the prompt's last position, which
+    predicts the first response token); pass 2 runs the responses' tokens (all but the last, whose
+    output predicts nothing), attending to their prompt's entries and to themselves. The bottom blocks'
+    states come from the store (each row's own, as ``FrozenPrefixLM.response_logps`` reads them)."""
+    store, cfg = model.store, model.config
+    dev, dtype = model.embed_tokens.weight.device, model.embed_tokens.weight.dtype
+    rows = [list(p) + list(r) for p, r in zip(prompts, responses)]
+    keys = [store.key(row) for row in rows]
+    if any(len(k) < len(row) - 1 for k, row in zip(keys, rows)) or any(len(p) == 0 for p in prompts):
+        raise ValueError("a response may end with at most one pad-valued token, and a prompt must not be empty")
+    uniq: dict = {}
+    owner = [uniq.setdefault(tuple(p), len(uniq)) for p in prompts]
+    first: dict = {}
+    for i, u in enumerate(owner):
+        first.setdefault(u, i)
+    plen = [len(p) for p in uniq]
+    n_u, lp = len(uniq), max(plen)
+    lr = max(len(r) - 1 for r in responses)  # response inputs: every response token but the last
+    cache = KVCache.empty(cfg, n_u, lp + max(lr, 1), dtype=dtype, device=dev)
+    xp = torch.zeros(n_u, lp, cfg.d_model, dtype=dtype, device=dev)
+    for u, i in first.items():  # a prompt's bottom states: those of its first row (bottom blocks are causal)
+        xp[u, : plen[u]] = store.states(keys[i])[: plen[u]]
+    pos_p = torch.arange(lp, device=dev)[None].expand(n_u, -1)
+    valid_p = pos_p < torch.as_tensor(plen, device=dev)[:, None]
+    h = [_run_top(model.layers, xp, pos_p, valid_p, torch.arange(lp, device=dev), cache,
+                  last=torch.as_tensor(plen, device=dev) - 1)[:, 0]]  # predicts each row's response token 0
+    at = list(owner)  # the row of ``h`` that predicts each token
+    nxt, who = [row[len(p)] for row, p in zip(rows, prompts)], list(range(len(rows)))
+    if lr > 0:
+        b = len(rows)
+        xr = torch.zeros(b, lr, cfg.d_model, dtype=dtype, device=dev)
+        for i, (p, r) in enumerate(zip(prompts, responses)):
+            if len(r) > 1:
+                xr[i, : len(r) - 1] = store.states(keys[i])[len(p): len(p) + len(r) - 1]
+        t = torch.arange(lr, device=dev)[None]
+        pos_r = torch.as_tensor([len(p) for p in prompts], device=dev)[:, None] + t
+        valid_r = t < torch.as_tensor([len(r) - 1 for r in responses], device=dev)[:, None]
+        hr = _run_top(model.layers, xr, pos_r, valid_r, torch.arange(lp, lp + lr, device=dev),
+                      cache.select(torch.as_tensor(owner, device=dev)))
+        sel = [i * lr + j for i, r in enumerate(responses) for j in range(len(r) - 1)]
+        h.append(hr.reshape(b * lr, -1)[torch.as_tensor(sel, dtype=torch.long, device=dev)])
+        at += [n_u + k for k in range(len(sel))]
+        nxt += [rows[i][len(p) + 1 + j] for i, (p, r) in enumerate(zip(prompts, responses)) for j in range(len(r) - 1)]
+        who += [i for i, r in enumerate(responses) for _ in range(len(r) - 1)]
+    logp = torch.log_softmax(model.head(torch.cat(h)).float(), dim=-1)[
+        torch.as_tensor(at, device=dev), torch.as_tensor(nxt, device=dev)]
+    return torch.zeros(len(rows), dtype=logp.dtype, device=dev).index_add(0, torch.as_tensor(who, device=dev), logp)
+
+
+_PREFILL: dict = {}
+
+
+def generate_top(policy, prompts, width: int, tok) -> list:
+    """Greedy generation by a top-blocks policy (``FrozenPrefixLM``), the same tokens as ``generate`` on
+    its whole model: the frozen bottom blocks' cache of the prompts is computed once per worker and
+    prompt set (every run evaluates the same questions), each run computes its top blocks on those rows
+    (the final block's output at the last position only), takes the first token from it, and
+    ``generate`` continues from that cache."""
+    store = policy.store
+    key = (store, tuple(tuple(p) for p in prompts), int(width))
+    if key not in _PREFILL:
+        base = store.model
+        b, w = len(prompts), max(len(p) for p in prompts)
+        ids = torch.full((b, w), tok.pad_id, dtype=torch.long)
+        valid = torch.zeros((b, w), dtype=torch.bool)
+        for i, p in enumerate(prompts):  # left padding, positions from 0 in every row (as ``generate``)
+            ids[i, w - len(p):] = torch.as_tensor(list(p), dtype=torch.long)
+            valid[i, w - len(p):] = True
+        positions = (valid.long().cumsum(1) - 1).clamp(min=0)
+        slots = torch.arange(w)
+        with torch.no_grad():
+            cache = base.new_cache(b, capacity=w + int(width))
+            cache.positions[:, :w], cache.valid[:, :w], cache.length = positions, valid, w
+            mask = TransformerLM._cache_mask(positions, valid, positions, slots, valid, w)
+            x = base.embed_tokens(ids)
+            cos, sin = rope_cos_sin(positions, base.config.head_dim, base.config.rope_theta, x.dtype)
+            for layer in base.layers[: store.split]:
+                x = layer(x, cos, sin, cache, slots, mask)
+        if len(_PREFILL) >= 4:
+            _PREFILL.clear()
+        _PREFILL[key] = (cache, x, positions, valid, slots)
+    cache, x, positions, valid, slots = _PREFILL[key]
+    cache = cache.clone()
+    with torch.no_grad():
+        h = _run_top(policy.layers, x, positions, valid, slots, cache, last=torch.full((len(prompts),), x.shape[1] - 1))
+        first = policy.head(h)[:, -1].argmax(-1).tolist()
+    rest = generate(full_model(policy), [[t] for t in first], max_new_tokens=int(width) - 1, eos_id=tok.eos_id,
+                    pad_id=tok.pad_id, cache=cache).tokens if width > 1 else [[] for _ in first]
+    return [[] if t == tok.eos_id else [t] + r for t, r in zip(first, rest)]
+
+
+def bottom_states(store: PrefixStore, pairs) -> dict:
+    """The frozen bottom blocks' hidden states of every training row (``PrefixStore`` keys), computed
+    once on the driver and sent to the workers through the object store: each pair's prompt alone,
+    then its two responses in one batch attending to the prompt's cache (the same numbers as each row
+    alone, up to float rounding, with the prompt computed once instead of once per row and worker)."""
+    bottom = copy.copy(store.model)  # the bottom blocks alone, no final norm (shares every tensor)
+    bottom._modules = dict(store.model._modules)
+    bottom.layers = torch.nn.ModuleList(list(store.model.layers[: store.split]))
+    bottom.norm, bottom.hooks = torch.nn.Identity(), []
+    out = {}
+    with torch.no_grad():
+        for p in pairs:
+            keys = [store.key(tuple(p.prompt) + tuple(r)) for r in (p.chosen, p.rejected)]
+            if all(k in out for k in keys):
+                continue
+            tails = [list(k[len(p.prompt):]) for k in keys]
+            cache = bottom.new_cache(1, capacity=len(p.prompt) + max(len(t) for t in tails) + 1)
+            hp = bottom(torch.as_tensor([list(p.prompt)]), cache=cache, return_hidden=True)[0]
+            wt = max(len(t) for t in tails)
+            ht = None
+            if wt:
+                ids = torch.as_tensor([t + [store.pad_id] * (wt - len(t)) for t in tails])
+                valid = torch.as_tensor([[j < len(t) for j in range(wt)] for t in tails])
+                ht = bottom(ids, cache=cache.select(torch.tensor([0, 0])), valid=valid, return_hidden=True)
+            for i, (k, t) in enumerate(zip(keys, tails)):
+                out[k] = (torch.cat([hp, ht[i, : len(t)]]) if t else hp).numpy()
+    return out
+
+
+def install_states(store: PrefixStore, states: dict) -> None:
+    """Put ``states`` (``bottom_states`` of a run, computed on the driver) into ``store``: a run's
+    states win over ones a worker computed earlier, and the cached start log-probabilities of the
+    store are dropped when a state they were computed from changes, so what a worker ran before
+    cannot change a record."""
+    changed = False
+    for k, h in states.items():
+        old = store.hidden.get(k)
+        if old is None or not np.array_equal(old.numpy(), h):
+            store.hidden[k] = torch.from_numpy(np.array(h))
+            changed = changed or old is not None
+    if changed:
+        _START_LOGPS.pop(store, None)

@@ -97,11 +97,11 @@ def test_shared_prompt_log_probs_and_gradients_equal_the_plain_top_blocks(n_top)
 
     from rayml.alignment import dpo
     from rayml.alignment.frozen_prefix import FrozenPrefixLM
-    from rayml.experiments.selective_dpo import _top_policy_class
+    from rayml.alignment.frozen_prefix import TopBlocksLM
 
     base, pairs = _tiny_lm(), _tiny_pairs()
     plain = _moved_adapters(dpo.add_lora(FrozenPrefixLM(base, n_top, pad_id=2), 2, seed=1))
-    fast = _moved_adapters(dpo.add_lora(_top_policy_class()(base, n_top, pad_id=2), 2, seed=1))
+    fast = _moved_adapters(dpo.add_lora(TopBlocksLM(base, n_top, pad_id=2), 2, seed=1))
     want, got = dpo.pair_logps(plain, pairs, pad_id=2), dpo.pair_logps(fast, pairs, pad_id=2)
     for w, g in zip(want, got):
         assert torch.allclose(w, g, atol=1e-5)
@@ -118,11 +118,10 @@ def test_the_start_reference_is_read_back_only_while_it_is_the_start():
     import torch
 
     from rayml.alignment import dpo
-    from rayml.alignment.frozen_prefix import FrozenPrefixLM
-    from rayml.experiments import selective_dpo as sdx
+    from rayml.alignment.frozen_prefix import FrozenPrefixLM, TopBlocksLM
 
     base, pairs = _tiny_lm(), _tiny_pairs()
-    policy = dpo.add_lora(sdx._top_policy_class()(base, 2, pad_id=2), 4, seed=3)
+    policy = dpo.add_lora(TopBlocksLM(base, 2, pad_id=2), 4, seed=3)
     reference = dpo.frozen_copy(policy)          # what train_dpo uses: the start, frozen
     assert reference._is_start() and not policy._is_start()
     plain = dpo.pair_logps(dpo.frozen_copy(FrozenPrefixLM(base, 2, pad_id=2)), pairs, pad_id=2)
@@ -144,29 +143,29 @@ def test_generation_from_the_shared_prompt_cache_equals_generate_on_the_whole_mo
 
     from rayml.alignment import dpo
     from rayml.alignment.frozen_prefix import full_model
-    from rayml.experiments.selective_dpo import _generate_top, _top_policy_class
+    from rayml.alignment.frozen_prefix import TopBlocksLM, generate_top
     from rayml.llm.generation import generate
 
     base, pairs = _tiny_lm(), _tiny_pairs()
     prompts = [p.prompt for p in pairs]
     tok = SimpleNamespace(pad_id=0, eos_id=2)
     for seed in range(3):
-        policy = _moved_adapters(dpo.add_lora(_top_policy_class()(base, 2, pad_id=2), 2, seed=seed), seed)
+        policy = _moved_adapters(dpo.add_lora(TopBlocksLM(base, 2, pad_id=2), 2, seed=seed), seed)
         want = generate(full_model(policy), prompts, max_new_tokens=5, eos_id=2, pad_id=0).tokens
-        assert _generate_top(policy, prompts, 5, tok) == want
-        assert _generate_top(policy, prompts, 5, tok) == want  # from the cached bottom blocks
+        assert generate_top(policy, prompts, 5, tok) == want
+        assert generate_top(policy, prompts, 5, tok) == want  # from the cached bottom blocks
 
 
 def test_driver_bottom_states_equal_each_row_alone():
     import torch
 
     from rayml.alignment.frozen_prefix import PrefixStore
-    from rayml.experiments.selective_dpo import _bottom_states
+    from rayml.alignment.frozen_prefix import bottom_states
 
     base, pairs = _tiny_lm(), _tiny_pairs()
     store = PrefixStore(base, 2, 2)
     store.register(pairs)
-    got = _bottom_states(store, pairs)
+    got = bottom_states(store, pairs)
     assert len(got) == len({store.key(tuple(p.prompt) + tuple(r)) for p in pairs for r in (p.chosen, p.rejected)})
     alone = PrefixStore(base, 2, 2)
     for k, h in got.items():
