@@ -380,23 +380,11 @@ def _check(config: Mapping[str, Any]) -> None:
 
 # --- setup shared by run and bench -----------------------------------------------------------------
 
-def _pool_answer(pool, tries: int = 4):
-    """``answer_model``'s jobs answered on an evaluator pool (``("base",)``, ``("endpoint", i)``, genomes).
-
-    A call whose actor Ray's memory monitor killed raises ``OutOfMemoryError``, which the pool does not
-    count as an actor death; the actor is restarted in place (its arguments are in the object store),
-    so the batch is asked again, up to ``tries`` times."""
-    import ray
-
+def _pool_answer(pool):
+    """``answer_model``'s jobs answered on an evaluator pool (``("base",)``, ``("endpoint", i)``, genomes);
+    an actor the memory monitor kills is replaced and its items asked again by the pool itself."""
     def answer(jobs: list) -> list:
-        todo = [(m[0], (m[1] if len(m) > 1 else 0), set_name) for m, set_name in jobs]
-        for attempt in range(tries):
-            try:
-                return pool.map("answer", todo)
-            except ray.exceptions.OutOfMemoryError:
-                if attempt + 1 == tries:
-                    raise
-                time.sleep(5.0)
+        return pool.map("answer", [(m[0], (m[1] if len(m) > 1 else 0), set_name) for m, set_name in jobs])
     return answer
 
 
