@@ -232,14 +232,9 @@ def _measure(record: Mapping, c: Claim, metric: str, a: Mapping[str, Any]) -> di
         out["holds"] = holds and p < ALPHA
         unit = "paired seeds" if tuple(c.pair_on) == ("seed",) else f"pairs of ({', '.join(c.pair_on)})"
         out["measured"] += f" over {xa.size} {unit}, p={p:.3g}"
-        out["n_pairs"] = int(xa.size)
-    out["value"] = value
+    # could not be measured: a non-finite value, or a paired test without pairs
+    out["unmeasured"] = not math.isfinite(value) or (c.test is not None and not xa.size)
     return out
-
-
-def _unmeasured(m: dict, c: Claim) -> bool:
-    """A measurement that could not be made: a non-finite value, or a paired test with no pairs."""
-    return not math.isfinite(m["value"]) or (c.test is not None and m.get("n_pairs", 0) == 0)
 
 
 def _status(c: Claim, own: dict, controls: list[dict]) -> tuple[str, bool | None]:
@@ -271,15 +266,12 @@ def evaluate_claims(record: Mapping, claims: Sequence[Claim]) -> list[dict]:
     out = []
     for c in claims:
         own = _measure(record, c, c.metric, c.a)
+        del own["unmeasured"]  # the claim's own number: an unmeasured one simply does not hold
         controls = []
         for ctl in c.controls:
             m = _measure(record, c, ctl.metric, ctl.a or c.a)
-            controls.append({"name": ctl.name, "metric": ctl.metric, **m,
-                             **({"unmeasured": True} if _unmeasured(m, c) else {})})
-            for k in ("value", "n_pairs"):
-                controls[-1].pop(k, None)
-        for k in ("value", "n_pairs"):
-            own.pop(k, None)
+            unmeasured = m.pop("unmeasured")
+            controls.append({"name": ctl.name, "metric": ctl.metric, **m, **({"unmeasured": True} if unmeasured else {})})
         status, discriminating = _status(c, own, controls)
         out.append({
             "text": c.text,
