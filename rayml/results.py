@@ -53,6 +53,7 @@ __all__ = [
     "environment",
     "validate_record",
     "write_json",
+    "atomic_write",
     "write_outputs",
     "check_writable",
     "list_outputs",
@@ -409,12 +410,17 @@ def _umask() -> int:
     return mask
 
 
-def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
+def atomic_write(path: Path, write: Callable[[str], None]) -> None:
+    """Write ``path`` whole or not at all: ``write(tmp)`` fills a temporary file beside it, which is
+    flushed to disk, given the user's umask and renamed over ``path``; on any error the temporary
+    file is removed and an existing ``path`` is left as it was."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide results from the user's group
         os.replace(tmp, path)
     except BaseException:
@@ -446,7 +452,7 @@ def _write_bytes(target: str | os.PathLike, data: bytes) -> None:
         with filesystem.open_output_stream(path) as fh:
             fh.write(data)
         return
-    _atomic_write(Path(target), lambda tmp: Path(tmp).write_bytes(data))
+    atomic_write(Path(target), lambda tmp: Path(tmp).write_bytes(data))
 
 
 def write_json(record: Mapping, path: str | os.PathLike) -> str | Path:

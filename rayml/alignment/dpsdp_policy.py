@@ -32,13 +32,14 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
+
+from rayml.results import atomic_write
 
 __all__ = ["RefinementPolicy", "train_policy", "reference_policy", "save_policy", "load_policy", "cached_policy",
            "policy_path", "DEFAULT_BETA", "DEFAULT_LR", "RECIPE_KEYS", "FORMAT"]
@@ -234,20 +235,12 @@ def save_policy(policy: RefinementPolicy, path: str | os.PathLike) -> Path:
     arrays = {f"actor/{k}": np.asarray(v) for k, v in policy.actor.items()}
     arrays.update({f"critic/{k}": np.asarray(v) for k, v in policy.critic.items()})
     arrays["__meta__"] = np.array(json.dumps(policy.meta, sort_keys=True))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:  # a file object: np.savez would add ".npz" to a name
             np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as an ordinary file would be (mkstemp makes it private)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    atomic_write(path, write)
     return path
 
 
