@@ -241,11 +241,13 @@ def _measure(record: Mapping, c: Claim, metric: str, a: Mapping[str, Any]) -> di
 def _status(c: Claim, own: dict, controls: list[dict]) -> tuple[str, bool | None]:
     """The claim's status. Only measured controls count: a control whose number could not be
     measured (``unmeasured``) neither passes nor fails the claim, so a claim whose controls are all
-    unmeasured has no evidence of discrimination (``None``); a threshold paper claim that holds
-    without any measured control is ``incomplete``."""
+    unmeasured has no evidence of discrimination (``None``); a claim whose own number could not be
+    measured, or a threshold paper claim that holds without any measured control, is ``incomplete``."""
     measured = [ctl for ctl in controls if not ctl.get("unmeasured")]
     discriminating = None if not measured else not any(ctl["holds"] for ctl in measured)
     if c.kind == "paper" and (not c.source.strip() or (is_threshold(c) and not controls)):
+        return "incomplete", discriminating
+    if own["unmeasured"]:  # nothing to judge: neither holds nor fails
         return "incomplete", discriminating
     if not own["holds"]:
         return "fails", discriminating
@@ -267,13 +269,13 @@ def evaluate_claims(record: Mapping, claims: Sequence[Claim]) -> list[dict]:
     out = []
     for c in claims:
         own = _measure(record, c, c.metric, c.a)
-        del own["unmeasured"]  # the claim's own number: an unmeasured one simply does not hold
         controls = []
         for ctl in c.controls:
             m = _measure(record, c, ctl.metric, ctl.a or c.a)
             unmeasured = m.pop("unmeasured")
             controls.append({"name": ctl.name, "metric": ctl.metric, **m, **({"unmeasured": True} if unmeasured else {})})
         status, discriminating = _status(c, own, controls)
+        del own["unmeasured"]
         out.append({
             "text": c.text,
             "kind": c.kind,

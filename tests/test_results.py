@@ -123,6 +123,17 @@ def test_paper_claims_without_source_or_threshold_claims_without_controls_are_in
     assert summary["sanity"] == {"total": 1, "passed": 1}
 
 
+def test_a_claim_whose_own_number_is_unmeasured_is_incomplete_not_failing():
+    rec = _record(metrics={"gap": None, "rate": float("nan")})
+    out = results.evaluate_claims(rec, [
+        Claim("rate above 0.5", "metrics.rate", 0.5, ">", source=SRC, controls=(Control("b", "baselines.base.rate"),)),
+        Claim("gap below base", "metrics.gap", "baselines.base.gap", "<", source=SRC),
+        Claim("identity", "metrics.rate", 0.5, ">", kind="sanity"),
+    ])
+    assert [c["status"] for c in out] == ["incomplete"] * 3
+    assert not any(c["holds"] for c in out) and "unmeasured" not in out[0]
+
+
 def test_an_unmeasured_control_neither_passes_nor_fails_a_claim():
     rec = _record(baselines={"base": {"gap": 0.59, "rate": 0.4}, "weak": {"rate": 0.1}, "none": {"rate": None}})
     out = results.evaluate_claims(rec, [
