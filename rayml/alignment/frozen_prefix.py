@@ -203,10 +203,10 @@ class TopBlocksLM(FrozenPrefixLM):
       twice per pair.
     """
     def _is_start(self) -> bool:
+        if any(p.requires_grad for p in self.parameters()):  # first: a model being trained is never the start
+            return False
         if getattr(self, "_start_ok", None) == id(self):
             return True
-        if any(p.requires_grad for p in self.parameters()):
-            return False
         mine = {n.replace(".base.", "."): p for n, p in self.named_parameters() if ".lora_" not in n}
         ref = {f"layers.{n}": p for n, p in torch.nn.ModuleList(
             self.store.model.layers[self.store.split:]).named_parameters()}
