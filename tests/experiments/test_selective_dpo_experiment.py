@@ -51,6 +51,53 @@ def test_the_tie_rule_prefers_the_paper_beta_and_the_default_learning_rate_on_fl
     assert 0.01 in quick["real"]["beta_grid"]
 
 
+def _capacity_record(gain):
+    """A record of the quick size's test runs (2 capacities x 3 seeds x 3 levels) whose Selective DPO at
+    fraction 0.75 gains ``gain(capacity, seed, level)`` over fraction 0.5; the other methods flat."""
+    from rayml.experiments.selective_dpo import SIZES, _summarize
+
+    config = dict(SIZES["quick"])
+    caps = list(config["capacities"])
+    out = []
+    for c in caps:
+        for s in range(3):
+            for m, f in [("dpo", 1.0), ("selective", 0.25), ("selective", 0.5), ("selective", 0.75),
+                         ("random", 0.5), ("reweight", 1.0)]:
+                by_level = {d: 0.4 + (gain(c, s, d) if (m, f) == ("selective", 0.75) else 0.0) for d in (3, 4, 5)}
+                out.append({"capacity": c, "method": m, "fraction": f, "seed": s, "by_level": by_level,
+                            "accuracy": sum(by_level.values()) / 3})
+    agree = {c: dict(spearman_mean=0.1, structure_only=0.0, within_stratum=0.0, noisy_auc=0.8) for c in caps}
+    best = {m: (0.01, 1.0) for m in ("dpo", "selective", "random", "reweight")}
+    o = _summarize(config, caps, out, {"accuracy": 0.4}, [], best, agree, {"spearman_mean": 0.0, "noisy_auc": 0.5},
+                   {"spearman_mean": 0.0}, [])
+    return {"metrics": o.metrics, "baselines": o.baselines, "tables": o.tables}
+
+
+def test_the_capacity_claim_is_a_paired_gain_that_can_fail_and_can_hold():
+    """Review: the old claim compared best fractions and was decided by the tie rule. The gain of the
+    largest fraction over the paper's half, per (seed, level), holds only when the largest capacity
+    gains more in most pairs; equal gains (the old tie) and a reversed ordering fail."""
+    from rayml.experiments.selective_dpo import CLAIMS
+    from rayml.results import evaluate_claims
+
+    claim = next(c for c in CLAIMS if c.metric == "metrics.fraction_gain_largest")
+    assert claim.test and claim.table == "fraction_gain" and claim.pair_on == ("seed", "level")
+
+    def status(gain):
+        rec = _capacity_record(gain)
+        assert len(rec["tables"]["fraction_gain"]) == 2 * 3 * 3
+        return evaluate_claims(rec, [claim])[0]
+
+    # full has ~50x lora2's trainable parameters: it is the largest capacity
+    more = status(lambda c, s, d: (0.05 + 0.01 * s + 0.002 * d) if c == "full" else 0.0)
+    assert more["status"] == "holds" and more["p_value"] < 0.05
+    assert status(lambda c, s, d: 0.0)["status"] == "fails"  # equal gains: no tie rule can decide it
+    assert status(lambda c, s, d: 0.05 if c == "lora2" else 0.0)["status"] == "fails"
+    # one (seed, level) with a large gain does not carry the claim: the mean is ahead, the pairs are not
+    one = status(lambda c, s, d: 0.9 if (c, s, d) == ("full", 0, 3) else (0.01 if c == "lora2" else 0.0))
+    assert one["holds"] is False and one["p_value"] > 0.05
+
+
 # ------------------------------------------------------------------------------------------
 # the SmolLM2 path's shortcuts give the numbers of the plain top-blocks model (rayml.alignment.frozen_prefix)
 
