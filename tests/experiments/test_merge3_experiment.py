@@ -92,5 +92,8 @@ def test_a_run_stopped_at_the_gate_records_it_and_decides_nothing():
     out = exp.stopped_outcome(S, config, {"start": 0.0, "setup": 1.0})
     record = {"metrics": out.metrics, "tables": out.tables, "baselines": out.baselines}
     evaluated = results.evaluate_claims(record, exp.CLAIMS)
-    assert all(c["status"] == "fails" for c in evaluated)  # nothing decided, no claim holds
+    # nothing decided, no claim holds: every paper claim has nothing to measure (incomplete)
+    assert not any(c["holds"] for c in evaluated)
+    assert all(c["status"] == "incomplete" for c in evaluated if c["kind"] == "paper")
+    assert all(c["status"] in ("fails", "incomplete") for c in evaluated)
     assert exp.plots(record)["merge3"] is not None
