@@ -45,6 +45,7 @@ __all__ = [
     "Control",
     "KINDS",
     "is_threshold",
+    "tie_mask",
     "STATUSES",
     "summarize_claims",
     "claims_fingerprint",
@@ -122,6 +123,15 @@ class Claim:
             "Theorem 3.1").
         controls: baselines run through the same claim (``Control``); a paper claim that a
             control also passes is not discriminating.
+        tie: for a paired ``test``, the tie tolerance: a pair with ``|a - b| <= tie`` (a number:
+            absolute) or ``<= max(abs, rel * max(|a|, |b|))`` (a pair ``(abs, rel)``) is a tie,
+            neither a win nor a loss; ties are dropped before the test and the evaluated claim
+            reports ``pairs: {wins, losses, ties}``. ``None`` (the default): only exact zeros are
+            ties, as in every record written before the field existed.
+        gates: the texts of ``sanity`` claims of the same list that state the paper's
+            precondition in this setting; when one of them does not hold, this claim is
+            ``incomplete`` (a run whose gate failed decides nothing), whatever it measured.
+            ``rayml.evidence.gate`` declares them.
 
     Examples:
         >>> c = Claim("beats homotopy", "metrics.success", "baselines.homotopy.success",
@@ -145,6 +155,8 @@ class Claim:
     kind: str = "paper"
     source: str = ""
     controls: tuple[Control, ...] = ()
+    tie: float | tuple[float, float] | None = None
+    gates: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -160,6 +172,17 @@ class Claim:
                 raise ValueError(f"Claim.test must be None or one of {TESTS}, got {self.test!r}")
             if not self.table:
                 raise ValueError("Claim.table is required when Claim.test is given")
+        if self.tie is not None:
+            if self.test is None:
+                raise ValueError(f"Claim {self.text!r}: tie is a tolerance of the paired test; set test too")
+            tol = self.tie if isinstance(self.tie, tuple) else (self.tie, 0.0)
+            if len(tol) != 2 or not all(isinstance(t, (int, float)) and math.isfinite(t) and t >= 0 for t in tol):
+                raise ValueError(f"Claim {self.text!r}: tie must be a number >= 0 or a pair (abs, rel) >= 0, "
+                                 f"got {self.tie!r}")
+        if not isinstance(self.gates, tuple) or not all(isinstance(g, str) and g for g in self.gates):
+            raise TypeError(f"Claim {self.text!r}: gates must be a tuple of claim texts")
+        if self.kind == "sanity" and self.gates:
+            raise ValueError(f"Claim {self.text!r}: only a paper claim is gated (a sanity claim is a gate)")
 
 
 def lookup(record: Mapping, path: str) -> Any:
@@ -185,10 +208,26 @@ def _paired_values(rows: Sequence[Mapping], claim: Claim, a: Mapping[str, Any]) 
     return np.array([xa[k] for k in keys]), np.array([xb[k] for k in keys])
 
 
-def _one_sided_p(a: np.ndarray, b: np.ndarray, greater: bool, test: str) -> float:
+def tie_mask(a: np.ndarray, b: np.ndarray, tie: float | tuple[float, float] | None) -> np.ndarray:
+    """Which pairs ``(a_i, b_i)`` are ties under the tolerance ``tie`` (see ``Claim.tie``):
+    ``|a - b| <= max(abs, rel * max(|a|, |b|))``; ``None`` makes only exact equality a tie."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if tie is None:
+        return a == b
+    tol_abs, tol_rel = tie if isinstance(tie, tuple) else (float(tie), 0.0)
+    return np.abs(a - b) <= np.maximum(tol_abs, tol_rel * np.maximum(np.abs(a), np.abs(b)))
+
+
+def _one_sided_p(a: np.ndarray, b: np.ndarray, greater: bool, test: str,
+                 tie: float | tuple[float, float] | None = None) -> float:
+    """One-sided p of ``a > b`` (``greater``) or ``a < b`` over finite pairs; the pairs that are ties
+    under ``tie`` are dropped first (with ``tie=None`` exact zeros stay in and each test drops them its
+    own way, as in every record written before ``Claim.tie`` existed)."""
     from scipy import stats
 
     d = (a - b) if greater else (b - a)
+    if tie is not None:  # dropped, not zeroed: scipy's Wilcoxon leaves its exact null when zeros remain
+        d = d[~tie_mask(a, b, tie)]
     d = d[np.isfinite(d)]
     if test.startswith("paired sign"):
         nz = d[d != 0]
@@ -228,14 +267,28 @@ def _measure(record: Mapping, c: Claim, metric: str, a: Mapping[str, Any]) -> di
     if c.test is not None:
         rows = lookup(record, f"tables.{c.table}")
         xa, xb = _paired_values(rows, c, a)
-        p = _one_sided_p(xa, xb, greater, c.test) if xa.size else 1.0
+        p = _one_sided_p(xa, xb, greater, c.test, c.tie) if xa.size else 1.0
         out["p_value"] = p
         out["holds"] = holds and p < ALPHA
         unit = "paired seeds" if tuple(c.pair_on) == ("seed",) else f"pairs of ({', '.join(c.pair_on)})"
         out["measured"] += f" over {xa.size} {unit}, p={p:.3g}"
+        if c.tie is not None:
+            fin = np.isfinite(xa) & np.isfinite(xb)
+            ties = tie_mask(xa, xb, c.tie) & fin
+            win = ((xa > xb) if greater else (xa < xb)) & fin & ~ties
+            loss = ((xa < xb) if greater else (xa > xb)) & fin & ~ties
+            out["pairs"] = {"wins": int(win.sum()), "losses": int(loss.sum()), "ties": int(ties.sum())}
+            out["measured"] += (f" ({out['pairs']['wins']} wins, {out['pairs']['losses']} losses, "
+                                f"{out['pairs']['ties']} ties within {_fmt_tie(c.tie)})")
     # could not be measured: a non-finite value, or a paired test without pairs
     out["unmeasured"] = not math.isfinite(value) or (c.test is not None and not xa.size)
     return out
+
+
+def _fmt_tie(tie: float | tuple[float, float]) -> str:
+    if isinstance(tie, tuple):
+        return f"max({_fmt(float(tie[0]))}, {_fmt(float(tie[1]))} x |value|)"
+    return _fmt(float(tie))
 
 
 def _status(c: Claim, own: dict, controls: list[dict]) -> tuple[str, bool | None]:
@@ -264,8 +317,15 @@ def evaluate_claims(record: Mapping, claims: Sequence[Claim]) -> list[dict]:
     Returns JSON-ready dicts with ``holds`` (the claim's own comparison and test), the
     controls' outcomes (a control that could not be measured, a non-finite number or a paired
     test without pairs, carries ``unmeasured: true`` and does not count), ``discriminating``
-    (``None`` without measured controls) and the ``status``.
+    (``None`` without measured controls) and the ``status``. A paired test with a ``tie`` tolerance
+    adds ``pairs`` (wins, losses, ties). A claim whose ``gates`` (sanity claims of ``claims``) did
+    not all hold is ``incomplete`` and names them under ``gated_by``.
     """
+    texts = {c.text: c for c in claims}
+    for c in claims:
+        missing = [g for g in c.gates if g not in texts or texts[g].kind != "sanity"]
+        if missing:
+            raise ValueError(f"claim {c.text!r}: gates {missing} are not sanity claims of the same list")
     out = []
     for c in claims:
         own = _measure(record, c, c.metric, c.a)
@@ -290,6 +350,14 @@ def evaluate_claims(record: Mapping, claims: Sequence[Claim]) -> list[dict]:
             "discriminating": discriminating,
             "status": status,
         })
+    status_of = {e["text"]: e["status"] for e in out}
+    for c, e in zip(claims, out):
+        if c.gates:
+            failed = [g for g in c.gates if status_of[g] != "holds"]
+            e["gates"] = list(c.gates)
+            if failed:
+                e["gated_by"] = failed
+                e["status"] = "incomplete"
     return out
 
 
@@ -310,7 +378,15 @@ def claims_fingerprint(claims: Sequence[Claim]) -> str:
     """A short hash of the claim declarations (text, paths, operator, margin, test, controls)."""
     import hashlib
 
-    canon = json.dumps([to_jsonable(c) for c in claims], sort_keys=True, default=str)
+    def declared(c: Claim) -> dict:
+        d = to_jsonable(c)
+        # fields added later count only where set, so older declarations keep their fingerprint
+        for key, default in (("tie", None), ("gates", [])):
+            if d.get(key) == default:
+                d.pop(key, None)
+        return d
+
+    canon = json.dumps([declared(c) for c in claims], sort_keys=True, default=str)
     return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
 

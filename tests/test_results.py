@@ -289,3 +289,80 @@ def test_special_files_are_refused_not_replaced(tmp_path):
         results.check_writable("/dev/null", is_dir=False)
     with pytest.raises(ValueError, match="cannot write"):
         results.check_writable("/proc/rayml-out", is_dir=True)
+
+
+# --- tie tolerance and gates of paired claims (issue 35: rayml.evidence's scaffolding) ----------------
+
+
+def _tie_record(diffs, base=0.494304):
+    """Two methods over seeds: ``ours = base + diffs`` (lower is better), ``base`` for the baseline."""
+    rows = [{"method": m, "seed": s, "metric": "gap", "value": v}
+            for s, d in enumerate(diffs) for m, v in (("ours", base + d), ("base", base))]
+    return _record(tables={"runs": rows}, metrics={"gap": base + float(np.mean(diffs))},
+                   baselines={"base": {"gap": base}})
+
+
+def _tie_claim(tie=None, **kw):
+    return Claim("ours has the lower gap", "metrics.gap", "baselines.base.gap", "<", test="paired sign test over seeds",
+                 table="runs", a={"method": "ours"}, b={"method": "base"}, source="Table 1", tie=tie, **kw)
+
+
+def test_differences_inside_the_tie_tolerance_are_ties_not_losses():
+    # the two-peak finding: 0.494306 vs 0.494304 is one shared basin, not a loss
+    diffs = [2e-6] * 6 + [-0.3] * 4
+    rec = _tie_record(diffs)
+    strict = results.evaluate_claims(rec, [_tie_claim()])[0]
+    tied = results.evaluate_claims(rec, [_tie_claim(tie=1e-4)])[0]
+    assert "pairs" not in strict  # an undeclared tolerance writes what it always wrote
+    assert tied["pairs"] == {"wins": 4, "losses": 0, "ties": 6}
+    assert "4 wins, 0 losses, 6 ties" in tied["measured"]
+    assert tied["p_value"] == pytest.approx(stats.binomtest(4, 4, 0.5, alternative="greater").pvalue)
+    assert strict["p_value"] == pytest.approx(stats.binomtest(4, 10, 0.5, alternative="greater").pvalue)
+
+
+def test_a_relative_tie_tolerance_scales_with_the_values():
+    a, b = np.array([100.0, 1.0, 0.0]), np.array([100.5, 1.5, 0.0])
+    assert list(results.tie_mask(a, b, (0.0, 0.01))) == [True, False, True]
+    assert list(results.tie_mask(a, b, 0.6)) == [True, True, True]
+    assert list(results.tie_mask(a, b, None)) == [False, False, True]
+
+
+def test_the_wilcoxon_test_drops_ties_too():
+    diffs = [1e-7, -1e-7, 2e-7] * 4 + [-0.2, -0.3, -0.25, -0.4, -0.1, -0.35]
+    rec = _tie_record(diffs)
+    c = _tie_claim(tie=1e-5)
+    c = Claim(**{**c.__dict__, "test": "wilcoxon signed-rank over seeds"})
+    out = results.evaluate_claims(rec, [c])[0]
+    d = np.array([0.2, 0.3, 0.25, 0.4, 0.1, 0.35])
+    assert out["pairs"] == {"wins": 6, "losses": 0, "ties": 12}
+    assert out["p_value"] == pytest.approx(stats.wilcoxon(d, alternative="greater").pvalue)
+
+
+def test_a_bad_tie_tolerance_is_refused_naming_it():
+    with pytest.raises(ValueError, match="tie"):
+        _tie_claim(tie=-1.0)
+    with pytest.raises(ValueError, match="tie"):
+        _tie_claim(tie=(1e-3,))
+    with pytest.raises(ValueError, match="tie"):
+        Claim("no test", "metrics.gap", 1.0, tie=1e-3)
+
+
+def test_an_undeclared_tie_and_gate_keep_the_fingerprint():
+    plain = results.claims_fingerprint([_tie_claim()])
+    assert plain == results.claims_fingerprint([_tie_claim(tie=None, gates=())])
+    assert plain != results.claims_fingerprint([_tie_claim(tie=1e-4)])
+
+
+def test_a_failed_gate_makes_the_claims_behind_it_incomplete():
+    rec = _tie_record([-0.3] * 10)
+    gate_ok = Claim("the setting has two basins", "baselines.base.gap", 0.1, ">", kind="sanity")
+    gate_bad = Claim("the setting is hard", "baselines.base.gap", 10.0, ">", kind="sanity")
+    passed = results.evaluate_claims(rec, [gate_ok, _tie_claim(gates=(gate_ok.text,))])
+    failed = results.evaluate_claims(rec, [gate_bad, _tie_claim(gates=(gate_bad.text,))])
+    assert passed[1]["status"] == "holds" and "gated_by" not in passed[1]
+    assert failed[1]["holds"] and failed[1]["status"] == "incomplete"
+    assert failed[1]["gated_by"] == [gate_bad.text]
+    with pytest.raises(ValueError, match="gates"):
+        results.evaluate_claims(rec, [_tie_claim(gates=("no such claim",))])
+    with pytest.raises(ValueError, match="gated"):
+        Claim("a gated gate", "metrics.gap", 1.0, kind="sanity", gates=("x",))
