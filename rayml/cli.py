@@ -54,7 +54,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     for name, what in (("run", "the method's reproduction"), ("bench", "the method's benchmark")):
         r = sub.add_parser(name, help=f"run {what} and print/write its result record")
-        r.add_argument("name", help="a method name, or 'all'")
+        r.add_argument("name", help="a method name, a comma-separated list of them, or 'all'")
         size = r.add_mutually_exclusive_group()
         size.add_argument("--quick", action="store_const", const="quick", dest="size",
                           help="the quick size (well under a minute on 2 cores)")
@@ -174,6 +174,9 @@ def summary_table(records: Sequence[dict]) -> str:
     """One line per record: paper claims held / total, discriminating, sanity checks passed."""
     lines = [f"  {'method':20} {'paper held':>10} {'discrim.':>9} {'not discr.':>10} {'incompl.':>9} {'sanity':>7}"]
     for rec in records:
+        if "failed" in rec:
+            lines.append(f"  {rec['name']:20} FAILED: {rec['failed']}")
+            continue
         p, s = rec["summary"]["paper"], rec["summary"]["sanity"]
         discriminating = sum(1 for c in rec["claims"] if c["kind"] == "paper" and c["discriminating"])
         lines.append(f"  {rec['name']:20} {p['held']:>4} / {p['total']:<3} {discriminating:>9} "
@@ -181,27 +184,135 @@ def summary_table(records: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
+def _method_names(args) -> list[str]:
+    """``all``, one method, or a comma-separated list of methods (``a,b``)."""
+    from rayml import experiments
+
+    if args.name == "all":
+        names = [m.name for m in registry.runnable()]
+        if args.command == "bench":
+            names = [n for n in names if registry.get(n).load_experiment().bench is not None]
+        return names
+    names = []
+    for name in args.name.split(","):
+        name = name.strip()
+        if args.command == "bench" and name in experiments.BENCH_ALIASES:
+            names.append(experiments.BENCH_ALIASES[name])
+            continue
+        m = registry.get(name)
+        if m.status != registry.IMPLEMENTED:
+            raise UsageError(f"method {name!r} is planned, not implemented yet")
+        names.append(name)
+    if len(set(names)) != len(names):
+        raise UsageError(f"name: a method is named twice in {args.name!r}")
+    return names
+
+
+def recorded_seconds(name: str, kind: str, size: str) -> float | None:
+    """Seconds of ``name``'s last run at ``size``: this machine's own, else its committed record's."""
+    from pathlib import Path
+
+    from rayml import experiments
+
+    last = experiments.last_seconds(name, kind, size)
+    if last is not None or kind != "run":
+        return last
+    records = Path(__file__).resolve().parents[1] / "docs" / "records"
+    path = records / (f"{name}.json" if size == "quick" else f"{name}@{size}.json")
+    try:
+        return float(json.loads(path.read_text())["env"]["seconds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 60} min {seconds % 60:02d} s" if seconds >= 60 else f"{seconds} s"
+
+
+class _Progress:
+    """One line per finished method: its time, the elapsed total and an ETA from recorded seconds."""
+
+    def __init__(self, names: Sequence[str], kind: str, size: str):
+        import time
+
+        self._time = time.perf_counter
+        self.t0 = self._time()
+        self.estimates = {n: recorded_seconds(n, kind, size) for n in names}
+        self.left = dict(self.estimates)
+        self.n, self.done = len(names), 0
+        known = [v for v in self.estimates.values() if v is not None]
+        total = f"about {_clock(sum(known))}" if known else "not measured here yet"
+        unknown = len(names) - len(known)
+        print(f"{'running' if kind == 'run' else 'benchmarking'} {len(names)} methods at size {size}; estimated time {total}"
+              f"{f' ({unknown} without a recorded time)' if unknown and known else ''}", flush=True)
+
+    def finished(self, name: str, seconds: float, failed: str | None) -> None:
+        self.done += 1
+        self.left.pop(name, None)
+        known = [v for v in self.left.values() if v is not None]
+        eta = f"ETA {_clock(sum(known))}" if known or not self.left else "ETA unknown"
+        status = f"FAILED ({failed})" if failed else "done"
+        print(f"[{self.done}/{self.n}] {name}: {status} in {_clock(seconds)}; "
+              f"elapsed {_clock(self._time() - self.t0)}, {eta}", flush=True)
+
+
+def _one_line(exc: BaseException) -> str:
+    cause = getattr(exc, "cause", None) or exc  # a RayTaskError carries the user's exception
+    text = f"{type(cause).__name__}: {cause}".strip().splitlines()
+    return text[0][:300] if text else type(cause).__name__
+
+
+def _failed_record(name: str, kind: str, size: str, seed: int, error: str, seconds: float) -> dict:
+    return {"name": name, "kind": kind, "size": size, "seed": seed, "failed": error,
+            "env": {"seconds": round(seconds, 1)}}
+
+
+def _run_side_by_side(kind: str, names: Sequence[str], args, size: str, progress: _Progress) -> list[dict]:
+    """Each method's driver as a Ray task of its own, so that a cluster runs methods side by side."""
+    import time
+
+    import ray
+
+    from rayml import runtime
+
+    runtime.connect(args.address)
+
+    @ray.remote(num_cpus=1, max_retries=0)
+    def one(name: str) -> dict:
+        from rayml import experiments
+
+        fn = experiments.run if kind == "run" else experiments.bench
+        return fn(name, size=size, seed=args.seed, workers=args.workers)
+
+    started = {one.remote(n): (n, time.perf_counter()) for n in names}
+    by_name, pending = {}, list(started)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        name, t0 = started[ready[0]]
+        try:
+            rec, failed = ray.get(ready[0]), None
+        except Exception as exc:  # noqa: BLE001 - reported in the table; the others go on
+            failed = _one_line(exc)
+            rec = _failed_record(name, kind, size, args.seed, failed, time.perf_counter() - t0)
+        progress.finished(name, time.perf_counter() - t0, failed)
+        by_name[name] = rec
+    return [by_name[n] for n in names]
+
+
 def _run_or_bench(args) -> int:
+    import time
+
     from rayml import experiments
 
     fn = experiments.run if args.command == "run" else experiments.bench
     size = args.size or "full"
     overrides = experiments.parse_overrides(args.set)
-    if args.name == "all":
-        names = [m.name for m in registry.runnable()]
-        if args.command == "bench":
-            names = [n for n in names if registry.get(n).load_experiment().bench is not None]
-    elif args.command == "bench" and args.name in experiments.BENCH_ALIASES:
-        names = [experiments.BENCH_ALIASES[args.name]]
-    else:
-        m = registry.get(args.name)
-        if m.status != registry.IMPLEMENTED:
-            raise UsageError(f"method {args.name!r} is planned, not implemented yet")
-        names = [args.name]
+    names = _method_names(args)
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
     if len(names) > 1 and args.set:
-        raise UsageError(f"--set applies to one method's config, not to '{args.command} all'")
+        raise UsageError(f"--set applies to one method's config, not to '{args.command} {args.name}'")
     if args.show_config:
         for name in names:
             print(f"{name} ({args.command}, size={size}): settable with --set KEY=VALUE")
@@ -212,38 +323,69 @@ def _run_or_bench(args) -> int:
         from rayml import results
 
         results.check_writable(args.json_path, is_dir=False)  # before any work, not after an hour
-    records = []
-    for name in names:
-        last = experiments.last_seconds(name, args.command, size)
-        estimate = f"about {last:.0f} s (its last run here)" if last is not None else "not measured here yet"
-        print(f"{name}: {args.command} at size {size}; estimated time {estimate}", flush=True)
-        json_path = args.json_path
-        out_dir = args.out_dir
-        if len(names) > 1:
-            json_path = None
-            out_dir = f"{args.out_dir}/{name}" if args.out_dir else None
-        rec = fn(name, size=size, seed=args.seed, overrides=overrides if len(names) == 1 else None,
-                 address=args.address, json_path=json_path, out_dir=out_dir, workers=args.workers)
-        records.append(rec)
+    if len(names) > 1 and args.out_dir:
+        from rayml import results
+
+        results.check_writable(args.out_dir, is_dir=True)
+    if len(names) == 1:
+        last = recorded_seconds(names[0], args.command, size)
+        estimate = f"about {last:.0f} s (its last recorded run)" if last is not None else "not measured here yet"
+        print(f"{names[0]}: {args.command} at size {size}; estimated time {estimate}", flush=True)
+        rec = fn(names[0], size=size, seed=args.seed, overrides=overrides, address=args.address,
+                 json_path=args.json_path, out_dir=args.out_dir, workers=args.workers)
         _print_record(rec)
-        if json_path:
-            print(f"  wrote {json_path}")
-        if out_dir:
-            from rayml import results
+        _print_written(args.json_path, args.out_dir)
+        return 0
 
-            for path in results.list_outputs(out_dir):
-                print(f"  wrote {path}")
-        print()
-    if len(names) > 1:
-        print("summary (paper claims held / total; discriminating = with controls that all fail it):")
-        print(summary_table(records))
-        if args.json_path:
-            from rayml import results
+    progress = _Progress(names, args.command, size)
+    if args.address is not None and not args.out_dir:
+        records = _run_side_by_side(args.command, names, args, size, progress)
+        for rec in records:
+            if "failed" not in rec:
+                _print_record(rec)
+                print()
+    else:
+        records = []
+        for name in names:
+            out_dir = f"{args.out_dir}/{name}" if args.out_dir else None
+            t0 = time.perf_counter()
+            try:
+                rec, failed = fn(name, size=size, seed=args.seed, address=args.address, out_dir=out_dir,
+                                 workers=args.workers), None
+            except Exception as exc:  # noqa: BLE001 - reported in the table; the others go on
+                failed = _one_line(exc)
+                rec = _failed_record(name, args.command, size, args.seed, failed, time.perf_counter() - t0)
+            else:
+                _print_record(rec)
+                _print_written(None, out_dir)
+                print()
+            records.append(rec)
+            progress.finished(name, time.perf_counter() - t0, failed)
+    failed = [r for r in records if "failed" in r]
+    print(f"summary (paper claims held / total; discriminating = with controls that all fail it), "
+          f"{len(records) - len(failed)} of {len(records)} methods ran in {_clock(time.perf_counter() - progress.t0)}:")
+    print(summary_table(records))
+    if args.json_path:
+        from rayml import results
 
-            results.write_json({"schema_version": results.SCHEMA_VERSION, "kind": f"{args.command}-all", "records": records},
-                               args.json_path)
-            print(f"wrote {args.json_path}")
+        results.write_json({"schema_version": results.SCHEMA_VERSION, "kind": f"{args.command}-all", "records": records},
+                           args.json_path)
+        print(f"wrote {args.json_path}")
+    if failed:
+        print(f"rayml: {len(failed)} of {len(records)} methods failed: " + ", ".join(r["name"] for r in failed),
+              file=sys.stderr)
+        return 1
     return 0
+
+
+def _print_written(json_path, out_dir) -> None:
+    if json_path:
+        print(f"  wrote {json_path}")
+    if out_dir:
+        from rayml import results
+
+        for path in results.list_outputs(out_dir):
+            print(f"  wrote {path}")
 
 
 def _train(args) -> int:

@@ -236,3 +236,54 @@ def test_a_run_that_fails_after_work_started_is_exit_1_and_debug_shows_the_trace
     with pytest.raises(experiments.ExperimentFailed) as info:
         experiments.run("gs-poweropt", size="tiny")
     assert isinstance(info.value.__cause__, KeyError)
+
+
+def test_a_list_of_methods_goes_on_after_a_failure_and_reports_it(ray_session, monkeypatch, capsys):
+    # `run all` (here a list of two) reports a failing method in its table and runs the rest.
+    import dataclasses
+
+    load = type(registry.get("equal-share")).load_experiment
+    broken = dataclasses.replace(registry.get("equal-share").load_experiment(), run=_submits_then_crashes)
+    monkeypatch.setattr(type(registry.get("equal-share")), "load_experiment",
+                        lambda self: broken if self.name == "equal-share" else load(self))
+    assert main(["run", "equal-share,gdro-sparsity", "--size", "tiny"]) == 1
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert lines[0].startswith("running 2 methods at size tiny; estimated time")
+    assert any(line.startswith("[1/2] equal-share: FAILED (") and "KeyError" in line for line in lines)
+    assert any(line.startswith("[2/2] gdro-sparsity: done in ") and "ETA" in line for line in lines)
+    assert "1 of 2 methods ran" in captured.out
+    table = captured.out[captured.out.index("summary"):]
+    assert "equal-share" in table and "FAILED: " in table and "gdro-sparsity" in table
+    assert captured.err.strip().splitlines()[-1] == "rayml: 1 of 2 methods failed: equal-share"
+
+
+def test_a_method_named_twice_or_planned_in_a_list_is_bad_input(capsys):
+    assert "named twice" in _one_line_error(capsys, ["run", "kl-bandit,kl-bandit", "--size", "tiny"])
+    assert "unknown method 'nope'" in _one_line_error(capsys, ["run", "kl-bandit,nope", "--size", "tiny"])
+
+
+@pytest.mark.slow
+def test_on_a_cluster_methods_run_side_by_side_as_tasks(isolated_ray, tmp_path, capsys):
+    # With --address, each method's driver is a Ray task: a cluster runs them at once, and the
+    # records come back in the order asked.
+    from ray.cluster_utils import Cluster
+
+    from rayml import runtime
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    for _ in range(2):
+        cluster.add_node(num_cpus=2)
+    cluster.wait_for_nodes()
+    try:
+        out = tmp_path / "all.json"
+        assert main(["run", "gdro-sparsity,equal-share", "--size", "tiny", "--address", cluster.address,
+                     "--json", str(out)]) == 0
+        records = json.loads(out.read_text())["records"]
+        assert [r["name"] for r in records] == ["gdro-sparsity", "equal-share"]
+        assert all(r["summary"]["sanity"]["total"] > 0 and r["env"]["tasks"] > 0 for r in records)
+        text = capsys.readouterr().out
+        assert "[2/2]" in text and "2 of 2 methods ran" in text
+    finally:
+        runtime.shutdown()
+        cluster.shutdown()
