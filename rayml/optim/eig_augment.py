@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -50,6 +51,7 @@ __all__ = [
     "round_many",
     "greedy",
     "brute_force",
+    "raise_cap",
     "SCHEMES",
 ]
 
@@ -79,6 +81,21 @@ def lambda_min(S: np.ndarray) -> float:
     return float(np.linalg.eigvalsh(S)[0])
 
 
+def _logdet(S: np.ndarray) -> float:
+    """``log det S`` of a symmetric PSD ``S`` (``-inf`` when singular)."""
+    sign, value = np.linalg.slogdet(S)
+    return float(value) if sign > 0 else -np.inf
+
+
+def raise_cap(M: np.ndarray, ranks: Sequence[int], k: int) -> float:
+    """Weyl's cap on ``lambda_min(M + sum_{i in I} A_i)`` over ``|I| <= k``: with ``r`` the sum of the
+    ``k`` largest ranks, a rank-``r`` update cannot lift ``lambda_min`` above ``lambda_{r+1}(M)``
+    (``inf`` when ``r >= n``)."""
+    r = int(sum(sorted((int(x) for x in ranks), reverse=True)[: int(k)]))
+    eig = np.linalg.eigvalsh(M)
+    return float(eig[r]) if r < eig.size else float("inf")
+
+
 class AugmentationProblem:
     """``max lambda_min(M + sum_{i in I} A_i)`` over ``|I| <= k``.
 
@@ -88,7 +105,12 @@ class AugmentationProblem:
         k: the cardinality budget, ``1 <= k < m``.
 
     Attributes:
-        M, As (``(m, n, n)``), k, n, m, R (``max_i tr A_i``), base (``lambda_min(M)``).
+        M, As (``(m, n, n)``), k, n, m, R (``max_i tr A_i``), base (``lambda_min(M)``), ranks (of
+        each ``A_i``), cap (``raise_cap``: no subset lifts ``lambda_min`` above it).
+
+    Warns:
+        UserWarning: when no ``k`` candidates can raise ``lambda_min(M)`` at all (e.g. ``k < n``
+        rank-one candidates and ``M = c I``): every method then ties at ``lambda_min(M)``.
     """
 
     def __init__(self, M, As: Sequence, k: int):
@@ -103,6 +125,13 @@ class AugmentationProblem:
         self.k = int(k)
         self.R = float(np.trace(self.As, axis1=1, axis2=2).max())
         self.base = lambda_min(self.M)
+        self.ranks = [int(np.linalg.matrix_rank(A, tol=1e-9 * max(1.0, float(np.abs(A).max())))) for A in self.As]
+        self.cap = raise_cap(self.M, self.ranks, self.k)
+        if self.cap <= self.base + 1e-9 * max(1.0, abs(self.base)):
+            warnings.warn(f"no k = {self.k} of these candidates can raise lambda_min(M) = {self.base:.4g}: their "
+                          f"ranks add up to at most {sum(sorted(self.ranks, reverse=True)[: self.k])} < n = {self.n} "
+                          f"and lambda_min(M) has multiplicity beyond that, so every subset ties at lambda_min(M) "
+                          f"(Weyl); raise k or use higher-rank candidates", UserWarning, stacklevel=2)
 
     def value(self, subset) -> float:
         """``lambda_min(M + sum_{i in subset} A_i)``."""
@@ -198,16 +227,26 @@ def round_many(problem: AugmentationProblem, x, roundings: int, seed: int | np.r
     return AugmentResult(sets[best], float(values[best]), int(roundings), values)
 
 
-def greedy(problem: AugmentationProblem) -> AugmentResult:
-    """Add, ``k`` times, the index whose addition gives the largest ``lambda_min`` (ties: lowest index)."""
+def greedy(problem: AugmentationProblem, tie_tol: float = 1e-9) -> AugmentResult:
+    """Add, ``k`` times, the index whose addition gives the largest ``lambda_min``.
+
+    Ties (``lambda_min`` within ``tie_tol * max(1, |best|)`` of the best, as when no single candidate
+    of rank below ``n`` can lift ``lambda_min`` alone) are broken by the largest ``log det`` of the
+    sum, then by the lowest index: without it the first picks are arbitrary.
+    """
     chosen: list[int] = []
     current = problem.M.copy()
     evals = 0
     for _ in range(problem.k):
         cand = [i for i in range(problem.m) if i not in chosen]
-        vals = [lambda_min(current + problem.As[i]) for i in cand]
+        vals = np.array([lambda_min(current + problem.As[i]) for i in cand])
         evals += len(cand)
-        j = cand[int(np.argmax(vals))]
+        tied = np.flatnonzero(vals >= vals.max() - tie_tol * max(1.0, abs(float(vals.max()))))
+        if tied.size > 1:
+            logdets = [_logdet(current + problem.As[cand[t]]) for t in tied]
+            j = cand[int(tied[int(np.argmax(logdets))])]
+        else:
+            j = cand[int(tied[0])]
         chosen.append(j)
         current = current + problem.As[j]
     return AugmentResult(np.array(sorted(chosen)), lambda_min(current), evals)
@@ -219,8 +258,13 @@ def brute_force(problem: AugmentationProblem, limit: int = 200_000) -> AugmentRe
     if count > limit:
         raise ValueError(f"C(m, k) = {count} subsets exceed limit={limit}; brute force is for small m, k")
     best_val, best = -np.inf, None
-    for subset in itertools.combinations(range(problem.m), problem.k):
-        v = problem.value(subset)
-        if v > best_val:
-            best_val, best = v, subset
+    combos = itertools.combinations(range(problem.m), problem.k)
+    while True:  # batches of subsets, one batched eigvalsh each
+        batch = np.array(list(itertools.islice(combos, 4096)), dtype=int)
+        if batch.size == 0:
+            break
+        vals = np.linalg.eigvalsh(problem.M + problem.As[batch].sum(axis=1))[:, 0]
+        j = int(np.argmax(vals))
+        if vals[j] > best_val:
+            best_val, best = float(vals[j]), batch[j]
     return AugmentResult(np.array(best), float(best_val), count)

@@ -45,7 +45,8 @@ def test_relaxation_closed_form_for_commuting_diagonal_matrices():
     # coordinate, value (n-1)/n, while every integral choice leaves one coordinate at 0 (OPT = 0).
     n = 4
     As = [np.diag(np.eye(n)[i]) for i in range(n)]
-    P = AugmentationProblem(np.zeros((n, n)), As, k=n - 1)
+    with pytest.warns(UserWarning, match="can raise lambda_min"):
+        P = AugmentationProblem(np.zeros((n, n)), As, k=n - 1)
     rel = solve_relaxation(P)
     assert rel.bound == pytest.approx((n - 1) / n, abs=1e-5)
     assert np.allclose(rel.x, (n - 1) / n, atol=1e-4)
@@ -130,11 +131,52 @@ def test_experiment_tiny_runs_and_is_worker_count_invariant(ray_session):
     assert all(c["holds"] in (True, False) for c in r1["claims"])
 
 
-def test_experiment_rejects_rank_deficient_e_design_budgets_before_work():
+def test_experiment_rejects_bad_settings_before_work():
     from rayml import experiments
 
-    with pytest.raises(ValueError, match="rank-deficient"):
-        experiments.run("eig-augment", size="tiny", overrides={"ks": [1, 2]})
+    with pytest.raises(ValueError, match="shares"):
+        experiments.run("eig-augment", size="tiny", overrides={"shares": [0.0, 1.0]})
+    with pytest.raises(ValueError, match="k must satisfy"):
+        experiments.run("eig-augment", size="tiny", overrides={"k": 1})
+
+
+def test_greedy_breaks_ties_by_log_det():
+    # No single candidate lifts lambda_min(M) = 0.01 alone, so the first pick is a tie. By lowest
+    # index (main before issue 36) greedy took A0 and ended at 0.11; by log det it takes A1 (then
+    # A2) and reaches OPT = 1.01.
+    M = np.diag([0.01, 0.01])
+    P = AugmentationProblem(M, [np.diag([0.1, 0.0]), np.diag([1.0, 0.0]), np.diag([0.0, 1.0])], k=2)
+    res = greedy(P)
+    assert res.selected.tolist() == [1, 2]
+    assert res.value == pytest.approx(brute_force(P).value) and res.value == pytest.approx(1.01)
+
+
+def test_warns_when_rank_one_candidates_cannot_raise_lambda_min():
+    with pytest.warns(UserWarning, match="cannot raise|can raise lambda_min"):
+        P = AugmentationProblem(0.05 * np.eye(3), [np.outer(v, v) for v in np.eye(3)], k=2)
+    assert P.cap == pytest.approx(0.05) and brute_force(P).value == pytest.approx(0.05)
+    # the issue's setting: k < n rank-one candidates, but the weak eigenspace has dimension 2 <= k
+    import warnings
+
+    from rayml.experiments.eig_augment import weak_subspace_instance
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        M, As = weak_subspace_instance(12, 2, 10, 0.5, np.random.default_rng(0))
+        P = AugmentationProblem(M, As, k=5)
+    assert P.cap == pytest.approx(10.0)
+
+
+def test_weak_subspace_setting_reaches_the_regime():
+    from rayml.experiments.eig_augment import weak_subspace_instance
+
+    conditions = []
+    for share in (0.05, 1.0):
+        M, As = weak_subspace_instance(18, 2, 10, share, np.random.default_rng(4))
+        P = AugmentationProblem(M, As, k=8)
+        assert P.R == pytest.approx(1.0)
+        conditions.append(P.condition(solve_relaxation(P).bound))
+    assert conditions[0] <= 1 / np.log(8) and conditions[1] >= 1.0
 
 
 def test_equal_evaluation_budget_is_greedys_count():
@@ -142,5 +184,5 @@ def test_equal_evaluation_budget_is_greedys_count():
 
     rng = np.random.default_rng(3)
     M, As = e_design_instance(4, 7, 2, 0.05, rng)
-    for k in (1, 2, 3):
+    for k in (2, 3):
         assert greedy(AugmentationProblem(M, As, k)).evaluations == greedy_evals(7, k)
