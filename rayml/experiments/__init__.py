@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from rayml import registry, results, runtime
+from rayml import records, registry, results, runtime
 from rayml.results import Claim, Control
 
 __all__ = ["Claim", "Control", "Experiment", "ExperimentFailed", "last_seconds", "settable", "Outcome", "SIZES", "BENCH_ALIASES", "run", "bench", "resolve_config", "parse_overrides"]
@@ -253,7 +253,7 @@ def _execute(kind: str, name: str, *, size: str, seed: int, overrides, address, 
     record["claims_fingerprint"] = results.claims_fingerprint(claims)
     results.validate_record(record)
     if json_path is not None:
-        results.write_json(record, json_path)
+        records.write_record(record, json_path)  # long tables go to Parquet beside it
     if out_dir is not None:
         figures = experiment.plots(record) if (experiment.plots and kind == "run") else {}
         results.write_outputs(record, out_dir, figures)
@@ -270,7 +270,9 @@ def run(name: str, *, size: str = "full", seed: int = 0, overrides: Mapping[str,
         seed: the root seed; every work item's seed is spawned from it.
         overrides: settings replacing the size's config (``--set key=value``).
         address: Ray address for ``rayml.runtime.connect``.
-        json_path: also write the record here (atomically).
+        json_path: also write the record here (atomically); its long tables go to Parquet files in
+            ``<stem>.tables/`` beside it (``rayml.records``; ``records.load_record`` reads it back
+            whole). The record returned always holds every table's rows.
         out_dir: also write ``record.json``, ``results.parquet`` and plots here.
         workers: at most this many Ray tasks at once (results do not depend on it).
     """
