@@ -8,7 +8,8 @@ package's ``weights/`` folder (shipped checkpoints with their cards) are package
 
 import os
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
 
 MAPPED = {"rayml.actors": "actors", "rayml.kernels": "kernels"}
 
@@ -33,4 +34,27 @@ def _shipped_files(package: str) -> list[str]:
 
 
 package_data = {p: files for p in packages if (files := _shipped_files(p))}
-setup(packages=packages, package_dir=package_dir, package_data=package_data)
+
+
+class _OptionalBuildExt(build_ext):
+    """Build the C extensions, but never fail the install: without a compiler, a one-line notice
+    here and ``rayml.decoding`` falls back to its pure-Python engine (with a warning at import)."""
+
+    def run(self):
+        try:
+            super().run()
+        except Exception as exc:  # noqa: BLE001 - no compiler / headers: the pure engine is used
+            print(f"rayml: optional C extensions not built ({exc}); using the pure-Python engines")
+
+    def build_extension(self, ext):
+        try:
+            super().build_extension(ext)
+        except Exception as exc:  # noqa: BLE001 - as above, per extension
+            print(f"rayml: optional C extension {ext.name} not built ({exc}); using the pure-Python engine")
+
+
+# ZapFormat's compiled core (plain C-API, no Cython needed at build time): rayml/decoding/_zapcore.c
+ext_modules = [Extension("rayml.decoding._zapcore", ["rayml/decoding/_zapcore.c"], optional=True,
+                         extra_compile_args=["-O3"] if os.name != "nt" else [])]
+setup(packages=packages, package_dir=package_dir, package_data=package_data, ext_modules=ext_modules,
+      cmdclass={"build_ext": _OptionalBuildExt})

@@ -26,6 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
+from rayml.decoding import native
 from rayml.decoding.earley import EarleyEngine
 from rayml.decoding.grammar import Grammar, GrammarBuilder, parse_ebnf
 from rayml.decoding.json_schema import json_grammar, schema_grammar
@@ -39,7 +40,7 @@ __all__ = ["Grammar", "GrammarBuilder", "parse_ebnf", "json_grammar", "schema_gr
            "EarleyEngine", "CompiledGrammar", "GrammarMatcher", "MatcherConfig", "TokenIndex", "Vocabulary",
            "byte_vocabulary", "load_mistral", "allocate_token_bitmask", "apply_token_bitmask", "bitmask_to_bool",
            "bool_to_bitmask", "compile_grammar", "compile_ebnf", "compile_regex_grammar", "compile_json",
-           "compile_json_schema", "GrammarLogitsProcessor"]
+           "compile_json_schema", "GrammarLogitsProcessor", "fill_next_token_bitmasks", "native"]
 
 _INDEX_CACHE: dict = {}
 
@@ -89,6 +90,33 @@ def compile_json_schema(schema, vocab, config: MatcherConfig = MatcherConfig(), 
     return compile_grammar(schema_grammar(schema, whitespace=whitespace), vocab, config)
 
 
+def fill_next_token_bitmasks(matchers: Sequence[GrammarMatcher], bitmask: np.ndarray, rows=None) -> None:
+    """The batch fill: write every matcher's next-token mask into its row of ``bitmask`` (int32
+    ``[batch, W]``; ``rows[i]`` is matcher ``i``'s row, default ``i``) in one call. Each mask comes
+    from its matcher's caches (the state cache is keyed by the pruned chart, so sequences in the
+    same parser state share one computation); the compiled core copies the rows."""
+    matchers = list(matchers)
+    rows = list(range(len(matchers))) if rows is None else [int(r) for r in rows]
+    if len(rows) != len(matchers):
+        raise ValueError(f"rows must have {len(matchers)} entries, got {len(rows)}")
+    if not matchers:
+        return
+    n_words = matchers[0].compiled.index.n_words
+    if (not isinstance(bitmask, np.ndarray) or bitmask.dtype != np.int32 or bitmask.ndim != 2
+            or bitmask.shape[1] != n_words or not bitmask.flags.c_contiguous
+            or any(not 0 <= r < bitmask.shape[0] for r in rows)):
+        raise ValueError(f"bitmask must be a C-contiguous int32 [batch >= {max(rows) + 1}, {n_words}] array, got "
+                         f"{getattr(bitmask, 'dtype', type(bitmask).__name__)} {getattr(bitmask, 'shape', '')}")
+    words = [m.next_token_words() for m in matchers]
+    if any(w.shape != (n_words,) for w in words):
+        raise ValueError("matchers must share one vocabulary size")
+    if native.AVAILABLE:
+        native.fill_rows(bitmask, rows, words)
+    else:
+        for r, w in zip(rows, words):
+            bitmask[r] = w.view(np.int32)
+
+
 class GrammarLogitsProcessor:
     """Logits-processor-style driver for a batch of constrained sequences.
 
@@ -122,7 +150,7 @@ class GrammarLogitsProcessor:
             for t in toks:
                 if not m.accept_token(int(t)):
                     raise ValueError(f"sequence {i}: token {int(t)} is not allowed by the grammar")
-            m.fill_next_token_bitmask(self.bitmask, i)
+        fill_next_token_bitmasks(self.matchers, self.bitmask)
         return self.bitmask
 
     def is_terminated(self) -> list[bool]:

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rayml.decoding import native as _native
 from rayml.decoding.earley import EarleyEngine
 from rayml.decoding.grammar import Grammar
 from rayml.decoding.vocab import Vocabulary, token_matrix
@@ -136,6 +137,7 @@ class TokenIndex:
             minlen = np.minimum(lens[1:], lens[:-1])
             neq = (mat[1:] != mat[:-1]) | (np.arange(mat.shape[1])[None, :] >= minlen[:, None])
             lcp[1:] = np.where(neq.any(axis=1), neq.argmax(axis=1), minlen)
+        self._lcp = lcp  # common prefix with the previous sorted token (-1 for the first)
         self.t_byte, self.t_pos_lo, self.t_pos_hi = [None], [None], [None]
         self.t_end_node, self.t_end_tok = [None], [None]
         self.t_child_lo, self.t_child_hi = [None], [None]
@@ -201,17 +203,19 @@ class TokenIndex:
         child = np.arange(total) + np.repeat(lo - starts, cnt)
         return child, np.repeat(np.arange(len(alive)), cnt)
 
-    def count_base(self, counter, i: int) -> "_CountBase":
+    def count_base(self, counter, i: int, native: bool = False) -> "_CountBase":
         """The counted walk (``walk_counted``) of a string character DFA from local state ``i``,
         arranged for any bounds. It depends only on the vocabulary and the character DFA (not on
         the grammar), so it is cached here, keyed by the character DFA's tables, and shared by
         every grammar compiled for this index (JSON strings of any schema share one character
-        DFA); ``clear_cache`` forgets it."""
-        key = (counter.char.key(), counter.local.tobytes(), i)
+        DFA); ``clear_cache`` forgets it. ``native``: walked by the compiled core (cached apart,
+        so that the pure engine stays an independent reference)."""
+        key = (counter.char.key(), counter.local.tobytes(), i, native)
         base = self._count_cache.get(key)
         if base is None:
-            (ids, n, at0), closing = self.walk_counted(counter.local, i)
-            base = self._count_cache[key] = _CountBase(self, ids, n, at0, closing)
+            walk = _native.walk_counted if native else (lambda _, local, i_: self.walk_counted(local, i_))
+            (ids, n, at0), closing = walk(self, counter.local, i)
+            base = self._count_cache[key] = _CountBase(self, ids, n, at0, closing, native)
         return base
 
     def literal(self, rest: bytes):
@@ -249,11 +253,12 @@ class TokenIndex:
         """Forget the per-vocabulary walks cached by ``count_base``."""
         self._count_cache.clear()
 
-    def pack(self, ids: np.ndarray) -> np.ndarray:
-        """Packed uint32 mask words with the bits of token ``ids`` set."""
+    def pack(self, ids: np.ndarray, native: bool = False) -> np.ndarray:
+        """Packed uint32 mask words with the bits of token ``ids`` set (``native``: by the
+        compiled core)."""
         words = np.zeros(self.n_words, np.uint32)
         if len(ids):
-            _set_bits(words, ids)
+            _set_bits(words, ids, native)
         return words
 
     def walk(self, trans: np.ndarray, accept: np.ndarray, s: int):
@@ -387,18 +392,24 @@ class MatcherConfig:
         memo: interned charts with the results of steps, exits and token accepts kept on their
             top Earley set (``EarleyEngine(memo=True)``); ``False`` is the reference engine the
             fast one is tested against (same masks, every result recomputed).
+        native: use the compiled core (``rayml.decoding.native``: vocabulary walks and bitmask
+            fill in C) when it was built; ``False`` is the pure-Python engine (the reference the
+            compiled core is tested against, and the fallback where no compiler was present).
     """
 
     prune: bool = True
     state_cache: bool = True
     cache_size: int = 4096
     memo: bool = True
+    native: bool = True
 
     def __post_init__(self):
         if not isinstance(self.prune, bool):
             raise TypeError(f"prune must be a bool, got {self.prune!r}")
         if not isinstance(self.memo, bool):
             raise TypeError(f"memo must be a bool, got {self.memo!r}")
+        if not isinstance(self.native, bool):
+            raise TypeError(f"native must be a bool, got {self.native!r}")
         if not isinstance(self.state_cache, bool):
             raise TypeError(f"state_cache must be a bool, got {self.state_cache!r}")
         if not isinstance(self.cache_size, int) or self.cache_size < 1:
@@ -434,9 +445,12 @@ def _single_out(dfa):
     return b.tolist(), nxt.tolist(), dfa.accept.tolist(), dfa.has_out.tolist()
 
 
-def _set_bits(words: np.ndarray, ids: np.ndarray) -> None:
-    """Set the bits of token ``ids`` in the packed uint32 ``words`` (in place)."""
-    if len(ids) < 4096:
+def _set_bits(words: np.ndarray, ids: np.ndarray, native: bool = False) -> None:
+    """Set the bits of token ``ids`` in the packed uint32 ``words`` (in place; ``native``: by the
+    compiled core)."""
+    if native:
+        _native.set_bits(words, ids)
+    elif len(ids) < 4096:
         w, v = _sparse(ids)
         words[w] |= v
     else:
@@ -460,7 +474,7 @@ _NONE = np.zeros(0, np.int64)
 _MISSING = object()
 
 
-def _combine(dense: list, sparse: list, extra: list, n_words: int) -> np.ndarray:
+def _combine(dense: list, sparse: list, extra: list, n_words: int, native: bool = False) -> np.ndarray:
     """OR of packed words, (word, bits) pairs and token ids; a single packed array is returned
     as is (masks are never written to: the caches hand out the same arrays)."""
     if len(dense) == 1 and not (sparse or extra):
@@ -471,7 +485,7 @@ def _combine(dense: list, sparse: list, extra: list, n_words: int) -> np.ndarray
     for w, v in sparse:
         words[w] |= v
     if extra:
-        _set_bits(words, np.concatenate(extra))
+        _set_bits(words, np.concatenate(extra), native)
     return words
 
 
@@ -490,13 +504,16 @@ class _CountBase:
     so that a bound that excludes few tokens clears those few bits); the closing-quote nodes
     with their counts and the tokens that end right after the quote."""
 
-    def __init__(self, index: TokenIndex, ids, n, at0, closing):
+    def __init__(self, index: TokenIndex, ids, n, at0, closing, native: bool = False):
         self.index = index
+        self.native = native
         self._infos: OrderedDict = OrderedDict()
         key = 2 * n + (~at0)
+        if native and key.size and 0 <= key.min() and key.max() < 65536:
+            key = key.astype(np.uint16)  # a stable sort of 16-bit keys is numpy's radix sort
         o = np.argsort(key, kind="stable")
-        self.in_ids, self.in_key = ids[o], key[o]
-        self.all_words = index.pack(self.in_ids)
+        self.in_ids, self.in_key = ids[o], key[o].astype(np.int64)
+        self.all_words = index.pack(self.in_ids, native)
         self.n_max = int(n.max()) if n.size else 0
         closing = sorted(closing, key=lambda c: c[2])  # by count, so a bound selects a slice
         self.close_n = np.array([c[2] for c in closing], np.int64)
@@ -535,18 +552,20 @@ class _CountBase:
         if len(self.in_ids) - cut < cut:  # clear the few excluded bits
             words = self.all_words.copy()
             drop = self.in_ids[cut:]
-            if drop.size:
+            if drop.size and self.native:
+                _native.clear_bits(words, drop)
+            elif drop.size:
                 off = np.zeros_like(words)
                 _set_bits(off, drop)
                 words &= ~off
         else:
-            words = idx.pack(self.in_ids[:cut])
+            words = idx.pack(self.in_ids[:cut], self.native)
         a = int(np.searchsorted(self.close_n, need, side="left"))
         b = int(np.searchsorted(self.close_n, room, side="right"))
         if b > a:
             ends = self.close_ends[self.close_end_at[a]:self.close_end_at[b]]
             if ends.size:
-                _set_bits(words, ends)
+                _set_bits(words, ends, self.native)
         return words, [x for x in self.close_nodes[a:b] if x is not None]
 
 
@@ -566,6 +585,7 @@ class CompiledGrammar:
         self.index = index
         self.config = config
         self.engine = EarleyEngine(grammar, prune=config.prune, memo=config.memo)
+        self.native = bool(config.native and _native.AVAILABLE)  # the compiled core runs the walks
         self._terminal_info: dict = {}
         self._count_bases: dict = {}
         self._classes: dict = {}
@@ -607,7 +627,7 @@ class CompiledGrammar:
         key = (id(counter), i)
         base = self._count_bases.get(key)
         if base is None:
-            base = self._count_bases[key] = self.index.count_base(counter, i)
+            base = self._count_bases[key] = self.index.count_base(counter, i, self.native)
         return base
 
     def _counted_info(self, t: int, dfa, k: int, i: int) -> _TerminalInfo:
@@ -649,17 +669,21 @@ class CompiledGrammar:
             if lit is not None:  # a single string remains: no vocabulary walk needed
                 rest, a = lit
                 ids, node = idx.literal(rest)
-                info = _TerminalInfo(idx.pack(ids), {a: [node]} if node is not None else {})
+                info = _TerminalInfo(idx.pack(ids, self.native), {a: [node]} if node is not None else {})
             else:
                 ckey = (t, "class", int(self.horizon_classes(t)[s])) if dfa.counter is None else (t, "state", s)
                 info = self._terminal_info.get(ckey)
                 if info is None:
-                    ids, raw_exits = idx.walk(dfa.trans, dfa.accept, s)
+                    if self.native:
+                        words, raw_exits = _native.walk(idx, dfa.trans, dfa.accept, s)
+                    else:
+                        ids, raw_exits = idx.walk(dfa.trans, dfa.accept, s)
+                        words = idx.pack(ids)
                     exits: dict = {}
                     for p_, node, a in raw_exits:
                         if p_ < idx.max_len and idx.t_child_hi[p_][node] > idx.t_child_lo[p_][node]:
                             exits.setdefault(a, []).append((p_, node))
-                    info = self._terminal_info[ckey] = _TerminalInfo(idx.pack(ids), exits)
+                    info = self._terminal_info[ckey] = _TerminalInfo(words, exits)
                     self.stats["terminal_infos"] += 1
         self._terminal_info[key] = info
         return info
@@ -727,7 +751,7 @@ class CompiledGrammar:
                     self._simulate(x, p_, node, found)
                     got = np.concatenate(found) if found else _NONE
                     if got.size >= 512:  # many tokens: keep them packed
-                        got = (idx.pack(got),)
+                        got = (idx.pack(got, self.native),)
                     elif got.size:  # few: as (word, bits) pairs to OR in
                         got = _sparse(got)
                     self.exit_cache[nkey] = got
@@ -778,7 +802,7 @@ class CompiledGrammar:
             if got is None:
                 d2, s2, e2 = [info.inside], [], []
                 self._exits_into(chart, t, s, info, True, d2, s2, e2)
-                got = _combine(d2, s2, e2, idx.n_words)
+                got = _combine(d2, s2, e2, idx.n_words, self.native)
                 self.contrib_cache[ckey] = got
                 if len(self.contrib_cache) > cfg.cache_size:
                     self.contrib_cache.popitem(last=False)
@@ -787,7 +811,7 @@ class CompiledGrammar:
             dense.append(got)
         if engine.can_terminate(chart):
             dense.append(idx.eos_words)
-        words = _combine(dense, sparse, extra, idx.n_words)
+        words = _combine(dense, sparse, extra, idx.n_words, self.native)
         if key is not None:
             self.mask_cache[key] = words
             if len(self.mask_cache) > cfg.cache_size:

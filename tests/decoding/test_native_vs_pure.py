@@ -1,0 +1,141 @@
+"""The compiled core (``rayml.decoding._zapcore``) against the pure-Python engine.
+
+Token sequences are sampled under our masks (as ``rayml bench zapformat`` does, without the peers)
+and replayed by the compiled engine (``MatcherConfig()``) and the pure one
+(``MatcherConfig(native=False)``), each from a compile with every cache cleared, two queries per
+grammar (cold, then warm on the same compiled grammar), plus a query with a wrong token in the
+middle: every mask must be bit-identical and every accept equal. The default run is small (a few
+schemas of ``BENCH_SUITE`` on Mistral 32k, short queries); ``RAYML_FULL_NATIVE=1`` replays every
+step of the quick bench (24 schemas, 2 queries of up to 120 tokens) on both shipped vocabularies.
+The fallback tests run ``rayml.decoding`` in a child interpreter where the extension cannot be
+imported."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from rayml import runtime
+from rayml.decoding import (GrammarMatcher, MatcherConfig, allocate_token_bitmask, compile_grammar, native,
+                               schema_grammar)
+from rayml.decoding.json_schema import clear_caches
+from rayml.experiments import zapformat as zf
+
+FULL = os.environ.get("RAYML_FULL_NATIVE") == "1"
+needs_core = pytest.mark.skipif(not native.AVAILABLE, reason=f"compiled core not built: {native.REASON}")
+
+
+def _replay(schema, index, config, sequences):
+    """Masks (bytes) and accepts at every step, from a compile with every cache cleared."""
+    clear_caches()
+    index.clear_cache()
+    cg = compile_grammar(schema_grammar(schema), index, config)
+    bm = allocate_token_bitmask(1, index.vocab_size)
+    masks, accepts = [], []
+    for tokens in sequences:
+        m = GrammarMatcher(cg)
+        for tok in tokens:
+            m.fill_next_token_bitmask(bm)
+            masks.append(bm.tobytes())
+            accepts.append(m.accept_token(tok))
+    return masks, accepts
+
+
+def _check(schema, vocab, index, seed, max_tokens, budget):
+    sampler = compile_grammar(schema_grammar(schema), index, MatcherConfig(native=False))
+    sequences = [zf.sample_tokens(sampler, vocab, seed + q, max_tokens, budget) for q in range(2)]
+    sequences.append(sequences[0][:3] + [int(np.argmin([len(t) for t in vocab.tokens[:256]]))] + sequences[0][3:6])
+    c_masks, c_acc = _replay(schema, index, MatcherConfig(), sequences)
+    p_masks, p_acc = _replay(schema, index, MatcherConfig(native=False), sequences)
+    assert c_acc == p_acc
+    bad = [i for i, (a, b) in enumerate(zip(c_masks, p_masks)) if a != b]
+    assert not bad, f"masks differ at steps {bad[:5]} of {len(c_masks)}"
+    return len(c_masks)
+
+
+@needs_core
+@pytest.mark.parametrize("k", [0, 7, 13, 20])
+def test_compiled_masks_equal_pure_tiny(k):
+    vocab, index = zf.vocab_and_index("mistral-32k")
+    assert _check(zf.BENCH_SUITE[k], vocab, index, seed=500 + k, max_tokens=25, budget=12) >= 10
+
+
+@needs_core
+def test_compiled_walks_equal_pure_walks():
+    """The C trie walks against the numpy ones on every state of a few DFAs (as sets)."""
+    from rayml.decoding.regex import compile_regex
+
+    vocab, index = zf.vocab_and_index("mistral-32k")
+    for pattern in ['"([^"\\\\]|\\\\.)*"', "[0-9]+(\\.[0-9]+)?", "true|false|null", "[a-z]{2,5}"]:
+        dfa = compile_regex(pattern)
+        for s in range(dfa.n_states):
+            ids, exits = index.walk(dfa.trans, dfa.accept, s)
+            words, c_exits = native.walk(index, dfa.trans, dfa.accept, s)
+            assert np.array_equal(words, index.pack(ids)) and sorted(exits) == sorted(c_exits), (pattern, s)
+
+
+@needs_core
+def test_batch_fill_equals_row_fills():
+    from rayml.decoding import fill_next_token_bitmasks
+
+    vocab, index = zf.vocab_and_index("mistral-32k")
+    cg = compile_grammar(schema_grammar(zf.BENCH_SUITE[1]), index)
+    ms = [GrammarMatcher(cg) for _ in range(3)]
+    ms[1].accept_token(vocab.tokens.index(b"{"))
+    one, batch = allocate_token_bitmask(3, index.vocab_size), allocate_token_bitmask(3, index.vocab_size)
+    for i, m in enumerate(ms):
+        m.fill_next_token_bitmask(one, i)
+    fill_next_token_bitmasks(ms, batch)
+    assert np.array_equal(one, batch)
+    with pytest.raises(ValueError, match="bitmask"):
+        fill_next_token_bitmasks(ms, allocate_token_bitmask(2, index.vocab_size))
+
+
+def test_bad_native_config():
+    with pytest.raises(TypeError, match="native"):
+        MatcherConfig(native="yes")
+
+
+_FALLBACK = """
+import sys, importlib.abc
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "rayml.decoding._zapcore":
+            raise ImportError("blocked for the test")
+sys.meta_path.insert(0, Block())
+from rayml.decoding import native, compile_json_schema, byte_vocabulary, GrammarMatcher
+cg = compile_json_schema({"type": "array", "items": {"type": "integer"}}, byte_vocabulary())
+m = GrammarMatcher(cg)
+print(native.AVAILABLE, cg.native, all(m.accept_token(b) for b in b"[1,22]"), m.can_terminate())
+"""
+
+
+def test_fallback_to_pure_engine_with_one_warning_line():
+    env = {k: v for k, v in os.environ.items() if k != "RAYML_ZAPFORMAT_PURE"}
+    out = subprocess.run([sys.executable, "-c", _FALLBACK], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False", "True", "True"]
+    lines = [ln for ln in out.stderr.splitlines() if "_zapcore" in ln]
+    assert lines == [native.WARNING]
+
+
+def test_pure_engine_forced_by_environment_is_silent():
+    env = dict(os.environ, RAYML_ZAPFORMAT_PURE="1")
+    code = "from rayml.decoding import native; print(native.AVAILABLE)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.strip() == "False" and "_zapcore" not in out.stderr
+
+
+@needs_core
+@pytest.mark.skipif(not FULL, reason="every step of the quick bench on both vocabularies: RAYML_FULL_NATIVE=1")
+@pytest.mark.parametrize("vocab_name", ["mistral-32k", "tekken-131k"])
+def test_compiled_masks_equal_pure_full_bench(vocab_name):
+    cfg = zf.BENCH_SIZES["quick"]
+    vocab, index = zf.vocab_and_index(vocab_name)
+    suite = zf.bench_suite(cfg["schemas"], cfg["suite_seed"])
+    seeds = runtime.seeds(0, len(suite))
+    steps = sum(_check(s, vocab, index, seed=seeds[k], max_tokens=cfg["max_tokens"], budget=cfg["budget"])
+                for k, s in enumerate(suite))
+    print(f"{vocab_name}: {steps} identical steps")
