@@ -7,15 +7,18 @@ method table. ``python scripts/build_docs.py`` rewrites them; ``--check`` exits 
 track yet (work in progress in a shared checkout) count as absent.
 
 A record is what ``rayml run NAME --quick --json docs/records/NAME.json`` wrote; the page then
-quotes exactly that run (its command, commit, claims fingerprint and every claim's verdict). A
-method may also have variant records, ``docs/records/NAME@KEY=VALUE.json``, written by
-``rayml run NAME --quick --set KEY=VALUE`` (a real model instead of the substrate, say): each is
-quoted in its own block after the main one, and the README's table lists its claims held.
+quotes exactly that run (its command, commit, claims fingerprint, seconds and every claim's
+verdict). A method may also have variant records, ``docs/records/NAME@KEY=VALUE.json``, written by
+``rayml run NAME --quick --set KEY=VALUE`` (a real model instead of the substrate, say), and
+full-size records, ``docs/records/NAME@full.json`` (``rayml run NAME --size full``) and
+``NAME@full@KEY=VALUE.json``: each is quoted in its own block after the main one, and the README's
+table lists the claims held by the quick and by the full run side by side ("not yet run" where no
+full record is committed). Records are read with ``rayml.records.load_record`` (their long tables
+live in Parquet beside them; the docs quote only the JSON's claims and provenance).
 """
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
@@ -29,15 +32,45 @@ MARK = {"header": ("<!-- registry:start -->", "<!-- registry:end -->"),
         "methods": ("<!-- methods:start -->", "<!-- methods:end -->")}
 
 
-def load_record(name: str) -> dict | None:
-    """The committed record of ``name`` (``docs/records/<name>.json``), or ``None``."""
-    path = RECORDS / f"{name}.json"
-    return json.loads(path.read_text()) if path.exists() else None
+SIZES = ("quick", "full")
 
 
-def variant_records(name: str) -> list[tuple[str, dict]]:
-    """``[(KEY=VALUE, record)]`` of the variant records ``docs/records/<name>@KEY=VALUE.json``."""
-    return [(p.stem.split("@", 1)[1], json.loads(p.read_text())) for p in sorted(RECORDS.glob(f"{name}@*.json"))]
+def record_file(name: str, size: str = "quick", variant: str | None = None) -> str:
+    """The committed record's file name: ``NAME[@SIZE][@KEY=VALUE].json`` (no ``@SIZE`` for quick)."""
+    return f"{name}{'' if size == 'quick' else '@' + size}{'@' + variant if variant else ''}.json"
+
+
+def parse_record_file(stem: str) -> tuple[str, str, str | None]:
+    """``(name, size, variant)`` of a record file's stem: ``epic@full@model=m`` -> ``("epic", "full",
+    "model=m")``; ``ValueError`` for a stem that is not ``NAME[@SIZE][@KEY=VALUE]``."""
+    name, *rest = stem.split("@")
+    size = rest.pop(0) if rest and "=" not in rest[0] else "quick"
+    if size not in SIZES or len(rest) > 1 or (rest and "=" not in rest[0]):
+        raise ValueError(f"record file {stem}.json: expected NAME.json, NAME@KEY=VALUE.json, NAME@full.json "
+                         f"or NAME@full@KEY=VALUE.json")
+    return name, size, (rest[0] if rest else None)
+
+
+def _read(path: Path) -> dict:
+    from rayml import records
+
+    return records.load_record(path, tables=False)  # claims and provenance: the tables are not quoted
+
+
+def load_record(name: str, size: str = "quick") -> dict | None:
+    """The committed record of ``name`` at ``size`` (``docs/records/<name>[@full].json``), or ``None``."""
+    path = RECORDS / record_file(name, size)
+    return _read(path) if path.exists() else None
+
+
+def variant_records(name: str, size: str = "quick") -> list[tuple[str, dict]]:
+    """``[(KEY=VALUE, record)]`` of the variant records ``docs/records/<name>[@full]@KEY=VALUE.json``."""
+    out = []
+    for p in sorted(RECORDS.glob(f"{name}@*.json")):
+        rec_name, rec_size, variant = parse_record_file(p.stem)
+        if rec_name == name and rec_size == size and variant:
+            out.append((variant, _read(p)))
+    return out
 
 
 def _cell(text) -> str:
@@ -68,10 +101,11 @@ def record_block(record: dict, variant: str | None = None) -> str:
         flag += f" --set {variant}"
     env = record["env"]
     p, s = record["summary"]["paper"], record["summary"]["sanity"]
+    what = ", ".join(([] if size == "quick" else [f"{size} run"]) + ([variant] if variant else []))
     lines = [
-        f"## Measured ({variant})" if variant else "## Measured",
+        f"## Measured ({what})" if what else "## Measured",
         "",
-        f"From `docs/records/{name}{'@' + variant if variant else ''}.json`, written by "
+        f"From `docs/records/{record_file(name, size, variant)}`, written by "
         f"`rayml {record['kind']} {name} {flag} --seed {seed}` "
         f"(commit `{env.get('git')}`, claims fingerprint `{record['claims_fingerprint']}`, {env['seconds']:.0f} s "
         f"on {env['cpus']} CPUs, {env['tasks']} Ray tasks on {env['worker_pids']} worker processes).",
@@ -104,12 +138,40 @@ def _replace_block(text: str, key: str, body: str, *, where: str) -> str:
 def page_text(method, text: str) -> str:
     """A method page with its registry header and its record block regenerated."""
     text = _replace_block(text, "header", header_block(method), where="after-title")
-    record = load_record(method.name)
-    blocks = ([record_block(record)] if record is not None else []) + \
-        [record_block(r, variant) for variant, r in variant_records(method.name)]
+    blocks = []
+    for size in SIZES:
+        record = load_record(method.name, size)
+        blocks += [record_block(record)] if record is not None else []
+        blocks += [record_block(r, variant) for variant, r in variant_records(method.name, size)]
     if blocks:
+        if load_record(method.name, "full") is None and not variant_records(method.name, "full"):
+            blocks.append(not_yet_run_block(method.name))
         text = _replace_block(text, "record", "\n\n".join(blocks), where="end")
     return text
+
+
+def not_yet_run_block(name: str) -> str:
+    """What a page says while no full-size record of ``name`` is committed."""
+    return "\n".join([
+        "## Measured (full run)", "",
+        f"Not yet run: no `docs/records/{record_file(name, 'full')}` is committed. "
+        f"`rayml run {name} --size full --json docs/records/{record_file(name, 'full')}` makes it "
+        "(see docs/contributing.md)."])
+
+
+def held(record: dict | None) -> str:
+    """``held / total`` paper claims of a record."""
+    p = record["summary"]["paper"]
+    return f"{p['held']} / {p['total']}"
+
+
+def _held_cell(name: str, size: str, link: str | None) -> str:
+    rec = load_record(name, size)
+    cell = held(rec) if rec else ""
+    if rec and link:
+        cell = f"[{cell}]({link}#{'measured' if size == 'quick' else 'measured-' + size + '-run'})"
+    variants = [f"{variant}: {held(r)}" for variant, r in variant_records(name, size)]
+    return "; ".join(([cell] if cell else []) + variants)
 
 
 def readme_table(prefix: str = "docs/methods/") -> str:
@@ -117,18 +179,18 @@ def readme_table(prefix: str = "docs/methods/") -> str:
     (links start with ``prefix``: ``docs/methods/`` from the README, ``methods/`` from the site)."""
     from rayml import registry
 
-    lines = ["| method | paper (ICML 2025) | family | status | paper claims held (quick run) |",
-             "|---|---|---|---|---|"]
+    lines = ["| method | paper (ICML 2025) | family | status | paper claims held (quick run) "
+             "| paper claims held (full run) |",
+             "|---|---|---|---|---|---|"]
     for m in (*registry.METHODS, *registry.SUBSTRATES):
         title = m.title.removesuffix(" (ICML 2025)")
         page = DOCS / "methods" / f"{m.name}.md"
-        name = f"[{m.name}]({prefix}{m.name}.md)" if _page_exists(page) else m.name
-        rec = load_record(m.name)
-        held = (f"{rec['summary']['paper']['held']} / {rec['summary']['paper']['total']}" if rec
-                else ("no committed record" if m.status == registry.IMPLEMENTED else ""))
-        for variant, r in variant_records(m.name):
-            held += f"; {variant}: {r['summary']['paper']['held']} / {r['summary']['paper']['total']}"
-        lines.append(f"| {name} | {_cell(title)} | {m.family} | {m.status} | {held} |")
+        link = f"{prefix}{m.name}.md" if _page_exists(page) else None
+        name = f"[{m.name}]({link})" if link else m.name
+        implemented = m.status == registry.IMPLEMENTED
+        quick = _held_cell(m.name, "quick", link) or ("no committed record" if implemented else "")
+        full = _held_cell(m.name, "full", link) or ("not yet run" if implemented else "")
+        lines.append(f"| {name} | {_cell(title)} | {m.family} | {m.status} | {quick} | {full} |")
     return "\n".join(lines)
 
 
