@@ -18,10 +18,11 @@ process under the ``GrammarLimits`` time and memory limits; concurrent requests 
 
 Errors (a FastAPI ingress; OpenAPI schema at ``/openapi.json``): a body that fails the request
 model (``ConstrainedRequest``) is a 422 naming the field; a malformed spec, JSON Schema, regex or
-grammar is a 400 naming the problem; a constraint over a size / complexity limit is a 422 naming
-the limit; a compile that hits the time or memory limit or finds the compile pool full is a 503
-(it depends on load: it is not cached, and a retry may succeed); a failure inside a generation batch is a 503 for the
-failing request only. The replica survives all of them (compilation runs in a killable child;
+grammar is a 400 naming the problem; a constraint over a size / complexity limit, or whose compile
+runs past the compile time limit (or raises ``MemoryError`` under the memory limit), is a 422 naming
+the limit (the request, not the server, is at fault; such failures are still not cached, as compile
+time depends on load); a compile that finds the compile pool full or crashes its child is a 503 (a
+retry may succeed); a failure inside a generation batch is a 503 for the failing request only. The replica survives all of them (compilation runs in a killable child;
 generation has a deadline, ``max_generation_s``).
 
 A real pretrained LM: ``build("smollm2-135m", chat=True)`` (``smollm2_app``; ``rayml serve
@@ -152,7 +153,7 @@ class ConstrainedGenerator:
 
     def _prepare(self, body: dict) -> dict:
         from rayml.decoding.logits import GrammarError, GrammarTooComplex
-        from rayml.decoding.spec import GrammarCompileFailed
+        from rayml.decoding.spec import GrammarCompileFailed, GrammarCompileLimitExceeded
 
         try:
             spec = parse_constraint(body)
@@ -163,7 +164,9 @@ class ConstrainedGenerator:
             req["compiled"] = self.cache.get(spec) if spec is not None else None
         except (BadRequest, GrammarError) as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from None
-        except GrammarCompileFailed as exc:  # a time / memory limit or a busy compiler: load, not the grammar
+        except GrammarCompileLimitExceeded as exc:  # over the compile time / memory limit: the request's fault
+            raise HTTPException(status_code=422, detail=str(exc)) from None
+        except GrammarCompileFailed as exc:  # a busy or crashed compiler: load, not the grammar
             raise HTTPException(status_code=503, detail=str(exc)) from None
         except GrammarTooComplex as exc:
             raise HTTPException(status_code=422, detail=str(exc)) from None

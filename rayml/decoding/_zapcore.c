@@ -6,15 +6,20 @@
  * The vocabulary trie is scanned in sorted-token order (a preorder of the trie): token i shares
  * its first lcp[i] bytes with token i - 1, so only bytes lcp[i] .. len[i] - 1 are stepped and the
  * DFA states of the shared prefix are reused from a per-depth stack. The trie nodes a token opens
- * (depths lcp[i] + 1 .. len[i]) are consecutive preorder ids starting at node_start[i]; when a
+ * (depths lcp[i] + 1 .. len[i]) are consecutive preorder ids starting at node_start[i], and the
+ * bytes are read per node (node_byte: one byte per trie node, a few hundred KiB); when a
  * prefix is rejected the scan jumps past that node's subtree (tok_end[node]): the rejected-prefix
  * cache of the paper's engine, applied to the whole vocabulary walk.
  *
  * Functions (all exact; the pure-Python engine in matcher.py is the reference they are tested
  * against bit for bit):
- *   trie(mat, lens, lcp, node_start, tok_end, node_depth, node_m, order) -> capsule
+ *   trie(node_byte, lens, lcp, node_start, tok_end, node_depth, node_m, order, max_len) -> capsule
  *   walk(trie, trans, accept, s, words) -> [(depth, node, state)]   (inside tokens OR-ed into words)
- *   walk_counted(trie, local, i) -> (ids bytes int64, counts bytes int64, at0 bytes u8, closing list)
+ *   walk_counted(trie, local, i, words) -> (ids int64, keys int64, closing list): the inside tokens
+ *       sorted (stable counting sort) by key 2 * characters + (not between characters), their bits
+ *       OR-ed into words
+ *   literal(trie, rest, words) -> (depth, node) or None: the tokens that are non-empty prefixes of
+ *       rest OR-ed into words, and the trie node of rest when longer tokens start with it
  *   set_bits(words, ids) / clear_bits(words, ids): OR in / clear the bits of int64 token ids.
  *   fill_rows(bitmask, rows, words_list): copy packed words into bitmask rows (the batch fill).
  */
@@ -26,10 +31,9 @@
 
 typedef struct {
     Py_ssize_t n;        /* tokens in sorted order */
-    Py_ssize_t width;    /* row length of mat */
     Py_ssize_t n_nodes;  /* trie nodes */
     int max_len;
-    uint8_t *mat;        /* [n, width] bytes */
+    uint8_t *node_byte;  /* [n_nodes] the byte leading into each preorder node */
     int32_t *lens, *lcp, *node_start;
     int32_t *tok_end, *node_depth, *node_m;  /* per preorder node */
     int64_t *order;      /* token id of each sorted position */
@@ -38,7 +42,7 @@ typedef struct {
 static void trie_free(PyObject *cap) {
     Trie *t = (Trie *)PyCapsule_GetPointer(cap, "zapcore.trie");
     if (!t) return;
-    free(t->mat); free(t->lens); free(t->lcp); free(t->node_start);
+    free(t->node_byte); free(t->lens); free(t->lcp); free(t->node_start);
     free(t->tok_end); free(t->node_depth); free(t->node_m); free(t->order);
     free(t);
 }
@@ -67,22 +71,18 @@ static void *copy_buf(PyObject *obj, Py_ssize_t itemsize, Py_ssize_t *count, con
 }
 
 static PyObject *py_trie(PyObject *self, PyObject *args) {
-    PyObject *mat, *lens, *lcp, *node_start, *tok_end, *node_depth, *node_m, *order;
-    int width, max_len;
-    if (!PyArg_ParseTuple(args, "OiOOOOOOOi", &mat, &width, &lens, &lcp, &node_start, &tok_end, &node_depth,
+    PyObject *node_byte, *lens, *lcp, *node_start, *tok_end, *node_depth, *node_m, *order;
+    int max_len;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOi", &node_byte, &lens, &lcp, &node_start, &tok_end, &node_depth,
                           &node_m, &order, &max_len))
         return NULL;
     Trie *t = calloc(1, sizeof(Trie));
     if (!t) return PyErr_NoMemory();
-    Py_ssize_t n = -1, nn = -1, nm = -1;
+    Py_ssize_t n = -1, nn = -1;
     t->lens = copy_buf(lens, 4, &n, "lens");
     if (!t->lens) goto fail;
     t->n = n;
-    t->width = width;
     t->max_len = max_len;
-    nm = n * width;
-    t->mat = copy_buf(mat, 1, &nm, "mat");
-    if (!t->mat) goto fail;
     t->lcp = copy_buf(lcp, 4, &n, "lcp");
     if (!t->lcp) goto fail;
     t->node_start = copy_buf(node_start, 4, &n, "node_start");
@@ -92,6 +92,15 @@ static PyObject *py_trie(PyObject *self, PyObject *args) {
     t->tok_end = copy_buf(tok_end, 4, &nn, "tok_end");
     if (!t->tok_end) goto fail;
     t->n_nodes = nn;
+    t->node_byte = copy_buf(node_byte, 1, &nn, "node_byte");
+    if (!t->node_byte) goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {  /* every node a token opens must exist */
+        if (t->lcp[i] < 0 || t->lcp[i] > t->lens[i] || t->lens[i] > max_len
+            || (t->lens[i] > t->lcp[i] && (t->node_start[i] < 0 || t->node_start[i] + t->lens[i] - t->lcp[i] > nn))) {
+            PyErr_SetString(PyExc_ValueError, "inconsistent trie arrays");
+            goto fail;
+        }
+    }
     t->node_depth = copy_buf(node_depth, 4, &nn, "node_depth");
     if (!t->node_depth) goto fail;
     t->node_m = copy_buf(node_m, 4, &nn, "node_m");
@@ -100,7 +109,7 @@ static PyObject *py_trie(PyObject *self, PyObject *args) {
     if (!cap) goto fail;
     return cap;
 fail:
-    free(t->mat); free(t->lens); free(t->lcp); free(t->node_start);
+    free(t->node_byte); free(t->lens); free(t->lcp); free(t->node_start);
     free(t->tok_end); free(t->node_depth); free(t->node_m); free(t->order);
     free(t);
     return NULL;
@@ -158,11 +167,10 @@ static PyObject *py_walk(PyObject *self, PyObject *args) {
     Py_ssize_t i = 0;
     while (i < t->n) {
         int l = t->lcp[i], L = t->lens[i];
-        const uint8_t *row = t->mat + i * t->width;
         int32_t g = t->node_start[i];
         int dead = 0;
         for (int d = l; d < L; d++, g++) {
-            int32_t s2 = trans[(Py_ssize_t)st[d] * 256 + row[d]];
+            int32_t s2 = trans[(Py_ssize_t)st[d] * 256 + t->node_byte[g]];
             if (s2 < 0) { dead = 1; break; }
             st[d + 1] = s2;
             if (acc[s2]) {
@@ -182,22 +190,26 @@ done:
     return exits;
 }
 
-/* walk_counted(trie, local int32[w, 256], i): see TokenIndex.walk_counted */
+/* walk_counted(trie, local int32[w, 256], i, words uint32[W]): see TokenIndex.walk_counted */
 static PyObject *py_walk_counted(PyObject *self, PyObject *args) {
-    PyObject *cap, *o_local;
+    PyObject *cap, *o_local, *o_words;
     int i0;
-    if (!PyArg_ParseTuple(args, "OOi", &cap, &o_local, &i0)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOiO", &cap, &o_local, &i0, &o_words)) return NULL;
     Trie *t = get_trie(cap);
     if (!t) return NULL;
-    Py_buffer bl;
+    Py_buffer bl, bw;
     if (get_ro(o_local, &bl, 4, "local") < 0) return NULL;
+    if (get_rw(o_words, &bw, 4, "words") < 0) { PyBuffer_Release(&bl); return NULL; }
+    uint32_t *words = bw.buf;
+    Py_ssize_t n_words = bw.len / 4;
     const int32_t *local = bl.buf;
     int32_t w = (int32_t)(bl.len / (256 * 4));
     PyObject *result = NULL, *closing = NULL;
     int32_t *st = NULL, *cnt = NULL;
-    int64_t *ids = NULL, *ns = NULL;
-    uint8_t *at0 = NULL;
+    int64_t *ids = NULL, *keys = NULL, *s_ids = NULL, *s_keys = NULL;
+    Py_ssize_t *bucket = NULL;
     Py_ssize_t k = 0;
+    int64_t kmax = 0;
     if (bl.len != (Py_ssize_t)w * 256 * 4 || i0 < 0 || i0 >= w) {
         PyErr_SetString(PyExc_ValueError, "local must be int32 [w, 256] and 0 <= i < w");
         goto done;
@@ -205,20 +217,18 @@ static PyObject *py_walk_counted(PyObject *self, PyObject *args) {
     st = malloc(sizeof(int32_t) * (t->max_len + 2));
     cnt = malloc(sizeof(int32_t) * (t->max_len + 2));
     ids = malloc(sizeof(int64_t) * (t->n + 1));
-    ns = malloc(sizeof(int64_t) * (t->n + 1));
-    at0 = malloc(t->n + 1);
+    keys = malloc(sizeof(int64_t) * (t->n + 1));
     closing = PyList_New(0);
-    if (!st || !cnt || !ids || !ns || !at0 || !closing) { PyErr_NoMemory(); goto done; }
+    if (!st || !cnt || !ids || !keys || !closing) { PyErr_NoMemory(); goto done; }
     st[0] = i0;
     cnt[0] = 0;
     Py_ssize_t i = 0;
     while (i < t->n) {
         int l = t->lcp[i], L = t->lens[i];
-        const uint8_t *row = t->mat + i * t->width;
         int32_t g = t->node_start[i];
         int dead = 0;
         for (int d = l; d < L; d++, g++) {
-            int32_t v = local[(Py_ssize_t)st[d] * 256 + row[d]];
+            int32_t v = local[(Py_ssize_t)st[d] * 256 + t->node_byte[g]];
             if (v == w + 1) {  /* the closing quote: recorded with the count before it */
                 PyObject *e = Py_BuildValue("(iii)", d + 1, t->node_m[g], cnt[d]);
                 if (!e || PyList_Append(closing, e) < 0) { Py_XDECREF(e); goto done; }
@@ -231,18 +241,77 @@ static PyObject *py_walk_counted(PyObject *self, PyObject *args) {
             else { st[d + 1] = v; cnt[d + 1] = cnt[d]; }
         }
         if (dead) { i = t->tok_end[g]; continue; }
-        ids[k] = t->order[i];
-        ns[k] = cnt[L];
-        at0[k] = st[L] == 0;
+        int64_t id = t->order[i];
+        ids[k] = id;
+        keys[k] = 2 * (int64_t)cnt[L] + (st[L] != 0);
+        if (keys[k] > kmax) kmax = keys[k];
+        if (id >> 5 < n_words) words[id >> 5] |= (uint32_t)1 << (id & 31);
         k++;
         i++;
     }
-    result = Py_BuildValue("(y#y#y#O)", (char *)ids, k * 8, (char *)ns, k * 8, (char *)at0, k, closing);
+    /* stable counting sort by key (keys are at most 2 * max_len + 1) */
+    bucket = calloc(kmax + 2, sizeof(Py_ssize_t));
+    s_ids = malloc(sizeof(int64_t) * (k + 1));
+    s_keys = malloc(sizeof(int64_t) * (k + 1));
+    if (!bucket || !s_ids || !s_keys) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t j = 0; j < k; j++) bucket[keys[j] + 1]++;
+    for (int64_t b = 1; b <= kmax + 1; b++) bucket[b] += bucket[b - 1];
+    for (Py_ssize_t j = 0; j < k; j++) {
+        Py_ssize_t at = bucket[keys[j]]++;
+        s_ids[at] = ids[j];
+        s_keys[at] = keys[j];
+    }
+    result = Py_BuildValue("(y#y#O)", (char *)s_ids, k * 8, (char *)s_keys, k * 8, closing);
 done:
     Py_XDECREF(closing);
-    free(st); free(cnt); free(ids); free(ns); free(at0);
+    free(st); free(cnt); free(ids); free(keys); free(s_ids); free(s_keys); free(bucket);
     PyBuffer_Release(&bl);
+    PyBuffer_Release(&bw);
     return result;
+}
+
+/* literal(trie, rest bytes, words uint32[W]): see TokenIndex.literal. Children of a node are
+ * found by a sibling scan in sorted order: the child at depth D opened by token j is node
+ * node_start[j] + D - 1 - lcp[j], and its next sibling is opened by token tok_end[child]. */
+static PyObject *py_literal(PyObject *self, PyObject *args) {
+    PyObject *cap, *o_words;
+    const char *rest;
+    Py_ssize_t n_rest;
+    if (!PyArg_ParseTuple(args, "Oy#O", &cap, &rest, &n_rest, &o_words)) return NULL;
+    Trie *t = get_trie(cap);
+    if (!t) return NULL;
+    Py_buffer bw;
+    if (get_rw(o_words, &bw, 4, "words") < 0) return NULL;
+    uint32_t *words = bw.buf;
+    Py_ssize_t n_words = bw.len / 4, a = 0, e = t->n, j = 0, ends = 0;
+    int32_t c = -1;
+    int found = 1;
+    for (Py_ssize_t d = 0; d < n_rest; d++) {
+        int D = (int)d + 1;
+        uint8_t b = (uint8_t)rest[d];
+        j = a;
+        while (j < e && t->lens[j] == D - 1) j++;  /* tokens ending at the parent */
+        c = -1;
+        while (j < e) {
+            int32_t k = t->node_start[j] + (D - 1 - t->lcp[j]);
+            uint8_t kb = t->node_byte[k];
+            if (kb == b) { c = k; break; }
+            if (kb > b) break;
+            j = t->tok_end[k];
+        }
+        if (c < 0) { found = 0; break; }
+        a = j;
+        e = t->tok_end[c];
+        ends = 0;
+        while (j + ends < e && t->lens[j + ends] == D) {  /* tokens ending at this node */
+            int64_t id = t->order[j + ends];
+            if (id >> 5 < n_words) words[id >> 5] |= (uint32_t)1 << (id & 31);
+            ends++;
+        }
+    }
+    PyBuffer_Release(&bw);
+    if (!found || n_rest == 0 || n_rest >= t->max_len || e <= a + ends) Py_RETURN_NONE;
+    return Py_BuildValue("(ni)", n_rest, t->node_m[c]);
 }
 
 static PyObject *bits_op(PyObject *args, int set) {
@@ -309,6 +378,7 @@ static PyMethodDef methods[] = {
     {"trie", py_trie, METH_VARARGS, "Copy the sorted vocabulary trie into a capsule."},
     {"walk", py_walk, METH_VARARGS, "Walk the trie through a DFA: inside tokens into words, exits returned."},
     {"walk_counted", py_walk_counted, METH_VARARGS, "Counted walk of a string's character loop."},
+    {"literal", py_literal, METH_VARARGS, "Tokens that are prefixes of a string, and its trie node."},
     {"set_bits", py_set_bits, METH_VARARGS, "OR the bits of int64 token ids into uint32 words."},
     {"clear_bits", py_clear_bits, METH_VARARGS, "Clear the bits of int64 token ids in uint32 words."},
     {"fill_rows", py_fill_rows, METH_VARARGS, "Copy packed mask words into rows of an int32 bitmask."},

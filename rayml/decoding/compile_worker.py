@@ -218,7 +218,8 @@ class IsolatedCompiler:
                 self.stats["recycled"] += 1
 
     def _answer(self, spec, limits, status, payload):
-        from rayml.decoding.spec import GrammarCompileFailed, GrammarError, GrammarTooComplex
+        from rayml.decoding.spec import (GrammarCompileFailed, GrammarCompileLimitExceeded, GrammarError,
+                                         GrammarTooComplex)
 
         if status == "ok":
             self.stats["compiled"] += 1
@@ -228,10 +229,10 @@ class IsolatedCompiler:
         if status == "GrammarTooComplex":
             raise GrammarTooComplex(payload)
         if status == "timeout":
-            raise GrammarCompileFailed(f"compiling the {spec.kind} took longer than the compile time limit "
-                                       f"({limits.compile_timeout_s:g} s)")
+            raise GrammarCompileLimitExceeded(f"compiling the {spec.kind} took longer than the compile time limit "
+                                              f"({limits.compile_timeout_s:g} s)")
         if status == "MemoryError":
-            raise GrammarCompileFailed(payload)
+            raise GrammarCompileLimitExceeded(payload)
         raise GrammarCompileFailed(f"compiling the {spec.kind} exceeded the compiler's memory limit "
                                    f"({limits.compile_memory_mb} MB) or crashed it")
 

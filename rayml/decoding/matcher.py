@@ -125,6 +125,8 @@ class TokenIndex:
             self.eos_words[e >> 5] |= np.uint32(1 << (e & 31))
         self.tokens = vocab.tokens
         self._count_cache: dict = {}
+        if _native.AVAILABLE:
+            _native.trie_of(self)  # the compiled core's copy of the trie, built with the index
 
     def _build_trie(self) -> None:
         """The byte trie of the sorted tokens, one level per depth: ``byte[d]``, the children
@@ -213,9 +215,13 @@ class TokenIndex:
         key = (counter.char.key(), counter.local.tobytes(), i, native)
         base = self._count_cache.get(key)
         if base is None:
-            walk = _native.walk_counted if native else (lambda _, local, i_: self.walk_counted(local, i_))
-            (ids, n, at0), closing = walk(self, counter.local, i)
-            base = self._count_cache[key] = _CountBase(self, ids, n, at0, closing, native)
+            if native:  # already sorted by key and packed by the compiled core
+                ids, keys, words, closing = _native.walk_counted(self, counter.local, i)
+                base = _CountBase(self, ids, None, None, closing, native=True, sorted_keys=keys, packed=words)
+            else:
+                (ids, n, at0), closing = self.walk_counted(counter.local, i)
+                base = _CountBase(self, ids, n, at0, closing)
+            self._count_cache[key] = base
         return base
 
     def literal(self, rest: bytes):
@@ -504,17 +510,20 @@ class _CountBase:
     so that a bound that excludes few tokens clears those few bits); the closing-quote nodes
     with their counts and the tokens that end right after the quote."""
 
-    def __init__(self, index: TokenIndex, ids, n, at0, closing, native: bool = False):
+    def __init__(self, index: TokenIndex, ids, n, at0, closing, native: bool = False, sorted_keys=None,
+                 packed=None):
         self.index = index
         self.native = native
         self._infos: OrderedDict = OrderedDict()
-        key = 2 * n + (~at0)
-        if native and key.size and 0 <= key.min() and key.max() < 65536:
-            key = key.astype(np.uint16)  # a stable sort of 16-bit keys is numpy's radix sort
-        o = np.argsort(key, kind="stable")
-        self.in_ids, self.in_key = ids[o], key[o].astype(np.int64)
-        self.all_words = index.pack(self.in_ids, native)
-        self.n_max = int(n.max()) if n.size else 0
+        if sorted_keys is not None:  # the compiled core's walk: ids sorted by key, bits packed
+            self.in_ids, self.in_key, self.all_words = ids, sorted_keys, packed
+            self.n_max = int(sorted_keys[-1]) // 2 if sorted_keys.size else 0
+        else:
+            key = 2 * n + (~at0)
+            o = np.argsort(key, kind="stable")
+            self.in_ids, self.in_key = ids[o], key[o]
+            self.all_words = index.pack(self.in_ids)
+            self.n_max = int(n.max()) if n.size else 0
         closing = sorted(closing, key=lambda c: c[2])  # by count, so a bound selects a slice
         self.close_n = np.array([c[2] for c in closing], np.int64)
         ends, nodes = [], []
@@ -668,8 +677,12 @@ class CompiledGrammar:
             lit = _literal_rest(dfa, s, single)
             if lit is not None:  # a single string remains: no vocabulary walk needed
                 rest, a = lit
-                ids, node = idx.literal(rest)
-                info = _TerminalInfo(idx.pack(ids, self.native), {a: [node]} if node is not None else {})
+                if self.native:
+                    words, node = _native.literal(idx, rest)
+                else:
+                    ids, node = idx.literal(rest)
+                    words = idx.pack(ids)
+                info = _TerminalInfo(words, {a: [node]} if node is not None else {})
             else:
                 ckey = (t, "class", int(self.horizon_classes(t)[s])) if dfa.counter is None else (t, "state", s)
                 info = self._terminal_info.get(ckey)

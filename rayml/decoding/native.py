@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["AVAILABLE", "core", "trie_of", "walk", "walk_counted", "set_bits", "clear_bits", "fill_rows"]
+__all__ = ["AVAILABLE", "core", "trie_of", "walk", "walk_counted", "literal", "set_bits", "clear_bits", "fill_rows"]
 
 WARNING = ("rayml.decoding: the compiled ZapFormat core (rayml.decoding._zapcore) is not built; using the "
            "pure-Python engine (slower masks). Reinstall with a C compiler present to build it.")
@@ -56,6 +56,7 @@ def trie_of(index):
     opened = lens - lcp
     node_start = np.cumsum(opened) - opened
     n_nodes = int(opened.sum())
+    node_byte = np.zeros(n_nodes, np.uint8)
     tok_end = np.zeros(n_nodes, np.int32)
     depth = np.zeros(n_nodes, np.int32)
     node_m = np.zeros(n_nodes, np.int32)
@@ -63,10 +64,10 @@ def trie_of(index):
         first = index.t_pos_lo[d]
         pre = node_start[first] + (d - 1 - lcp[first])
         tok_end[pre] = index.t_pos_hi[d]
+        node_byte[pre] = index.t_byte[d]
         depth[pre] = d
         node_m[pre] = np.arange(len(first))
-    mat = np.ascontiguousarray(index.mat, np.uint8)
-    trie = core.trie(mat, int(mat.shape[1]), lens.astype(np.int32), lcp.astype(np.int32),
+    trie = core.trie(node_byte, lens.astype(np.int32), lcp.astype(np.int32),
                      node_start.astype(np.int32), tok_end, depth, node_m,
                      np.ascontiguousarray(index.order, np.int64), int(index.max_len))
     index._native_trie = trie
@@ -81,11 +82,19 @@ def walk(index, trans: np.ndarray, accept: np.ndarray, s: int):
 
 
 def walk_counted(index, local: np.ndarray, i: int):
-    """``TokenIndex.walk_counted`` in C (same results; token order within a count may differ,
-    which no mask depends on)."""
-    ids, ns, at0, closing = core.walk_counted(trie_of(index), np.ascontiguousarray(local, np.int32), int(i))
-    return (np.frombuffer(ids, np.int64), np.frombuffer(ns, np.int64), np.frombuffer(at0, np.uint8).astype(bool)), \
-        closing
+    """``TokenIndex.walk_counted`` in C, arranged as ``_CountBase`` keeps it: ``(ids, keys, words,
+    closing)``, the inside tokens sorted by ``key = 2 n + (not between characters)`` (``n`` the
+    characters they finish), their packed bits, and the closing-quote nodes ``(depth, node, n)``."""
+    words = np.zeros(index.n_words, np.uint32)
+    ids, keys, closing = core.walk_counted(trie_of(index), np.ascontiguousarray(local, np.int32), int(i), words)
+    return np.frombuffer(ids, np.int64), np.frombuffer(keys, np.int64), words, closing
+
+
+def literal(index, rest: bytes):
+    """``TokenIndex.literal`` in C: ``(packed words of the tokens that are non-empty prefixes of
+    rest, exit node (len(rest), node) or None)``."""
+    words = np.zeros(index.n_words, np.uint32)
+    return words, core.literal(trie_of(index), bytes(rest), words)
 
 
 def set_bits(words: np.ndarray, ids: np.ndarray) -> None:

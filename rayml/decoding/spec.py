@@ -16,7 +16,7 @@ from rayml.decoding.grammar import Grammar, parse_ebnf
 from rayml.decoding.json_schema import json_grammar, schema_grammar
 from rayml.decoding.regex import EngineSizeLimit, compile_regex
 
-__all__ = ["GrammarError", "GrammarTooComplex", "GrammarCompileFailed", "GrammarLimits", "GrammarSpec", "normalize_spec", "build_grammar",
+__all__ = ["GrammarError", "GrammarTooComplex", "GrammarCompileFailed", "GrammarCompileLimitExceeded", "GrammarLimits", "GrammarSpec", "normalize_spec", "build_grammar",
            "SPEC_KINDS", "canonical_schema"]
 
 SPEC_KINDS = ("json_schema", "json_object", "regex", "grammar")
@@ -34,6 +34,13 @@ class GrammarCompileFailed(GrammarTooComplex):
     """The compilation hit the time or memory limit, crashed its process, or the compiler was busy:
     a failure that depends on the load and the compiler's state, not on the grammar alone, so it is
     never cached (``GrammarCache``); the same request may succeed later."""
+
+
+class GrammarCompileLimitExceeded(GrammarCompileFailed):
+    """The compilation ran past the compile time limit, or raised ``MemoryError`` under the compile
+    memory limit: the request is over a limit (an HTTP 422, as for the other limits: a retry of
+    the same grammar cannot be expected to succeed). Still never cached, since how long a compile
+    takes depends on the machine's load."""
 
 
 @dataclass(frozen=True)

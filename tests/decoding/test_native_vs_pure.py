@@ -139,3 +139,12 @@ def test_compiled_masks_equal_pure_full_bench(vocab_name):
     steps = sum(_check(s, vocab, index, seed=seeds[k], max_tokens=cfg["max_tokens"], budget=cfg["budget"])
                 for k, s in enumerate(suite))
     print(f"{vocab_name}: {steps} identical steps")
+
+
+@needs_core
+def test_compiled_literal_descent_equals_pure():
+    vocab, index = zf.vocab_and_index("mistral-32k")
+    for rest in [b'"name":', b"true", b"null", b"e", b'"', b"\xe2\x82\xac", b"zzzzqqq", b'":{"a":[1,2]}']:
+        ids, node = index.literal(rest)
+        words, c_node = native.literal(index, rest)
+        assert np.array_equal(words, index.pack(ids)) and node == c_node, rest
