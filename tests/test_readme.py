@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from rayml.cli import SERVE_APPS
@@ -25,3 +26,15 @@ def test_serve_apps_in_the_docs_exist():
     serving = (ROOT / "docs" / "serving.md").read_text()
     for name, path in SERVE_APPS.items():
         assert f"rayml serve {name}" in README and path in serving
+
+
+def test_the_methods_table_script_writes_what_the_docs_builder_checks():
+    spec = importlib.util.spec_from_file_location("update_readme_table", ROOT / "scripts" / "update_readme_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    tables = module.tables()
+    assert set(tables) == {ROOT / "README.md", ROOT / "docs" / "index.md"}
+    for path, text in tables.items():
+        assert "| paper claims held (quick run) | paper claims held (full run) |" in text
+        assert text == path.read_text(), f"stale: run python scripts/update_readme_table.py ({path.name})"
+    assert module.main(["--check"]) == 0
