@@ -8,23 +8,17 @@ also rewrites it, with the pages; this one touches the two tables only).
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
 
-
-def _build_docs():
-    spec = importlib.util.spec_from_file_location("build_docs", ROOT / "scripts" / "build_docs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+import build_docs as docs  # noqa: E402  (the script beside this one)
 
 
 def tables() -> dict[Path, str]:
     """README.md and docs/index.md with their methods tables regenerated."""
-    docs = _build_docs()
     out = {}
     for path, prefix in ((docs.README, "docs/methods/"), (docs.DOCS / "index.md", "methods/")):
         text = path.read_text()
