@@ -21,7 +21,9 @@ Version 2 of the claim contract:
   claims that were committed before the run.
 Tables are tidy long-format rows (``metric`` / ``value`` columns plus keys such as ``method``,
 ``case``, ``seed``); ``write_outputs`` also writes them to ``results.parquet`` and the
-experiment's plots as PNG. Every file is written to a temporary name and renamed.
+experiment's plots as PNG. Every file is written to a temporary name and renamed. A record written
+with ``--json PATH`` keeps its long tables in Parquet files beside it: ``rayml.records``
+(``write_record``, and ``load_record`` to read one back with every table's rows).
 """
 
 from __future__ import annotations
