@@ -54,6 +54,7 @@ __all__ = [
     "multinoulli_value",
     "multinoulli_value_exact",
     "sampled_gradient",
+    "path_difference",
     "exact_gradient",
     "linear_maximizer",
     "round_multinoulli",
@@ -61,6 +62,7 @@ __all__ = [
 ]
 
 SetEvaluator = Callable[[np.ndarray], np.ndarray]
+ESTIMATORS = ("path-integrated", "momentum")
 
 
 class Partition:
@@ -111,21 +113,31 @@ class SCGConfig:
 
     Attributes:
         iterations: ``T``, the number of continuous-greedy steps (step size ``1/T``).
-        samples: draws of ``S`` per stochastic gradient (Assumed; Mokhtari et al. use 1).
+        samples: draws of ``S`` per stochastic gradient (momentum; Mokhtari et al. use 1) and for
+            the initial gradient of the path-integrated estimator.
         roundings: rounded sets drawn from ``x_T``; the best is returned (Assumed).
         fill: fill every part up to ``B_k`` after the draw (lossless for monotone ``f``).
+        estimator: ``"path-integrated"`` (variance reduced, the default) or ``"momentum"``.
+        batch: draws per path difference (``None``: ``T``).
     """
 
     iterations: int = 50
     samples: int = 1
     roundings: int = 1
     fill: bool = True
+    estimator: str = "path-integrated"
+    batch: int | None = None
 
     def __post_init__(self):
         for name in ("iterations", "samples", "roundings"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(f"estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
+        if self.batch is not None and (isinstance(self.batch, bool) or not isinstance(self.batch, (int, np.integer))
+                                       or self.batch < 1):
+            raise ValueError(f"batch must be None or an integer >= 1, got {self.batch!r}")
 
 
 @dataclass(frozen=True)
@@ -179,13 +191,15 @@ def _check_x(x: np.ndarray, partition: Partition) -> np.ndarray:
     return x
 
 
+def _picks(x: np.ndarray, u: np.ndarray) -> np.ndarray:
+    # slot s picks the first element whose cumulative mass exceeds its uniform u[:, s] (-1: none)
+    hit = u[:, :, None] < np.cumsum(x, axis=1)[None]  # (draws, rank, n)
+    return np.where(hit.any(axis=2), hit.argmax(axis=2), -1)
+
+
 def sample_slots(x: np.ndarray, rng: np.random.Generator, draws: int) -> np.ndarray:
     """``draws`` independent draws of every slot: ``(draws, rank)`` element indices, ``-1`` = none."""
-    cum = np.cumsum(x, axis=1)  # (rank, n)
-    u = rng.random((draws, x.shape[0]))
-    hit = u[:, :, None] < cum[None]  # (draws, rank, n)
-    picks = np.where(hit.any(axis=2), hit.argmax(axis=2), -1)
-    return picks
+    return _picks(x, rng.random((draws, x.shape[0])))
 
 
 def picks_to_mask(picks: np.ndarray, n: int) -> np.ndarray:
@@ -245,28 +259,47 @@ def sampled_gradient(evaluate: Callable, x: np.ndarray, partition: Partition, rn
 
     All ``samples * sum_s (|V_k(s)| + 1)`` sets go to ``evaluate`` as one batch.
     """
+    return _gains(evaluate, [sample_slots(x, rng, samples)], partition)[0] / samples
+
+
+def _gains(evaluate: Callable, pick_sets: list[np.ndarray], partition: Partition) -> list[np.ndarray]:
+    # per pick array (draws, rank): the summed marginal gains f(S_-s + v) - f(S_-s) of every slot
+    # and element of its part, all sets of every array evaluated as one batch
     n, rank = partition.n, partition.rank
-    picks = sample_slots(x, rng, samples)  # (samples, rank)
     masks, index = [], []
-    for j in range(samples):
-        for s in range(rank):
-            others = picks[j].copy()
-            others[s] = -1
-            base = picks_to_mask(others, n)
-            elems = np.flatnonzero(partition.allowed[s])
-            added = np.repeat(base[None], len(elems), axis=0)
-            added[np.arange(len(elems)), elems] = True
-            masks.append(base[None])
-            masks.append(added)
-            index.append((s, elems))
+    for which, picks in enumerate(pick_sets):
+        for j in range(picks.shape[0]):
+            for s in range(rank):
+                others = picks[j].copy()
+                others[s] = -1
+                base = picks_to_mask(others, n)
+                elems = np.flatnonzero(partition.allowed[s])
+                added = np.repeat(base[None], len(elems), axis=0)
+                added[np.arange(len(elems)), elems] = True
+                masks.append(base[None])
+                masks.append(added)
+                index.append((which, s, elems))
+    grads = [np.zeros((rank, n)) for _ in pick_sets]
+    if not masks:
+        return grads
     values = evaluate(np.concatenate(masks).astype(float))
-    grad = np.zeros((rank, n))
     pos = 0
-    for s, elems in index:
-        base_value = values[pos]
-        grad[s, elems] += values[pos + 1 : pos + 1 + len(elems)] - base_value
+    for which, s, elems in index:
+        grads[which][s, elems] += values[pos + 1 : pos + 1 + len(elems)] - values[pos]
         pos += 1 + len(elems)
-    return grad / samples
+    return grads
+
+
+def path_difference(evaluate: Callable, x_new: np.ndarray, x_old: np.ndarray, partition: Partition,
+                    rng: np.random.Generator, batch: int) -> np.ndarray:
+    """Unbiased estimate of ``grad F(x_new) - grad F(x_old)`` from ``batch`` draws with common
+    random numbers: the same uniforms pick every slot at both points, and only the draws whose
+    picks differ are evaluated (the others contribute exactly zero)."""
+    u = rng.random((int(batch), partition.rank))
+    new, old = _picks(x_new, u), _picks(x_old, u)
+    moved = np.flatnonzero((new != old).any(axis=1))
+    g_new, g_old = _gains(evaluate, [new[moved], old[moved]], partition)
+    return (g_new - g_old) / int(batch)
 
 
 def linear_maximizer(d: np.ndarray, partition: Partition) -> np.ndarray:
@@ -280,17 +313,33 @@ def linear_maximizer(d: np.ndarray, partition: Partition) -> np.ndarray:
     return v
 
 
+def _fill_by_gain(mask: np.ndarray, partition: Partition, evaluate: Callable) -> None:
+    # greedy completion: while a part has room, add the unused element of largest marginal gain
+    for part, budget in zip(partition.parts, partition.budgets):
+        for _ in range(int(budget - mask[part].sum())):
+            unused = part[~mask[part]]
+            trial = np.repeat(mask[None], len(unused), axis=0)
+            trial[np.arange(len(unused)), unused] = True
+            mask[unused[int(np.argmax(evaluate(trial.astype(float))))]] = True
+
+
 def round_multinoulli(x, partition: Partition, rng: np.random.Generator, draws: int = 1,
-                      fill: bool = True) -> np.ndarray:
+                      fill: bool = True, f: Callable | None = None) -> np.ndarray:
     """The rounding: ``draws`` independent draws of every slot, each part then filled up to ``B_k``.
 
-    The fill takes the part's unused elements in decreasing order of their summed mass
-    ``sum_{s in k} x_s`` (ties by index). Without the fill ``E f(S) = F(x)``; with it ``E f(S) >=
-    F(x)`` for monotone ``f``. Every returned mask is feasible. Returns ``(draws, n)`` masks.
+    With ``f`` (a batch set function or a ``CountingEvaluator``) the fill is greedy by marginal
+    gain: while a part has room, add its unused element with the largest ``f(S + v) - f(S)``
+    (ties by index). Without ``f`` it takes the part's unused elements in decreasing order of their
+    summed mass ``sum_{s in k} x_s`` (ties by index, which is what decides when the mass is zero).
+    Without the fill ``E f(S) = F(x)``; with it ``E f(S) >= F(x)`` for monotone ``f``. Every
+    returned mask is feasible. Returns ``(draws, n)`` masks.
     """
     x = _check_x(x, partition)
     masks = picks_to_mask(sample_slots(x, rng, draws), partition.n)
-    if fill:
+    if fill and f is not None:
+        for mask in masks:
+            _fill_by_gain(mask, partition, f)
+    elif fill:
         mass = x.sum(axis=0)  # x is zero outside each slot's part
         for mask in masks:
             for part, budget in zip(partition.parts, partition.budgets):
@@ -312,8 +361,9 @@ def multinoulli_scg(
 ) -> SubsetResult:
     """Maximise the monotone set function ``f`` under ``partition`` with Multinoulli-SCG.
 
-    Stochastic continuous greedy on the Multinoulli Extension (module docstring), then the
-    lossless rounding; returns the best of ``config.roundings`` rounded sets.
+    Continuous greedy on the Multinoulli Extension with the path-integrated (default) or momentum
+    gradient estimate (module docstring), then the lossless rounding with the marginal-gain fill;
+    returns the best of ``config.roundings`` rounded sets.
 
     Args:
         f: maps masks ``(b, n)`` to values ``(b,)``.
@@ -332,13 +382,20 @@ def multinoulli_scg(
     T = int(config.iterations)
     x = np.zeros((partition.rank, partition.n))
     d = np.zeros_like(x)
+    path = config.estimator == "path-integrated"
+    batch = int(config.batch) if config.batch is not None else T
+    if path:
+        d = sampled_gradient(evaluate, x, partition, rng, config.samples)
     for t in range(1, T + 1):
-        g = sampled_gradient(evaluate, x, partition, rng, config.samples)
-        rho = momentum_weight(t)
-        d = (1.0 - rho) * d + rho * g
-        x = np.minimum(x + linear_maximizer(d, partition) / T, 1.0)
+        if not path:
+            rho = momentum_weight(t)
+            d = (1.0 - rho) * d + rho * sampled_gradient(evaluate, x, partition, rng, config.samples)
+        x_new = np.minimum(x + linear_maximizer(d, partition) / T, 1.0)
+        if path and t < T:
+            d = d + path_difference(evaluate, x_new, x, partition, rng, batch)
+        x = x_new
     x = x / np.maximum(1.0, x.sum(axis=1, keepdims=True))  # guard float drift past the simplex
-    masks = round_multinoulli(x, partition, rng, draws=config.roundings, fill=config.fill)
+    masks = round_multinoulli(x, partition, rng, draws=config.roundings, fill=config.fill, f=evaluate)
     values = evaluate(masks)
     best = int(np.argmax(values))
     return SubsetResult(np.flatnonzero(masks[best]), float(values[best]), evaluate.evals, x)

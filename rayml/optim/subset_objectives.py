@@ -144,9 +144,63 @@ def video_summary_instance(n: int, parts: int, rng: np.random.Generator, dim: in
     return LogDetSummary(L), _segments(n, parts)
 
 
-def make_instance(kind: str, n: int, parts: int, seed: int):
-    """``(objective, labels)`` for objective family ``kind`` (one of ``OBJECTIVES``)."""
+def greedy_trap_instance(n: int, parts: int, budget: int, rng: np.random.Generator, bonus: float = 0.1):
+    """A weighted coverage instance on which partition greedy reaches about half of OPT.
+
+    Parts come in pairs ``(2p, 2p+1)``; per pair and slot ``j < budget``: an *honest* element of
+    part ``2p`` covers a private item (weight ``U(0.9, 1)``), a *victim* element of part ``2p+1``
+    covers an item of weight 1, and a *bait* element of part ``2p`` covers the victim's item plus a
+    bonus item of weight ``bonus``. Greedy takes every bait first (``1 + bonus`` beats every other
+    gain), which leaves the victims worthless: ``(1 + bonus) / (w_honest + 1)``, about 0.56 of OPT.
+    The other elements (fillers) each cover one of their pair's honest or victim items, so they
+    never add value beyond the planted optimum *honest + victims* (each slot of part ``2p`` covers
+    at most one honest item, and a bait trades one for ``bonus``). Element indices are shuffled.
+
+    Returns:
+        ``(WeightedCoverage, labels, opt_mask)``.
+    """
+    if parts < 2 or parts % 2:
+        raise ValueError(f"parts must be an even number >= 2, got {parts}")
+    pairs = parts // 2
+    if n < pairs * (3 * budget + 1) + 1:
+        raise ValueError(f"n = {n} is too small for {parts} parts with budget {budget}: need n >= "
+                         f"{pairs * (3 * budget + 1) + 1}")
+    items = pairs * budget * 3  # honest, victim, bonus items per (pair, slot)
+    weights = np.empty(items)
+    elems: list[tuple[int, list[int], bool]] = []  # (part, covered items, planted)
+
+    def item(p, j, kind):
+        return (p * budget + j) * 3 + kind
+
+    for p in range(pairs):
+        for j in range(budget):
+            weights[item(p, j, 0)] = rng.uniform(0.9, 1.0)
+            weights[item(p, j, 1)] = 1.0
+            weights[item(p, j, 2)] = bonus
+            elems.append((2 * p, [item(p, j, 0)], True))
+            elems.append((2 * p, [item(p, j, 1), item(p, j, 2)], False))
+            elems.append((2 * p + 1, [item(p, j, 1)], True))
+    for e in range(n - len(elems)):
+        part = int(rng.integers(parts)) if e >= parts else e
+        p = part // 2
+        elems.append((part, [item(p, int(rng.integers(budget)), 0 if part % 2 == 0 else 1)], False))
+    order = rng.permutation(len(elems))
+    cover = np.zeros((n, items), dtype=bool)
+    labels = np.empty(n, dtype=int)
+    opt = np.zeros(n, dtype=bool)
+    for row, e in enumerate(order):
+        part, covered, planted = elems[e]
+        labels[row], opt[row] = part, planted
+        cover[row, covered] = True
+    return WeightedCoverage(cover, weights), labels, opt
+
+
+def make_instance(kind: str, n: int, parts: int, seed: int, budget: int = 2):
+    """``(objective, labels)`` for objective family ``kind`` (one of ``OBJECTIVES``); ``budget`` is
+    used by ``greedy-trap`` only."""
     rng = np.random.default_rng(seed)
+    if kind == "greedy-trap":
+        return greedy_trap_instance(n, parts, budget, rng)[:2]
     if kind == "coverage":
         return coverage_instance(n, parts, rng)
     if kind == "a-optimal":

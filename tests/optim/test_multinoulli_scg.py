@@ -18,6 +18,7 @@ from rayml.optim.multinoulli_scg import (
     multinoulli_scg,
     multinoulli_value,
     multinoulli_value_exact,
+    path_difference,
     round_multinoulli,
     sampled_gradient,
 )
@@ -78,6 +79,38 @@ def test_gradient_is_a_finite_difference_of_an_affine_extension_and_the_estimato
     assert np.allclose(est, g, atol=0.15 * np.abs(g).max())
 
 
+def test_path_difference_is_unbiased_and_skips_unmoved_draws():
+    f, P = _tiny()
+    rng = np.random.default_rng(8)
+    x_old = _random_x(P, rng, total=0.5)
+    x_new = x_old + _random_x(P, rng, total=0.2)
+    exact = exact_gradient(f, x_new, P) - exact_gradient(f, x_old, P)
+    est = path_difference(f, x_new, x_old, P, np.random.default_rng(9), batch=6000)
+    assert np.allclose(est, exact, atol=0.1 * np.abs(exact).max())
+    # the same point twice: every draw picks the same elements, nothing is evaluated, zero difference
+    calls = []
+    zero = path_difference(lambda m: calls.append(len(m)) or f(m), x_old, x_old, P, np.random.default_rng(1), 50)
+    assert np.all(zero == 0) and calls == []
+
+
+def test_rounding_fills_by_marginal_gain():
+    # nothing is drawn (x = 0), so the fill decides: by gain it takes elements 1 and 2 (value 8);
+    # main before issue 36 filled by mass, i.e. by index at zero mass, and took 0 and 1 (value 6)
+    f = WeightedCoverage(np.eye(4, dtype=bool), np.array([1.0, 5.0, 3.0, 0.5]))
+    P = Partition(np.array([0, 0, 0, 1]), [2, 1])
+    masks = round_multinoulli(np.zeros((P.rank, P.n)), P, np.random.default_rng(0), draws=2, f=f)
+    assert [np.flatnonzero(m).tolist() for m in masks] == [[1, 2, 3], [1, 2, 3]]
+    assert f(masks).tolist() == [8.5, 8.5]
+    # coverage overlap: after element 0 is drawn, the gain (not the weight) decides the next pick
+    cover = np.array([[1, 1, 0], [1, 1, 0], [0, 0, 1]], dtype=bool)
+    g = WeightedCoverage(cover, np.array([2.0, 2.0, 1.0]))
+    Q = Partition(np.array([0, 0, 0]), [2])
+    x = np.zeros((2, 3))
+    x[0, 0] = 1.0
+    mask = round_multinoulli(x, Q, np.random.default_rng(0), f=g)[0]
+    assert np.flatnonzero(mask).tolist() == [0, 2]
+
+
 def test_momentum_schedule_and_linear_maximizer():
     assert momentum_weight(1) == pytest.approx(4 / 9 ** (2 / 3))
     assert momentum_weight(0) == pytest.approx(1.0)  # 4 / 8^(2/3)
@@ -108,12 +141,15 @@ def test_scg_against_brute_force_opt(kind):
     opt = sb.brute_force(f, P)
     masks = sb.feasible_bases(P)
     assert opt.value == pytest.approx(f(masks).max()) and opt.evals == 6**3
-    res = multinoulli_scg(f, P, SCGConfig(iterations=20, roundings=5), seed=0)
-    assert P.is_feasible(np.isin(np.arange(P.n), res.selected)) and len(res.selected) == P.rank
-    assert res.value <= opt.value + 1e-9
-    assert res.value >= (1 - 1 / np.e) * opt.value
-    assert res.x.sum(axis=1) == pytest.approx(np.ones(P.rank))
-    assert res.evals == 20 * sum(len(P.parts[k]) + 1 for k in P.slot_part) + 5
+    for estimator in ("path-integrated", "momentum"):
+        res = multinoulli_scg(f, P, SCGConfig(iterations=20, roundings=5, estimator=estimator), seed=0)
+        assert P.is_feasible(np.isin(np.arange(P.n), res.selected)) and len(res.selected) == P.rank
+        assert res.value <= opt.value + 1e-9
+        assert res.value >= (1 - 1 / np.e) * opt.value
+        assert res.x.sum(axis=1) == pytest.approx(np.ones(P.rank))
+    # momentum: one gradient (sum_s (|V_k(s)| + 1) sets) per step, the 5 rounded sets, and the
+    # marginal-gain fill's sets where two slots of a part drew the same element
+    assert res.evals >= 20 * sum(len(P.parts[k]) + 1 for k in P.slot_part) + 5
 
 
 def test_modular_objective_is_solved_exactly():
@@ -253,3 +289,35 @@ def test_experiment_tiny_runs_and_is_worker_count_invariant(ray_session):
     assert {c["text"][:20] for c in r1["claims"]} and all(c["holds"] in (True, False) for c in r1["claims"])
     assert 0 < r1["metrics"]["mean_ratio"] <= 1 + 1e-9
     assert runtime.stats()["tasks"] >= 2
+
+
+def test_greedy_trap_plants_opt_and_traps_greedy():
+    from rayml.optim.subset_objectives import greedy_trap_instance
+
+    for seed in range(3):
+        f, labels, opt = greedy_trap_instance(14, 2, 2, np.random.default_rng(seed))
+        P = Partition(labels, [2, 2])
+        planted = f(opt[None])[0]
+        assert P.is_feasible(opt) and planted == pytest.approx(sb.brute_force(f, P).value)
+        assert sb.partition_greedy(f, P).value <= 0.6 * planted
+    with pytest.raises(ValueError, match="parts must be an even"):
+        greedy_trap_instance(20, 3, 2, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="too small"):
+        greedy_trap_instance(6, 2, 2, np.random.default_rng(0))
+
+
+def test_random_search_spends_its_budget_on_feasible_bases():
+    from rayml.experiments.multinoulli_scg import random_search
+
+    f, labels = make_instance("coverage", 12, 3, seed=2)
+    P = Partition(labels, [2, 1, 2])
+    calls = []
+
+    def counted(m):
+        calls.append(m)
+        return f(m)
+
+    best = random_search(counted, P, 5000, np.random.default_rng(0))
+    masks = np.concatenate(calls)
+    assert len(masks) == 5000 and all(P.is_feasible(m) and m.sum() == P.rank for m in masks[:300])
+    assert best == pytest.approx(f(masks).max()) and best <= sb.brute_force(f, P).value + 1e-9
