@@ -451,7 +451,9 @@ def to_jsonable(x: Any) -> Any:
 
 
 def validate_record(record: Mapping) -> None:
-    """Raise ``ValueError`` naming what is missing or malformed in a result record."""
+    """Raise ``ValueError`` naming what is missing or malformed in a result record (a table is its
+    rows, or, as a ``--json`` file holds a long one, a reference to its Parquet file:
+    ``rayml.records``)."""
     missing = [k for k in RECORD_KEYS if k not in record]
     if missing:
         raise ValueError(f"result record is missing {missing}")
@@ -463,8 +465,15 @@ def validate_record(record: Mapping) -> None:
         if not isinstance(record[key], Mapping):
             raise ValueError(f"{key} must be an object")
     for name, rows in record["tables"].items():
+        if isinstance(rows, Mapping) and "parquet" in rows:  # as a --json file holds a long table
+            if not (isinstance(rows["parquet"], str) and isinstance(rows.get("rows"), int)
+                    and isinstance(rows.get("columns"), list)):
+                raise ValueError(f"tables.{name}: a Parquet reference needs 'parquet' (a file name), "
+                                 f"'rows' (a count) and 'columns' (a list)")
+            continue
         if not isinstance(rows, list) or any(not isinstance(r, Mapping) for r in rows):
-            raise ValueError(f"tables.{name} must be a list of row objects")
+            raise ValueError(f"tables.{name} must be a list of row objects or a Parquet reference "
+                             f"(rayml.records)")
     for c in record["claims"]:
         for key in ("text", "kind", "source", "metric", "compare", "op", "holds", "measured", "controls",
                     "discriminating", "status"):

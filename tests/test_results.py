@@ -366,3 +366,17 @@ def test_a_failed_gate_makes_the_claims_behind_it_incomplete():
         results.evaluate_claims(rec, [_tie_claim(gates=("no such claim",))])
     with pytest.raises(ValueError, match="gated"):
         Claim("a gated gate", "metrics.gap", 1.0, kind="sanity", gates=("x",))
+
+
+def test_a_record_as_its_json_file_holds_it_is_valid(tmp_path):
+    from rayml import records
+
+    rows = [{"method": "m", "seed": s, "metric": "gap", "value": s / 3} for s in range(400)]
+    path = tmp_path / "r.json"
+    records.write_record(_record(tables={"runs": rows}), path)
+    on_disk = json.loads(path.read_text())
+    assert records.is_table_ref(on_disk["tables"]["runs"])
+    results.validate_record(on_disk)
+    results.validate_record(records.load_record(path))
+    with pytest.raises(ValueError, match="Parquet reference"):
+        results.validate_record(_record(tables={"runs": {"parquet": "r.tables/runs.parquet"}}))
