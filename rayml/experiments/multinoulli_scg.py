@@ -50,9 +50,9 @@ _COMMON = dict(roundings=10, dls_epsilon=0.1, dls_sweeps=10, dls_samples=32)
 SIZES = {
     "tiny": dict(objectives=["coverage", TRAP], n=9, parts=3, budget=1, trap_n=20, trap_parts=2, trap_budget=2,
                  instances=2, seeds=2, scg_iterations=[1, 4], **{**_COMMON, "roundings": 4}),
-    "quick": dict(objectives=[*OBJECTIVES, TRAP], n=15, parts=3, budget=2, trap_n=48, trap_parts=4, trap_budget=2,
+    "quick": dict(objectives=[*OBJECTIVES, TRAP], n=15, parts=3, budget=2, trap_n=60, trap_parts=4, trap_budget=3,
                   instances=4, seeds=3, scg_iterations=[1, 2, 5, 10, 20], **_COMMON),
-    "full": dict(objectives=[*OBJECTIVES, TRAP], n=18, parts=3, budget=2, trap_n=120, trap_parts=6, trap_budget=3,
+    "full": dict(objectives=[*OBJECTIVES, TRAP], n=18, parts=3, budget=2, trap_n=150, trap_parts=6, trap_budget=4,
                  instances=10, seeds=5, scg_iterations=[1, 2, 5, 10, 20, 40], **_COMMON),
 }
 BENCH_SIZES = {
@@ -195,6 +195,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
             "mean_ratio": float(np.mean([v[0] for v in vals.values()])),
             "min_ratio": float(np.min([v[0] for v in vals.values()])),
             "mean_evals": float(np.mean([v[1] for v in vals.values()])),
+            "trap_ratio": (float(np.mean([v[0] for (o, _), v in vals.items() if o == TRAP]))
+                           if TRAP in objectives else float("nan")),
             "ratio_by_objective": {o: float(np.mean([v[0] for (oo, _), v in vals.items() if oo == o]))
                                    for o in objectives},
         }
@@ -250,10 +252,11 @@ CLAIMS = (
           controls=(Control("greedy", "baselines.greedy.min_ratio"),
                     Control(SEARCH, f"baselines.{SEARCH}.min_ratio"),
                     Control(MOMENTUM, f"baselines.{MOMENTUM}.min_ratio"))),
-    Claim(metric="metrics.mean_ratio", compare=f"baselines.{SEARCH}.mean_ratio", op=">",
+    Claim(metric="metrics.trap_ratio", compare=f"baselines.{SEARCH}.trap_ratio", op=">",
           **_paired("at equal evaluations Multinoulli-SCG beats random search over bases (the same number of set "
-                    "evaluations as each SCG run), paired over instances", {"method": METHOD},
-                    {"method": SEARCH}, GUARANTEE)),
+                    "evaluations as each SCG run), paired over the greedy-trap instances (too many bases to "
+                    "enumerate; the small instances have about 1000 bases, fewer than SCG's evaluations)",
+                    {"method": METHOD, "objective": TRAP}, {"method": SEARCH, "objective": TRAP}, GUARANTEE)),
     Claim(metric="metrics.ratio_at_dls_evals", compare=f"baselines.{DLS}.mean_ratio", op=">=",
           text="at no more evaluations than the distorted local search spends, Multinoulli-SCG's mean ratio is at "
                "least the local search's", source=ABSTRACT),

@@ -152,9 +152,11 @@ def greedy_trap_instance(n: int, parts: int, budget: int, rng: np.random.Generat
     covers an item of weight 1, and a *bait* element of part ``2p`` covers the victim's item plus a
     bonus item of weight ``bonus``. Greedy takes every bait first (``1 + bonus`` beats every other
     gain), which leaves the victims worthless: ``(1 + bonus) / (w_honest + 1)``, about 0.56 of OPT.
-    The other elements (fillers) each cover one of their pair's honest or victim items, so they
-    never add value beyond the planted optimum *honest + victims* (each slot of part ``2p`` covers
-    at most one honest item, and a bait trades one for ``bonus``). Element indices are shuffled.
+    The other elements (fillers) each cover a private item of weight ``U(0, 0.01)``, so the planted
+    *honest + victims* is the optimum (a slot of part ``2p`` given to a bait or a filler loses an
+    honest item of weight >= 0.9 for at most ``bonus``; a victim slot given to a filler loses 1 for
+    at most 0.01) and is the only near-optimal basis: a random search has to find it element by
+    element. Element indices are shuffled.
 
     Returns:
         ``(WeightedCoverage, labels, opt_mask)``.
@@ -165,7 +167,8 @@ def greedy_trap_instance(n: int, parts: int, budget: int, rng: np.random.Generat
     if n < pairs * (3 * budget + 1) + 1:
         raise ValueError(f"n = {n} is too small for {parts} parts with budget {budget}: need n >= "
                          f"{pairs * (3 * budget + 1) + 1}")
-    items = pairs * budget * 3  # honest, victim, bonus items per (pair, slot)
+    planted_items = pairs * budget * 3  # honest, victim, bonus items per (pair, slot)
+    items = planted_items + n - 3 * pairs * budget  # and one private item per filler
     weights = np.empty(items)
     elems: list[tuple[int, list[int], bool]] = []  # (part, covered items, planted)
 
@@ -182,8 +185,8 @@ def greedy_trap_instance(n: int, parts: int, budget: int, rng: np.random.Generat
             elems.append((2 * p + 1, [item(p, j, 1)], True))
     for e in range(n - len(elems)):
         part = int(rng.integers(parts)) if e >= parts else e
-        p = part // 2
-        elems.append((part, [item(p, int(rng.integers(budget)), 0 if part % 2 == 0 else 1)], False))
+        weights[planted_items + e] = rng.uniform(0.0, 0.01)
+        elems.append((part, [planted_items + e], False))
     order = rng.permutation(len(elems))
     cover = np.zeros((n, items), dtype=bool)
     labels = np.empty(n, dtype=int)
