@@ -184,7 +184,7 @@ def build(policy: str = "dpsdp", size: str = "quick", seed: int = 0, train_if_mi
     are checked here, the policy is loaded by the replica."""
     import os
 
-    from rayml.experiments.dpsdp import SIZES
+    from rayml.alignment.dpsdp_pipeline import SIZES
 
     if not isinstance(policy, (str, os.PathLike)) or not str(policy):
         raise ValueError(f"policy must be 'dpsdp', 'reference' or the path of a saved .npz, got {policy!r}")

@@ -77,7 +77,7 @@ class RefinementPolicy:
     def models(self):
         """``(actor, critic, tokenizer)``: the substrate model loaded with each state (one model
         when both roles share a state), in eval mode, ready for ``rayml.alignment.dpsdp.refine``."""
-        from rayml.experiments import dpsdp as E
+        from rayml.alignment import dpsdp_pipeline as E
 
         actor = E._load(self.actor)
         critic = actor if self.critic is self.actor else E._load(self.critic)
@@ -89,7 +89,7 @@ class RefinementPolicy:
 
 def _recipe(config: Mapping[str, Any] | None, size: str) -> dict:
     """The effective experiment config of ``size`` with ``config``'s overrides, checked."""
-    from rayml.experiments import dpsdp as E
+    from rayml.alignment import dpsdp_pipeline as E
 
     if not isinstance(size, str) or size not in E.SIZES:
         raise ValueError(f"size must be one of {tuple(E.SIZES)}, got {size!r}")
@@ -142,8 +142,8 @@ def _recipe_of(config: Mapping[str, Any]) -> dict:
 # training (Ray tasks)
 
 def _train_task(item: tuple, shared: Mapping[str, Any]) -> dict:
-    """DPSDP's two agents on the collected pairs (``rayml.experiments.dpsdp._train_system``)."""
-    from rayml.experiments import dpsdp as E
+    """DPSDP's two agents on the collected pairs (``rayml.alignment.dpsdp_pipeline._train_system``)."""
+    from rayml.alignment import dpsdp_pipeline as E
 
     beta, lr, seed = item
     actor, critic, steps = E._train_system("dpsdp", shared["pairs"], shared["config"], shared["sft"], beta, lr, seed)
@@ -157,7 +157,7 @@ def reference_policy(config: Mapping[str, Any] | None = None, *, size: str = "qu
     (``~/.cache/rayml/alignment/dpsdp-sft-*.npz``, ``RAYML_CACHE``); when it is absent it is trained
     as one Ray task (``sft_state``) if ``train_if_missing``, else ``FileNotFoundError`` says how to
     make it."""
-    from rayml.experiments import dpsdp as E
+    from rayml.alignment import dpsdp_pipeline as E
 
     config = _recipe(config, size)
     if not isinstance(train_if_missing, bool):
@@ -184,7 +184,7 @@ def train_policy(config: Mapping[str, Any] | None = None, *, size: str = "quick"
     by DPO on ``D_0 u D_2`` and the critic on ``D_1`` at ``beta`` and ``lr`` (one task).
 
     Args:
-        config: settings overriding ``rayml.experiments.dpsdp.SIZES[size]`` (e.g.
+        config: settings overriding ``rayml.alignment.dpsdp_pipeline.SIZES[size]`` (e.g.
             ``{"dpo_steps": 60}``); None: the size as it is. ``model`` must stay ``"base"`` and
             ``lora_rank`` 0 (SmolLM2 LoRA policies are not supported).
         size: ``"tiny"``, ``"quick"`` or ``"full"``: the experiment's recipe.
@@ -199,7 +199,7 @@ def train_policy(config: Mapping[str, Any] | None = None, *, size: str = "quick"
         that yields no pairs leaves both agents at the reference (``meta["steps"] == 0``).
     """
     from rayml import runtime
-    from rayml.experiments import dpsdp as E
+    from rayml.alignment import dpsdp_pipeline as E
 
     config = _recipe(config, size)
     seed = _seed(seed)
@@ -248,7 +248,7 @@ def load_policy(path: str | os.PathLike) -> RefinementPolicy:
     """Read a policy written by ``save_policy``, checked against the substrate model (every
     tensor's name, shape and dtype, finite values). A missing file is ``FileNotFoundError``; a
     file that is not a readable policy is ``ValueError``, both naming the path."""
-    from rayml.experiments import dpsdp as E
+    from rayml.alignment import dpsdp_pipeline as E
 
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")

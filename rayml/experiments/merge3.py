@@ -83,6 +83,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from rayml import runtime
+from rayml.evidence import nulled
 from rayml.experiments import Experiment, Outcome
 from rayml.merging import irt, merge3
 from rayml.results import Claim, Control
@@ -490,13 +491,6 @@ def estimation_error(S: dict, config: Mapping[str, Any]) -> tuple[dict, list]:
 
 # --- (b) evolution at equal forward passes ---------------------------------------------------------
 
-def _gated(values: Mapping[str, Any], passed: bool) -> dict:
-    """``values`` when the gate passed, else the same keys with ``None`` (nothing decided)."""
-    if passed:
-        return dict(values)
-    return {k: (_gated(v, False) if isinstance(v, Mapping) else None) for k, v in values.items()}
-
-
 def _search(S: dict, config: Mapping[str, Any], pool, r: int, tmp: Path) -> dict:
     """One repeat: MERGE^3 (gmp-IRT), the plain-mean ablation, full-data GA and random search at
     MERGE^3's total forward passes; returns each selected genome, its fitness and its cost."""
@@ -543,7 +537,7 @@ def stopped_outcome(S: dict, config: Mapping[str, Any], clock: dict) -> Outcome:
     """The record of a run stopped at a failed gate (``stop_on_failed_gate``: no merge searched, since
     nothing it measured could decide a claim): the gate's numbers, every claimed number ``None``."""
     names = (*SELECTED, *FIXED, "better_endpoint")
-    decided = _gated({"test": dict.fromkeys(names, 0.0), "estimation": dict.fromkeys(
+    decided = nulled({"test": dict.fromkeys(names, 0.0), "estimation": dict.fromkeys(
         [f"{m}_mae" for m in ESTIMATORS], 0.0), "winners_curse": {"merge3": 0.0, "merge3_mean": 0.0}}, False)
     metrics = {
         "model": config["model"] if config["model"] in ("substrate", *REAL_MODELS) else "local Hugging Face directory",
@@ -616,7 +610,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     wins = {m: int(sum(a > b for a, b in zip(per_repeat["merge3"], per_repeat[m] if m in per_repeat else
                                               [acc[m]] * R))) for m in (*SELECTED[1:], *FIXED, "better_endpoint")}
     passed = bool(S["gate"]["passed"])
-    decided = _gated({"test": acc, "estimation": {k_: v for k_, v in est_metrics.items() if k_.endswith("_mae")},
+    decided = nulled({"test": acc, "estimation": {k_: v for k_, v in est_metrics.items() if k_.endswith("_mae")},
                       "winners_curse": gap}, passed)
     ta = {"grid": grid, "search_accuracy": ta_scores, "lambda": lam,
           "on_grid_edge": bool(len(grid) > 1 and lam in (min(grid), max(grid))),

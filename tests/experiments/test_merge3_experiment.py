@@ -21,8 +21,8 @@ def test_tiny_run_fails_the_gate_loudly_and_decides_nothing(unmeasured_claims):
 
 def test_gated_values_are_none_when_the_gate_fails():
     vals = {"test": {"merge3": 0.9, "base": 0.0}, "winners_curse": {"merge3": 0.05}}
-    assert exp._gated(vals, True) == vals
-    assert exp._gated(vals, False) == {"test": {"merge3": None, "base": None}, "winners_curse": {"merge3": None}}
+    assert exp.nulled(vals, True) == vals
+    assert exp.nulled(vals, False) == {"test": {"merge3": None, "base": None}, "winners_curse": {"merge3": None}}
 
 
 def test_claims_name_their_controls_and_sources():

@@ -1,0 +1,373 @@
+"""DPSDP's training pipeline on the substrate and on SmolLM2-135M: recipes, the supervised warm-up of
+the reference system, Algorithm 1's data collection and the two agents' DPO training, as Ray tasks.
+
+Yuan & Xie, "Reinforce LLM Reasoning through Multi-Agent Reflection" (ICML 2025). The pieces that
+both the reproduction (``rayml.experiments.dpsdp``) and the policy API (``rayml.alignment.dpsdp_policy``,
+the serving app ``rayml.actors.serve.refine``) run: ``SIZES`` (the recipes of the three sizes),
+``sft_state`` (the warm-up, cached under ``~/.cache/rayml/alignment``), ``collect`` (Algorithm 1's
+pairs ``D_0``, ``D_1``, ``D_2`` under the reference system, one ``collect_task`` per chunk) and
+``_train_system`` (actor by DPO on ``D_0 u D_2``, critic on ``D_1``, or the single-agent ablation).
+The algorithm itself (refinement MDP, pair collection, Q estimates) is ``rayml.alignment.dpsdp``;
+this module wires it to the substrate's models and tasks. It was part of the experiment's module and
+moved here unchanged so that no core module imports ``rayml.experiments`` (issue 35).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from rayml import runtime
+
+SYSTEMS = ("sft", "dpsdp", "single_agent")
+# the base's own plain digit tasks, replayed (first answers only) in the warm-up so that they survive
+# it; their refinement (critique, refined answer) is never trained: the out-of-distribution split
+REPLAY_TASKS = ("copy", "reverse", "sort")
+REAL_MODELS = ("smollm2-135m",)
+TEXT_KINDS = ("add", "lookup")
+
+# SmolLM2-135M on a 2-core CPU: LoRA adapters, a few DPO steps, a few questions per replicate
+_REAL = dict(train_questions=4, tune_questions=4, chunk=4, n_candidates=4, mc_rollouts=1, dpo_steps=2,
+             batch_size=4, lr_grid=[5e-3], beta_grid=[0.03, 0.1, 0.3], test_per_level=2, turns=5, seeds=5,
+             lora_rank=8, collect_temperature=0.7)
+_COMMON = dict(model="base", id_kind="lookup", id_levels=[4, 8], ood_kind="add", ood_levels=[1, 2], lora_rank=0,
+               sft_replay=1500, collect_temperature=1.0)
+SIZES = {
+    "tiny": dict(_COMMON, train_digits=[3, 4], ood_tasks=["reverse"], sft_items=8, sft_steps=2, sft_lr=1e-3,
+                 sft_replay=6, train_questions=8, tune_questions=4, chunk=4, n_candidates=2, mc_rollouts=1,
+                 dpo_steps=2, batch_size=4, lr_grid=[1e-5], beta_grid=[0.1], test_per_level=3, turns=3, seeds=2,
+                 real=dict(train_questions=4, tune_questions=2, chunk=4, n_candidates=2, dpo_steps=1, batch_size=2,
+                           test_per_level=1, turns=2, seeds=2, lora_rank=2, id_levels=[2], ood_levels=[1])),
+    "quick": dict(_COMMON, train_digits=[3, 4], ood_tasks=["reverse", "sort"], sft_items=1500, sft_steps=900,
+                  sft_lr=1e-3, train_questions=128, tune_questions=64, chunk=32, n_candidates=4, mc_rollouts=2,
+                  dpo_steps=30, batch_size=16, lr_grid=[1e-5, 3e-5, 1e-4, 3e-4],
+                  beta_grid=[0.001, 0.003, 0.01, 0.03, 0.1, 0.5, 2.0, 8.0], test_per_level=40, turns=5, seeds=6,
+                  real=dict(_REAL)),
+    "full": dict(_COMMON, train_digits=[3, 4], ood_tasks=["reverse", "sort", "copy"], sft_items=1500, sft_steps=900,
+                 sft_lr=1e-3, train_questions=1024, tune_questions=128, chunk=32, n_candidates=8, mc_rollouts=4,
+                 dpo_steps=200, batch_size=16, lr_grid=[1e-5, 3e-5, 1e-4, 3e-4],
+                 beta_grid=[0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0], test_per_level=250, turns=5, seeds=10,
+                 real=dict(_REAL, train_questions=128, tune_questions=32, chunk=16, mc_rollouts=2, dpo_steps=40,
+                           lr_grid=[3e-4, 1e-3, 3e-3], beta_grid=[0.03, 0.1, 0.3, 1.0], test_per_level=40,
+                           seeds=8)),
+}
+
+
+def _effective(config: Mapping[str, Any]) -> dict:
+    """The config a run uses: a real pretrained model takes its settings from ``config["real"]``
+    (the rule of ``rayml.experiments.with_real_settings``); ``real`` itself is dropped."""
+    config = dict(config)
+    real = config.pop("real", None) or {}
+    return dict(config, **real) if config["model"] in REAL_MODELS else config
+
+
+def _real(config) -> bool:
+    return config["model"] in REAL_MODELS
+
+
+def _check(config: Mapping[str, Any]) -> None:
+    from rayml.alignment.preference import _check_levels
+    from rayml.llm import tasks
+
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a mapping, got {type(config).__name__}")
+    if config.get("model") not in ("base",) + REAL_MODELS:
+        raise ValueError(f"model must be one of {('base',) + REAL_MODELS}, got {config.get('model')!r}")
+    real = config.get("real") or {}
+    if not isinstance(real, dict) or set(real) - set(config) or {"model", "real"} & set(real):
+        raise ValueError(f"real must be a dict of other settings of this config, got {real!r}")
+    config = _effective(config)
+    try:
+        _check_levels(config["train_digits"])
+    except ValueError as e:
+        raise ValueError(f"train_digits: {e}") from None
+    ood = config["ood_tasks"]
+    if not isinstance(ood, (list, tuple)) or not ood or any(t not in tasks.TASKS or t == "add" for t in ood):
+        raise ValueError(f"ood_tasks must be a non-empty list of substrate tasks other than 'add', got {ood!r}")
+    for key in ("id_kind", "ood_kind"):
+        if config[key] not in TEXT_KINDS:
+            raise ValueError(f"{key} must be one of {TEXT_KINDS}, got {config[key]!r}")
+    if config["id_kind"] == config["ood_kind"]:
+        raise ValueError("ood_kind must differ from id_kind (out of distribution)")
+    for key in ("id_levels", "ood_levels"):
+        lv = config[key]
+        if not isinstance(lv, (list, tuple)) or not lv or any(
+                isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 9 for v in lv):
+            raise ValueError(f"{key} must be a non-empty list of integers in 1..9, got {lv!r}")
+    for key in ("sft_items", "sft_steps", "train_questions", "tune_questions", "chunk", "n_candidates",
+                "mc_rollouts", "dpo_steps", "batch_size", "test_per_level", "turns", "seeds"):
+        v = config[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{key} must be a positive integer, got {v!r}")
+    for key in ("lora_rank", "sft_replay"):
+        v = config[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"{key} must be an integer >= 0, got {v!r}")
+    if _real(config) and config["lora_rank"] < 1:
+        raise ValueError("lora_rank must be >= 1 for a real model (full fine-tuning does not fit this CPU)")
+    if config["n_candidates"] < 2:
+        raise ValueError(f"n_candidates must be >= 2, got {config['n_candidates']}")
+    t = config["collect_temperature"]
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 2:
+        raise ValueError(f"collect_temperature must be a number in (0, 2], got {t!r}")
+    if isinstance(config["sft_lr"], bool) or not isinstance(config["sft_lr"], (int, float)) or not config["sft_lr"] > 0:
+        raise ValueError(f"sft_lr must be a number > 0, got {config['sft_lr']!r}")
+    for key in ("beta_grid", "lr_grid"):
+        grid = config[key]
+        if not isinstance(grid, (list, tuple)) or not grid or len(set(grid)) != len(grid) or any(
+                isinstance(b, bool) or not isinstance(b, (int, float)) or b <= 0 for b in grid):
+            raise ValueError(f"{key} must hold distinct numbers > 0, got {grid!r}")
+
+
+@lru_cache(maxsize=2)
+def _base(name: str = "base"):
+    import rayml.llm
+
+    lm = rayml.llm.pretrained(name, train_if_missing=False)
+    return lm.model, lm.tokenizer
+
+
+def _fmt(config):
+    from rayml.alignment import dpsdp as dp
+
+    return dp.TEXT if _real(config) else dp.SUBSTRATE
+
+
+def _items(digits, n_per, split, seed):
+    from rayml.llm import tasks
+
+    rng = np.random.default_rng(seed)
+    return [it for d in digits for it in tasks.make_items("add", int(n_per), rng, split=split, digits=int(d))]
+
+
+def _train_items(config, n: int, split: str, seed: int) -> list:
+    """``n`` in-distribution questions (``split`` "train": collection and tuning questions)."""
+    from rayml.alignment import text_tasks as tt
+
+    if _real(config):
+        lv = config["id_levels"]
+        rng = np.random.default_rng(seed)
+        return [tt.make_item(config["id_kind"], int(lv[i % len(lv)]), rng, split) for i in range(n)]
+    digits = list(config["train_digits"])
+    return _items(digits, max(1, n // len(digits)), split, seed)
+
+
+def _test_items(config, seed: int) -> dict:
+    """A replicate's held-out questions: in distribution and out of distribution."""
+    from rayml.alignment import text_tasks as tt
+    from rayml.llm import tasks
+
+    n = int(config["test_per_level"])
+    if _real(config):
+        return {"id": tt.eval_items(n, kind=config["id_kind"], levels=config["id_levels"], seed=seed),
+                "ood": tt.eval_items(n, kind=config["ood_kind"], levels=config["ood_levels"], seed=seed + 1)}
+    rng = np.random.default_rng([seed, 1])
+    return {"id": _items(config["train_digits"], n, "test", seed),
+            "ood": [it for t in config["ood_tasks"] for it in tasks.make_items(t, n, rng, split="test")]}
+
+
+def _state(model) -> dict:
+    return {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+
+
+def _load(state: Mapping[str, np.ndarray]):
+    import copy
+
+    import torch
+
+    base, _ = _base()
+    m = copy.deepcopy(base)
+    m.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in state.items()})
+    return m.eval()
+
+
+def lora_view(model, rank: int, seed: int, adapters=None):
+    """``model`` with LoRA adapters of ``rank`` on every projection (``rayml.alignment.dpo.LoRALinear``)
+    whose frozen weights are ``model``'s own tensors, not a copy (a 135M model copied per agent does
+    not fit beside other work in this machine's memory); ``adapters``: a trained LoRA model whose
+    adapter values are copied in."""
+    import copy
+
+    import torch
+
+    from rayml.alignment.dpo import LORA_TARGETS, LoRALinear
+
+    memo = {id(t): t for t in list(model.parameters()) + list(model.buffers())}
+    out = copy.deepcopy(model, memo)
+    for p in out.parameters():  # the shared frozen weights (their flags are ``model``'s too: it only infers)
+        p.requires_grad_(False)
+    gen = torch.Generator().manual_seed(int(seed))
+    for block in out.layers:
+        for parent in (block.self_attn, block.mlp):
+            for name in LORA_TARGETS:
+                lin = getattr(parent, name, None)
+                if isinstance(lin, torch.nn.Linear):
+                    setattr(parent, name, LoRALinear(lin, int(rank), float(rank), gen))
+    if adapters is not None:
+        src = {n: p for n, p in adapters.named_parameters() if ".lora_" in n}
+        with torch.no_grad():
+            for n, p in out.named_parameters():
+                if ".lora_" in n:
+                    p.copy_(src[n])
+    return out.eval()
+
+
+def _reference(config, sft):
+    """The reference system: the warm-up of the substrate, or the real model as it is."""
+    return _base(config["model"])[0] if _real(config) else _load(sft)
+
+
+# ------------------------------------------------------------------------------------------
+# Ray work items
+
+def sft_task(item: tuple, shared: Mapping[str, Any]) -> dict:
+    """The supervised warm-up of the reference system (both roles, one model)."""
+    import copy
+
+    from rayml.alignment import dpo, dpsdp as dp
+    from rayml.llm import tasks
+
+    config, seed = shared["config"], item[1]
+    base, tok = _base()
+    rng = np.random.default_rng(seed)
+    train = _items(config["train_digits"], max(1, config["sft_items"] // len(config["train_digits"])), "train",
+                   rng.integers(2**31))
+    ex = dp.sft_examples(train, rng)
+    replay = int(config.get("sft_replay", 0))
+    if replay:  # the base's own plain tasks, first answers only (keeps them from being forgotten)
+        ex += [(it.prompt, it.answer) for t in REPLAY_TASKS
+               for it in tasks.make_items(t, replay // len(REPLAY_TASKS), rng, split="train")]
+    model = dpo.sft(copy.deepcopy(base), [tok.encode(s, bos=True) for s, _ in ex],
+                    [tok.encode(a) + [tok.eos_id] for _, a in ex], steps=int(config["sft_steps"]), batch_size=32,
+                    lr=float(config["sft_lr"]), seed=int(rng.integers(2**31)))
+    return {"state": _state(model)}
+
+
+def collect_task(item: tuple, shared: Mapping[str, Any]) -> dict:
+    """Data collection for one chunk of one replicate's training questions under the reference system."""
+    from rayml.alignment import dpsdp as dp
+
+    phase, idx, seed = item
+    config = shared["config"]
+    ref = _reference(config, shared["sft"])
+    _, tok = _base(config["model"])
+    qs = shared["questions"][phase][idx]
+    pairs = dp.collect_pairs(ref, ref, tok, qs, n_candidates=int(config["n_candidates"]),
+                             mc_rollouts=int(config["mc_rollouts"]), seed=seed, fmt=_fmt(config),
+                             temperature=float(config["collect_temperature"]))
+    return {"phase": phase, "d0": pairs.d0, "d1": pairs.d1, "d2": pairs.d2, "q": pairs.q_means}
+
+
+def _train_system(system, data, config, sft, beta, lr, seed):
+    """Two agents (actor on D0 u D2, critic on D1) or one agent on everything, same total steps;
+    full fine-tuning (``lora_rank=0``) or a LoRA adapter per agent, against the frozen reference."""
+    from rayml.alignment import dpo, dpsdp as dp
+
+    _, tok = _base(config["model"])
+    ref = _reference(config, sft)
+    total = int(config["dpo_steps"])
+    actor_pairs = dp.encode_state_pairs(data["d0"] + data["d2"], tok)
+    critic_pairs = dp.encode_state_pairs(data["d1"], tok)
+    rank = int(config["lora_rank"])
+
+    def train(pairs, steps, s):
+        cfg = dpo.DPOConfig(beta=float(beta), lr=float(lr), steps=max(1, steps),
+                            batch_size=int(config["batch_size"]), length_grouped=True)
+        if not rank:
+            return dpo.train_dpo(ref, pairs, cfg, seed=s, reference=ref, pad_id=tok.pad_id).model
+        trained = dpo.train_dpo(lora_view(ref, rank, s), pairs, cfg, seed=s, reference=ref, pad_id=tok.pad_id).model
+        return lora_view(ref, rank, s, adapters=trained)  # drop the trainer's full copy of the frozen weights
+
+    if system == "single_agent":
+        both = actor_pairs + critic_pairs
+        if not both:
+            return ref, ref, 0
+        m = train(both, total, seed)
+        return m, m, total
+    n_a, n_c = len(actor_pairs), len(critic_pairs)
+    if n_a + n_c == 0:
+        return ref, ref, 0
+    steps_a = int(round(total * n_a / (n_a + n_c)))
+    steps_c = total - steps_a
+    actor = train(actor_pairs, steps_a, seed) if n_a and steps_a else ref
+    critic = train(critic_pairs, steps_c, seed + 1) if n_c and steps_c else ref
+    return actor, critic, (steps_a if n_a and steps_a else 0) + (steps_c if n_c and steps_c else 0)
+
+
+def system_task(item: tuple, shared: Mapping[str, Any]) -> dict:
+    """Train one system (or take the reference one) on a replicate's pairs and refine its questions greedily."""
+    from rayml.alignment import dpsdp as dp
+
+    phase, system, beta, lr, seed = item
+    config = shared["config"]
+    _, tok = _base(config["model"])
+    fmt = _fmt(config)
+    if system == "sft":
+        actor = critic = _reference(config, shared["sft"])
+        steps = 0
+    else:
+        actor, critic, steps = _train_system(system, shared["pairs"][phase], config, shared["sft"], beta, lr, seed)
+    out = {"phase": phase, "system": system, "beta": float(beta), "lr": float(lr), "steps": steps}
+    for split, items in shared["eval"][phase].items():
+        ro = dp.refine(actor, critic, tok, [fmt.question(it) for it in items], turns=int(config["turns"]), fmt=fmt)
+        out[split] = dp.refine_metrics(ro, items, fmt)
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# the run
+
+def _cache_path(config, seed) -> Path:
+    from rayml.llm.checkpoint import file_sha256
+    from rayml.llm import WEIGHTS_DIR
+
+    keys = {k: config[k] for k in ("train_digits", "sft_items", "sft_steps", "sft_lr")}
+    if config.get("sft_replay", 0):  # absent or 0: the recipe (and cache) selective-dpo shares
+        keys["sft_replay"] = int(config["sft_replay"])
+    blob = json.dumps({"recipe": keys, "seed": seed, "base": file_sha256(WEIGHTS_DIR / "base" / "model.safetensors")},
+                      sort_keys=True)
+    root = Path(os.environ.get("RAYML_CACHE", Path.home() / ".cache" / "rayml"))
+    return root / "alignment" / f"dpsdp-sft-{hashlib.sha256(blob.encode()).hexdigest()[:16]}.npz"
+
+
+WARMUP_SEED = 0  # one warm-up per recipe, shared by every run (and by selective-dpo)
+
+
+def sft_state(config: Mapping[str, Any], seed: int = WARMUP_SEED) -> dict:
+    """The refinement SFT warm-up of the shipped base for ``config``'s recipe (``train_digits``,
+    ``sft_items``, ``sft_steps``, ``sft_lr``): cached on the driver, else trained as one Ray task."""
+    path = _cache_path(config, seed)
+    if path.exists():
+        with np.load(path) as z:
+            return {k: z[k] for k in z.files}
+    keys = ("train_digits", "sft_items", "sft_steps", "sft_lr", "sft_replay")
+    state = runtime.pmap(sft_task, [("sft", seed)], shared={"config": {k: config[k] for k in keys if k in config}},
+                         desc="SFT warm-up")[0]["state"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, **state)
+    os.replace(tmp, path)
+    return state
+
+
+def collect(config: Mapping[str, Any], sft, questions: Mapping[Any, list], seed: int) -> dict:
+    """Algorithm 1's data collection under the reference system: ``questions`` maps a phase (a
+    replicate) to its chunks of training questions, each chunk one ``collect_task``; returns per
+    phase the pairs ``d0``/``d1``/``d2`` and the chunks' mean Q (``q``). ``config`` is effective."""
+    col = [(ph, i) for ph in questions for i in range(len(questions[ph]))]
+    col_seeds = runtime.seeds(seed, len(col))
+    shared = {"config": dict(config), "sft": sft, "questions": questions}
+    collected = runtime.pmap(collect_task, [(ph, i, col_seeds[n] % 2**31) for n, (ph, i) in enumerate(col)],
+                             shared=shared, chunk_size=1, desc="rollouts")
+    pairs = {ph: {"d0": [], "d1": [], "d2": [], "q": []} for ph in questions}
+    for c in collected:
+        for k in ("d0", "d1", "d2"):
+            pairs[c["phase"]][k] += [tuple(p) for p in c[k]]
+        pairs[c["phase"]]["q"].append(c["q"])
+    return pairs

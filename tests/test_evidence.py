@@ -1,0 +1,182 @@
+"""rayml.evidence: tie-tolerant paired counts, grid tuning on separate seeds, power from a pilot, gates;
+and the layering rule that no module outside rayml.experiments imports it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from rayml import evidence, results
+from rayml.results import Claim
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --- ties ---------------------------------------------------------------------------------------
+
+def test_paired_counts_treat_differences_within_the_tolerance_as_ties():
+    a = [0.494306, 0.494306, 0.1, 0.5]
+    b = [0.494304, 0.494305, 0.2, 0.4]
+    assert evidence.paired_counts(a, b) == {"wins": 1, "losses": 3, "ties": 0}
+    assert evidence.paired_counts(a, b, tie=1e-4) == {"wins": 1, "losses": 1, "ties": 2}
+    assert evidence.paired_counts(a, b, tie=1e-4, lower_is_better=False) == {"wins": 1, "losses": 1, "ties": 2}
+    assert evidence.paired_counts([1.0, np.nan], [2.0, 1.0]) == {"wins": 1, "losses": 0, "ties": 0}
+    with pytest.raises(ValueError, match="same length"):
+        evidence.paired_counts([1.0], [1.0, 2.0])
+
+
+def test_per_case_tables_pair_within_each_case():
+    rows = [{"case": c, "method": m, "seed": s, "value": v}
+            for c, off in (("x", 0.0), ("y", 1.0)) for s in range(4)
+            for m, v in (("ours", off + s * 0.1), ("base", off + s * 0.1 + (1e-9 if c == "x" else -0.5)))]
+    table = evidence.per_case(rows, a={"method": "ours"}, b={"method": "base"}, tie=1e-6)
+    assert [(r["case"], r["wins"], r["losses"], r["ties"], r["pairs"]) for r in table] == [
+        ("x", 0, 0, 4, 4), ("y", 0, 4, 0, 4)]
+
+
+# --- tuning -------------------------------------------------------------------------------------
+
+def test_split_seeds_are_disjoint_and_the_test_seeds_do_not_move():
+    test, tune = evidence.split_seeds(3, 5, 2)
+    assert len(test) == 5 and len(tune) == 2 and not set(test) & set(tune)
+    assert evidence.split_seeds(3, 5, 7)[0] == test
+    with pytest.raises(ValueError, match="n_tune"):
+        evidence.split_seeds(3, 5, -1)
+
+
+def test_tune_picks_the_best_and_reports_the_paper_and_the_edge():
+    calls = []
+
+    def evaluate(items):
+        calls.append(len(items))
+        return [(s["sigma"] - 0.3) ** 2 + 0.01 * s["n"] for _, s in items]
+
+    out = evidence.tune(evaluate, {"a": {"sigma": [0.25, 0.5, 1.0], "n": [1, 3, 10]}}, paper={"sigma": 1.0, "n": 3})
+    ch = out["a"]
+    assert ch.setting == {"sigma": 0.25, "n": 1} and calls == [9]
+    assert ch.edges == {"sigma": "low", "n": "low"} and ch.paper_inside is True
+    outside = evidence.tune(lambda items: [s["sigma"] for _, s in items], {"a": {"sigma": [0.5, 1.0]}},
+                            paper={"sigma": 2.0})
+    assert outside["a"].paper_inside is False
+
+
+def test_tune_extends_an_edge_until_the_choice_is_inside():
+    def evaluate(items):
+        return [abs(np.log(s["sigma"] / 0.06)) for _, s in items]
+
+    ch = evidence.tune(evaluate, {"p": {"sigma": [0.25, 0.5, 1.0]}}, extend=3)["p"]
+    assert ch.setting == {"sigma": 0.0625} and ch.extended == {"sigma": [0.125, 0.0625, 0.03125]}
+    assert ch.edges == {}
+    # a limit stops the extension, and the choice says it still sits on the edge
+    ch = evidence.tune(evaluate, {"p": {"sigma": [0.25, 0.5, 1.0]}}, extend=3, limits={"sigma": (0.2, 10)})["p"]
+    assert ch.setting == {"sigma": 0.25} and ch.edges == {"sigma": "low"} and ch.extended == {}
+
+
+def test_tune_maximises_and_writes_a_record_ready_table():
+    out = evidence.tune(lambda items: [s["lr"] for _, s in items], {("c", "m"): {"lr": [0.1, 0.01]}},
+                        lower_is_better=False)
+    rows = evidence.tuning_rows(out, keys=("case", "method"))
+    assert out[("c", "m")].setting == {"lr": 0.1}
+    assert {(r["case"], r["method"], r["lr"], r["chosen"], r["on_edge"]) for r in rows} == {
+        ("c", "m", 0.1, 1.0, 1.0), ("c", "m", 0.01, 0.0, 0.0)}
+    with pytest.raises(ValueError, match="scores"):
+        evidence.tune(lambda items: [1.0], {"a": {"lr": [0.1, 0.01]}})
+    with pytest.raises(ValueError, match="axis 'lr'"):
+        evidence.tune(lambda items: [], {"a": {"lr": []}})
+
+
+# --- power --------------------------------------------------------------------------------------
+
+def test_sign_test_power_is_exact_at_the_returned_size():
+    est = evidence.power_from_pilot(effect=0.5, sd=1.0, test="sign")
+    n, p = est["pairs_needed"], est["p_win"]
+    assert p == pytest.approx(stats.norm.cdf(0.5))
+
+    def exact_power(m):
+        k = min(k for k in range(m + 2) if stats.binom.sf(k - 1, m, 0.5) <= 0.05)
+        return stats.binom.sf(k - 1, m, p)
+
+    assert exact_power(n) >= 0.8 and all(exact_power(m) < 0.8 for m in range(1, n))
+
+
+def test_wilcoxon_power_matches_a_simulation():
+    est = evidence.power_from_pilot(effect=0.5, sd=1.0, test="wilcoxon")
+    n = est["pairs_needed"]
+    assert 25 <= n <= 35  # about the t-test's 25 over the signed-rank test's efficiency 0.955
+    rng = np.random.default_rng(0)
+    d = rng.normal(0.5, 1.0, size=(2000, n))
+    power = float(np.mean(stats.wilcoxon(d, alternative="greater", axis=1).pvalue < 0.05))
+    assert abs(power - 0.8) < 0.05
+
+
+def test_power_from_a_pilot_scales_for_its_ties_and_says_when_there_is_no_effect():
+    pilot = [1e-6] * 6 + [0.3, 0.2, -0.1, 0.4]
+    est = evidence.power_from_pilot(pilot, tie=1e-4)
+    assert est["tie_share"] == pytest.approx(0.6) and est["p_win"] == pytest.approx(0.75)
+    assert est["pairs_needed"] == int(np.ceil(est["nonzero_pairs_needed"] / 0.4))
+    assert evidence.power_from_pilot([-1.0, -2.0, 0.5])["pairs_needed"] is None
+    with pytest.raises(ValueError, match="test"):
+        evidence.power_from_pilot([1.0, 2.0], test="t")
+    with pytest.raises(ValueError, match="sd"):
+        evidence.power_from_pilot(effect=1.0)
+
+
+# --- gates --------------------------------------------------------------------------------------
+
+def test_a_gate_makes_its_paper_claims_incomplete_when_it_fails():
+    sanity = Claim("the local basin traps plain smoothing", "baselines.plain.trapped", 0.5, ">", kind="sanity")
+    paper = Claim("beats plain smoothing", "metrics.found", "baselines.plain.found", ">", source="Table 2")
+    claims = evidence.gate(sanity, paper)
+    assert claims[1].gates == (sanity.text,) and claims[0] is sanity
+    rec = {"metrics": {"found": 0.9}, "baselines": {"plain": {"found": 0.1, "trapped": 0.2}}}
+    out = results.evaluate_claims(rec, claims)
+    assert out[1]["holds"] and out[1]["status"] == "incomplete" and out[1]["gated_by"] == [sanity.text]
+    rec["baselines"]["plain"]["trapped"] = 0.9
+    assert results.evaluate_claims(rec, claims)[1]["status"] == "holds"
+    with pytest.raises(ValueError, match="sanity"):
+        evidence.gate(paper, paper)
+
+
+def test_nulled_blanks_every_number_behind_a_failed_gate():
+    values = {"a": 1.0, "b": {"c": 2.0}}
+    assert evidence.nulled(values, True) == values
+    assert evidence.nulled(values, False) == {"a": None, "b": {"c": None}}
+
+
+# --- layering -----------------------------------------------------------------------------------
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+    return out
+
+
+# the entry points that run experiments by name
+ALLOWED = {"rayml/cli.py", "rayml/registry.py", "rayml/__main__.py"}
+
+
+def test_no_module_outside_the_experiments_imports_them():
+    offenders = []
+    for path in sorted((ROOT / "rayml").rglob("*.py")) + sorted((ROOT / "actors").rglob("*.py")) \
+            + sorted((ROOT / "kernels").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("rayml/experiments/") or rel in ALLOWED:
+            continue
+        if any(m == "rayml.experiments" or m.startswith("rayml.experiments.") for m in _imports(path)):
+            offenders.append(rel)
+    assert offenders == [], f"a method's core imports rayml.experiments: {offenders}"
+
+
+def test_evidence_imports_no_method_core():
+    mods = _imports(ROOT / "rayml" / "evidence.py")
+    assert {m.split(".")[1] for m in mods if m.startswith("rayml.")} <= {"results", "runtime"}
