@@ -51,7 +51,7 @@ SIZES = {
     "tiny": dict(objectives=["coverage", TRAP], n=9, parts=3, budget=1, trap_n=20, trap_parts=2, trap_budget=2,
                  instances=2, seeds=2, scg_iterations=[1, 4], **{**_COMMON, "roundings": 4}),
     "quick": dict(objectives=[*OBJECTIVES, TRAP], n=15, parts=3, budget=2, trap_n=60, trap_parts=4, trap_budget=3,
-                  instances=4, seeds=3, scg_iterations=[1, 2, 5, 10, 20], **_COMMON),
+                  instances=6, seeds=3, scg_iterations=[1, 2, 5, 10, 20], **_COMMON),
     "full": dict(objectives=[*OBJECTIVES, TRAP], n=18, parts=3, budget=2, trap_n=150, trap_parts=6, trap_budget=4,
                  instances=10, seeds=5, scg_iterations=[1, 2, 5, 10, 20, 40], **_COMMON),
 }
@@ -250,8 +250,7 @@ CLAIMS = (
                "every instance (mean over seeds: the guarantee is in expectation)",
           metric="metrics.min_ratio", compare=float(E_RATIO), op=">=", source=GUARANTEE,
           controls=(Control("greedy", "baselines.greedy.min_ratio"),
-                    Control(SEARCH, f"baselines.{SEARCH}.min_ratio"),
-                    Control(MOMENTUM, f"baselines.{MOMENTUM}.min_ratio"))),
+                    Control(SEARCH, f"baselines.{SEARCH}.min_ratio"))),
     Claim(metric="metrics.trap_ratio", compare=f"baselines.{SEARCH}.trap_ratio", op=">",
           **_paired("at equal evaluations Multinoulli-SCG beats random search over bases (the same number of set "
                     "evaluations as each SCG run), paired over the greedy-trap instances (too many bases to "
