@@ -598,9 +598,14 @@ def _arrow_error() -> type:
 
 
 def tidy_rows(record: Mapping) -> list[dict]:
-    """All tables of ``record`` as one list of rows with a ``table`` column added."""
+    """All tables of ``record`` as one list of rows with a ``table`` column added (a table still a
+    Parquet reference, as a ``--json`` file holds it, is a ``ValueError``: load the record with
+    ``rayml.records.load_record``)."""
     rows = []
     for name, table in record["tables"].items():
+        if not isinstance(table, list):
+            raise ValueError(f"tables.{name} is not rows (a Parquet reference?): read the record with "
+                             f"rayml.records.load_record(path)")
         for r in table:
             rows.append({"table": name, "name": record["name"], "kind": record["kind"], **r})
     return rows
@@ -628,8 +633,8 @@ def write_outputs(record: Mapping, out_dir: str | os.PathLike, figures: Mapping[
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    rows = tidy_rows(record)  # before anything is written: a record without its rows is refused
     written = [write_json(record, _join(out_dir, "record.json"))]
-    rows = tidy_rows(record)
     if rows:
         columns = sorted({k for r in rows for k in r})
         data = {}

@@ -380,3 +380,14 @@ def test_a_record_as_its_json_file_holds_it_is_valid(tmp_path):
     results.validate_record(records.load_record(path))
     with pytest.raises(ValueError, match="Parquet reference"):
         results.validate_record(_record(tables={"runs": {"parquet": "r.tables/runs.parquet"}}))
+
+
+def test_outputs_of_a_record_read_without_its_tables_are_refused(tmp_path):
+    from rayml import records
+
+    path = tmp_path / "r.json"
+    records.write_record(_record(tables={"runs": [{"seed": s, "value": s / 3} for s in range(900)]}), path)
+    with pytest.raises(ValueError, match="load_record"):
+        results.write_outputs(records.load_record(path, tables=False), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    assert len(results.tidy_rows(records.load_record(path))) == 900
