@@ -189,3 +189,27 @@ def test_matrix_free_gauss_newton_reaches_the_dense_solvers_accuracy():
     assert free.info["cg_steps"] and max(free.info["cg_steps"]) <= 300
     with pytest.raises(ValueError, match="cg_iterations"):
         KernelPDEConfig(cg_iterations=0)
+
+
+@pytest.mark.parametrize("case", ["elliptic", "allen-cahn", "burgers"])
+def test_matrix_free_cg_meets_its_tolerance_before_the_cap(case):
+    # Before issue 36 the one-Kronecker-product preconditioner left CG at its 1000-step cap in
+    # every Gauss-Newton step; the residual must now fall below cg_tol well before the cap.
+    from rayml.pde.kernel_solver import KroneckerPreconditioner, _Objective, _pcg, gauss_newton_matvec
+    from rayml.pde.problems import AllenCahn, Burgers, NonlinearElliptic
+
+    problem, grid, ls = {"elliptic": (NonlinearElliptic(), (18, 18), (0.2, 0.2)),
+                         "allen-cahn": (AllenCahn(a=1.0), (20, 20), (0.1, 0.1)),
+                         "burgers": (Burgers(nu=0.02), (42, 14), (0.05, 0.3))}[case]
+    cfg = KernelPDEConfig(grid=grid, lengthscale=ls, v=1e4, tau=1e8, optimizer="gauss-newton-cg",
+                          cg_iterations=1000, cg_tol=1e-8)
+    obj = _Objective(problem, cfg)
+    Xi = np.zeros(grid)
+    for _ in range(2):  # the first two Gauss-Newton systems
+        _, grad = obj.value_and_grad(Xi)
+        C = problem.dresidual(obj.fields(Xi), obj.X1, obj.X2)
+        matvec = lambda S: gauss_newton_matvec(obj, C, S)  # noqa: E731
+        step, k = _pcg(matvec, -grad, KroneckerPreconditioner(obj, C), cfg.cg_iterations, cfg.cg_tol)
+        residual = np.linalg.norm(matvec(step) + grad) / np.linalg.norm(grad)
+        assert k < cfg.cg_iterations and residual <= cfg.cg_tol
+        Xi = Xi + step
