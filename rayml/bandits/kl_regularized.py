@@ -49,6 +49,7 @@ __all__ = [
     "run_bandit",
     "run_bandit_loop",
     "run_mdp",
+    "KLUCB",
 ]
 
 BANDIT_METHODS = ("kl-ucb", "kl-greedy", "linucb", "lin-ts")
@@ -262,9 +263,9 @@ def confidence_radius(env: LinearBandit, config: KLConfig) -> float:
 
 
 def _checkpoints(T: int, count: int) -> np.ndarray:
-    """Log-spaced rounds, always including ``T/4``, ``T/2`` and ``T`` (for doubling ratios)."""
+    """Log-spaced rounds, always including ``T/16``, ``T/4``, ``T/2`` and ``T`` (for growth ratios)."""
     marks = np.geomspace(1, T, count).round().astype(int)
-    return np.unique(np.concatenate([marks, [max(1, T // 4), max(1, T // 2), T]]))
+    return np.unique(np.concatenate([marks, [max(1, T // 16), max(1, T // 4), max(1, T // 2), T]]))
 
 
 def _bandit_policy(method, env, theta_hat, sigma_inv, beta, eta, rng):
@@ -417,3 +418,96 @@ def run_mdp(env: TabularMDP, config: KLConfig, runs: int, seed: int | np.random.
             out[:, c] = cum
             c += 1
     return {"rounds": marks, "regret": out, "final": cum.copy()}
+
+
+class KLUCB:
+    """KL-regularized UCB (Algorithm 1, linear class) as an online learner on the user's own data.
+
+    ``features[x, a]`` is ``phi(x, a)`` (contexts indexed ``0..X-1``; ``||phi|| <= 1`` is what the
+    bonus's cap of 1 assumes), ``reference_policy[x]`` is ``pi0(.|x)``. ``act(x)`` samples an action
+    from ``pi_t(.|x) ∝ pi0(.|x) exp(eta (<theta_hat, phi(x, .)> + min{1, beta ||phi(x, .)||_{Sigma^-1}}))``,
+    ``update(x, a, r)`` adds the observed reward to the ridge regression (Sherman-Morrison update
+    of ``Sigma^-1``). The same learner as ``run_bandit(method="kl-ucb")``, one run, round by round.
+
+    Args:
+        features: ``(X, K, d)`` array of feature vectors.
+        reference_policy: ``(X, K)`` array, each row a distribution with every entry > 0.
+        eta: inverse KL strength (> 0).
+        beta: the bonus radius ``beta_T`` (>= 0); ``None`` uses ``confidence_radius``'s OFUL radius
+            for ``horizon`` rounds with ``||theta*|| <= theta_bound``, times ``bonus_scale``.
+        ridge, delta, horizon, theta_bound, bonus_scale: the radius's ingredients (as in ``KLConfig``).
+        seed: seed or ``numpy.random.Generator`` of ``act``'s sampling.
+
+    Examples:
+        >>> import numpy as np
+        >>> phi = np.random.default_rng(0).normal(size=(3, 4, 2)) / 2
+        >>> learner = KLUCB(phi, np.full((3, 4), 0.25), eta=2.0, seed=0)
+        >>> a = learner.act(1)
+        >>> learner.update(1, a, 1.0)
+        >>> learner.policy(1).shape
+        (4,)
+    """
+
+    def __init__(self, features, reference_policy, *, eta: float = 5.0, beta: float | None = None,
+                 ridge: float = 1.0, delta: float = 0.01, horizon: int = 1000, theta_bound: float = 1.0,
+                 bonus_scale: float = 1.0, seed: int | np.random.Generator | None = 0):
+        phi = np.asarray(features, dtype=float)
+        pi0 = np.asarray(reference_policy, dtype=float)
+        if phi.ndim != 3 or phi.shape[1] < 2 or phi.shape[2] < 1 or not np.all(np.isfinite(phi)):
+            raise ValueError(f"features must be a finite (X, K >= 2, d) array, got shape {phi.shape}")
+        if pi0.shape != phi.shape[:2] or not np.all(pi0 > 0) or not np.allclose(pi0.sum(axis=1), 1.0):
+            raise ValueError(f"reference_policy must be an (X, K) = {phi.shape[:2]} array of positive rows "
+                             f"summing to 1, got shape {pi0.shape}")
+        if not (np.isfinite(eta) and eta > 0):
+            raise ValueError(f"eta must be a finite number > 0, got {eta!r}")
+        if not ridge > 0:
+            raise ValueError(f"ridge (lambda) must be > 0, got {ridge!r}")
+        if beta is None:
+            d = phi.shape[2]
+            if not 0 < delta < 1 or int(horizon) < 1 or not theta_bound >= 0 or not bonus_scale >= 0:
+                raise ValueError("delta must be in (0, 1), horizon >= 1, theta_bound >= 0 and bonus_scale >= 0, got "
+                                 f"{delta!r}, {horizon!r}, {theta_bound!r}, {bonus_scale!r}")
+            radius = 0.5 * math.sqrt(d * math.log(1 + int(horizon) / (ridge * d)) + 2 * math.log(1 / delta))
+            beta = bonus_scale * (radius + math.sqrt(ridge) * theta_bound)
+        if not (np.isfinite(beta) and beta >= 0):
+            raise ValueError(f"beta must be a finite number >= 0, got {beta!r}")
+        self.features, self.reference_policy = phi, pi0
+        self.eta, self.beta = float(eta), float(beta)
+        self.sigma_inv_ = np.eye(phi.shape[2]) / ridge
+        self.b_ = np.zeros(phi.shape[2])
+        self.rounds_ = 0
+        self._rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+
+    def _context(self, x) -> int:
+        if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or not 0 <= x < self.features.shape[0]:
+            raise ValueError(f"x must be a context index in [0, {self.features.shape[0]}), got {x!r}")
+        return int(x)
+
+    @property
+    def theta_(self) -> np.ndarray:
+        """The ridge estimate ``Sigma^-1 sum phi_i r_i``."""
+        return self.sigma_inv_ @ self.b_
+
+    def policy(self, x: int) -> np.ndarray:
+        """``pi_t(.|x)``: the optimistic KL-regularized policy in context ``x``."""
+        phi = self.features[self._context(x)]
+        width = np.sqrt(np.maximum(np.einsum("kd,de,ke->k", phi, self.sigma_inv_, phi), 0.0))
+        return softmax_policy(self.reference_policy[x], phi @ self.theta_ + np.minimum(1.0, self.beta * width),
+                              self.eta)
+
+    def act(self, x: int) -> int:
+        """An action sampled from ``pi_t(.|x)``."""
+        return int(self._rng.choice(self.features.shape[1], p=self.policy(x)))
+
+    def update(self, x: int, a: int, r: float) -> None:
+        """Add the reward ``r`` of action ``a`` in context ``x`` to the ridge regression."""
+        x = self._context(x)
+        if isinstance(a, bool) or not isinstance(a, (int, np.integer)) or not 0 <= a < self.features.shape[1]:
+            raise ValueError(f"a must be an action index in [0, {self.features.shape[1]}), got {a!r}")
+        if not np.isfinite(r):
+            raise ValueError(f"r must be a finite reward, got {r!r}")
+        f = self.features[x, a]
+        sf = self.sigma_inv_ @ f
+        self.sigma_inv_ = self.sigma_inv_ - np.outer(sf, sf) / (1.0 + f @ sf)
+        self.b_ = self.b_ + float(r) * f
+        self.rounds_ += 1

@@ -131,6 +131,11 @@ def test_experiment_and_bench_identical_with_1_and_2_workers(ray_session):
             recs.append(experiments.run("kl-bandit", size="tiny", seed=1, workers=w))
     assert recs[0]["tables"]["runs"] == recs[1]["tables"]["runs"]
     assert recs[0]["env"]["tasks"] >= 2
+    tuning = recs[0]["config"]["budget"]["tuning"]
+    assert min(recs[0]["config"]["bonus_grid"]) < 0.1                   # the grid reaches below 0.1 (issue 37)
+    for problem, choice in tuning.items():                               # no choice left on a grid edge
+        assert choice["paper_inside"] is True, problem
+        assert choice["on_edge"] == {} or len(choice["extended"].get("bonus_scale", [])) == 2, problem
     bench = experiments.bench("kl-bandit", size="tiny", seed=0)
     assert bench["metrics"]["identical_results"] is True
     assert bench["metrics"]["rounds_per_s"]["vectorised"] > 0
@@ -164,3 +169,77 @@ def test_unregularized_regret_of_the_first_round_and_optimism_beats_greedy_witho
     greedy = kl.run_bandit(env, kl.KLConfig(method="kl-greedy", eta=64.0, rounds=400), 8, 3)
     ucb = kl.run_bandit(env, kl.KLConfig(method="kl-ucb", eta=64.0, rounds=400, bonus_scale=0.3), 8, 3)
     assert ucb["final"].mean() < 0.5 * greedy["final"].mean()
+
+
+def test_growth_ratios_separate_polylog_from_polynomial_regret():
+    from rayml.experiments.kl_bandit import growth
+
+    T = 32_000
+    rounds = kl._checkpoints(T, 20)
+    assert {T // 16, T // 4, T} <= set(rounds.tolist())
+    assert growth(rounds, np.sqrt(rounds)) == pytest.approx([2.0, 2.0], rel=1e-3)
+    assert growth(rounds, rounds.astype(float)) == pytest.approx([4.0, 4.0], rel=1e-3)
+    g = growth(rounds, np.log(rounds) ** 2)
+    assert 1.0 < g[1] < g[0] < 2.0                                        # polylog: tends to 1
+
+
+def _klucb_by_hand(env, cfg, seed):
+    """An independent per-round loop driving the KLUCB object with run_bandit's random stream."""
+    rng = np.random.default_rng(seed)
+    learner = kl.KLUCB(env.phi, env.pi0, eta=cfg.eta, beta=kl.confidence_radius(env, cfg), ridge=cfg.ridge)
+    total = 0.0
+    for _ in range(cfg.rounds):
+        pi = np.stack([learner.policy(x) for x in range(env.n_contexts)])
+        total += kl.policy_regret(env, pi[None], cfg.eta)[0]
+        x = int(rng.integers(env.n_contexts, size=1)[0])
+        cdf = np.cumsum(pi[x])
+        a = min(int((cdf < rng.random(1)[0] * cdf[-1]).sum()), env.n_actions - 1)
+        r = float(rng.random(1)[0] < env.mean[x, a])
+        learner.update(x, a, r)
+    return total, learner
+
+
+def test_online_klucb_equals_the_vectorised_learner_and_a_direct_ridge_fit():
+    env = kl.LinearBandit(5, 4, 6, reference="low-coverage", coverage=0.01, instance_seed=2)
+    cfg = kl.KLConfig(eta=8.0, rounds=60, bonus_scale=0.3)
+    total, learner = _klucb_by_hand(env, cfg, 7)
+    assert kl.run_bandit(env, cfg, 1, 7)["final"][0] == pytest.approx(total, rel=1e-10)
+    assert learner.rounds_ == 60
+    # the policy from a float64 ridge refit of the learner's own statistics
+    sigma = np.linalg.inv(learner.sigma_inv_)
+    theta = np.linalg.solve(sigma, learner.b_)
+    phi = env.phi[3]
+    width = np.sqrt(np.einsum("kd,de,ke->k", phi, np.linalg.inv(sigma), phi))
+    want = env.pi0[3] * np.exp(8.0 * (phi @ theta + np.minimum(1.0, learner.beta * width)))
+    assert learner.policy(3) == pytest.approx(want / want.sum(), rel=1e-8)
+    acts = [kl.KLUCB(env.phi, env.pi0, seed=4).act(2) for _ in range(3)]
+    assert len(set(acts)) == 1 and 0 <= acts[0] < 5                    # seeded sampling
+
+
+def test_online_klucb_rejects_bad_input_naming_the_argument():
+    phi, pi0 = np.zeros((2, 3, 2)), np.full((2, 3), 1 / 3)
+    with pytest.raises(ValueError, match="features"):
+        kl.KLUCB(np.zeros((2, 3)), pi0)
+    with pytest.raises(ValueError, match="reference_policy"):
+        kl.KLUCB(phi, np.full((2, 3), 0.5))
+    with pytest.raises(ValueError, match="eta"):
+        kl.KLUCB(phi, pi0, eta=0.0)
+    learner = kl.KLUCB(phi, pi0)
+    with pytest.raises(ValueError, match="x must"):
+        learner.act(2)
+    with pytest.raises(ValueError, match="a must"):
+        learner.update(0, 3, 1.0)
+    with pytest.raises(ValueError, match="r must"):
+        learner.update(0, 1, float("nan"))
+
+
+def test_the_pages_python_example_runs():
+    import pathlib
+    import re
+
+    page = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "methods" / "kl-bandit.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
+    assert blocks, "the page has a Python example"
+    for code in blocks:
+        exec(compile(code, "kl-bandit.md", "exec"), {})
+
