@@ -1,8 +1,13 @@
 """Shared fixtures: one local Ray for the whole session (``ray.init`` costs seconds here).
 
 Tests that need another topology (a multi-node ``Cluster``, a ``ray start`` head for job
-submission, Serve over HTTP) use ``isolated_ray``: it shuts the shared instance down first and
-the next test that asks for ``ray_session`` starts it again.
+submission) use ``isolated_ray`` (or carry the ``own_ray`` mark): it shuts the shared instance
+down first. They are run after every other test, so the shared Ray starts once per test run.
+
+Time limits: every test's pytest-timeout limit (the ini's ``timeout`` or its ``timeout`` mark) is
+scaled to the machine's load when the test starts (``_timing.scale``; ``RAYML_TEST_TIME_SCALE``
+overrides it), and so are the waits inside tests. A limit that fires fails that one test: the
+method is ``signal`` (pytest-timeout's ``thread`` method would end the whole process).
 """
 
 from __future__ import annotations
@@ -12,8 +17,26 @@ import os
 
 import pytest
 
+from _timing import scale as time_scale
+
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("TQDM_DISABLE", "1")
+
+
+def _ray_health_limits(factor: float) -> None:
+    """On a machine that is busy when the run starts, give Ray's own liveness checks the same
+    headroom as the tests' limits (read by every Ray process started from here). A GCS that
+    misses a busy raylet's health checks marks its node dead, and a driver whose raylet or GCS
+    is gone is ended by Ray itself (exit 1, no pytest summary)."""
+    if factor <= 1:
+        return  # Ray's defaults on an idle machine: node-death detection stays as fast as it is
+    defaults = {"RAY_health_check_timeout_ms": 10_000, "RAY_health_check_failure_threshold": 5,
+                "RAY_gcs_rpc_server_reconnect_timeout_s": 60, "RAY_worker_register_timeout_seconds": 60}
+    for key, value in defaults.items():
+        os.environ.setdefault(key, str(int(math.ceil(value * factor))))
+
+
+_ray_health_limits(time_scale())
 
 SHARED_RAY = dict(num_cpus=2, object_store_memory=200 * 1024 * 1024, include_dashboard=False)
 
@@ -60,8 +83,13 @@ def isolated_ray():
     runtime.shutdown()
 
 
+def _own_ray(item) -> bool:
+    return "isolated_ray" in getattr(item, "fixturenames", ()) or item.get_closest_marker("own_ray") is not None
+
+
 def pytest_collection_modifyitems(session, config, items):
-    """Ship test-module functions to Ray workers by value: workers cannot import test modules."""
+    """Ship test-module functions to Ray workers by value (workers cannot import test modules),
+    and run the tests that stop the shared Ray last, in their order (one shared Ray per run)."""
     from ray import cloudpickle
 
     for module in {item.module for item in items if getattr(item, "module", None) is not None}:
@@ -69,6 +97,55 @@ def pytest_collection_modifyitems(session, config, items):
             cloudpickle.register_pickle_by_value(module)
         except ValueError:
             pass  # already registered
+    items[:] = [i for i in items if not _own_ray(i)] + [i for i in items if _own_ray(i)]
+
+
+def _base_timeout(item) -> float | None:
+    """The item's unscaled limit: its ``timeout`` mark, else ``--timeout`` / ini ``timeout``."""
+    import pytest_timeout
+
+    marker = item.get_closest_marker("timeout")
+    if marker is not None:
+        value = marker.args[0] if marker.args else marker.kwargs.get("timeout")
+        if value is not None:
+            return float(value)
+    return pytest_timeout.get_env_settings(item.config).timeout
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Scale the item's pytest-timeout limit to the load at its start (before pytest-timeout reads it)."""
+    if not hasattr(item, "_rayml_base_timeout"):
+        item._rayml_base_timeout = _base_timeout(item)
+    base = item._rayml_base_timeout
+    if base:
+        item.add_marker(pytest.mark.timeout(base * time_scale(), method="signal"), append=False)
+    yield
+
+
+def pytest_report_header(config):
+    """Say which time scale the run starts with."""
+    return f"rayml test time scale: {time_scale():.2g} (RAYML_TEST_TIME_SCALE overrides; see tests/_timing.py)"
+
+
+def start_cluster(head: dict, workers: list[dict]):
+    """A ``ray.cluster_utils.Cluster`` with a head (``head``: its node arguments) and one worker node
+    per dict in ``workers``; returns ``(cluster, worker_nodes)``. The nodes start without Ray's fixed
+    30 s per-node wait and are awaited together under a scaled limit; a start that fails or times
+    out shuts down what it started (nothing is left running into the next test)."""
+    from ray.cluster_utils import Cluster
+
+    from _timing import limit
+
+    cluster = Cluster()
+    try:
+        cluster.add_node(wait=False, **head)  # the first node added is the head
+        nodes = [cluster.add_node(wait=False, **args) for args in workers]
+        cluster.wait_for_nodes(timeout=limit(60))
+    except BaseException:
+        cluster.shutdown()
+        raise
+    return cluster, nodes
 
 
 def free_port() -> int:

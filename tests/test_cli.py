@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from _timing import limit
 from rayml import registry
 from rayml.cli import main
 
@@ -75,7 +76,7 @@ def test_unreachable_address_in_a_fresh_process(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "rayml", "run", "gs-poweropt", "--size", "tiny", "--address", "127.0.0.1:1",
          "--json", str(out)],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "RAY_ADDRESS": ""},
+        capture_output=True, text=True, timeout=limit(120), env={**os.environ, "RAY_ADDRESS": ""},
     )
     assert proc.returncode == 2, proc.stderr
     lines = [ln for ln in proc.stderr.strip().splitlines() if ln.startswith("rayml:")]
@@ -131,10 +132,10 @@ def test_rayml_serve_answers_over_http_and_stops_on_interrupt():
     proc = subprocess.Popen([sys.executable, "-m", "rayml", "serve", "optimize", "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline, answer = time.monotonic() + 150, None
+        deadline, answer = time.monotonic() + limit(150), None
         while time.monotonic() < deadline and proc.poll() is None:
             try:  # the proxy may answer 404/503 until the app's route is ready
-                answer = requests.post(f"http://127.0.0.1:{port}/", timeout=10,
+                answer = requests.post(f"http://127.0.0.1:{port}/", timeout=limit(10),
                                        json={"function": "ackley", "dim": 2, "iterations": 10, "samples": 4})
                 if answer.status_code == 200:
                     break
@@ -145,7 +146,7 @@ def test_rayml_serve_answers_over_http_and_stops_on_interrupt():
         assert answer is not None and answer.status_code == 200, (status, proc.poll())
         assert answer.json()["evals"] == 10 * 5 + 1
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 0
+        assert proc.wait(timeout=limit(60)) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -175,7 +176,7 @@ def test_a_missing_extra_stops_before_any_work():
             "code = main(['run', 'eig-augment', '--size', 'tiny'])\n"
             "import ray\n"
             "print('exit', code, 'ray started', ray.is_initialized())\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=limit(120))
     assert "exit 2 ray started False" in res.stdout
     err = res.stderr.strip().splitlines()
     assert len(err) == 1 and "needs the [optim] extra (missing: cvxpy)" in err[0], res.stderr
@@ -187,7 +188,7 @@ def test_progress_is_plain_lines_when_stderr_is_not_a_terminal():
             "bar = progress_bar(20, 'work')\n"
             "for _ in range(20): bar.update(1)\n"
             "bar.close()\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=limit(60),
                          env={k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"})
     assert "\r" not in res.stderr
     lines = res.stderr.strip().splitlines()
@@ -267,14 +268,10 @@ def test_a_method_named_twice_or_planned_in_a_list_is_bad_input(capsys):
 def test_on_a_cluster_methods_run_side_by_side_as_tasks(isolated_ray, tmp_path, capsys):
     # With --address, each method's driver is a Ray task: a cluster runs them at once, and the
     # records come back in the order asked.
-    from ray.cluster_utils import Cluster
-
+    from conftest import start_cluster
     from rayml import runtime
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-    for _ in range(2):
-        cluster.add_node(num_cpus=2)
-    cluster.wait_for_nodes()
+    cluster, _ = start_cluster({"num_cpus": 0}, [{"num_cpus": 2}] * 2)
     try:
         out = tmp_path / "all.json"
         assert main(["run", "gdro-sparsity,equal-share", "--size", "tiny", "--address", cluster.address,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from _timing import limit
 from rayml import records, registry, results
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,7 +157,7 @@ def test_a_page_shows_the_quick_and_the_full_record(synthetic_records):
                     reason="mkdocs is not installed (pip install -e '.[docs]')")
 def test_the_site_builds_strictly(tmp_path):
     res = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         cwd=ROOT, capture_output=True, text=True, timeout=limit(300),
                          env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert res.returncode == 0, res.stdout + res.stderr
     assert (tmp_path / "site" / "methods" / "epic" / "index.html").exists()

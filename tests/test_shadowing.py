@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from _timing import limit
+
 ROOT = Path(__file__).resolve().parents[1]
 TOP_PACKAGES = sorted(p.name for p in ROOT.iterdir()
                       if (p / "__init__.py").is_file() and p.name not in ("rayml", "tests"))
@@ -22,7 +24,7 @@ TOP_PACKAGES = sorted(p.name for p in ROOT.iterdir()
 
 def _run(code: str, timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=limit(timeout))
 
 
 def test_the_mapped_folders_are_found():

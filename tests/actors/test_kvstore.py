@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from _timing import limit
 from rayml.actors.kvstore import (KVStore, KVStoreClient, check_epic_payload, check_plain_payload, epic_layout,
                                   get_or_create_store, payload_nbytes)
 
@@ -129,10 +130,10 @@ def test_local_only_client_builds_every_time():
 def _wait_restarted(store, started_before: float, timeout=60.0):
     import ray
 
-    t0 = time.time()
+    t0, timeout = time.time(), limit(timeout)
     while time.time() - t0 < timeout:
         try:
-            if ray.get(store.stats.remote(), timeout=5)["started"] != started_before:
+            if ray.get(store.stats.remote(), timeout=limit(5))["started"] != started_before:
                 return
         except Exception:  # noqa: BLE001 - still down or restarting
             pass

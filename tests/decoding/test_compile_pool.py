@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from _timing import limit
 from rayml.decoding import byte_vocabulary
 from rayml.decoding.compile_worker import IsolatedCompiler
 from rayml.decoding.logits import GrammarCache, GrammarError, GrammarLimits, GrammarTooComplex, compiled_nbytes
@@ -93,7 +94,7 @@ def test_a_crashed_worker_is_replaced_and_its_failure_not_cached():
         time.sleep(0.2)
         for pid in _compile_children():  # as the kernel's OOM killer would
             os.kill(pid, signal.SIGKILL)
-        th.join(60)
+        th.join(limit(60))
         assert isinstance(box["out"], GrammarTooComplex) and "crashed" in str(box["out"])
         g = cache.get(MEDIUM)  # the same grammar, compiled by a new worker
         assert GrammarMatcher(g).allowed_tokens().tolist() == [ord("a"), ord("b")]
@@ -111,7 +112,7 @@ def test_a_small_grammar_is_not_stuck_behind_a_slow_one():
         th.start()
         time.sleep(0.2)
         _, small = _timed(cache.get, SMALL)
-        th.join(120)
+        th.join(limit(120))
         slow = box["slow"]
         print(f"small alone {alone:.3f} s, small beside a slow one {small:.3f} s, slow one {slow:.3f} s")
         assert small < slow / 4
@@ -133,8 +134,8 @@ def test_express_lane_answers_small_grammars_when_every_worker_is_busy_and_passe
         th2.start()  # the worker is busy: the express child takes it and passes it on past 0.3 s
         time.sleep(0.6)
         g, t_small = _timed(pool.compile, small, ROOMY)  # the worker is busy; the express child answers
-        th1.join(120)
-        th2.join(120)
+        th1.join(limit(120))
+        th2.join(limit(120))
         assert g.terminals and box["b"].terminals
         assert t_small < box["a"] / 4
         assert pool.stats["express_overflows"] == 1 and pool.stats["express"] >= 2
@@ -152,7 +153,7 @@ def test_the_queue_is_bounded():
         time.sleep(0.2)
         with pytest.raises(GrammarCompileFailed, match="busy"):
             pool.compile(normalize_spec(SMALL), ROOMY)
-        th.join(120)
+        th.join(limit(120))
         assert pool.stats["refused"] == 1
         assert pool.compile(normalize_spec(SMALL), ROOMY).terminals  # free again
     finally:

@@ -17,6 +17,7 @@ import sys
 import numpy as np
 import pytest
 
+from _timing import limit
 from rayml import runtime
 from rayml.decoding import (GrammarMatcher, MatcherConfig, allocate_token_bitmask, compile_grammar, native,
                                schema_grammar)
@@ -114,7 +115,7 @@ print(native.AVAILABLE, cg.native, all(m.accept_token(b) for b in b"[1,22]"), m.
 
 def test_fallback_to_pure_engine_with_one_warning_line():
     env = {k: v for k, v in os.environ.items() if k != "RAYML_ZAPFORMAT_PURE"}
-    out = subprocess.run([sys.executable, "-c", _FALLBACK], capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run([sys.executable, "-c", _FALLBACK], capture_output=True, text=True, env=env, timeout=limit(120))
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "False", "True", "True"]
     lines = [ln for ln in out.stderr.splitlines() if "_zapcore" in ln]
@@ -124,7 +125,7 @@ def test_fallback_to_pure_engine_with_one_warning_line():
 def test_pure_engine_forced_by_environment_is_silent():
     env = dict(os.environ, RAYML_ZAPFORMAT_PURE="1")
     code = "from rayml.decoding import native; print(native.AVAILABLE)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=limit(120))
     assert out.stdout.strip() == "False" and "_zapcore" not in out.stderr
 
 

@@ -12,6 +12,7 @@ os.environ["TRITON_INTERPRET"] = "1"
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from _timing import limit  # noqa: E402
 from rayml.kernels import lut_gemm as lg  # noqa: E402
 
 needs_interpreter = pytest.mark.skipif(
@@ -138,5 +139,5 @@ def test_gpu_bench_skips_clearly_without_cuda():
 
     assert gpu_bench()["status"].startswith("skipped: no CUDA device")
     script = Path(__file__).resolve().parents[2] / "scripts" / "ganq_gpu_bench.py"
-    out = subprocess.run([_sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([_sys.executable, str(script)], capture_output=True, text=True, timeout=limit(120))
     assert out.returncode == 0 and out.stdout.startswith("SKIPPED: no CUDA device")

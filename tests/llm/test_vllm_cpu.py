@@ -26,6 +26,7 @@ import jsonschema  # noqa: E402
 import torch  # noqa: E402
 
 import rayml.kvcache.epic_vllm as ev  # noqa: E402
+from _timing import limit  # noqa: E402
 from rayml.decoding.logits import EXTRA_ARGS_KEY  # noqa: E402
 from rayml.kvcache import epic, epic_passages  # noqa: E402
 from rayml.llm import smollm2  # noqa: E402
@@ -293,18 +294,18 @@ def test_vllm_serve_app_answers_and_constrains_over_http(serve_app):
         REPORT["serve_startup_s"] = time.perf_counter() - t0
         url = f"{base}/v1/completions"
         r = requests.post(url, json={"prompt": "What is the capital of France?", "max_tokens": 12, "temperature": 0},
-                          timeout=600)
+                          timeout=limit(600))
         assert r.status_code == 200, r.text
         assert "Paris" in r.json()["choices"][0]["text"]
         body = {"prompt": SCHEMAS["person"][0], "max_tokens": 48, "temperature": 0,
                 "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}}}
-        r = requests.post(url, json=body, timeout=600)
+        r = requests.post(url, json=body, timeout=limit(600))
         assert r.status_code == 200, r.text
         choice = r.json()["choices"][0]
         assert choice["finish_reason"] == "stop", choice
         jsonschema.validate(json.loads(choice["text"]), schema)
         bad = requests.post(url, json={**body, "response_format": {"type": "json_schema", "json_schema": {
-            "schema": {"type": "object", "properties": {"a": {"type": "nope"}}}}}}, timeout=60)
+            "schema": {"type": "object", "properties": {"a": {"type": "nope"}}}}}}, timeout=limit(60))
         assert bad.status_code == 400, bad.text
-        assert requests.get(f"{base}/v1/engine", timeout=60).json()["vllm"] == vllm.__version__
+        assert requests.get(f"{base}/v1/engine", timeout=limit(60)).json()["vllm"] == vllm.__version__
     print(f"\nvllm Serve app: up and answered in {REPORT['serve_startup_s']:.1f} s")

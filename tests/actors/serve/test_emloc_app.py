@@ -11,6 +11,7 @@ import time
 import pytest
 import requests
 
+from _timing import limit
 from rayml.actors.serve import emloc as app_module
 from rayml.llm import training
 from rayml.llm.checkpoint import save_checkpoint
@@ -50,7 +51,7 @@ def _local(checkpoint, delta, queries, max_tokens):
 
 
 def _post(url, body):
-    return requests.post(url, json=body, timeout=120)
+    return requests.post(url, json=body, timeout=limit(120))
 
 
 def test_the_second_request_reuses_the_stored_memory(base, checkpoint):
@@ -76,7 +77,7 @@ def test_the_second_request_reuses_the_stored_memory(base, checkpoint):
 
     from ray import serve
 
-    stats = serve.get_deployment_handle("EmlocKVStore", app_name="emloc").stats.remote().result(timeout_s=30)
+    stats = serve.get_deployment_handle("EmlocKVStore", app_name="emloc").stats.remote().result(timeout_s=limit(30))
     assert stats["entries"] == 2 and stats["invalid"] == 0 and stats["hits"] >= 3
 
 
@@ -87,7 +88,7 @@ def test_a_lost_store_costs_a_rebuild_only(base, checkpoint):
     mid = _post(f"{base}/memories", body).json()["id"]
     (replica,) = [a for a in ray.util.list_named_actors(all_namespaces=True) if "emloc#EmlocKVStore" in a["name"]]
     ray.kill(ray.get_actor(replica["name"], namespace=replica["namespace"]), no_restart=True)
-    deadline, r = time.time() + 60, None
+    deadline, r = time.time() + limit(60), None
     while time.time() < deadline:
         r = _post(f"{base}/ask", {"memory": mid, "queries": QUERIES[:1]})
         if r.status_code == 404:
@@ -117,7 +118,7 @@ def test_a_lost_store_costs_a_rebuild_only(base, checkpoint):
     ("nowhere", {}, 404, "Not Found"),
 ])
 def test_bad_requests_get_4xx_and_the_replica_stays_up(base, route, payload, status, needle):
-    r = requests.post(f"{base}/{route}", json=payload, timeout=60)
+    r = requests.post(f"{base}/{route}", json=payload, timeout=limit(60))
     assert r.status_code == status, r.text
     assert needle in r.json()["error"]
     assert _post(f"{base}/memories", {"demonstrations": DEMOS[:2]}).status_code == 200
@@ -128,8 +129,8 @@ def test_over_length_ask_malformed_json_get_and_schema(base):
     assert made.status_code == 200, made.text
     r = _post(f"{base}/ask", {"memory": made.json()["id"], "queries": ["?tuli:"], "max_tokens": 8})
     assert r.status_code == 413 and "context length" in r.json()["error"]
-    r = requests.post(f"{base}/ask", data=b"{not json", headers={"content-type": "application/json"}, timeout=60)
+    r = requests.post(f"{base}/ask", data=b"{not json", headers={"content-type": "application/json"}, timeout=limit(60))
     assert r.status_code == 422 and "JSON" in r.json()["error"]
-    assert requests.get(f"{base}/ask", timeout=60).status_code == 405
-    schema = requests.get(f"{base}/openapi.json", timeout=60).json()
+    assert requests.get(f"{base}/ask", timeout=limit(60)).status_code == 405
+    schema = requests.get(f"{base}/openapi.json", timeout=limit(60)).json()
     assert {"/memories", "/ask"} <= set(schema["paths"])

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
+from _timing import limit
 from rayml.actors.serve import generate as app_module
 from rayml.llm import training
 from rayml.llm.checkpoint import save_checkpoint
@@ -46,7 +47,7 @@ def test_completion_matches_local_greedy_generation(url, checkpoint):
     import rayml.llm
 
     lm = rayml.llm.pretrained(checkpoint)
-    r = requests.post(url, json={"prompt": "317+845=", "max_tokens": 6, "temperature": 0}, timeout=60)
+    r = requests.post(url, json={"prompt": "317+845=", "max_tokens": 6, "temperature": 0}, timeout=limit(60))
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["object"] == "text_completion" and len(body["choices"]) == 1
@@ -57,14 +58,14 @@ def test_completion_matches_local_greedy_generation(url, checkpoint):
 
 def test_concurrent_requests_complete_and_agree_with_alone(url):
     prompts = [f"{100 + 37 * i}+{200 + 11 * i}=" for i in range(12)]
-    alone = [requests.post(url, json={"prompt": p, "max_tokens": 5, "temperature": 0}, timeout=60).json()
+    alone = [requests.post(url, json={"prompt": p, "max_tokens": 5, "temperature": 0}, timeout=limit(60)).json()
              for p in prompts[:3]]
     with ThreadPoolExecutor(max_workers=len(prompts)) as ex:
         rs = list(ex.map(lambda p: requests.post(url, json={"prompt": p, "max_tokens": 5, "temperature": 0},
-                                                 timeout=120), prompts))
+                                                 timeout=limit(120)), prompts))
     assert [r.status_code for r in rs] == [200] * len(prompts)
     assert [r.json()["choices"][0]["text"] for r in rs[:3]] == [a["choices"][0]["text"] for a in alone]
-    multi = requests.post(url, json={"prompt": prompts[:3], "max_tokens": 5, "temperature": 0}, timeout=60).json()
+    multi = requests.post(url, json={"prompt": prompts[:3], "max_tokens": 5, "temperature": 0}, timeout=limit(60)).json()
     assert [c["text"] for c in multi["choices"]] == [a["choices"][0]["text"] for a in alone]
 
 
@@ -89,24 +90,24 @@ def test_concurrent_requests_complete_and_agree_with_alone(url):
     ],
 )
 def test_bad_requests_get_4xx_naming_the_field_and_the_replica_survives(url, payload, status, needle):
-    r = requests.post(url, json=payload, timeout=30)
+    r = requests.post(url, json=payload, timeout=limit(30))
     assert r.status_code == status and needle in r.json()["error"], r.text
-    ok = requests.post(url, json={"prompt": "1+1=", "max_tokens": 2}, timeout=30)
+    ok = requests.post(url, json={"prompt": "1+1=", "max_tokens": 2}, timeout=limit(30))
     assert ok.status_code == 200
 
 
 def test_a_huge_prompt_is_refused_before_it_is_read_or_tokenized(url):
-    r = requests.post(url, json={"prompt": "x" * (2 * app_module.MAX_BODY)}, timeout=30)
+    r = requests.post(url, json={"prompt": "x" * (2 * app_module.MAX_BODY)}, timeout=limit(30))
     assert r.status_code == 413
 
 
 def test_the_app_publishes_its_openapi_schema(url):
-    schema = requests.get(url.replace("/v1/completions", "/openapi.json"), timeout=30).json()
+    schema = requests.get(url.replace("/v1/completions", "/openapi.json"), timeout=limit(30)).json()
     assert "/v1/completions" in schema["paths"] and "CompletionRequest" in schema["components"]["schemas"]
 
 
 def test_wrong_route_and_method_are_4xx(url):
-    assert requests.get(url, timeout=30).status_code == 405
-    assert requests.post(url.replace("/v1/completions", "/v1/chat"), json={}, timeout=30).status_code == 404
+    assert requests.get(url, timeout=limit(30)).status_code == 405
+    assert requests.post(url.replace("/v1/completions", "/v1/chat"), json={}, timeout=limit(30)).status_code == 404
     assert requests.post(url, data="not json", headers={"content-type": "application/json"},
-                         timeout=30).status_code == 422
+                         timeout=limit(30)).status_code == 422

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import requests
 
+from _timing import limit
 from rayml.actors.serve import optimize
 
 
@@ -29,7 +30,7 @@ def test_parse_request_defaults_and_bounds():
 
 def test_answers_a_request(url):
     r = requests.post(url, json={"function": "ackley", "dim": 2, "iterations": 150, "samples": 30,
-                                 "x0": [2.0, -2.0], "seed": 1}, timeout=60)
+                                 "x0": [2.0, -2.0], "seed": 1}, timeout=limit(60))
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["evals"] == 150 * 31 + 1
@@ -40,7 +41,7 @@ def test_concurrent_requests_complete(url):
     payloads = [{"function": "rastrigin", "dim": 2, "iterations": 40, "samples": 10, "seed": s,
                  "method": m} for s, m in enumerate(optimize.METHODS * 2)]
     with ThreadPoolExecutor(max_workers=len(payloads)) as ex:
-        codes = list(ex.map(lambda p: requests.post(url, json=p, timeout=120).status_code, payloads))
+        codes = list(ex.map(lambda p: requests.post(url, json=p, timeout=limit(120)).status_code, payloads))
     assert codes == [200] * len(payloads)
 
 
@@ -64,26 +65,26 @@ def test_concurrent_requests_complete(url):
     ],
 )
 def test_bad_requests_get_422_naming_the_field_and_the_replica_survives(url, payload, needle):
-    r = requests.post(url, json=payload, timeout=30)
+    r = requests.post(url, json=payload, timeout=limit(30))
     assert r.status_code == 422 and needle in r.json()["error"], r.text
-    ok = requests.post(url, json={"function": "ackley", "dim": 2, "iterations": 5, "samples": 4}, timeout=30)
+    ok = requests.post(url, json={"function": "ackley", "dim": 2, "iterations": 5, "samples": 4}, timeout=limit(30))
     assert ok.status_code == 200
 
 
 def test_malformed_json_wrong_method_and_a_huge_body(url):
-    bad = requests.post(url, data=b"{not json", headers={"content-type": "application/json"}, timeout=30)
+    bad = requests.post(url, data=b"{not json", headers={"content-type": "application/json"}, timeout=limit(30))
     assert bad.status_code == 422 and "error" in bad.json()
-    assert requests.get(url, timeout=30).status_code == 405
+    assert requests.get(url, timeout=limit(30)).status_code == 405
     huge = requests.post(url, data=b"[" + b"1," * 100_000 + b"1]", headers={"content-type": "application/json"},
-                         timeout=30)
+                         timeout=limit(30))
     assert huge.status_code == 413 and "bytes" in huge.json()["error"]
     nested = requests.post(url, data=b"[" * 30000 + b"]" * 30000, headers={"content-type": "application/json"},
-                           timeout=30)
+                           timeout=limit(30))
     assert 400 <= nested.status_code < 500
 
 
 def test_the_app_publishes_its_openapi_schema(url):
-    schema = requests.get(url.rstrip("/") + "/openapi.json", timeout=30).json()
+    schema = requests.get(url.rstrip("/") + "/openapi.json", timeout=limit(30)).json()
     assert schema["info"]["title"].startswith("rayml optimize")
     assert "OptimizeRequest" in schema["components"]["schemas"]
-    assert requests.get(url.rstrip("/") + "/docs", timeout=30).status_code == 200
+    assert requests.get(url.rstrip("/") + "/docs", timeout=limit(30)).status_code == 200

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import requests
 
+from _timing import limit
 from rayml.actors.serve import purify
 
 
@@ -45,25 +46,25 @@ def test_parse_json_shapes_and_defaults():
 
 def test_purifies_a_json_image(url, digit):
     image, label = digit
-    r = requests.post(url, json={"image": image.tolist(), "seed": 1}, timeout=60)
+    r = requests.post(url, json={"image": image.tolist(), "seed": 1}, timeout=limit(60))
     assert r.status_code == 200, r.text
     body = r.json()
     out = np.array(body["purified"])
     assert out.shape == (8, 8) and out.min() >= 0 and out.max() <= 1
     assert 0 <= body["t"] <= 105 and body["t"] == round(body["t"]) and body["label"] == label
     assert body["size"] == [8, 8]
-    again = requests.post(url, json={"image": image.tolist(), "seed": 1}, timeout=60).json()
+    again = requests.post(url, json={"image": image.tolist(), "seed": 1}, timeout=limit(60)).json()
     assert again == body  # a fixed seed gives the same answer
 
 
 def test_purifies_png_bytes_and_batches(url, digit):
     image, _ = digit
     png = _png(np.round(image * 255).astype(np.uint8))
-    r = requests.post(url, data=png, headers={"Content-Type": "image/png"}, timeout=60)
+    r = requests.post(url, data=png, headers={"Content-Type": "image/png"}, timeout=limit(60))
     assert r.status_code == 200, r.text
     assert np.array(r.json()["purified"]).shape == (8, 8)
     batch = np.stack([image, np.clip(image + 0.3, 0, 1)])
-    r = requests.post(url, json={"image": batch.tolist(), "method": "gdmp", "ssni": "L"}, timeout=60)
+    r = requests.post(url, json={"image": batch.tolist(), "method": "gdmp", "ssni": "L"}, timeout=limit(60))
     assert r.status_code == 200, r.text
     body = r.json()
     assert np.array(body["purified"]).shape == (2, 8, 8) and len(body["t"]) == 2 and body["t"][1] > body["t"][0]
@@ -75,7 +76,7 @@ def test_other_sizes_the_model_takes_are_purified(url, digit):
 
     image, _ = digit
     big = F.interpolate(torch.as_tensor(image)[None, None], size=(16, 16), mode="bilinear").clamp(0, 1)[0, 0].numpy()
-    r = requests.post(url, json={"image": big.tolist(), "seed": 2}, timeout=120)
+    r = requests.post(url, json={"image": big.tolist(), "seed": 2}, timeout=limit(120))
     assert r.status_code == 200, r.text
     body = r.json()
     out = np.array(body["purified"])
@@ -83,20 +84,20 @@ def test_other_sizes_the_model_takes_are_purified(url, digit):
     assert 0 <= body["t"] <= 105 and out.min() >= 0 and out.max() <= 1
     # a clean digit at its size sits near the middle of SSNI-N's range; heavy noise gets more
     noisy = np.clip(big + np.random.default_rng(0).normal(0, 0.3, big.shape), 0, 1)
-    t_noisy = requests.post(url, json={"image": noisy.tolist(), "seed": 2}, timeout=120).json()["t"]
+    t_noisy = requests.post(url, json={"image": noisy.tolist(), "seed": 2}, timeout=limit(120)).json()["t"]
     assert t_noisy > body["t"]
     # a non-square batch and a PNG of another supported size
     batch = np.random.default_rng(1).uniform(0, 1, (3, 6, 12))
-    r = requests.post(url, json={"image": batch.tolist(), "ssni": None}, timeout=120)
+    r = requests.post(url, json={"image": batch.tolist(), "ssni": None}, timeout=limit(120))
     assert r.status_code == 200, r.text
     assert np.array(r.json()["purified"]).shape == (3, 6, 12) and r.json()["t"] == [100.0] * 3
     r = requests.post(url, data=_png(np.round(big * 255).astype(np.uint8)), headers={"Content-Type": "image/png"},
-                      timeout=120)
+                      timeout=limit(120))
     assert r.status_code == 200 and np.array(r.json()["purified"]).shape == (16, 16), r.text
 
 
 def test_the_app_lists_the_sizes_it_takes(url):
-    body = requests.get(url.rstrip("/") + "/sizes", timeout=30).json()
+    body = requests.get(url.rstrip("/") + "/sizes", timeout=limit(30)).json()
     assert body["square_sides"] == list(range(2, 65, 2)) and body["max_pixels"] == purify.MAX_PIXELS
     assert body["classifier_size"] == [8, 8]
 
@@ -117,7 +118,7 @@ def test_concurrent_requests_complete(url, digit):
     image, _ = digit
     with ThreadPoolExecutor(max_workers=6) as ex:
         codes = list(ex.map(lambda s: requests.post(url, json={"image": image.tolist(), "seed": s},
-                                                     timeout=120).status_code, range(6)))
+                                                     timeout=limit(120)).status_code, range(6)))
     assert codes == [200] * 6
 
 
@@ -144,9 +145,9 @@ def test_concurrent_requests_complete(url, digit):
     ],
 )
 def test_bad_json_gets_400_and_the_replica_survives(url, digit, payload, needle):
-    r = requests.post(url, json=payload, timeout=30)
+    r = requests.post(url, json=payload, timeout=limit(30))
     assert r.status_code == 400 and needle in r.json()["error"], r.text
-    ok = requests.post(url, json=digit[0].tolist(), timeout=60)
+    ok = requests.post(url, json=digit[0].tolist(), timeout=limit(60))
     assert ok.status_code == 200
 
 
@@ -174,13 +175,13 @@ def test_bad_bodies_and_pngs_get_4xx(url):
         (_png_header_declaring(20000, 20000), 400, "PNG"),
     ]
     for data, status, needle in cases:
-        r = requests.post(url, data=data, timeout=30)
+        r = requests.post(url, data=data, timeout=limit(30))
         assert r.status_code == status and needle in r.json()["error"], (needle, r.text)
-    assert requests.get(url, timeout=30).status_code == 405
-    assert requests.post(url, json=np.zeros((8, 8)).tolist(), timeout=60).status_code == 200
+    assert requests.get(url, timeout=limit(30)).status_code == 405
+    assert requests.post(url, json=np.zeros((8, 8)).tolist(), timeout=limit(60)).status_code == 200
 
 
 def test_the_app_publishes_its_openapi_schema(url):
-    schema = requests.get(url.rstrip("/") + "/openapi.json", timeout=30).json()
+    schema = requests.get(url.rstrip("/") + "/openapi.json", timeout=limit(30)).json()
     body = schema["paths"]["/"]["post"]["requestBody"]["content"]
     assert {"application/json", "image/png"} <= set(body)

@@ -13,6 +13,7 @@ import jsonschema
 import pytest
 import requests
 
+from _timing import limit
 from rayml.actors.serve import constrained as app_module
 
 pytestmark = pytest.mark.slow
@@ -36,7 +37,7 @@ def url(serve_app):
 
 
 def _post(url, body, timeout=120):
-    return requests.post(url, json=body, timeout=timeout)
+    return requests.post(url, json=body, timeout=limit(timeout))
 
 
 def _schema_body(prompt, schema, **kw):
@@ -147,10 +148,10 @@ def test_compile_time_limit_is_422_every_time_and_not_cached(url):
 
 
 def test_wrong_route_and_method_are_4xx(url):
-    assert requests.get(url, timeout=30).status_code == 405
+    assert requests.get(url, timeout=limit(30)).status_code == 405
     assert _post(url.replace("/v1/completions", "/v1/chat"), {}).status_code == 404
     assert requests.post(url, data="not json", headers={"content-type": "application/json"},
-                         timeout=30).status_code == 422
+                         timeout=limit(30)).status_code == 422
 
 
 def test_parse_constraint_forms():

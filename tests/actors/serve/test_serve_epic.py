@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import requests
 
+from _timing import limit
 from rayml.actors.serve import epic as app_module
 from rayml.llm import training
 from rayml.llm.checkpoint import save_checkpoint
@@ -60,21 +61,21 @@ def test_register_ask_and_survive_a_store_kill(base, checkpoint):
 
     ids = []
     for d in DOCS:
-        r = requests.post(f"{base}/documents", json={"text": d}, timeout=60)
+        r = requests.post(f"{base}/documents", json={"text": d}, timeout=limit(60))
         assert r.status_code == 200, r.text
         ids.append(r.json()["id"])
-    assert requests.post(f"{base}/documents", json={"text": DOCS[0]}, timeout=60).json()["id"] == ids[0]
+    assert requests.post(f"{base}/documents", json={"text": DOCS[0]}, timeout=limit(60)).json()["id"] == ids[0]
     order = [ids[2], ids[0], ids[1]]
     docs = [DOCS[2], DOCS[0], DOCS[1]]
     body = {"documents": order, "query": "?tuli:", "max_tokens": 4}
-    r = requests.post(f"{base}/ask", json=body, timeout=60)
+    r = requests.post(f"{base}/ask", json=body, timeout=limit(60))
     assert r.status_code == 200, r.text
     got = r.json()
     assert got["text"] == _local(checkpoint, docs, "?tuli:", "legolink", 2, 4)
     assert got["cache"]["hits"] == 3 and got["cache"]["builds"] == 0  # compiled at registration
     recomputed = {}
     for method in ("full", "naive", "cacheblend", "prefix", "prefix"):  # prefix twice: a miss, then a hit
-        r = requests.post(f"{base}/ask", json={**body, "method": method}, timeout=60)
+        r = requests.post(f"{base}/ask", json={**body, "method": method}, timeout=limit(60))
         assert r.status_code == 200 and r.json()["text"] == _local(checkpoint, docs, "?tuli:", method, 2, 4)
         recomputed.setdefault(method, []).append(r.json()["recomputed_tokens"])
     # exact-prefix caching: a miss recomputes everything, a hit on the same documents only the query
@@ -83,18 +84,18 @@ def test_register_ask_and_survive_a_store_kill(base, checkpoint):
     from ray import serve
 
     handle = serve.get_deployment_handle("EpicKVStore", app_name="epic")
-    stats = handle.stats.remote().result(timeout_s=30)
+    stats = handle.stats.remote().result(timeout_s=limit(30))
     assert stats["entries"] == 3 and len(stats["models"]) == 1 and stats["invalid"] == 0
     bogus = {"keys": np.zeros((1, 1, 2, 1), np.float32), "values": np.zeros((1, 1, 2, 1), np.float32),
              "positions": np.arange(2), "rope_theta": 10000.0}
-    assert not handle.put_value.remote("k", bogus, stats["models"][0]).result(timeout_s=30)  # wrong shape
-    assert not handle.put_value.remote("k", bogus, "some-other-model").result(timeout_s=30)  # not registered
-    assert handle.stats.remote().result(timeout_s=30)["invalid"] == 2
+    assert not handle.put_value.remote("k", bogus, stats["models"][0]).result(timeout_s=limit(30))  # wrong shape
+    assert not handle.put_value.remote("k", bogus, "some-other-model").result(timeout_s=limit(30))  # not registered
+    assert handle.stats.remote().result(timeout_s=limit(30))["invalid"] == 2
     (replica,) = _store_replicas("epic")
     ray.kill(ray.get_actor(replica["name"], namespace=replica["namespace"]), no_restart=True)  # cache lost
     texts = []
     for _ in range(2):
-        r = requests.post(f"{base}/ask", json=body, timeout=60)
+        r = requests.post(f"{base}/ask", json=body, timeout=limit(60))
         assert r.status_code == 200, r.text
         texts.append(r.json()["text"])
         time.sleep(0.5)
@@ -118,22 +119,22 @@ def test_register_ask_and_survive_a_store_kill(base, checkpoint):
     ("nowhere", {}, 404, "Not Found"),
 ])
 def test_bad_requests_get_4xx_and_the_replica_stays_up(base, route, payload, status, needle):
-    r = requests.post(f"{base}/{route}", json=payload, timeout=60)
+    r = requests.post(f"{base}/{route}", json=payload, timeout=limit(60))
     assert r.status_code == status, r.text
     assert needle in r.json()["error"]
-    ok = requests.post(f"{base}/documents", json={"text": DOCS[0]}, timeout=60)
+    ok = requests.post(f"{base}/documents", json={"text": DOCS[0]}, timeout=limit(60))
     assert ok.status_code == 200
 
 
 def test_over_length_prompt_malformed_json_and_get(base):
-    ids = [requests.post(f"{base}/documents", json={"text": t}, timeout=60).json()["id"]
+    ids = [requests.post(f"{base}/documents", json={"text": t}, timeout=limit(60)).json()["id"]
            for t in ("[bako:123;tuli:456;mosu:054]" * 3, "[kadu:598;lani:637;boge:865]" * 3)]
-    r = requests.post(f"{base}/ask", json={"documents": ids * 4, "query": "?tuli:", "max_tokens": 8}, timeout=60)
+    r = requests.post(f"{base}/ask", json={"documents": ids * 4, "query": "?tuli:", "max_tokens": 8}, timeout=limit(60))
     assert r.status_code == 413 and "context length" in r.json()["error"]
-    r = requests.post(f"{base}/ask", data=b"{not json", headers={"content-type": "application/json"}, timeout=60)
+    r = requests.post(f"{base}/ask", data=b"{not json", headers={"content-type": "application/json"}, timeout=limit(60))
     assert r.status_code == 422 and "JSON" in r.json()["error"]
-    assert requests.get(f"{base}/ask", timeout=60).status_code == 405
-    r = requests.post(f"{base}/ask", json={"documents": ids[:1], "query": "?tuli:", "max_tokens": 2}, timeout=60)
+    assert requests.get(f"{base}/ask", timeout=limit(60)).status_code == 405
+    r = requests.post(f"{base}/ask", json={"documents": ids[:1], "query": "?tuli:", "max_tokens": 2}, timeout=limit(60))
     assert r.status_code == 200
 
 
@@ -150,15 +151,15 @@ def test_the_document_registry_is_bounded(base, checkpoint):
     serve.run(epic.build(checkpoint, k=2, max_registered=2), name="epic-bounded", route_prefix="/epicb")
     other = base.rsplit("/epic", 1)[0] + "/epicb"
     try:
-        ids = [requests.post(f"{other}/documents", json={"text": t}, timeout=60).json()["id"] for t in DOCS[:3]]
+        ids = [requests.post(f"{other}/documents", json={"text": t}, timeout=limit(60)).json()["id"] for t in DOCS[:3]]
         # the replica forgot the oldest, but the store's mirror brings it back on use
         r = requests.post(f"{other}/ask", json={"documents": ids[:1], "query": "?tuli:", "max_tokens": 2},
-                          timeout=60)
+                          timeout=limit(60))
         assert r.status_code == 200, r.text
         assert len(_store_replicas("epic-bounded")) == 1
     finally:
         serve.delete("epic-bounded")
-    deadline = time.time() + 60
+    deadline = time.time() + limit(60)
     while _store_replicas("epic-bounded") and time.time() < deadline:
         time.sleep(0.5)
     assert not _store_replicas("epic-bounded")  # the store is the app's: deleted with it
@@ -166,5 +167,5 @@ def test_the_document_registry_is_bounded(base, checkpoint):
 
 
 def test_the_app_publishes_its_openapi_schema(base):
-    schema = requests.get(f"{base}/openapi.json", timeout=60).json()
+    schema = requests.get(f"{base}/openapi.json", timeout=limit(60)).json()
     assert {"/documents", "/ask"} <= set(schema["paths"])

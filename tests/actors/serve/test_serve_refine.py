@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import requests
 
+from _timing import limit
 from rayml.actors.serve import refine as app_module
 from rayml.alignment import dpsdp as dp
 from rayml.alignment import dpsdp_policy as P
@@ -33,7 +34,7 @@ def url(serve_app, policy_file):
 
 
 def _post(url, body):
-    return requests.post(f"{url}/refine", json=body, timeout=120)
+    return requests.post(f"{url}/refine", json=body, timeout=limit(120))
 
 
 def test_answers_equal_a_direct_refine_call_of_the_policy(url, policy_file):
@@ -54,7 +55,7 @@ def test_answers_equal_a_direct_refine_call_of_the_policy(url, policy_file):
 
 
 def test_get_policy_gives_the_metadata(url, policy_file):
-    r = requests.get(f"{url}/policy", timeout=60)
+    r = requests.get(f"{url}/policy", timeout=limit(60))
     assert r.status_code == 200, r.text
     info = r.json()
     meta = P.load_policy(policy_file).meta
@@ -93,9 +94,9 @@ def test_bad_bodies_get_4xx_and_the_replica_stays_up(url, payload, status, needl
 
 
 def test_other_methods_and_a_body_over_the_cap(url):
-    assert requests.get(f"{url}/refine", timeout=60).status_code == 405
+    assert requests.get(f"{url}/refine", timeout=limit(60)).status_code == 405
     big = requests.post(f"{url}/refine", data=b"{" + b" " * (app_module.MAX_BODY + 10) + b"}",
-                        headers={"content-type": "application/json"}, timeout=60)
+                        headers={"content-type": "application/json"}, timeout=limit(60))
     assert big.status_code == 413 and "error" in big.json()
 
 

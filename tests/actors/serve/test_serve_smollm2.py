@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 import requests
 
+from _timing import limit
 from rayml.actors.serve import constrained, generate
 from rayml.llm import smollm2
 
@@ -36,7 +37,7 @@ def test_generate_app_answers_a_chat_question_with_smollm2(serve_app, tokenizer)
     question = "What is the capital of France?"
     with serve_app(generate.build("smollm2-135m", chat=True), "generate-smollm2", "/smol") as base:
         r = requests.post(f"{base}/v1/completions", json={"prompt": question, "max_tokens": 16, "temperature": 0},
-                          timeout=300)
+                          timeout=limit(300))
     assert r.status_code == 200, r.text
     body = r.json()
     choice = body["choices"][0]
@@ -50,7 +51,7 @@ def test_constrained_app_gives_schema_valid_json_from_smollm2(serve_app, tokeniz
     body = {"prompt": "Give a JSON object for a person named Alice who is 30 years old.", "max_tokens": 32,
             "temperature": 0, "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": PERSON}}}
     with serve_app(app, "constrained-smollm2", "/smolc") as base:
-        r = requests.post(f"{base}/v1/completions", json=body, timeout=300)
+        r = requests.post(f"{base}/v1/completions", json=body, timeout=limit(300))
     assert r.status_code == 200, r.text
     choice = r.json()["choices"][0]
     assert choice["finish_reason"] == "stop", choice
