@@ -13,7 +13,7 @@
  *
  * Functions (all exact; the pure-Python engine in matcher.py is the reference they are tested
  * against bit for bit):
- *   trie(node_byte, lens, lcp, node_start, tok_end, node_depth, node_m, order, max_len) -> capsule
+ *   trie(node_byte, lens, lcp, node_start, tok_end, node_depth, node_m, order, max_len, tok_start)
  *   walk(trie, trans, accept, s, words) -> [(depth, node, state)]   (inside tokens OR-ed into words)
  *   walk_counted(trie, local, i, words) -> (ids int64, keys int64, closing list): the inside tokens
  *       sorted (stable counting sort) by key 2 * characters + (not between characters), their bits
@@ -35,7 +35,7 @@ typedef struct {
     int max_len;
     uint8_t *node_byte;  /* [n_nodes] the byte leading into each preorder node */
     int32_t *lens, *lcp, *node_start;
-    int32_t *tok_end, *node_depth, *node_m;  /* per preorder node */
+    int32_t *tok_end, *node_depth, *node_m, *tok_start;  /* per preorder node */
     int64_t *order;      /* token id of each sorted position */
 } Trie;
 
@@ -43,7 +43,7 @@ static void trie_free(PyObject *cap) {
     Trie *t = (Trie *)PyCapsule_GetPointer(cap, "zapcore.trie");
     if (!t) return;
     free(t->node_byte); free(t->lens); free(t->lcp); free(t->node_start);
-    free(t->tok_end); free(t->node_depth); free(t->node_m); free(t->order);
+    free(t->tok_end); free(t->node_depth); free(t->node_m); free(t->order); free(t->tok_start);
     free(t);
 }
 
@@ -71,10 +71,10 @@ static void *copy_buf(PyObject *obj, Py_ssize_t itemsize, Py_ssize_t *count, con
 }
 
 static PyObject *py_trie(PyObject *self, PyObject *args) {
-    PyObject *node_byte, *lens, *lcp, *node_start, *tok_end, *node_depth, *node_m, *order;
+    PyObject *node_byte, *lens, *lcp, *node_start, *tok_end, *node_depth, *node_m, *order, *tok_start;
     int max_len;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOi", &node_byte, &lens, &lcp, &node_start, &tok_end, &node_depth,
-                          &node_m, &order, &max_len))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOiO", &node_byte, &lens, &lcp, &node_start, &tok_end, &node_depth,
+                          &node_m, &order, &max_len, &tok_start))
         return NULL;
     Trie *t = calloc(1, sizeof(Trie));
     if (!t) return PyErr_NoMemory();
@@ -105,12 +105,14 @@ static PyObject *py_trie(PyObject *self, PyObject *args) {
     if (!t->node_depth) goto fail;
     t->node_m = copy_buf(node_m, 4, &nn, "node_m");
     if (!t->node_m) goto fail;
+    t->tok_start = copy_buf(tok_start, 4, &nn, "tok_start");
+    if (!t->tok_start) goto fail;
     PyObject *cap = PyCapsule_New(t, "zapcore.trie", trie_free);
     if (!cap) goto fail;
     return cap;
 fail:
     free(t->node_byte); free(t->lens); free(t->lcp); free(t->node_start);
-    free(t->tok_end); free(t->node_depth); free(t->node_m); free(t->order);
+    free(t->tok_end); free(t->node_depth); free(t->node_m); free(t->order); free(t->tok_start);
     free(t);
     return NULL;
 }
@@ -374,6 +376,837 @@ done:
     return ret;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * The Earley engine over integer state ids (rayml.decoding.earley.EarleyEngine with memo=True,
+ * in C): byte-level Earley with Leo items and ZapFormat's dynamic pruning; every Earley set is
+ * interned by its content and the set below it, so a set id identifies its whole (pruned) chart
+ * and the results of steps, token accepts, exit charts and Leo tops are memoised per set id.
+ * Items are (dotted rule d, DFA state st, origin o (SELF = -1: the set itself), Leo target ov);
+ * the semantics (seeds, closure, Leo folding, pruning bound) are those of earley.py, which the
+ * tests compare against bit for bit (masks and accepts). */
+
+#define SELF (-1)
+#define NO_SYM INT32_MIN
+
+typedef struct { int32_t d, st, o, ov; } Item;
+
+typedef struct {
+    int32_t depth;           /* column of this set; chart[0..depth] */
+    int32_t *chart;          /* set ids of the chart this set tops (chart[depth] = self) */
+    Item *items;             /* the key: sorted items with a symbol after the dot */
+    int32_t n_items;
+    uint8_t accepting;
+    int32_t max_ref;
+    uint64_t hash;
+    int32_t n_scan;          /* scan groups (t, s) -> items */
+    int32_t *scan_t, *scan_s, *scan_off;
+    Item *scan_items;
+    int32_t n_wait;          /* wait groups, sorted by nonterminal */
+    int32_t *wait_sym, *wait_off;
+    Item *wait_items;
+    uint8_t first_done;
+    uint8_t first[256];
+    int32_t *steps;          /* [256]: -2 unknown, -1 rejected, else set id */
+} ESet;
+
+typedef struct { int64_t k1, k2, v; } MapSlot;
+typedef struct { MapSlot *slots; int64_t cap, n; } Map;
+
+static uint64_t mix64(uint64_t x) {
+    x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ULL; x ^= x >> 33;
+    return x;
+}
+
+static int map_init(Map *m) {
+    m->cap = 1024; m->n = 0;
+    m->slots = malloc(sizeof(MapSlot) * m->cap);
+    if (!m->slots) return -1;
+    for (int64_t i = 0; i < m->cap; i++) m->slots[i].k1 = -1;
+    return 0;
+}
+
+static int64_t *map_find(Map *m, int64_t k1, int64_t k2) {
+    uint64_t h = mix64((uint64_t)k1 * 0x9E3779B97F4A7C15ULL ^ (uint64_t)k2);
+    int64_t i = h & (m->cap - 1);
+    while (m->slots[i].k1 != -1) {
+        if (m->slots[i].k1 == k1 && m->slots[i].k2 == k2) return &m->slots[i].v;
+        i = (i + 1) & (m->cap - 1);
+    }
+    return NULL;
+}
+
+static int map_put(Map *m, int64_t k1, int64_t k2, int64_t v) {
+    if (2 * (m->n + 1) > m->cap) {
+        Map big = {malloc(sizeof(MapSlot) * m->cap * 2), m->cap * 2, 0};
+        if (!big.slots) return -1;
+        for (int64_t i = 0; i < big.cap; i++) big.slots[i].k1 = -1;
+        for (int64_t i = 0; i < m->cap; i++)
+            if (m->slots[i].k1 != -1) map_put(&big, m->slots[i].k1, m->slots[i].k2, m->slots[i].v);
+        free(m->slots);
+        *m = big;
+    }
+    uint64_t h = mix64((uint64_t)k1 * 0x9E3779B97F4A7C15ULL ^ (uint64_t)k2);
+    int64_t i = h & (m->cap - 1);
+    while (m->slots[i].k1 != -1) {
+        if (m->slots[i].k1 == k1 && m->slots[i].k2 == k2) { m->slots[i].v = v; return 0; }
+        i = (i + 1) & (m->cap - 1);
+    }
+    m->slots[i].k1 = k1; m->slots[i].k2 = k2; m->slots[i].v = v;
+    m->n++;
+    return 0;
+}
+
+/* growable arrays of items / ints */
+typedef struct { Item *a; int64_t n, cap; } ItemVec;
+static int iv_push(ItemVec *v, Item it) {
+    if (v->n == v->cap) {
+        int64_t c = v->cap ? 2 * v->cap : 64;
+        Item *a = realloc(v->a, sizeof(Item) * c);
+        if (!a) return -1;
+        v->a = a; v->cap = c;
+    }
+    v->a[v->n++] = it;
+    return 0;
+}
+
+typedef struct {
+    PyObject_HEAD
+    int32_t n_dots, n_nt, n_term, start;
+    int32_t *d_next, *d_lhs;
+    uint8_t *d_pen;
+    int32_t *prods_off, *prods;
+    uint8_t *nullable;
+    int32_t **trans;
+    uint8_t **acc, **has_out;
+    int32_t *n_states;
+    Item start_item;
+    int prune;
+    ESet **sets;
+    int32_t n_sets, cap_sets;
+    int32_t *itab;           /* intern table of set ids (open addressing, -1 empty) */
+    int64_t itab_cap;
+    Map leo, tok, exits;
+    /* scratch of one closure */
+    ItemVec work, found;
+    Item *hs;                /* hash set of the closure's items */
+    uint32_t *hs_stamp;
+    int64_t hs_cap;
+    uint32_t stamp;
+    uint32_t *pred_stamp;    /* per nonterminal: predicted in this closure */
+    int64_t *done;           /* (c, m) pairs completed in this closure */
+    int64_t n_done, cap_done;
+    int64_t initial;
+    int64_t n_built;
+} Engine;
+
+static void eset_free(ESet *s) {
+    if (!s) return;
+    free(s->chart); free(s->items); free(s->scan_t); free(s->scan_s); free(s->scan_off); free(s->scan_items);
+    free(s->wait_sym); free(s->wait_off); free(s->wait_items); free(s->steps);
+    free(s);
+}
+
+static void engine_dealloc(Engine *e) {
+    free(e->d_next); free(e->d_lhs); free(e->d_pen); free(e->prods_off); free(e->prods); free(e->nullable);
+    if (e->trans) for (int32_t t = 0; t < e->n_term; t++) { free(e->trans[t]); free(e->acc[t]); free(e->has_out[t]); }
+    free(e->trans); free(e->acc); free(e->has_out); free(e->n_states);
+    if (e->sets) for (int32_t i = 0; i < e->n_sets; i++) eset_free(e->sets[i]);
+    free(e->sets); free(e->itab);
+    free(e->leo.slots); free(e->tok.slots); free(e->exits.slots);
+    free(e->work.a); free(e->found.a); free(e->hs); free(e->hs_stamp); free(e->pred_stamp); free(e->done);
+    Py_TYPE(e)->tp_free((PyObject *)e);
+}
+
+static int32_t *int_list(PyObject *seq, Py_ssize_t *n, const char *name) {
+    PyObject *f = PySequence_Fast(seq, name);
+    if (!f) return NULL;
+    *n = PySequence_Fast_GET_SIZE(f);
+    int32_t *out = malloc(sizeof(int32_t) * (*n + 1));
+    if (!out) { Py_DECREF(f); PyErr_NoMemory(); return NULL; }
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        PyObject *x = PySequence_Fast_GET_ITEM(f, i);
+        if (x == Py_None) { out[i] = NO_SYM; continue; }
+        long v = PyLong_AsLong(x);
+        if (v == -1 && PyErr_Occurred()) { free(out); Py_DECREF(f); return NULL; }
+        out[i] = (int32_t)v;
+    }
+    Py_DECREF(f);
+    return out;
+}
+
+/* Engine(d_next, d_lhs, d_pen, prods_off, prods, nullable, terminals, start, start_dot, prune)
+ * terminals: list of (trans int32 [S, 256], accept uint8 [S], has_out uint8 [S]) buffers */
+static int engine_init(Engine *e, PyObject *args, PyObject *kw) {
+    PyObject *o_next, *o_lhs, *o_pen, *o_poff, *o_prods, *o_null, *o_terms;
+    int start, start_dot, prune;
+    if (!PyArg_ParseTuple(args, "OOOOOOOiip", &o_next, &o_lhs, &o_pen, &o_poff, &o_prods, &o_null, &o_terms,
+                          &start, &start_dot, &prune))
+        return -1;
+    Py_ssize_t n, n2, n3, npo, npr, nnul;
+    e->d_next = int_list(o_next, &n, "d_next");
+    if (!e->d_next) return -1;
+    e->d_lhs = int_list(o_lhs, &n2, "d_lhs");
+    if (!e->d_lhs) return -1;
+    int32_t *pen = int_list(o_pen, &n3, "d_pen");
+    if (!pen) return -1;
+    e->n_dots = (int32_t)n;
+    e->d_pen = malloc(n + 1);
+    if (!e->d_pen) { free(pen); PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = 0; i < n3 && i < n; i++) e->d_pen[i] = pen[i] != 0;
+    free(pen);
+    e->prods_off = int_list(o_poff, &npo, "prods_off");
+    if (!e->prods_off) return -1;
+    e->prods = int_list(o_prods, &npr, "prods");
+    if (!e->prods) return -1;
+    int32_t *nul = int_list(o_null, &nnul, "nullable");
+    if (!nul) return -1;
+    e->n_nt = (int32_t)nnul;
+    e->nullable = malloc(nnul + 1);
+    if (!e->nullable) { free(nul); PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = 0; i < nnul; i++) e->nullable[i] = nul[i] != 0;
+    free(nul);
+    if (n2 != n || n3 != n || npo != nnul + 1) {
+        PyErr_SetString(PyExc_ValueError, "inconsistent grammar tables");
+        return -1;
+    }
+    PyObject *terms = PySequence_Fast(o_terms, "terminals must be a sequence");
+    if (!terms) return -1;
+    e->n_term = (int32_t)PySequence_Fast_GET_SIZE(terms);
+    e->trans = calloc(e->n_term + 1, sizeof(int32_t *));
+    e->acc = calloc(e->n_term + 1, sizeof(uint8_t *));
+    e->has_out = calloc(e->n_term + 1, sizeof(uint8_t *));
+    e->n_states = calloc(e->n_term + 1, sizeof(int32_t));
+    if (!e->trans || !e->acc || !e->has_out || !e->n_states) { Py_DECREF(terms); PyErr_NoMemory(); return -1; }
+    for (int32_t t = 0; t < e->n_term; t++) {
+        PyObject *tri = PySequence_Fast_GET_ITEM(terms, t);
+        PyObject *a, *b, *c;
+        if (!PyArg_ParseTuple(tri, "OOO", &a, &b, &c)) { Py_DECREF(terms); return -1; }
+        Py_ssize_t ns = -1, nt = -1;
+        e->acc[t] = copy_buf(b, 1, &ns, "accept");
+        if (!e->acc[t]) { Py_DECREF(terms); return -1; }
+        e->has_out[t] = copy_buf(c, 1, &ns, "has_out");
+        if (!e->has_out[t]) { Py_DECREF(terms); return -1; }
+        nt = ns * 256;
+        e->trans[t] = copy_buf(a, 4, &nt, "trans");
+        if (!e->trans[t]) { Py_DECREF(terms); return -1; }
+        e->n_states[t] = (int32_t)ns;
+    }
+    Py_DECREF(terms);
+    for (int32_t d = 0; d < e->n_dots; d++) {
+        int32_t sym = e->d_next[d];
+        if ((sym != NO_SYM && sym >= e->n_nt) || (sym != NO_SYM && sym < 0 && -sym - 1 >= e->n_term)
+            || e->d_lhs[d] < 0 || e->d_lhs[d] >= e->n_nt) {
+            PyErr_SetString(PyExc_ValueError, "grammar symbol out of range");
+            return -1;
+        }
+    }
+    for (Py_ssize_t i = 0; i < npr; i++)
+        if (e->prods[i] < 0 || e->prods[i] >= e->n_dots) { PyErr_SetString(PyExc_ValueError, "bad production"); return -1; }
+    if (start < 0 || start >= e->n_nt || start_dot < 0 || start_dot >= e->n_dots) {
+        PyErr_SetString(PyExc_ValueError, "bad start");
+        return -1;
+    }
+    e->start = start;
+    e->start_item = (Item){start_dot, 0, SELF, -1};
+    e->prune = prune;
+    e->cap_sets = 1024;
+    e->sets = malloc(sizeof(ESet *) * e->cap_sets);
+    e->itab_cap = 4096;
+    e->itab = malloc(sizeof(int32_t) * e->itab_cap);
+    e->hs_cap = 256;
+    e->hs = malloc(sizeof(Item) * e->hs_cap);
+    e->hs_stamp = calloc(e->hs_cap, sizeof(uint32_t));
+    e->pred_stamp = calloc(e->n_nt + 1, sizeof(uint32_t));
+    if (!e->sets || !e->itab || !e->hs || !e->hs_stamp || !e->pred_stamp || map_init(&e->leo) < 0
+        || map_init(&e->tok) < 0 || map_init(&e->exits) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int64_t i = 0; i < e->itab_cap; i++) e->itab[i] = -1;
+    e->initial = -2;
+    return 0;
+}
+
+static inline uint64_t item_hash(Item it) {
+    return mix64(((uint64_t)(uint32_t)it.d << 32 | (uint32_t)it.st) ^ mix64((uint64_t)(uint32_t)it.o << 32 | (uint32_t)it.ov));
+}
+static inline int item_eq(Item a, Item b) { return a.d == b.d && a.st == b.st && a.o == b.o && a.ov == b.ov; }
+static int item_cmp(const void *x, const void *y) {
+    const Item *a = x, *b = y;
+    if (a->d != b->d) return a->d < b->d ? -1 : 1;
+    if (a->st != b->st) return a->st < b->st ? -1 : 1;
+    if (a->o != b->o) return a->o < b->o ? -1 : 1;
+    if (a->ov != b->ov) return a->ov < b->ov ? -1 : 1;
+    return 0;
+}
+
+/* insert into the closure's hash set: 1 if new, 0 if present, -1 on error */
+static int hs_add(Engine *e, Item it) {
+    if (2 * (e->found.n + 1) > e->hs_cap) {  /* grow: re-insert the items found so far */
+        int64_t cap = e->hs_cap * 2;
+        Item *hs = malloc(sizeof(Item) * cap);
+        uint32_t *st = calloc(cap, sizeof(uint32_t));
+        if (!hs || !st) { free(hs); free(st); PyErr_NoMemory(); return -1; }
+        free(e->hs); free(e->hs_stamp);
+        e->hs = hs; e->hs_stamp = st; e->hs_cap = cap;
+        for (int64_t j = 0; j < e->found.n; j++) {
+            int64_t i = item_hash(e->found.a[j]) & (cap - 1);
+            while (e->hs_stamp[i] == e->stamp) i = (i + 1) & (cap - 1);
+            e->hs[i] = e->found.a[j];
+            e->hs_stamp[i] = e->stamp;
+        }
+    }
+    int64_t i = item_hash(it) & (e->hs_cap - 1);
+    while (e->hs_stamp[i] == e->stamp) {
+        if (item_eq(e->hs[i], it)) return 0;
+        i = (i + 1) & (e->hs_cap - 1);
+    }
+    e->hs[i] = it;
+    e->hs_stamp[i] = e->stamp;
+    return 1;
+}
+
+static int hs_has(Engine *e, Item it) {
+    int64_t i = item_hash(it) & (e->hs_cap - 1);
+    while (e->hs_stamp[i] == e->stamp) {
+        if (item_eq(e->hs[i], it)) return 1;
+        i = (i + 1) & (e->hs_cap - 1);
+    }
+    return 0;
+}
+
+/* the items of set s waiting on nonterminal n (binary search over its wait groups) */
+static const Item *wait_of(const ESet *s, int32_t n, int32_t *count) {
+    int32_t lo = 0, hi = s->n_wait;
+    while (lo < hi) {
+        int32_t mid = (lo + hi) / 2;
+        if (s->wait_sym[mid] < n) lo = mid + 1; else hi = mid;
+    }
+    if (lo < s->n_wait && s->wait_sym[lo] == n) {
+        *count = s->wait_off[lo + 1] - s->wait_off[lo];
+        return s->wait_items + s->wait_off[lo];
+    }
+    *count = 0;
+    return NULL;
+}
+
+#define LEO_NONE (-1)
+/* leo_top(chart, m, n) of earley.py: returns the encoded top (nt << 32 | column) or LEO_NONE */
+static int64_t leo_top(Engine *e, const int32_t *chart, int32_t m, int32_t n) {
+    int64_t path_s[64], path_n[64];
+    int np = 0;
+    int64_t seen_n[64], seen_m[64];
+    int ns = 0;
+    int64_t res;
+    while (1) {
+        int cyc = 0;
+        for (int k = 0; k < ns; k++) if (seen_n[k] == n && seen_m[k] == m) { cyc = 1; break; }
+        if (cyc || ns >= 64 || np >= 64) { res = LEO_NONE; break; }  /* very long chains: not folded */
+        seen_n[ns] = n; seen_m[ns] = m; ns++;
+        int32_t sid = chart[m];
+        ESet *s = e->sets[sid];
+        int64_t *r = map_find(&e->leo, sid, n);
+        if (r) {
+            res = *r != LEO_NONE ? *r : (np ? ((int64_t)n << 32 | (uint32_t)m) : LEO_NONE);
+            break;
+        }
+        int32_t cnt;
+        const Item *w = wait_of(s, n, &cnt);
+        if (cnt != 1 || !e->d_pen[w[0].d]) {
+            if (map_put(&e->leo, sid, n, LEO_NONE) < 0) return -2;
+            res = np ? ((int64_t)n << 32 | (uint32_t)m) : LEO_NONE;
+            break;
+        }
+        path_s[np] = sid; path_n[np] = n; np++;
+        n = w[0].ov >= 0 ? w[0].ov : e->d_lhs[w[0].d];
+        m = w[0].o == SELF ? m : w[0].o;
+    }
+    for (int k = 0; k < np; k++)
+        if (map_put(&e->leo, path_s[k], path_n[k], res) < 0) return -2;
+    return res;
+}
+
+static uint64_t set_hash(int32_t base, const Item *items, int32_t n, int acc) {
+    uint64_t h = mix64((uint64_t)(uint32_t)base * 31 + acc);
+    for (int32_t i = 0; i < n; i++) h = mix64(h ^ item_hash(items[i]));
+    return h;
+}
+
+static int itab_insert(Engine *e, int32_t id);
+
+/* the closure of seeds on top of chart[0..clen-1]: the new set's id, -1 (rejected), -2 (error) */
+static int64_t build(Engine *e, const int32_t *chart, int32_t clen, const Item *seeds, int64_t n_seeds) {
+    e->stamp++;
+    if (e->stamp == 0) {  /* wrapped: clear the stamps */
+        memset(e->hs_stamp, 0, sizeof(uint32_t) * e->hs_cap);
+        memset(e->pred_stamp, 0, sizeof(uint32_t) * (e->n_nt + 1));
+        e->stamp = 1;
+    }
+    e->n_built++;
+    e->work.n = 0;
+    e->found.n = 0;
+    e->n_done = 0;
+    int accepting = 0;
+    for (int64_t i = 0; i < n_seeds; i++) if (iv_push(&e->work, seeds[i]) < 0) goto nomem;
+    while (e->work.n) {
+        Item it = e->work.a[--e->work.n];
+        if (it.o != SELF && it.ov < 0) {
+            int64_t top = leo_top(e, chart, it.o, e->d_lhs[it.d]);
+            if (top == -2) goto nomem;
+            if (top != LEO_NONE) { it.o = (int32_t)(top & 0xffffffff); it.ov = (int32_t)(top >> 32); }
+        }
+        if (hs_has(e, it)) continue;
+        int32_t sym = e->d_next[it.d];
+        if (sym == NO_SYM) {
+            int32_t c = it.ov >= 0 ? it.ov : e->d_lhs[it.d];
+            if (c == e->start) { accepting = 1; continue; }
+            if (it.o == SELF) continue;
+            int32_t m;
+            int64_t top = leo_top(e, chart, it.o, c);
+            if (top == -2) goto nomem;
+            if (top != LEO_NONE) { c = (int32_t)(top >> 32); m = (int32_t)(top & 0xffffffff); }
+            else m = it.o;
+            if (c == e->start) { accepting = 1; continue; }
+            int64_t key = (int64_t)c << 32 | (uint32_t)m, dup = 0;
+            for (int64_t k = 0; k < e->n_done; k++) if (e->done[k] == key) { dup = 1; break; }
+            if (dup) continue;
+            if (e->n_done == e->cap_done) {
+                int64_t cap = e->cap_done ? 2 * e->cap_done : 64;
+                int64_t *dn = realloc(e->done, sizeof(int64_t) * cap);
+                if (!dn) goto nomem;
+                e->done = dn; e->cap_done = cap;
+            }
+            e->done[e->n_done++] = key;
+            int32_t cnt;
+            const Item *w = wait_of(e->sets[chart[m]], c, &cnt);
+            for (int32_t k = 0; k < cnt; k++) {
+                Item nx = {w[k].d + 1, 0, w[k].o == SELF ? m : w[k].o, w[k].ov};
+                if (iv_push(&e->work, nx) < 0) goto nomem;
+            }
+            continue;
+        }
+        int r = hs_add(e, it);
+        if (r < 0) return -2;
+        if (iv_push(&e->found, it) < 0) goto nomem;
+        if (sym >= 0) {
+            if (e->pred_stamp[sym] != e->stamp) {
+                e->pred_stamp[sym] = e->stamp;
+                for (int32_t k = e->prods_off[sym]; k < e->prods_off[sym + 1]; k++) {
+                    Item nx = {e->prods[k], 0, SELF, -1};
+                    if (iv_push(&e->work, nx) < 0) goto nomem;
+                }
+            }
+            if (e->nullable[sym]) {
+                Item nx = {it.d + 1, 0, it.o, it.ov};
+                if (iv_push(&e->work, nx) < 0) goto nomem;
+            }
+        }
+    }
+    int has_scan = 0;
+    for (int64_t i = 0; i < e->found.n; i++) if (e->d_next[e->found.a[i].d] < 0) { has_scan = 1; break; }
+    if (!has_scan && !accepting) return -1;
+    int32_t n_items = (int32_t)e->found.n;
+    qsort(e->found.a, n_items, sizeof(Item), item_cmp);
+    int32_t max_ref = -1;
+    for (int32_t i = 0; i < n_items; i++) if (e->found.a[i].o != SELF && e->found.a[i].o > max_ref) max_ref = e->found.a[i].o;
+    int32_t keep = (e->prune && clen) ? max_ref + 1 : clen;
+    int32_t base = keep ? chart[keep - 1] : -1;
+    uint64_t h = set_hash(base, e->found.a, n_items, accepting);
+    int64_t i = h & (e->itab_cap - 1);
+    while (e->itab[i] != -1) {
+        ESet *s = e->sets[e->itab[i]];
+        if (s->hash == h && s->n_items == n_items && s->accepting == accepting
+            && (s->depth ? s->chart[s->depth - 1] : -1) == base
+            && !memcmp(s->items, e->found.a, sizeof(Item) * n_items))
+            return e->itab[i];
+        i = (i + 1) & (e->itab_cap - 1);
+    }
+    /* a new set */
+    ESet *s = calloc(1, sizeof(ESet));
+    if (!s) goto nomem;
+    s->depth = keep;
+    s->chart = malloc(sizeof(int32_t) * (keep + 1));
+    s->items = malloc(sizeof(Item) * (n_items + 1));
+    if (!s->chart || !s->items) { eset_free(s); goto nomem; }
+    if (keep) memcpy(s->chart, chart, sizeof(int32_t) * keep);
+    memcpy(s->items, e->found.a, sizeof(Item) * n_items);
+    s->n_items = n_items;
+    s->accepting = (uint8_t)accepting;
+    s->max_ref = max_ref;
+    s->hash = h;
+    /* scan groups: items on a terminal, grouped by (t, st); wait groups by nonterminal */
+    int32_t n_sc = 0, n_wt = 0;
+    for (int32_t k = 0; k < n_items; k++) { if (e->d_next[s->items[k].d] < 0) n_sc++; else n_wt++; }
+    Item *sc = malloc(sizeof(Item) * (n_sc + 1)), *wt = malloc(sizeof(Item) * (n_wt + 1));
+    int64_t *sk = malloc(sizeof(int64_t) * (n_sc + 1)), *wk = malloc(sizeof(int64_t) * (n_wt + 1));
+    s->scan_t = malloc(sizeof(int32_t) * (n_sc + 1)); s->scan_s = malloc(sizeof(int32_t) * (n_sc + 1));
+    s->scan_off = malloc(sizeof(int32_t) * (n_sc + 2));
+    s->wait_sym = malloc(sizeof(int32_t) * (n_wt + 1)); s->wait_off = malloc(sizeof(int32_t) * (n_wt + 2));
+    if (!sc || !wt || !sk || !wk || !s->scan_t || !s->scan_s || !s->scan_off || !s->wait_sym || !s->wait_off) {
+        free(sc); free(wt); free(sk); free(wk); eset_free(s); goto nomem;
+    }
+    /* order: stable by (terminal, state) / by nonterminal (insertion sort on small arrays is enough,
+     * but use a simple counting via qsort on keys with the index as tie-break) */
+    int32_t a = 0, b = 0;
+    for (int32_t k = 0; k < n_items; k++) {
+        int32_t sym = e->d_next[s->items[k].d];
+        if (sym < 0) { sc[a] = s->items[k]; sk[a] = ((int64_t)(-sym - 1) << 32 | (uint32_t)s->items[k].st); a++; }
+        else { wt[b] = s->items[k]; wk[b] = sym; b++; }
+    }
+    /* insertion sort by key (sets hold tens of items) */
+    for (int32_t x = 1; x < n_sc; x++) {
+        Item ti = sc[x]; int64_t tk = sk[x]; int32_t y = x - 1;
+        while (y >= 0 && sk[y] > tk) { sc[y + 1] = sc[y]; sk[y + 1] = sk[y]; y--; }
+        sc[y + 1] = ti; sk[y + 1] = tk;
+    }
+    for (int32_t x = 1; x < n_wt; x++) {
+        Item ti = wt[x]; int64_t tk = wk[x]; int32_t y = x - 1;
+        while (y >= 0 && wk[y] > tk) { wt[y + 1] = wt[y]; wk[y + 1] = wk[y]; y--; }
+        wt[y + 1] = ti; wk[y + 1] = tk;
+    }
+    for (int32_t x = 0; x < n_sc; x++) {
+        if (!x || sk[x] != sk[x - 1]) {
+            s->scan_t[s->n_scan] = (int32_t)(sk[x] >> 32);
+            s->scan_s[s->n_scan] = (int32_t)(sk[x] & 0xffffffff);
+            s->scan_off[s->n_scan] = x;
+            s->n_scan++;
+        }
+    }
+    s->scan_off[s->n_scan] = n_sc;
+    for (int32_t x = 0; x < n_wt; x++) {
+        if (!x || wk[x] != wk[x - 1]) {
+            s->wait_sym[s->n_wait] = (int32_t)wk[x];
+            s->wait_off[s->n_wait] = x;
+            s->n_wait++;
+        }
+    }
+    s->wait_off[s->n_wait] = n_wt;
+    s->scan_items = sc;
+    s->wait_items = wt;
+    free(sk); free(wk);
+    if (e->n_sets == e->cap_sets) {
+        ESet **ns = realloc(e->sets, sizeof(ESet *) * e->cap_sets * 2);
+        if (!ns) { eset_free(s); goto nomem; }
+        e->sets = ns; e->cap_sets *= 2;
+    }
+    int32_t id = e->n_sets++;
+    e->sets[id] = s;
+    s->chart[keep] = id;
+    if (itab_insert(e, id) < 0) return -2;
+    return id;
+nomem:
+    PyErr_NoMemory();
+    return -2;
+}
+
+static int itab_insert(Engine *e, int32_t id) {
+    if (2 * (int64_t)e->n_sets > e->itab_cap) {
+        int64_t cap = e->itab_cap * 2;
+        int32_t *t = malloc(sizeof(int32_t) * cap);
+        if (!t) { PyErr_NoMemory(); return -1; }
+        for (int64_t i = 0; i < cap; i++) t[i] = -1;
+        for (int32_t k = 0; k < e->n_sets; k++) {
+            if (k == id) continue;
+            int64_t i = e->sets[k]->hash & (cap - 1);
+            while (t[i] != -1) i = (i + 1) & (cap - 1);
+            t[i] = k;
+        }
+        free(e->itab);
+        e->itab = t; e->itab_cap = cap;
+    }
+    int64_t i = e->sets[id]->hash & (e->itab_cap - 1);
+    while (e->itab[i] != -1) i = (i + 1) & (e->itab_cap - 1);
+    e->itab[i] = id;
+    return 0;
+}
+
+/* one byte from set id c (memoised on the set): new id, -1 rejected, -2 error */
+static int64_t step(Engine *e, int32_t c, int b) {
+    ESet *s = e->sets[c];
+    if (s->steps && s->steps[b] != -2) return s->steps[b];
+    if (!s->steps) {
+        s->steps = malloc(sizeof(int32_t) * 256);
+        if (!s->steps) { PyErr_NoMemory(); return -2; }
+        for (int k = 0; k < 256; k++) s->steps[k] = -2;
+    }
+    ItemVec seeds = {0};
+    int32_t j = s->depth;
+    for (int32_t g = 0; g < s->n_scan; g++) {
+        int32_t t = s->scan_t[g];
+        int32_t s2 = e->trans[t][(int64_t)s->scan_s[g] * 256 + b];
+        if (s2 < 0) continue;
+        int mid = e->has_out[t][s2], ok = e->acc[t][s2];
+        for (int32_t k = s->scan_off[g]; k < s->scan_off[g + 1]; k++) {
+            Item it = s->scan_items[k];
+            int32_t oo = it.o == SELF ? j : it.o;
+            if (mid && iv_push(&seeds, (Item){it.d, s2, oo, it.ov}) < 0) { free(seeds.a); PyErr_NoMemory(); return -2; }
+            if (ok && iv_push(&seeds, (Item){it.d + 1, 0, oo, it.ov}) < 0) { free(seeds.a); PyErr_NoMemory(); return -2; }
+        }
+    }
+    int64_t r = -1;
+    if (seeds.n) r = build(e, s->chart, s->depth + 1, seeds.a, seeds.n);
+    free(seeds.a);
+    if (r == -2) return -2;
+    e->sets[c]->steps[b] = (int32_t)r;  /* e->sets may have moved: re-read */
+    return r;
+}
+
+static const uint8_t *first_bytes(Engine *e, int32_t c) {
+    ESet *s = e->sets[c];
+    if (!s->first_done) {
+        memset(s->first, 0, 256);
+        for (int32_t g = 0; g < s->n_scan; g++) {
+            const int32_t *row = e->trans[s->scan_t[g]] + (int64_t)s->scan_s[g] * 256;
+            for (int b = 0; b < 256; b++) if (row[b] >= 0) s->first[b] = 1;
+        }
+        s->first_done = 1;
+    }
+    return s->first;
+}
+
+static int check_id(Engine *e, long long c) {
+    if (c < 0 || c >= e->n_sets) { PyErr_Format(PyExc_ValueError, "state id %lld out of range", c); return -1; }
+    return 0;
+}
+
+static PyObject *res_obj(int64_t r) {
+    if (r == -2) return NULL;
+    return PyLong_FromLongLong(r);
+}
+
+static PyObject *eng_initial(Engine *e, PyObject *noargs) {
+    if (e->initial == -2) {
+        int64_t r = build(e, NULL, 0, &e->start_item, 1);
+        if (r == -2) return NULL;
+        e->initial = r;
+    }
+    return PyLong_FromLongLong(e->initial);
+}
+
+static PyObject *eng_step(Engine *e, PyObject *args) {
+    long long c; int b;
+    if (!PyArg_ParseTuple(args, "Li", &c, &b)) return NULL;
+    if (check_id(e, c) < 0) return NULL;
+    if (b < 0 || b > 255) { PyErr_SetString(PyExc_ValueError, "byte must be in [0, 256)"); return NULL; }
+    return res_obj(step(e, (int32_t)c, b));
+}
+
+static int64_t accept_data(Engine *e, int32_t c, const uint8_t *data, Py_ssize_t n) {
+    int64_t r = c;
+    for (Py_ssize_t i = 0; i < n && r >= 0; i++) r = step(e, (int32_t)r, data[i]);
+    return r;
+}
+
+static PyObject *eng_accept_bytes(Engine *e, PyObject *args) {
+    long long c; const char *data; Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "Ly#", &c, &data, &n)) return NULL;
+    if (check_id(e, c) < 0) return NULL;
+    return res_obj(accept_data(e, (int32_t)c, (const uint8_t *)data, n));
+}
+
+/* accept_token(c, token, data): memoised per (set, token) */
+static PyObject *eng_accept_token(Engine *e, PyObject *args) {
+    long long c, tok; const char *data; Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "LLy#", &c, &tok, &data, &n)) return NULL;
+    if (check_id(e, c) < 0) return NULL;
+    int64_t *hit = map_find(&e->tok, c, tok);
+    if (hit) return PyLong_FromLongLong(*hit);
+    int64_t r = accept_data(e, (int32_t)c, (const uint8_t *)data, n);
+    if (r == -2) return NULL;
+    if (map_put(&e->tok, c, tok, r) < 0) return PyErr_NoMemory();
+    return PyLong_FromLongLong(r);
+}
+
+/* exit_chart(c, t, s, a): the chart after the items on (t, s) reached DFA state a and nothing else */
+static int64_t exit_chart(Engine *e, int32_t c, int32_t t, int32_t st, int32_t a) {
+    ESet *s = e->sets[c];
+    int32_t g = -1;
+    for (int32_t k = 0; k < s->n_scan; k++) if (s->scan_t[k] == t && s->scan_s[k] == st) { g = k; break; }
+    if (g < 0) return -1;
+    if (t < 0 || t >= e->n_term || a < 0 || a >= e->n_states[t]) { PyErr_SetString(PyExc_ValueError, "bad DFA state"); return -2; }
+    int64_t *hit = map_find(&e->exits, c, ((int64_t)g << 32) | (uint32_t)a);
+    if (hit) return *hit;
+    int mid = e->has_out[t][a], ok = e->acc[t][a];
+    ItemVec seeds = {0};
+    int32_t j = s->depth;
+    for (int32_t k = s->scan_off[g]; k < s->scan_off[g + 1]; k++) {
+        Item it = s->scan_items[k];
+        int32_t oo = it.o == SELF ? j : it.o;
+        if (mid && iv_push(&seeds, (Item){it.d, a, oo, it.ov}) < 0) { free(seeds.a); PyErr_NoMemory(); return -2; }
+        if (ok && iv_push(&seeds, (Item){it.d + 1, 0, oo, it.ov}) < 0) { free(seeds.a); PyErr_NoMemory(); return -2; }
+    }
+    int64_t r = -1;
+    if (seeds.n) r = build(e, s->chart, s->depth + 1, seeds.a, seeds.n);
+    free(seeds.a);
+    if (r == -2) return -2;
+    if (map_put(&e->exits, c, ((int64_t)g << 32) | (uint32_t)a, r) < 0) { PyErr_NoMemory(); return -2; }
+    return r;
+}
+
+static PyObject *eng_exit_chart(Engine *e, PyObject *args) {
+    long long c; int t, st, a;
+    if (!PyArg_ParseTuple(args, "Liii", &c, &t, &st, &a)) return NULL;
+    if (check_id(e, c) < 0) return NULL;
+    return res_obj(exit_chart(e, (int32_t)c, t, st, a));
+}
+
+static PyObject *eng_scan_keys(Engine *e, PyObject *args) {
+    long long c;
+    if (!PyArg_ParseTuple(args, "L", &c)) return NULL;
+    if (check_id(e, c) < 0) return NULL;
+    ESet *s = e->sets[c];
+    PyObject *out = PyList_New(s->n_scan);
+    if (!out) return NULL;
+    for (int32_t g = 0; g < s->n_scan; g++) {
+        PyObject *x = Py_BuildValue("(ii)", s->scan_t[g], s->scan_s[g]);
+        if (!x) { Py_DECREF(out); return NULL; }
+        PyList_SET_ITEM(out, g, x);
+    }
+    return out;
+}
+
+static PyObject *eng_accepting(Engine *e, PyObject *args) {
+    long long c;
+    if (!PyArg_ParseTuple(args, "L", &c)) return NULL;
+    if (check_id(e, c) < 0) return NULL;
+    return PyBool_FromLong(e->sets[c]->accepting);
+}
+
+static PyObject *eng_first(Engine *e, PyObject *args) {
+    long long c;
+    if (!PyArg_ParseTuple(args, "L", &c)) return NULL;
+    if (check_id(e, c) < 0) return NULL;
+    return PyBytes_FromStringAndSize((const char *)first_bytes(e, (int32_t)c), 256);
+}
+
+/* (live items, depth) of the chart topped by c */
+static PyObject *eng_shape(Engine *e, PyObject *args) {
+    long long c;
+    if (!PyArg_ParseTuple(args, "L", &c)) return NULL;
+    if (check_id(e, c) < 0) return NULL;
+    ESet *s = e->sets[c];
+    long long items = 0;
+    for (int32_t k = 0; k <= s->depth; k++) items += e->sets[s->chart[k]]->n_items;
+    return Py_BuildValue("(Li)", items, s->depth + 1);
+}
+
+/* chart_key(c): per column (frozenset of items, accepting), as earley.EarleyEngine.chart_key */
+static PyObject *eng_chart_key(Engine *e, PyObject *args) {
+    long long c;
+    if (!PyArg_ParseTuple(args, "L", &c)) return NULL;
+    if (check_id(e, c) < 0) return NULL;
+    ESet *s = e->sets[c];
+    PyObject *out = PyTuple_New(s->depth + 1);
+    if (!out) return NULL;
+    for (int32_t k = 0; k <= s->depth; k++) {
+        ESet *x = e->sets[s->chart[k]];
+        PyObject *lst = PyList_New(x->n_items);
+        if (!lst) { Py_DECREF(out); return NULL; }
+        for (int32_t i = 0; i < x->n_items; i++) {
+            Item it = x->items[i];
+            PyList_SET_ITEM(lst, i, Py_BuildValue("(iiii)", it.d, it.st, it.o, it.ov));
+        }
+        PyObject *fs = PyFrozenSet_New(lst);
+        Py_DECREF(lst);
+        if (!fs) { Py_DECREF(out); return NULL; }
+        PyObject *pair = Py_BuildValue("(NO)", fs, x->accepting ? Py_True : Py_False);
+        if (!pair) { Py_DECREF(out); return NULL; }
+        PyTuple_SET_ITEM(out, k, pair);
+    }
+    return out;
+}
+
+/* simulate(c, trie, g) -> (bytes stepped, int64 token ids): the tokens under preorder trie node g
+ * (depth p) whose bytes after the first p are accepted from set c: a depth-first walk of the trie
+ * that steps the chart once per node, only into children whose byte the chart allows (a rejected
+ * prefix drops its subtree: the rejected-prefix cache). */
+static PyObject *eng_simulate(Engine *e, PyObject *args) {
+    long long c; PyObject *cap; int g0;
+    if (!PyArg_ParseTuple(args, "LOi", &c, &cap, &g0)) return NULL;
+    if (check_id(e, c) < 0) return NULL;
+    Trie *t = get_trie(cap);
+    if (!t) return NULL;
+    if (g0 < 0 || g0 >= t->n_nodes) { PyErr_SetString(PyExc_ValueError, "trie node out of range"); return NULL; }
+    int64_t cap_st = 256, top = 0, n_sim = 0, n_ids = 0, cap_ids = 256;
+    int64_t *stk = malloc(sizeof(int64_t) * 2 * cap_st);
+    int64_t *ids = malloc(sizeof(int64_t) * cap_ids);
+    PyObject *ret = NULL;
+    if (!stk || !ids) { PyErr_NoMemory(); goto done; }
+    stk[0] = c; stk[1] = g0; top = 1;
+    while (top) {
+        top--;
+        int32_t cs = (int32_t)stk[2 * top], g = (int32_t)stk[2 * top + 1];
+        int32_t d = t->node_depth[g];
+        if (d >= t->max_len) continue;
+        Py_ssize_t j = t->tok_start[g], e_ = t->tok_end[g];
+        while (j < e_ && t->lens[j] == d) j++;
+        const uint8_t *fb = first_bytes(e, cs);
+        while (j < e_) {
+            int32_t ch = t->node_start[j] + (d - t->lcp[j]);
+            Py_ssize_t next = t->tok_end[ch];
+            if (fb[t->node_byte[ch]]) {
+                int64_t c2 = step(e, cs, t->node_byte[ch]);
+                n_sim++;
+                if (c2 == -2) goto done;
+                if (c2 >= 0) {
+                    for (Py_ssize_t k = j; k < next && t->lens[k] == d + 1; k++) {
+                        if (n_ids == cap_ids) {
+                            int64_t *ni = realloc(ids, sizeof(int64_t) * 2 * cap_ids);
+                            if (!ni) { PyErr_NoMemory(); goto done; }
+                            ids = ni; cap_ids *= 2;
+                        }
+                        ids[n_ids++] = t->order[k];
+                    }
+                    if (top == cap_st) {
+                        int64_t *ns = realloc(stk, sizeof(int64_t) * 4 * cap_st);
+                        if (!ns) { PyErr_NoMemory(); goto done; }
+                        stk = ns; cap_st *= 2;
+                    }
+                    stk[2 * top] = c2; stk[2 * top + 1] = ch; top++;
+                }
+            }
+            j = next;
+        }
+    }
+    ret = Py_BuildValue("(Ly#)", (long long)n_sim, (char *)ids, (Py_ssize_t)(n_ids * 8));
+done:
+    free(stk);
+    free(ids);
+    return ret;
+}
+
+static PyObject *eng_stats(Engine *e, PyObject *noargs) {
+    return Py_BuildValue("{s:i,s:L}", "sets", e->n_sets, "closures", (long long)e->n_built);
+}
+
+static PyMethodDef eng_methods[] = {
+    {"initial", (PyCFunction)eng_initial, METH_NOARGS, "The id of the chart before any byte."},
+    {"step", (PyCFunction)eng_step, METH_VARARGS, "step(id, byte) -> id or -1."},
+    {"accept_bytes", (PyCFunction)eng_accept_bytes, METH_VARARGS, "accept_bytes(id, data) -> id or -1."},
+    {"accept_token", (PyCFunction)eng_accept_token, METH_VARARGS, "accept_token(id, token, data), memoised."},
+    {"exit_chart", (PyCFunction)eng_exit_chart, METH_VARARGS, "exit_chart(id, t, s, a) -> id or -1."},
+    {"scan_keys", (PyCFunction)eng_scan_keys, METH_VARARGS, "The (terminal, DFA state) pairs waited on."},
+    {"accepting", (PyCFunction)eng_accepting, METH_VARARGS, "The text so far is a sentence."},
+    {"first", (PyCFunction)eng_first, METH_VARARGS, "bytes[256]: 1 where the next byte may be."},
+    {"shape", (PyCFunction)eng_shape, METH_VARARGS, "(live items, Earley sets) of the chart."},
+    {"chart_key", (PyCFunction)eng_chart_key, METH_VARARGS, "The chart's content, column by column."},
+    {"simulate", (PyCFunction)eng_simulate, METH_VARARGS, "simulate(id, trie, node) -> (bytes stepped, ids)."},
+    {"stats", (PyCFunction)eng_stats, METH_NOARGS, "Interned sets and closures built."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject EngineType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "rayml.decoding._zapcore.Engine",
+    .tp_basicsize = sizeof(Engine),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "ZapFormat's Earley engine over integer state ids (see earley.py).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)engine_init,
+    .tp_dealloc = (destructor)engine_dealloc,
+    .tp_methods = eng_methods,
+};
+
 static PyMethodDef methods[] = {
     {"trie", py_trie, METH_VARARGS, "Copy the sorted vocabulary trie into a capsule."},
     {"walk", py_walk, METH_VARARGS, "Walk the trie through a DFA: inside tokens into words, exits returned."},
@@ -387,4 +1220,15 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_zapcore", "ZapFormat's compiled core.", -1, methods};
 
-PyMODINIT_FUNC PyInit__zapcore(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__zapcore(void) {
+    if (PyType_Ready(&EngineType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&EngineType);
+    if (PyModule_AddObject(m, "Engine", (PyObject *)&EngineType) < 0) {
+        Py_DECREF(&EngineType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

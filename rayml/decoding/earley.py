@@ -338,7 +338,33 @@ class EarleyEngine:
             got = self._built[bkey] = self._build(chart, seeds)
         return got
 
+    def accept_token(self, chart: tuple, token_id: int, data: bytes):
+        """``accept_bytes`` of a token's bytes; with ``memo`` the result is kept on the chart's
+        top set per token id."""
+        if not self.memo:
+            return self.accept_bytes(chart, data)
+        memo = chart[-1].tokens
+        c = memo.get(token_id, _MISSING)
+        if c is _MISSING:
+            c = memo[token_id] = self.accept_bytes(chart, data)
+        return c
+
     # ------------------------------------------------------------------------------------
+    @staticmethod
+    def top(chart: tuple):
+        """The chart's last Earley set (with ``memo``, interned: it identifies the chart)."""
+        return chart[-1]
+
+    @staticmethod
+    def scan_keys(chart: tuple):
+        """The (terminal, DFA state) pairs the chart's last set waits on."""
+        return chart[-1].scan
+
+    @staticmethod
+    def depth(chart: tuple) -> int:
+        """Earley sets in the chart."""
+        return len(chart)
+
     @staticmethod
     def can_terminate(chart: tuple) -> bool:
         """The bytes so far form a complete sentence."""

@@ -52,6 +52,7 @@ import numpy as np
 
 from rayml.decoding import native as _native
 from rayml.decoding.earley import EarleyEngine
+from rayml.decoding.native_earley import NativeEarleyEngine
 from rayml.decoding.grammar import Grammar
 from rayml.decoding.vocab import Vocabulary, token_matrix
 
@@ -593,8 +594,10 @@ class CompiledGrammar:
         self.grammar = grammar
         self.index = index
         self.config = config
-        self.engine = EarleyEngine(grammar, prune=config.prune, memo=config.memo)
         self.native = bool(config.native and _native.AVAILABLE)  # the compiled core runs the walks
+        # the Earley engine: in C over integer state ids (compiled core, memo) or in Python
+        self.engine = (NativeEarleyEngine(grammar, prune=config.prune) if self.native and config.memo
+                       else EarleyEngine(grammar, prune=config.prune, memo=config.memo))
         self._terminal_info: dict = {}
         self._count_bases: dict = {}
         self._classes: dict = {}
@@ -709,6 +712,12 @@ class CompiledGrammar:
         byte the chart allows, so a rejected prefix rules out its whole subtree at once (the
         rejected-prefix cache) and shared prefixes are simulated once."""
         idx = self.index
+        if isinstance(self.engine, NativeEarleyEngine):  # the same walk in C
+            ids, n_sim = self.engine.simulate(chart, idx, p, node)
+            if ids.size:
+                out.append(ids)
+            self.stats["simulated_bytes"] += n_sim
+            return
         step, first, first_list = self.engine.step, self.engine.allowed_first_bytes, self.engine.first_list
         c_lo, c_hi, t_byte, max_len = idx.t_child_lo, idx.t_child_hi, idx.t_byte, idx.max_len
         stack = [(chart, p, node)]
@@ -740,7 +749,7 @@ class CompiledGrammar:
 
     def _exit_top(self, chart, t: int, s: int, a: int):
         x = self.engine.exit_chart(chart, t, s, a)
-        return None if x is None else x[-1]
+        return None if x is None else self.engine.top(x)
 
     def _exits_into(self, chart, t: int, s: int, info, cached: bool, dense: list, sparse: list, extra: list) -> None:
         """The tokens that leave terminal ``t`` (state ``s``) inside them: for each exit, the
@@ -755,7 +764,7 @@ class CompiledGrammar:
                 for p_, node in nodes:
                     self._simulate(x, p_, node, extra)
                 continue
-            xkey = x[-1] if cfg.memo else engine.chart_key(x)
+            xkey = engine.top(x) if cfg.memo else engine.chart_key(x)
             for p_, node in nodes:
                 nkey = (xkey, p_, node)
                 got = self.exit_cache.get(nkey)
@@ -785,7 +794,7 @@ class CompiledGrammar:
         key = None
         if cfg.state_cache:
             # interned charts: the top set identifies the chart (EarleyEngine, memo)
-            key = chart[-1] if cfg.memo else self.engine.chart_key(chart)
+            key = self.engine.top(chart) if cfg.memo else self.engine.chart_key(chart)
             hit = self.mask_cache.get(key)
             if hit is not None:
                 self.mask_cache.move_to_end(key)
@@ -798,7 +807,7 @@ class CompiledGrammar:
         sparse: list = []  # (word indices, bits) pairs
         extra: list = []
         contrib = cfg.memo and key is not None
-        for (t, s) in chart[-1].scan:
+        for (t, s) in engine.scan_keys(chart):
             info = self.terminal_info(t, s)
             if not info.exits:
                 dense.append(info.inside)
@@ -898,14 +907,7 @@ class GrammarMatcher:
             return True
         if token_id >= vocab.size or token_id in vocab.special:
             return False
-        chart = self.chart
-        if self.engine.memo:
-            memo = chart[-1].tokens
-            c = memo.get(token_id, _MISSING)
-            if c is _MISSING:
-                c = memo[token_id] = self.engine.accept_bytes(chart, vocab.tokens[token_id])
-        else:
-            c = self.engine.accept_bytes(chart, vocab.tokens[token_id])
+        c = self.engine.accept_token(self.chart, token_id, vocab.tokens[token_id])
         if c is None:
             return False
         self._push(c, False)
@@ -950,4 +952,4 @@ class GrammarMatcher:
 
     def chart_depth(self) -> int:
         """Earley sets in the current chart."""
-        return len(self.chart)
+        return self.engine.depth(self.chart)

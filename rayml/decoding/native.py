@@ -57,6 +57,8 @@ def trie_of(index):
     node_start = np.cumsum(opened) - opened
     n_nodes = int(opened.sum())
     node_byte = np.zeros(n_nodes, np.uint8)
+    tok_start = np.zeros(n_nodes, np.int32)
+    pre_of = [None]
     tok_end = np.zeros(n_nodes, np.int32)
     depth = np.zeros(n_nodes, np.int32)
     node_m = np.zeros(n_nodes, np.int32)
@@ -65,11 +67,14 @@ def trie_of(index):
         pre = node_start[first] + (d - 1 - lcp[first])
         tok_end[pre] = index.t_pos_hi[d]
         node_byte[pre] = index.t_byte[d]
+        tok_start[pre] = first
+        pre_of.append(pre.astype(np.int64))
         depth[pre] = d
         node_m[pre] = np.arange(len(first))
     trie = core.trie(node_byte, lens.astype(np.int32), lcp.astype(np.int32),
                      node_start.astype(np.int32), tok_end, depth, node_m,
-                     np.ascontiguousarray(index.order, np.int64), int(index.max_len))
+                     np.ascontiguousarray(index.order, np.int64), int(index.max_len), tok_start)
+    index._native_pre = pre_of  # pre_of[d][m]: the preorder id of trie node (d, m)
     index._native_trie = trie
     return trie
 

@@ -206,12 +206,16 @@ def replay_ours(schema, index: TokenIndex, sequences: list[list[int]], prune: bo
     """Compile ``schema`` once and replay every token sequence (one query each) with pruning
     on/off; the compiled grammar, and so the state cache, is shared by the queries. Every replay
     compiles from scratch (DFAs included); ``cold`` also empties the vocabulary index's cache of
-    string-character walks (``TokenIndex.count_base``), which otherwise persists across grammars."""
+    string-character walks (``TokenIndex.count_base``), which otherwise persists across grammars.
+
+    Runs the pure-Python engine (``MatcherConfig(native=False)``): the chart bytes and the peak
+    memory measured here are those of Python objects (``sys.getsizeof``, ``tracemalloc``), which
+    do not see the compiled core's memory; the bench times the compiled core separately."""
     clear_caches()
     if cold:
         index.clear_cache()
     t0 = time.perf_counter()
-    cg = compile_grammar(schema_grammar(schema), index, MatcherConfig(prune=prune))
+    cg = compile_grammar(schema_grammar(schema), index, MatcherConfig(prune=prune, native=False))
     compile_s = time.perf_counter() - t0
     bm = allocate_token_bitmask(1, index.vocab_size)
     times, items, depth, cbytes, digests, warm = [], [], [], [], [], []

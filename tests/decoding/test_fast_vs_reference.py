@@ -1,6 +1,7 @@
 """The fast engine against the pure-Python reference, on the benchmark's schema suite.
 
-The fast engine (``MatcherConfig(memo=True)``, the default) interns Earley charts and keeps the
+The fast engine (``MatcherConfig(memo=True)``, the default; its Earley engine is in C when the compiled core
+is built, ``NativeEarleyEngine``) interns Earley charts and keeps the
 results of byte steps, exit charts and token accepts on their top Earley set; the reference
 (``memo=False``) recomputes everything. Token sequences are sampled under our masks with random
 logits (as ``rayml bench zapformat`` does) and replayed by both: every mask must be bit-identical
@@ -16,7 +17,9 @@ import pytest
 
 from rayml.decoding import (GrammarMatcher, MatcherConfig, allocate_token_bitmask, compile_grammar,
                                schema_grammar)
+from rayml.decoding import native
 from rayml.decoding.earley import EarleyEngine
+from rayml.decoding.native_earley import NativeEarleyEngine
 from rayml.experiments import zapformat as zf
 
 FULL = os.environ.get("RAYML_FULL_REFERENCE") == "1"
@@ -40,7 +43,8 @@ def _check(schema, index, vocab, seed, max_tokens, budget, prune=True, intern_si
     sequences = [zf.sample_tokens(sampler, vocab, seed + q, max_tokens, budget) for q in range(2)]
     # a wrong token in the middle: both engines must reject it identically (and stay unchanged)
     sequences.append(sequences[0][:3] + [int(np.argmin([len(t) for t in vocab.tokens[:256]]))] + sequences[0][3:6])
-    fast = compile_grammar(schema_grammar(schema), index, MatcherConfig(prune=prune))
+    # the fast engine: on the compiled core when built; the Python one for a tiny intern table
+    fast = compile_grammar(schema_grammar(schema), index, MatcherConfig(prune=prune, native=intern_size is None))
     if intern_size is not None:
         fast.engine.intern_size = intern_size
     ref = compile_grammar(schema_grammar(schema), index, MatcherConfig(prune=prune, memo=False))
@@ -68,7 +72,8 @@ def test_fast_masks_equal_reference_unpruned_and_tiny_intern_table(k):
 
 def test_interned_charts_are_shared():
     vocab, index = zf.vocab_and_index("bytes")
-    cg = compile_grammar(schema_grammar({"type": "array", "items": {"type": "integer"}}), index)
+    cg = compile_grammar(schema_grammar({"type": "array", "items": {"type": "integer"}}), index,
+                         MatcherConfig(native=False))
     eng = cg.engine
     a = eng.accept_bytes(eng.initial(), b"[1,2")
     b = eng.accept_bytes(eng.initial(), b"[33,4")
@@ -78,6 +83,11 @@ def test_interned_charts_are_shared():
                           MatcherConfig(memo=False)).engine
     c = ref.accept_bytes(ref.initial(), b"[1,2")
     assert c is not ref.accept_bytes(ref.initial(), b"[33,4") and ref.chart_key(c) == eng.chart_key(a)
+    if native.AVAILABLE:  # the compiled engine: equal parser states are the same integer id
+        ceng = compile_grammar(schema_grammar({"type": "array", "items": {"type": "integer"}}), index).engine
+        ca, cb = ceng.accept_bytes(ceng.initial(), b"[1,2"), ceng.accept_bytes(ceng.initial(), b"[33,4")
+        assert isinstance(ceng, NativeEarleyEngine) and ca == cb and ceng.chart_key(ca) == eng.chart_key(a)
+        assert ceng.step(ca, ord("5")) == ceng.step(cb, ord("5"))
 
 
 def test_bad_memo_config():
