@@ -920,6 +920,20 @@ static int itab_insert(Engine *e, int32_t id) {
     return 0;
 }
 
+/* the seeds of scan group g of set s whose DFA reached state a (_step / exit_chart of earley.py):
+ * each item stays in state a if a has transitions, and advances its dot if a accepts */
+static int group_seeds(Engine *e, const ESet *s, int32_t g, int32_t a, ItemVec *seeds) {
+    int32_t t = s->scan_t[g], j = s->depth;
+    int mid = e->has_out[t][a], ok = e->acc[t][a];
+    for (int32_t k = s->scan_off[g]; k < s->scan_off[g + 1]; k++) {
+        Item it = s->scan_items[k];
+        int32_t oo = it.o == SELF ? j : it.o;
+        if (mid && iv_push(seeds, (Item){it.d, a, oo, it.ov}) < 0) return -1;
+        if (ok && iv_push(seeds, (Item){it.d + 1, 0, oo, it.ov}) < 0) return -1;
+    }
+    return 0;
+}
+
 /* one byte from set id c (memoised on the set): new id, -1 rejected, -2 error */
 static int64_t step(Engine *e, int32_t c, int b) {
     ESet *s = e->sets[c];
@@ -930,18 +944,9 @@ static int64_t step(Engine *e, int32_t c, int b) {
         for (int k = 0; k < 256; k++) s->steps[k] = -2;
     }
     ItemVec seeds = {0};
-    int32_t j = s->depth;
     for (int32_t g = 0; g < s->n_scan; g++) {
-        int32_t t = s->scan_t[g];
-        int32_t s2 = e->trans[t][(int64_t)s->scan_s[g] * 256 + b];
-        if (s2 < 0) continue;
-        int mid = e->has_out[t][s2], ok = e->acc[t][s2];
-        for (int32_t k = s->scan_off[g]; k < s->scan_off[g + 1]; k++) {
-            Item it = s->scan_items[k];
-            int32_t oo = it.o == SELF ? j : it.o;
-            if (mid && iv_push(&seeds, (Item){it.d, s2, oo, it.ov}) < 0) { free(seeds.a); PyErr_NoMemory(); return -2; }
-            if (ok && iv_push(&seeds, (Item){it.d + 1, 0, oo, it.ov}) < 0) { free(seeds.a); PyErr_NoMemory(); return -2; }
-        }
+        int32_t s2 = e->trans[s->scan_t[g]][(int64_t)s->scan_s[g] * 256 + b];
+        if (s2 >= 0 && group_seeds(e, s, g, s2, &seeds) < 0) { free(seeds.a); PyErr_NoMemory(); return -2; }
     }
     int64_t r = -1;
     if (seeds.n) r = build(e, s->chart, s->depth + 1, seeds.a, seeds.n);
@@ -1026,15 +1031,8 @@ static int64_t exit_chart(Engine *e, int32_t c, int32_t t, int32_t st, int32_t a
     if (t < 0 || t >= e->n_term || a < 0 || a >= e->n_states[t]) { PyErr_SetString(PyExc_ValueError, "bad DFA state"); return -2; }
     int64_t *hit = map_find(&e->exits, c, ((int64_t)g << 32) | (uint32_t)a);
     if (hit) return *hit;
-    int mid = e->has_out[t][a], ok = e->acc[t][a];
     ItemVec seeds = {0};
-    int32_t j = s->depth;
-    for (int32_t k = s->scan_off[g]; k < s->scan_off[g + 1]; k++) {
-        Item it = s->scan_items[k];
-        int32_t oo = it.o == SELF ? j : it.o;
-        if (mid && iv_push(&seeds, (Item){it.d, a, oo, it.ov}) < 0) { free(seeds.a); PyErr_NoMemory(); return -2; }
-        if (ok && iv_push(&seeds, (Item){it.d + 1, 0, oo, it.ov}) < 0) { free(seeds.a); PyErr_NoMemory(); return -2; }
-    }
+    if (group_seeds(e, s, g, a, &seeds) < 0) { free(seeds.a); PyErr_NoMemory(); return -2; }
     int64_t r = -1;
     if (seeds.n) r = build(e, s->chart, s->depth + 1, seeds.a, seeds.n);
     free(seeds.a);

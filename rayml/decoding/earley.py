@@ -38,10 +38,26 @@ import numpy as np
 
 from rayml.decoding.grammar import Grammar
 
-__all__ = ["EarleyEngine", "ESet", "SELF"]
+__all__ = ["EarleyEngine", "ESet", "SELF", "dotted_rules"]
 
 SELF = -1
 _MISSING = object()
+
+
+def dotted_rules(grammar: Grammar):
+    """The grammar's dotted rules, one id per (production, dot): ``d_next[d]`` the symbol after
+    the dot (None at the end; terminals negative: ``-t - 1``), ``d_lhs[d]`` the production's left
+    side, ``d_pen[d]`` the dot is before the last symbol (Leo's penultimate condition), and
+    ``prods_of[n]`` the dotted rules with the dot at 0 of ``n``'s productions."""
+    d_next, d_lhs, d_pen = [], [], []
+    prods_of: dict[int, list[int]] = {}
+    for lhs, rhs in grammar.productions:
+        prods_of.setdefault(lhs, []).append(len(d_next))
+        for k in range(len(rhs) + 1):
+            d_next.append(rhs[k] if k < len(rhs) else None)
+            d_lhs.append(lhs)
+            d_pen.append(k == len(rhs) - 1)
+    return d_next, d_lhs, d_pen, prods_of
 
 
 class ESet:
@@ -97,16 +113,7 @@ class EarleyEngine:
         self._interned: dict = {}
         self._built: dict = {}
         self.start = grammar.start
-        d_next, d_lhs, d_pen = [], [], []
-        first_of_prod = []
-        prods_of: dict[int, list[int]] = {}
-        for lhs, rhs in grammar.productions:
-            first_of_prod.append(len(d_next))
-            prods_of.setdefault(lhs, []).append(len(d_next))
-            for k in range(len(rhs) + 1):
-                d_next.append(rhs[k] if k < len(rhs) else None)
-                d_lhs.append(lhs)
-                d_pen.append(k == len(rhs) - 1)
+        d_next, d_lhs, d_pen, prods_of = dotted_rules(grammar)
         self.d_next, self.d_lhs, self.d_pen = d_next, d_lhs, d_pen
         self.prods_of = prods_of
         self.nullable = grammar.nullable

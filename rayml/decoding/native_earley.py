@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from rayml.decoding import native
+from rayml.decoding.earley import dotted_rules
 from rayml.decoding.grammar import Grammar
 
 __all__ = ["NativeEarleyEngine"]
@@ -55,14 +56,7 @@ class NativeEarleyEngine:
             raise RuntimeError(f"the compiled core is not built ({native.REASON})")
         self.grammar = grammar
         self.prune = bool(prune)
-        d_next, d_lhs, d_pen = [], [], []
-        prods_of: dict[int, list[int]] = {}
-        for lhs, rhs in grammar.productions:
-            prods_of.setdefault(lhs, []).append(len(d_next))
-            for k in range(len(rhs) + 1):
-                d_next.append(rhs[k] if k < len(rhs) else None)
-                d_lhs.append(lhs)
-                d_pen.append(k == len(rhs) - 1)
+        d_next, d_lhs, d_pen, prods_of = dotted_rules(grammar)
         n_nt = grammar.n_nonterminals
         off, prods = [0], []
         for n in range(n_nt):
