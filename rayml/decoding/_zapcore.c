@@ -476,9 +476,11 @@ typedef struct {
     uint8_t *d_pen;
     int32_t *prods_off, *prods;
     uint8_t *nullable;
-    int32_t **trans;
+    int32_t **trans;         /* views of the terminals' tables (buffers held, not copied) */
     uint8_t **acc, **has_out;
     int32_t *n_states;
+    Py_buffer *views;        /* 3 per terminal */
+    int32_t n_views;
     Item start_item;
     int prune;
     ESet **sets;
@@ -508,7 +510,8 @@ static void eset_free(ESet *s) {
 
 static void engine_dealloc(Engine *e) {
     free(e->d_next); free(e->d_lhs); free(e->d_pen); free(e->prods_off); free(e->prods); free(e->nullable);
-    if (e->trans) for (int32_t t = 0; t < e->n_term; t++) { free(e->trans[t]); free(e->acc[t]); free(e->has_out[t]); }
+    if (e->views) for (int32_t v = 0; v < e->n_views; v++) PyBuffer_Release(&e->views[v]);
+    free(e->views);
     free(e->trans); free(e->acc); free(e->has_out); free(e->n_states);
     if (e->sets) for (int32_t i = 0; i < e->n_sets; i++) eset_free(e->sets[i]);
     free(e->sets); free(e->itab);
@@ -576,19 +579,27 @@ static int engine_init(Engine *e, PyObject *args, PyObject *kw) {
     e->acc = calloc(e->n_term + 1, sizeof(uint8_t *));
     e->has_out = calloc(e->n_term + 1, sizeof(uint8_t *));
     e->n_states = calloc(e->n_term + 1, sizeof(int32_t));
-    if (!e->trans || !e->acc || !e->has_out || !e->n_states) { Py_DECREF(terms); PyErr_NoMemory(); return -1; }
+    e->views = calloc(3 * (e->n_term + 1), sizeof(Py_buffer));
+    if (!e->trans || !e->acc || !e->has_out || !e->n_states || !e->views) {
+        Py_DECREF(terms); PyErr_NoMemory(); return -1;
+    }
     for (int32_t t = 0; t < e->n_term; t++) {
         PyObject *tri = PySequence_Fast_GET_ITEM(terms, t);
         PyObject *a, *b, *c;
         if (!PyArg_ParseTuple(tri, "OOO", &a, &b, &c)) { Py_DECREF(terms); return -1; }
-        Py_ssize_t ns = -1, nt = -1;
-        e->acc[t] = copy_buf(b, 1, &ns, "accept");
-        if (!e->acc[t]) { Py_DECREF(terms); return -1; }
-        e->has_out[t] = copy_buf(c, 1, &ns, "has_out");
-        if (!e->has_out[t]) { Py_DECREF(terms); return -1; }
-        nt = ns * 256;
-        e->trans[t] = copy_buf(a, 4, &nt, "trans");
-        if (!e->trans[t]) { Py_DECREF(terms); return -1; }
+        Py_buffer *v = e->views + 3 * t;
+        if (get_ro(b, &v[1], 1, "accept") < 0) { Py_DECREF(terms); return -1; }
+        e->n_views = 3 * t + 2;
+        if (get_ro(c, &v[2], 1, "has_out") < 0) { Py_DECREF(terms); return -1; }
+        e->n_views = 3 * t + 3;
+        if (get_ro(a, &v[0], 4, "trans") < 0) { Py_DECREF(terms); e->n_views = 3 * t + 3; return -1; }
+        Py_ssize_t ns = v[1].len;
+        if (v[2].len != ns || v[0].len != ns * 256 * 4) {
+            Py_DECREF(terms);
+            PyErr_SetString(PyExc_ValueError, "a terminal's trans must be int32 [S, 256] with accept and has_out [S]");
+            return -1;
+        }
+        e->trans[t] = v[0].buf; e->acc[t] = v[1].buf; e->has_out[t] = v[2].buf;
         e->n_states[t] = (int32_t)ns;
     }
     Py_DECREF(terms);
