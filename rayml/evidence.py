@@ -50,6 +50,7 @@ __all__ = [
     "split_seeds",
     "grid",
     "GridChoice",
+    "on_edge",
     "tune",
     "tuning_rows",
     "power_from_pilot",
@@ -167,13 +168,25 @@ def _numeric(values) -> bool:
     return all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in values)
 
 
+def on_edge(value: Any, values: Sequence[Any], side: str = "either") -> bool:
+    """Whether ``value`` sits on an edge of a grid axis ``values`` (its smallest or largest value;
+    ``side="low"`` / ``"high"``: that edge only). An axis of one value has no edge."""
+    if side not in ("either", "low", "high"):
+        raise ValueError(f"side must be 'either', 'low' or 'high', got {side!r}")
+    values = list(values)
+    if len(set(values)) < 2:
+        return False
+    lo, hi = min(values), max(values)
+    return bool((value == lo and side != "high") or (value == hi and side != "low"))
+
+
 def _edges(setting: Mapping[str, Any], axes: Mapping[str, list]) -> dict:
     out = {}
     for name, values in axes.items():
-        if len(values) > 1 and _numeric(values):
-            if setting[name] == min(values):
+        if _numeric(values):
+            if on_edge(setting[name], values, "low"):
                 out[name] = "low"
-            elif setting[name] == max(values):
+            elif on_edge(setting[name], values, "high"):
                 out[name] = "high"
     return out
 

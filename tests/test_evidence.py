@@ -180,3 +180,11 @@ def test_no_module_outside_the_experiments_imports_them():
 def test_evidence_imports_no_method_core():
     mods = _imports(ROOT / "rayml" / "evidence.py")
     assert {m.split(".")[1] for m in mods if m.startswith("rayml.")} <= {"results", "runtime"}
+
+
+def test_on_edge_names_a_grid_axis_ends():
+    assert evidence.on_edge(0.1, [0.01, 0.1]) and evidence.on_edge(0.01, [0.1, 0.01], "low")
+    assert not evidence.on_edge(0.1, [0.01, 0.1], "low") and not evidence.on_edge(0.05, [0.01, 0.05, 0.1])
+    assert not evidence.on_edge(1.0, [1.0])  # one value: no edge
+    with pytest.raises(ValueError, match="side"):
+        evidence.on_edge(1.0, [1.0, 2.0], "middle")

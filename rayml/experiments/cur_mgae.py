@@ -29,6 +29,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from rayml import runtime
+from rayml.evidence import on_edge
 from rayml.experiments import Experiment, Outcome
 from rayml.results import Claim, Control
 
@@ -201,7 +202,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     budget = {"epochs": int(config["epochs"]), "encoder": f"GCN {config['layers']} x {config['hidden']}",
               "tuning": f"mask ratio per method on the same grid {grid}, by validation AUC averaged over {tg} "
                         "tuning graph(s) per homophily level, seeds apart from the test seeds",
-              "tuned_mask_ratio": best, "tuned_on_grid_edge": {m: best[m] in (min(grid), max(grid)) for m in METHODS},
+              "tuned_mask_ratio": best, "tuned_on_grid_edge": {m: on_edge(best[m], grid) for m in METHODS},
               "probes": "logistic regression, same for every method",
               "note": "equal epochs, encoder and probes; cur-mgae also scores every training edge each "
                       "measure_every epochs (its difficulty measurer: extra forward passes, no extra updates)"}

@@ -41,6 +41,7 @@ import numpy as np
 from rayml import runtime
 from rayml.data import active_learning as al
 from rayml.data import text_sets
+from rayml.evidence import on_edge
 from rayml.experiments import Experiment, Outcome
 from rayml.results import Claim, Control
 
@@ -300,7 +301,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                 by_seed_rows.append({"method": m, "seed": i, "metric": metric, "value": float(np.mean(vals)),
                                      "noise_levels": len(vals)})
     violations = sum(1 for st in states if len(st.labeled) != budget_labels)
-    edge = sum(1 for c in chosen.values() if len(grid) > 1 and c in (min(grid), max(grid)))
+    edge = sum(1 for c in chosen.values() if on_edge(c, grid))
     metrics = {**summary["direct"], "budget_violations": violations, "C_at_grid_edge": edge,
                "C_choices": len(chosen),
                "best_baseline_by_noise": best_by_noise, "best_selected_on": selected_on,

@@ -47,6 +47,7 @@ from rayml import runtime
 from rayml.alignment.dpsdp_pipeline import (  # noqa: F401  (lora_view, WARMUP_SEED: used by tests, selective-dpo)
     SIZES, SYSTEMS, WARMUP_SEED, _check, _effective, _real, _test_items, _train_items, collect, lora_view,
     sft_state, system_task)
+from rayml.evidence import on_edge
 from rayml.experiments import Experiment, Outcome
 from rayml.results import Claim, Control
 
@@ -102,8 +103,7 @@ def _tuning_flags(config, tuned, best) -> dict:
     for s, (b, lr) in best.items():
         sc = [t["id"]["maj_turnT"] for t in tuned if t["system"] == s]
         at_lr = [t["id"]["maj_turnT"] for t in tuned if t["system"] == s and t["lr"] == lr]
-        out[s] = {"beta_at_edge": len(betas) > 1 and b in (betas[0], betas[-1]),
-                  "lr_at_edge": len(lrs) > 1 and lr in (lrs[0], lrs[-1]),
+        out[s] = {"beta_at_edge": on_edge(b, betas), "lr_at_edge": on_edge(lr, lrs),
                   "flat_grid": max(sc) == min(sc), "flat_beta_at_chosen_lr": max(at_lr) == min(at_lr),
                   "tied_best": int(sum(v == max(sc) for v in sc))}
     return out

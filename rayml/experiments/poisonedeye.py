@@ -48,6 +48,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from rayml import runtime
+from rayml.evidence import on_edge
 from rayml.experiments import Experiment, Outcome
 from rayml.results import Claim, Control
 
@@ -339,8 +340,7 @@ def _tune(out, grid, probe=()):
             rows.append({"method": name, "eps": e, "in_grid": e in grid, "metric": "tuning_asr", "value": means[e]})
         best = max(means[e] for e in grid)
         chosen[name] = min(e for e in grid if means[e] == best)
-        where[name] = {"at_edge": len(grid) > 1 and chosen[name] in (min(grid), max(grid)),
-                       "at_upper_edge": len(grid) > 1 and chosen[name] == max(grid),
+        where[name] = {"at_edge": on_edge(chosen[name], grid), "at_upper_edge": on_edge(chosen[name], grid, "high"),
                        "flat_grid": len({means[e] for e in grid}) == 1}
     for name in ("poisonedeye", "poisonedeye-class"):
         for metric in ("own_class_1nn", "closer_than_other_class"):
