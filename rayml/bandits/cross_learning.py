@@ -66,6 +66,7 @@ __all__ = [
     "estimated_marginal",
     "cross_learned_update",
     "simulate",
+    "CrossLearner",
 ]
 
 METHODS = ("cross-learning", "known-distribution", "per-context-exp3", "oracle")
@@ -391,3 +392,86 @@ def simulate(env: CrossLearningEnv, method: str, runs: int, seed, *, config: Lea
             curve[:, k] = regret
             k += 1
     return SimulationResult(method=method, regret=regret, curve=curve, checkpoints=checkpoints)
+
+
+class CrossLearner:
+    """Schneider & Zimmert's cross-learning algorithm as an online learner on the user's own data.
+
+    One learner, round by round (the same algorithm as ``simulate(method="cross-learning")``):
+    ``act(c)`` samples ``A_t ~ pi_t(.|c) ∝ exp(-eta Lhat(c, .))`` over the context's allowed actions;
+    ``update(c, a, losses)`` takes the cross-learning feedback, ``losses[c']`` = the loss of action
+    ``a`` in EVERY context ``c'`` (``nan`` where ``a`` is not allowed), and, from the second epoch on,
+    adds ``losses[c'] / (fhat_t(a) + gamma)`` to ``Lhat(c', a)``, where ``fhat_t(a)`` is the mean of
+    ``pi_t(a | c_s)`` over the contexts ``c_s`` of the previous epoch of ``L`` rounds.
+
+    Args:
+        n_contexts, n_actions: ``C`` and ``K`` (>= 1, >= 2).
+        horizon: ``T``, for the default step sizes (``default_config``).
+        eta_scale: multiplies the default ``eta`` (``gamma = eta / 2``).
+        config: explicit ``LearnerConfig`` (overrides ``horizon`` / ``eta_scale``).
+        allowed: ``(C, K)`` bool mask of playable actions (default: all).
+        seed: seed or ``numpy.random.Generator`` of ``act``'s sampling.
+
+    Examples:
+        >>> import numpy as np
+        >>> learner = CrossLearner(3, 2, horizon=100, seed=0)
+        >>> a = learner.act(1)
+        >>> learner.update(1, a, np.array([0.2, 0.5, 1.0]))
+        >>> learner.policy(1).round(2).tolist()
+        [0.5, 0.5]
+    """
+
+    def __init__(self, n_contexts: int, n_actions: int, *, horizon: int = 1000, eta_scale: float = 1.0,
+                 config: LearnerConfig | None = None, allowed=None,
+                 seed: int | np.random.Generator | None = 0):
+        C = _check_int("n_contexts", n_contexts, 1)
+        K = _check_int("n_actions", n_actions, 2)
+        self.config = config if config is not None else default_config(K, horizon, eta_scale)
+        if not isinstance(self.config, LearnerConfig):
+            raise TypeError(f"config must be a LearnerConfig, got {type(config).__name__}")
+        mask = np.ones((C, K), dtype=bool) if allowed is None else np.asarray(allowed, dtype=bool)
+        if mask.shape != (C, K) or not mask.any(axis=1).all():
+            raise ValueError(f"allowed must be a ({C}, {K}) bool mask with an action in every context, "
+                             f"got shape {mask.shape}")
+        self.allowed = mask
+        self.cum_loss_ = np.zeros((C, K))
+        self.rounds_ = 0
+        self._epoch: list[int] = []       # contexts of the current epoch
+        self._previous: list[int] = []    # contexts of the previous epoch (the reference sample)
+        self._rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+
+    def _context(self, c) -> int:
+        if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or not 0 <= c < self.allowed.shape[0]:
+            raise ValueError(f"c must be a context index in [0, {self.allowed.shape[0]}), got {c!r}")
+        return int(c)
+
+    def policy(self, c: int) -> np.ndarray:
+        """``pi_t(.|c)``: exponential weights on the cross-learned cumulative losses."""
+        c = self._context(c)
+        return exp_weights(self.cum_loss_[c], self.config.eta, self.allowed[c])
+
+    def act(self, c: int) -> int:
+        """An action sampled from ``pi_t(.|c)``."""
+        return int(self._rng.choice(self.allowed.shape[1], p=self.policy(c)))
+
+    def update(self, c: int, a: int, losses) -> None:
+        """Feed back the losses of the played action ``a`` in every context (``losses``, shape ``(C,)``)."""
+        c = self._context(c)
+        C, K = self.allowed.shape
+        if isinstance(a, bool) or not isinstance(a, (int, np.integer)) or not 0 <= a < K or not self.allowed[c, a]:
+            raise ValueError(f"a must be an action allowed in context {c}, in [0, {K}), got {a!r}")
+        loss = np.asarray(losses, dtype=float)
+        if loss.shape != (C,):
+            raise ValueError(f"losses must hold the loss of action a in each of the {C} contexts, got shape {loss.shape}")
+        known = self.allowed[:, a]
+        if np.any(~np.isfinite(loss[known])) or np.any((loss[known] < 0) | (loss[known] > 1)):
+            raise ValueError("losses must lie in [0, 1] in every context where a is allowed")
+        L = self.config.epoch_length
+        if self._previous:   # epoch >= 1: fhat at the current policy from the previous epoch's contexts
+            prev = np.asarray(self._previous)
+            fhat = exp_weights(self.cum_loss_[prev], self.config.eta, self.allowed[prev])[:, a].mean()
+            self.cum_loss_[known, a] += loss[known] / (fhat + self.config.gamma)
+        self._epoch.append(c)
+        self.rounds_ += 1
+        if self.rounds_ % L == 0:
+            self._previous, self._epoch = self._epoch, []

@@ -212,7 +212,14 @@ def test_experiment_tiny_is_identical_with_1_and_2_workers(ray_session):
         two = EXPERIMENT.run(cfg, 3)
     assert one.metrics == two.metrics
     assert one.tables["runs"] == two.tables["runs"]
-    assert len(EXPERIMENT.claims) == 8 and all(c.controls or c.test for c in EXPERIMENT.claims)
+    paper = [c for c in EXPERIMENT.claims if c.kind == "paper"]
+    assert len(paper) == 4 and all((c.controls or c.test) and c.gates for c in paper)
+    tuning = one.budget["tuning"]                                        # no choice left on a grid edge
+    assert min(SIZES["quick"]["eta_grid"]) <= 0.5 and max(SIZES["quick"]["eta_grid"]) >= 8  # issue 37's grid
+    for problem, choice in tuning.items():
+        assert choice["paper_inside"] is True, problem
+        assert choice["on_edge"] == {} or len(choice["extended"].get("eta_scale", [])) == 2, problem
+    assert one.metrics["tail"]["runs"] == cfg["tail_runs"] and "q99_over_median" in one.baselines["cross-learning-gamma0"]
     with pytest.raises(ValueError, match="horizons"):
         EXPERIMENT.run({**cfg, "horizons": [10]}, 0)
     with pytest.raises(ValueError, match="chunk_runs"):
@@ -247,3 +254,60 @@ def test_eta_scale_multiplies_the_rates():
     assert double.epoch_length == base.epoch_length
     with pytest.raises(ValueError, match="eta_scale"):
         cl.default_config(4, 100, 0.0)
+
+
+def _drive_online(env, cfg, contexts, uniforms):
+    """The CrossLearner object, round by round, with run's contexts and uniforms (its own draws aside)."""
+    learner = cl.CrossLearner(env.n_contexts, env.n_actions, config=cfg, allowed=env.allowed)
+    best, regret = env.comparator(), 0.0
+    for t, (c, u) in enumerate(zip(contexts, uniforms)):
+        table = env.tables[env.schedule[t]]
+        p = learner.policy(int(c))
+        cdf = np.cumsum(p)
+        a = int(min(np.sum(u * cdf[-1] >= cdf), env.n_actions - 1))
+        learner.update(int(c), a, np.where(env.allowed[:, a], table[:, a], np.nan))
+        regret += table[c, a] - table[c, best[c]]
+    return regret, learner
+
+
+@pytest.mark.parametrize("kind", ["sleeping", "contextual"])
+def test_online_cross_learner_equals_the_per_round_loop_and_simulate(kind):
+    env = cl.sleeping_bandit(3, 60, 2) if kind == "sleeping" else cl.contextual_best_arm(40, 3, 60, 2)
+    cfg = cl.LearnerConfig(eta=0.4, gamma=0.05, epoch_length=9)
+    R, seed = 2, 5
+    res = cl.simulate(env, "cross-learning", R, seed, config=cfg)
+    ctx_rng, act_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
+    contexts = ctx_rng.choice(env.n_contexts, size=(R, env.horizon), p=env.context_probs)
+    uniforms = act_rng.random((R, env.horizon))
+    for r in range(R):
+        online, learner = _drive_online(env, cfg, contexts[r], uniforms[r])
+        assert online == pytest.approx(_reference_run(env, "cross-learning", contexts[r], uniforms[r], cfg))
+        assert online == pytest.approx(res.regret[r])
+        assert learner.rounds_ == env.horizon
+
+
+def test_online_cross_learner_rejects_bad_input_naming_the_argument():
+    learner = cl.CrossLearner(3, 2, horizon=50)
+    with pytest.raises(ValueError, match="c must"):
+        learner.act(3)
+    with pytest.raises(ValueError, match="a must"):
+        learner.update(0, 2, np.zeros(3))
+    with pytest.raises(ValueError, match="losses"):
+        learner.update(0, 1, np.zeros(2))
+    with pytest.raises(ValueError, match="losses"):
+        learner.update(0, 1, np.array([0.0, 2.0, 0.0]))
+    with pytest.raises(ValueError, match="allowed"):
+        cl.CrossLearner(3, 2, allowed=np.zeros((3, 2), dtype=bool))
+    with pytest.raises(ValueError, match="n_actions"):
+        cl.CrossLearner(3, 1)
+
+
+def test_the_pages_python_example_runs():
+    import pathlib
+    import re
+
+    page = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "methods" / "cross-learning.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
+    assert blocks, "the page has a Python example"
+    for code in blocks:
+        exec(compile(code, "cross-learning.md", "exec"), {})
