@@ -301,13 +301,3 @@ def test_online_cross_learner_rejects_bad_input_naming_the_argument():
     with pytest.raises(ValueError, match="n_actions"):
         cl.CrossLearner(3, 1)
 
-
-def test_the_pages_python_example_runs():
-    import pathlib
-    import re
-
-    page = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "methods" / "cross-learning.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
-    assert blocks, "the page has a Python example"
-    for code in blocks:
-        exec(compile(code, "cross-learning.md", "exec"), {})

@@ -232,14 +232,3 @@ def test_online_klucb_rejects_bad_input_naming_the_argument():
     with pytest.raises(ValueError, match="r must"):
         learner.update(0, 1, float("nan"))
 
-
-def test_the_pages_python_example_runs():
-    import pathlib
-    import re
-
-    page = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "methods" / "kl-bandit.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
-    assert blocks, "the page has a Python example"
-    for code in blocks:
-        exec(compile(code, "kl-bandit.md", "exec"), {})
-
