@@ -283,3 +283,16 @@ def test_experiment_tiny_runs_and_is_worker_independent(ray_session):
         assert regime["rounds_by_d"][d] >= r
         s = regime["settings_by_d"][d]
         assert s["depth"] >= s["slices"]
+
+
+def test_rounds_per_decade_separates_log_d_from_log2_d():
+    from rayml.experiments.parallel_sampling import per_decade
+
+    dims = [10, 100, 1000, 10000, 100000]
+    log_d = per_decade(dims, [5 + 7 * k for k in range(1, 6)])
+    log2_d = per_decade(dims, [5 + 2 * k * k for k in range(1, 6)])
+    assert log_d["rounds_per_decade"] == pytest.approx(7.0)
+    assert list(log_d["increase_per_decade"].values()) == pytest.approx([7.0] * 4)
+    assert list(log2_d["increase_per_decade"].values()) == pytest.approx([6.0, 10.0, 14.0, 18.0])
+    assert log2_d["rounds_per_decade"] == pytest.approx(12.0)
+    assert np.isnan(per_decade([10], [3])["rounds_per_decade"])
