@@ -52,8 +52,8 @@ SIZES = {
                  instances=2, seeds=2, scg_iterations=[1, 4], **{**_COMMON, "roundings": 4}),
     "quick": dict(objectives=[*OBJECTIVES, TRAP], n=15, parts=3, budget=2, trap_n=60, trap_parts=4, trap_budget=3,
                   instances=6, seeds=3, scg_iterations=[1, 2, 5, 10, 20], **_COMMON),
-    "full": dict(objectives=[*OBJECTIVES, TRAP], n=18, parts=3, budget=2, trap_n=150, trap_parts=6, trap_budget=4,
-                 instances=10, seeds=5, scg_iterations=[1, 2, 5, 10, 20, 40], **_COMMON),
+    "full": dict(objectives=[*OBJECTIVES, TRAP], n=18, parts=3, budget=2, trap_n=120, trap_parts=6, trap_budget=3,
+                 instances=8, seeds=4, scg_iterations=[1, 2, 5, 10, 20], **_COMMON),
 }
 BENCH_SIZES = {
     "tiny": dict(n=40, parts=4, budget=2, iterations=3, samples=2),
