@@ -426,30 +426,38 @@ class MatcherConfig:
 def _literal_rest(dfa, s: int, single=None):
     """``(rest, a)`` when the only string DFA ``dfa`` accepts from state ``s`` is ``rest``
     (``a`` the accepting state after it, which has no transitions), else None. ``single``
-    (``_single_out(dfa)``) makes it a walk over Python lists."""
+    (``_SingleOut(dfa)``) keeps the per-state answers between calls."""
     if single is None:
-        single = _single_out(dfa)
-    only, nxt, acc, has_out = single
+        single = _SingleOut(dfa)
+    acc, has_out = dfa.accept, dfa.has_out
     out = bytearray()
     while not acc[s]:
-        b = only[s]
+        b, nxt = single(s)
         if b < 0 or len(out) >= 1024:
             return None
         out.append(b)
-        s = nxt[s]
+        s = nxt
     if has_out[s] or not out:
         return None
     return bytes(out), int(s)
 
 
-def _single_out(dfa):
-    """Per state of ``dfa``: the byte of its only live transition (-1 if none or several), the
-    state it leads to, acceptance and liveness, as Python lists (for ``_literal_rest``)."""
-    live = dfa.trans >= 0
-    one = live.sum(axis=1) == 1
-    b = np.where(one, live.argmax(axis=1), -1)
-    nxt = np.where(one, dfa.trans[np.arange(len(b)), np.maximum(b, 0)], -1)
-    return b.tolist(), nxt.tolist(), dfa.accept.tolist(), dfa.has_out.tolist()
+class _SingleOut:
+    """Per state of ``dfa``, computed on first use (a DFA of a long bounded string has tens of
+    thousands of states, of which a grammar visits few): ``(byte, next state)`` of its only live
+    transition, or ``(-1, -1)`` if it has none or several."""
+
+    def __init__(self, dfa):
+        self.trans = dfa.trans
+        self.rows: dict = {}
+
+    def __call__(self, s: int):
+        got = self.rows.get(s)
+        if got is None:
+            row = self.trans[s]
+            live = np.flatnonzero(row >= 0)
+            got = self.rows[s] = (int(live[0]), int(row[live[0]])) if len(live) == 1 else (-1, -1)
+        return got
 
 
 def _set_bits(words: np.ndarray, ids: np.ndarray, native: bool = False) -> None:
@@ -676,7 +684,7 @@ class CompiledGrammar:
         else:
             single = self._single.get(t)
             if single is None:
-                single = self._single[t] = _single_out(dfa)
+                single = self._single[t] = _SingleOut(dfa)
             lit = _literal_rest(dfa, s, single)
             if lit is not None:  # a single string remains: no vocabulary walk needed
                 rest, a = lit

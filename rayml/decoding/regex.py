@@ -565,8 +565,9 @@ def _trim(trans: np.ndarray, accept: np.ndarray) -> tuple[np.ndarray, np.ndarray
 def byte_class_columns(trans: np.ndarray) -> list[int]:
     """One representative byte per set of bytes with identical transition columns."""
     seen: dict = {}
-    for b in range(trans.shape[1]):
-        seen.setdefault(trans[:, b].tobytes(), b)
+    cols = np.ascontiguousarray(trans.T)  # one contiguous row per byte (a strided column per byte is slow)
+    for b in range(cols.shape[0]):
+        seen.setdefault(cols[b].tobytes(), b)
     return sorted(seen.values())
 
 
