@@ -31,7 +31,11 @@ Learners (full information: the opponents' actions are observed after each round
   (-0.31, -0.27, -0.24 at T = 250, 1000, 4000), as SAOL's ``O(sqrt(|I|) log T)`` interval regret
   allows.
 * ``"behaviour-cloning"``: play the empirical distribution of all opponents' actions in the last
-  ``window`` rounds (uniform before any data).
+  ``window`` rounds (uniform before any data). The paper's behaviour cloning (per a digest of the
+  PDF) plays uniformly in the first round and then repeats the opponents' last action: ``window =
+  1``, where the empirical distribution of the ``n - 1`` opponents' last actions has the same
+  expectation ``sigma_{t-1}`` as one opponent's action (differs: lower variance), so its average
+  payoff is at least ``C/n - (V_T + 1) / T`` in units of ``B`` (the paper's ``-O(V_T / T)``).
 * ``"fixed"``: a fixed mixed strategy (what the self-play meta-algorithms output).
 
 Self-play meta-algorithms (``selfplay_strategy``): ``"self-play-hedge"`` (all n players run Hedge
@@ -44,6 +48,12 @@ Opponents (``opponent_counts``): ``identical`` fixed sigma; ``slow`` identical w
 ``adaptive`` identical and arbitrarily adaptive: all play the pure action that minimises the
 learner's expected payoff under its current mixed strategy; ``different``: fixed, different pure
 strategies (opponent j plays action j mod m).
+
+Which adaptive learner the paper uses (issue 37): SAOL with Hedge ("SAOL_H", a reviewer's summary
+of the ICLR submission and a digest of the ICML PDF both name it; its dynamic-regret guarantee is
+``C/n - O(V_T^{1/3} T^{-1/3} (sqrt(log(m / delta)) + log T))`` for opponents whose common
+strategy has total variation ``V_T``), so ``"saol-hedge"`` is the paper's learner, not a variant.
+Any symmetric constant-sum game can be given as a payoff function (``symmetric_game``).
 
 Assumed (the full text was not reachable; the notes and reviews give the structure): the game
 family above (the vote tables match the reviewers' description, the 30-player game is ours), the
@@ -64,7 +74,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
@@ -75,6 +85,9 @@ __all__ = [
     "OPPONENTS",
     "SymmetricGame",
     "majority_game",
+    "symmetric_game",
+    "slow_sigma",
+    "total_variation",
     "payoff_vectors",
     "opponent_counts",
     "hedge_rate",
@@ -111,6 +124,8 @@ class SymmetricGame:
     n_actions: int
     sign: int = 1
     scale: float = 1.0
+    lookup: np.ndarray | None = field(default=None, compare=False, repr=False)
+    total: float = 0.0
 
     def __post_init__(self):
         _check_int("n_players", self.n_players, 3)
@@ -122,8 +137,8 @@ class SymmetricGame:
 
     @property
     def equal_share(self) -> float:
-        """C / n (0: the game is zero-sum)."""
-        return 0.0
+        """C / n in the game's own payoff units (``payoff_vectors`` is centred on it: C/n - C/n = 0)."""
+        return self.total / self.n_players
 
     @property
     def payoff_bound(self) -> float:
@@ -141,14 +156,69 @@ def majority_game(n_players: int, n_actions: int, *, minority: bool = False) -> 
                          sign=-1 if minority else 1, scale=scale)
 
 
+def _compositions(total: int, parts: int):
+    """Every tuple of ``parts`` non-negative integers summing to ``total``."""
+    if parts == 1:
+        yield (total,)
+        return
+    for first in range(total + 1):
+        for rest in _compositions(total - first, parts - 1):
+            yield (first, *rest)
+
+
+def symmetric_game(payoff, n_players: int, n_actions: int, *, name: str = "custom",
+                   tol: float = 1e-9) -> SymmetricGame:
+    """A symmetric constant-sum game from the user's payoff function ``payoff(a, others) -> float``.
+
+    ``others`` is the tuple of the other ``n - 1`` players' action counts (length ``m``): a payoff
+    that depends on the own action and on how many others play each action is symmetric by
+    construction. The game must be constant-sum: for every profile (counts ``N`` summing to ``n``),
+    ``sum_a N_a payoff(a, N - e_a)`` is the same ``C`` (checked, within ``tol``); ``payoff_vectors``
+    then returns payoffs centred on the equal share ``C / n`` (so every learner's guarantee reads
+    "at least 0"), and ``game.equal_share`` is ``C / n``.
+
+    Examples:
+        >>> def crowd(a, k):   # a pot of 1 shared by the players of the more crowded action
+        ...     return 1 / (k[a] + 1) if k[a] + 1 > k[1 - a] else 0.0
+        >>> g = symmetric_game(crowd, 3, 2, name="crowd")
+        >>> round(g.equal_share, 6), payoff_vectors(g, np.array([2.0, 0.0])).round(6).tolist()
+        (0.333333, [0.0, -0.333333])
+    """
+    n = _check_int("n_players", n_players, 3)
+    m = _check_int("n_actions", n_actions, 2)
+    if not callable(payoff):
+        raise TypeError(f"payoff must be a callable payoff(a, others) -> float, got {type(payoff).__name__}")
+    if n ** m > 5_000_000:
+        raise ValueError(f"n_players ** n_actions must be <= 5e6 (the payoff table is indexed by counts), got {n ** m}")
+    radix = n ** np.arange(m)
+    lookup = np.full((n ** m, m), np.nan)
+    for k in _compositions(n - 1, m):
+        row = [float(payoff(a, k)) for a in range(m)]
+        if not np.all(np.isfinite(row)):
+            raise ValueError(f"payoff must return finite numbers, got {row} for others = {k}")
+        lookup[int(np.dot(k, radix))] = row
+    totals = []
+    for N in _compositions(n, m):
+        totals.append(sum(N[a] * lookup[int(np.dot(N, radix) - radix[a]), a] for a in range(m) if N[a]))
+    C = float(np.mean(totals))
+    if max(abs(t - C) for t in totals) > tol * (1 + abs(C)):
+        raise ValueError(f"payoff is not constant-sum: the players' payoffs sum to between {min(totals):.6g} and "
+                         f"{max(totals):.6g} over the profiles")
+    return SymmetricGame(name=name, n_players=n, n_actions=m, lookup=lookup - C / n, total=C)
+
+
 def payoff_vectors(game: SymmetricGame, others: np.ndarray) -> np.ndarray:
-    """``U[..., a]``: one player's payoff for each own action ``a`` given the OTHER players' counts.
+    """``U[..., a]``: one player's payoff for each own action ``a`` given the OTHER players' counts,
+    centred on the equal share (``C / n`` subtracted).
 
     ``others`` has shape ``(..., m)`` and sums to ``n - 1`` along the last axis.
     """
     k = np.asarray(others, dtype=float)
     if k.shape[-1] != game.n_actions:
         raise ValueError(f"others must have last dimension n_actions = {game.n_actions}, got {k.shape}")
+    if game.lookup is not None:
+        code = np.rint(k).astype(np.int64) @ (game.n_players ** np.arange(game.n_actions))
+        return game.lookup[code]
     sq = np.sum(k * k, axis=-1, keepdims=True)
     n = game.n_players
     return game.sign * game.scale * ((k + 1.0) - (sq + 2.0 * k + 1.0) / n)
@@ -166,11 +236,7 @@ def opponent_counts(game: SymmetricGame, spec: Mapping[str, Any], t: int, horizo
         sigma = np.asarray(spec["sigma"], dtype=float)
         return rng.multinomial(n1, sigma, size=R).astype(float)
     if kind == "slow":
-        period = float(spec.get("period", horizon / 2))
-        lam = 0.5 * (1 + math.sin(2 * math.pi * t / period))
-        sigma = np.zeros(m)
-        sigma[0], sigma[1] = lam, 1 - lam
-        return rng.multinomial(n1, sigma, size=R).astype(float)
+        return rng.multinomial(n1, slow_sigma(m, t, float(spec.get("period", horizon / 2))), size=R).astype(float)
     if kind == "adaptive":
         pure = n1 * np.eye(m)  # (b, m): all opponents on action b
         value = x @ payoff_vectors(game, pure).T  # (R, b): learner's expected payoff
@@ -179,6 +245,22 @@ def opponent_counts(game: SymmetricGame, spec: Mapping[str, Any], t: int, horizo
     if kind == "different":
         return np.broadcast_to(np.bincount(np.arange(n1) % m, minlength=m).astype(float), (R, m)).copy()
     raise ValueError(f"opponent kind must be one of {OPPONENTS}, got {kind!r}")
+
+
+def slow_sigma(n_actions: int, t: int, period: float) -> np.ndarray:
+    """The ``slow`` opponents' common strategy in round ``t``: ``lam_t e_0 + (1 - lam_t) e_1`` with
+    ``lam_t = (1 + sin(2 pi t / period)) / 2``."""
+    lam = 0.5 * (1 + math.sin(2 * math.pi * t / period))
+    sigma = np.zeros(n_actions)
+    sigma[0], sigma[1] = lam, 1 - lam
+    return sigma
+
+
+def total_variation(n_actions: int, horizon: int, period: float) -> float:
+    """``V_T = sum_{t=2}^T ||sigma_t - sigma_{t-1}||_1`` of the ``slow`` opponents (the paper's
+    budget of adaptivity)."""
+    sig = np.array([slow_sigma(n_actions, t, period) for t in range(1, _check_int("horizon", horizon, 1) + 1)])
+    return float(np.abs(np.diff(sig, axis=0)).sum())
 
 
 def hedge_rate(horizon: int, n_actions: int, bound: float) -> float:

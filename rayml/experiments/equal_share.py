@@ -2,21 +2,40 @@
 
 Games: 3-player majority vote, 3-player minority vote and a many-player majority game
 (``rayml.bandits.equal_share``; all zero-sum, so C/n = 0; payoffs are reported divided by the
-largest |payoff|). Algorithms: the paper's Hedge, SAOL-wrapped Hedge and behaviour cloning, and
-the strategies output by two self-play meta-algorithms (self-play Hedge, fictitious play), played
-fixed. Opponents: identical fixed strategies (a grid of sigma; the worst one is reported), identical
-slowly changing, identical arbitrarily adaptive (the paper: impossible), and different fixed
-strategies (the paper: impossible). Work items are (game, algorithm, chunk of runs) pmap tasks;
-every algorithm sees the same opponent random streams for the same chunk seed.
+largest |payoff|). Algorithms: the paper's Hedge, SAOL-wrapped Hedge (SAOL_H, the paper's learner
+for slowly changing opponents) and behaviour cloning (the paper's: repeat the last round, ``window =
+1``), and the strategies output by two self-play meta-algorithms (self-play Hedge, fictitious play),
+played fixed. Opponents: identical fixed strategies (a grid of sigma with the paper's meta-strategy
+inside; the worst one is reported), identical slowly changing (period T/2: total variation V_T
+fixed as T grows), identical changing at an intermediate rate (period ``fast_period``: V_T linear in
+T), identical arbitrarily adaptive and different fixed strategies (the paper: impossible).
+
+Claims (issue 37), each against the paper's own guarantee, no invented margin:
+- fixed identical opponents: Hedge's average payoff is at least C/n minus its regret bound
+  ``2 sqrt(ln m / (2 T))`` (payoff units of B; Theorem: ``-O(sqrt(log(m/delta) / T))``), majority
+  vote and the 30-player game; gated on the self-play strategies falling below that (the failure
+  mode the paper's experiments show).
+- slowly changing opponents: SAOL_H's shortfall below C/n shrinks with T at least at the rate of
+  its bound ``V_T^{1/3} T^{-1/3} log T`` (fitted exponents over ``slow_horizons``, V_T fixed).
+- intermediate rate: behaviour cloning's average payoff is at least ``C/n - (V_T + 1) / T`` (the
+  paper's ``-O(V_T / T)`` with the constant of its Lipschitz argument).
+The last two are gated on Hedge (a static no-regret learner) falling below C/n minus its regret
+bound against the slow opponents (the opponents do change). minority-3 is not a paper claim any
+more (every strategy gets exactly 0 against (1/2, 1/2), so it cannot discriminate); it stays for the
+"different opponents" impossibility check. Nothing is tuned: every learner runs at the rate its
+theorem states. The power of the threshold claims is estimated from a pilot on separate seeds (runs'
+payoff minus the threshold, sign test). Work items are (study, game, algorithm, horizon, chunk)
+pmap tasks; every algorithm sees the same opponent random streams for the same chunk seed.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 import numpy as np
 
-from rayml import runtime
+from rayml import evidence, runtime
 from rayml.bandits import equal_share as es
 from rayml.experiments import Experiment, Outcome
 from rayml.results import Claim, Control
@@ -25,15 +44,18 @@ PAPER = "Securing Equal Share: A Principled Approach for Learning Multiplayer Sy
 METHOD = "equal-share"
 ALGORITHMS = ("hedge", "saol-hedge", "behaviour-cloning")
 SELFPLAY = es.SELFPLAY
-TYPES = ("identical_worst", "slow", "adaptive", "different")
+TYPES = ("identical_worst", "slow", "intermediate", "adaptive", "different")
+PAPER_SIGMA = {2: (0.49, 0.51), 3: (0.399, 0.6, 0.001)}   # the paper's fixed meta-strategies (MV; SDG)
+SHORTFALL_FLOOR = 1e-6   # a shortfall below C/n of at most 1e-6 B counts as reaching C/n (log scale)
 
 SIZES = {
-    "tiny": dict(games=["majority-3", "minority-3", "majority-30"], horizon=60, runs=4, chunk_runs=2,
-                 selfplay_rounds=50, window=20),
-    "quick": dict(games=["majority-3", "minority-3", "majority-30"], horizon=1000, runs=16, chunk_runs=8,
-                  selfplay_rounds=200, window=50),
-    "full": dict(games=["majority-3", "minority-3", "majority-30", "minority-30"], horizon=20000, runs=100,
-                 chunk_runs=10, selfplay_rounds=2000, window=100),
+    "tiny": dict(games=["majority-3", "minority-3", "majority-30"], horizon=60, slow_horizons=[60, 240], runs=4,
+                 chunk_runs=2, selfplay_rounds=50, window=1, fast_period=40, pilot_runs=4),
+    "quick": dict(games=["majority-3", "minority-3", "majority-30"], horizon=1000, slow_horizons=[1000, 4000, 16000],
+                  runs=16, chunk_runs=8, selfplay_rounds=200, window=1, fast_period=40, pilot_runs=8),
+    "full": dict(games=["majority-3", "minority-3", "majority-30", "minority-30"], horizon=20000,
+                 slow_horizons=[1000, 4000, 16000, 64000], runs=100, chunk_runs=10, selfplay_rounds=2000, window=1,
+                 fast_period=40, pilot_runs=20),
 }
 
 
@@ -46,24 +68,30 @@ def parse_game(name: str) -> es.SymmetricGame:
     return es.majority_game(n, 2 if n == 3 else 3, minority=kind == "minority")
 
 
-def opponent_specs(m: int) -> list[tuple[str, dict]]:
-    """Identical fixed sigmas (pure, pairwise mixes, uniform) plus slow, adaptive and different."""
+def opponent_specs(m: int, fast_period: float) -> list[tuple[str, dict]]:
+    """Identical fixed sigmas (pure, pairwise mixes, uniform, the paper's meta-strategy) plus slow,
+    intermediate, adaptive and different."""
     eye = np.eye(m)
     sigmas = [eye[a] for a in range(m)]
     if m == 2:
         sigmas += [np.array([p, 1 - p]) for p in (0.25, 0.5, 0.75)]
     else:
         sigmas += [(eye[a] + eye[b]) / 2 for a in range(m) for b in range(a + 1, m)] + [np.full(m, 1.0 / m)]
-    specs = [(f"identical:{','.join(f'{v:.2f}' for v in s)}", {"kind": "identical", "sigma": s}) for s in sigmas]
-    return specs + [("slow", {"kind": "slow"}), ("adaptive", {"kind": "adaptive"}), ("different", {"kind": "different"})]
+    if m in PAPER_SIGMA:
+        sigmas.append(np.array(PAPER_SIGMA[m]))
+    specs = [(f"identical:{','.join(f'{v:.3f}' for v in s)}", {"kind": "identical", "sigma": s}) for s in sigmas]
+    return specs + [("slow", {"kind": "slow"}), ("intermediate", {"kind": "slow", "period": float(fast_period)}),
+                    ("adaptive", {"kind": "adaptive"}), ("different", {"kind": "different"})]
 
 
 def run_chunk(item: tuple, config: Mapping[str, Any]) -> dict:
-    """One work item ``(game, algorithm, chunk, seed)``: its runs against every opponent."""
-    game_name, method, chunk, seed = item
+    """One work item ``(study, game, algorithm, horizon, chunk, runs, seed)``: its runs against every
+    opponent (study ``main`` / ``pilot``) or the slow opponents only (study ``slow``)."""
+    study, game_name, method, T, chunk, R, seed = item
     game = parse_game(game_name)
-    specs = opponent_specs(game.n_actions)
-    R, T = int(config["chunk_runs"]), int(config["horizon"])
+    specs = opponent_specs(game.n_actions, float(config["fast_period"]))
+    if study == "slow":
+        specs = [sp for sp in specs if sp[0] == "slow"]
     children = np.random.SeedSequence(seed).spawn(len(specs) + 1)
     strategy = None
     if method in SELFPLAY:
@@ -73,103 +101,176 @@ def run_chunk(item: tuple, config: Mapping[str, Any]) -> dict:
     for (label, spec), child in zip(specs, children):
         out[label] = es.play(game, learner, spec, T, R, child, strategy=strategy,
                              window=int(config["window"])).tolist()
-    return {"game": game_name, "method": method, "chunk": chunk, "payoffs": out,
-            "strategy": None if strategy is None else strategy.tolist()}
+    return {"study": study, "game": game_name, "method": method, "horizon": T, "chunk": chunk, "payoffs": out}
 
 
 def _validate(config: Mapping[str, Any]) -> None:
-    for key in ("horizon", "runs", "chunk_runs", "selfplay_rounds", "window"):
+    for key in ("horizon", "runs", "chunk_runs", "selfplay_rounds", "window", "fast_period", "pilot_runs"):
         if int(config[key]) < 1:
             raise ValueError(f"{key} must be >= 1, got {config[key]}")
     if int(config["runs"]) % int(config["chunk_runs"]):
         raise ValueError(f"runs ({config['runs']}) must be a multiple of chunk_runs ({config['chunk_runs']})")
+    hs = [int(h) for h in config["slow_horizons"]]
+    if len(hs) < 2 or len(set(hs)) != len(hs) or min(hs) < 1:
+        raise ValueError(f"slow_horizons must list at least two distinct horizons >= 1, got {config['slow_horizons']}")
     if not config["games"]:
         raise ValueError("games must list at least one game")
+    for g in ("majority-3", "majority-30"):
+        if g not in config["games"]:
+            raise ValueError(f"games must include {g!r} (the claims are on it), got {config['games']}")
     for g in config["games"]:
         parse_game(g)
 
 
+def hedge_bound(horizon: int, n_actions: int) -> float:
+    """Hedge's average-regret bound in units of B at the rate ``sqrt(8 ln m / T) / (2B)``:
+    ``2 B sqrt(T ln m / 2) / (T B) = 2 sqrt(ln m / (2 T))``."""
+    return 2.0 * math.sqrt(math.log(n_actions) / (2.0 * horizon))
+
+
+def shortfall_exponent(horizons, payoffs) -> float:
+    """Fitted slope of ``log max(-payoff, SHORTFALL_FLOOR)`` on ``log T``."""
+    short = np.maximum(-np.asarray(payoffs, dtype=float), SHORTFALL_FLOOR)
+    return float(np.polyfit(np.log(np.asarray(horizons, dtype=float)), np.log(short), 1)[0])
+
+
+def _pooled(out):
+    pooled: dict[tuple, list] = {}
+    for r in sorted(out, key=lambda r: r["chunk"]):
+        for label, vals in r["payoffs"].items():
+            pooled.setdefault((r["study"], r["game"], r["method"], r["horizon"], label), []).extend(vals)
+    return pooled
+
+
 def run(config: Mapping[str, Any], seed: int) -> Outcome:
-    """Every (game, algorithm, chunk) as a pmap task; summaries per opponent type."""
+    """Every (study, game, algorithm, horizon, chunk) as a pmap task; summaries per opponent type."""
     _validate(config)
     games = list(config["games"])
-    n_chunks = int(config["runs"]) // int(config["chunk_runs"])
-    chunk_seeds = runtime.seeds(seed, n_chunks)
-    methods = (*ALGORITHMS, *SELFPLAY)
-    items = [(g, m, i, s) for g in games for m in methods for i, s in enumerate(chunk_seeds)]
-    out = runtime.pmap(run_chunk, items, shared=dict(config), desc="equal-share runs")
+    T = int(config["horizon"])
+    slow_hs = sorted(int(h) for h in config["slow_horizons"])
     per = int(config["chunk_runs"])
+    chunk_seeds = runtime.seeds(seed, int(config["runs"]) // per)
+    methods = (*ALGORITHMS, *SELFPLAY)
+    items = [("main", g, m, T, i, per, s) for g in games for m in methods for i, s in enumerate(chunk_seeds)]
+    items += [("slow", "majority-3", m, h, i, per, s) for m in ("saol-hedge", "hedge") for h in slow_hs
+              for i, s in enumerate(chunk_seeds)]
+    pilot_seed = runtime.seeds(np.random.SeedSequence([seed, 2]), 1)[0]
+    items += [("pilot", g, m, T, 0, int(config["pilot_runs"]), pilot_seed)
+              for g, m in (("majority-3", "hedge"), ("majority-30", "hedge"), ("majority-3", "behaviour-cloning"))]
+    out = runtime.pmap(run_chunk, items, shared=dict(config), desc="equal-share runs")
+    pooled = _pooled(out)
     rows = []
-    pooled: dict[tuple, list] = {}
     for r in out:
+        if r["study"] == "pilot":
+            continue
         for label, vals in r["payoffs"].items():
-            pooled.setdefault((r["game"], r["method"], label), []).extend(vals)
             for j, v in enumerate(vals):
-                rows.append({"game": r["game"], "method": r["method"], "opponent": label,
-                             "run": r["chunk"] * per + j, "metric": "avg_payoff", "value": v})
+                rows.append({"study": r["study"], "game": r["game"], "method": r["method"], "horizon": r["horizon"],
+                             "opponent": label, "run": r["chunk"] * per + j, "metric": "avg_payoff", "value": v})
 
     def summary(method: str) -> dict:
         d = {}
         for g in games:
-            labels = [lab for (gg, mm, lab) in pooled if gg == g and mm == method]
-            ident = {lab: float(np.mean(pooled[(g, method, lab)])) for lab in labels if lab.startswith("identical")}
+            labels = [k[4] for k in pooled if k[:4] == ("main", g, method, T)]
+            ident = {lab: float(np.mean(pooled[("main", g, method, T, lab)])) for lab in labels
+                     if lab.startswith("identical")}
             worst = min(ident, key=ident.get)
             d[g] = {"identical_worst": ident[worst], "identical_worst_sigma": worst.split(":")[1],
-                    **{k: float(np.mean(pooled[(g, method, k)])) for k in ("slow", "adaptive", "different")}}
+                    **{k: float(np.mean(pooled[("main", g, method, T, k)]))
+                       for k in ("slow", "intermediate", "adaptive", "different")}}
+        if method in ("saol-hedge", "hedge"):
+            pay = [float(np.mean(pooled[("slow", "majority-3", method, h, "slow")])) for h in slow_hs]
+            d["slow_by_horizon"] = {str(h): v for h, v in zip(slow_hs, pay)}
+            d["slow_exponent"] = shortfall_exponent(slow_hs, pay)
         return d
 
     metrics: dict[str, Any] = {m: summary(m) for m in ALGORITHMS}
     baselines = {m: summary(m) for m in SELFPLAY}
     metrics["equal_share"] = 0.0
+    m_of = {g: parse_game(g).n_actions for g in games}
+    metrics["minus_hedge_bound"] = {g: -hedge_bound(T, m_of[g]) for g in games}
+    V = es.total_variation(2, T, float(config["fast_period"]))
+    metrics["intermediate_variation"] = {"V_T": V, "V_T_over_T": V / T}
+    metrics["minus_bc_bound"] = -(V + 1.0) / T
+    bound_shape = [h ** (-1 / 3) * math.log(h) for h in slow_hs]
+    metrics["slow_bound_exponent"] = float(np.polyfit(np.log(slow_hs), np.log(bound_shape), 1)[0])
+    metrics["slow_variation"] = {str(h): es.total_variation(2, h, h / 2) for h in slow_hs}
     metrics["best_algorithm"] = {g: {t: max(metrics[m][g][t] for m in ALGORITHMS) for t in TYPES} for g in games}
-    budget = {"rounds": int(config["horizon"]), "runs": int(config["runs"]),
+
+    def pilot_power(game, method, label_of, threshold):
+        vals = pooled[("pilot", game, method, T, label_of)]
+        return {"opponent": label_of, **evidence.power_from_pilot(np.asarray(vals) - threshold, test="sign")}
+
+    worst = {g: "identical:" + metrics["hedge"][g]["identical_worst_sigma"] for g in ("majority-3", "majority-30")}
+    power = {"hedge_majority-3": pilot_power("majority-3", "hedge", worst["majority-3"],
+                                             metrics["minus_hedge_bound"]["majority-3"]),
+             "hedge_majority-30": pilot_power("majority-30", "hedge", worst["majority-30"],
+                                              metrics["minus_hedge_bound"]["majority-30"]),
+             "behaviour-cloning_intermediate": pilot_power("majority-3", "behaviour-cloning", "intermediate",
+                                                           metrics["minus_bc_bound"])}
+    budget = {"rounds": T, "slow_horizons": slow_hs, "runs": int(config["runs"]), "pilot_runs": int(config["pilot_runs"]),
               "tuning": "none: Hedge and SAOL's copies use the stated rate sqrt(8 ln m / T) / (2B), behaviour "
-                        "cloning the configured window; the self-play strategies are played as output",
+                        "cloning repeats the last round (window 1); the self-play strategies are played as output",
+              "power_from_pilot (runs' payoff minus the claim's threshold)": power,
               "selfplay_rounds": int(config["selfplay_rounds"]), "tasks": len(items),
               "payoff_unit": "average payoff / max |payoff| (C/n = 0)"}
     return Outcome(metrics=metrics, baselines=baselines, tables={"runs": rows}, budget=budget)
 
 
-SOURCE_ID = ("abstract: 'design a series of efficient algorithms, inspired by no-regret learning, that provably "
-             "attain approximate equal share' (Hedge, identical fixed opponents; reviews)")
-SOURCE_SLOW = ("abstract: 'provably attain approximate equal share across various settings' (SAOL-wrapped Hedge "
-               "and behaviour cloning, slowly changing identical opponents; reviews); 'meta-algorithms from prior "
-               "state-of-the-art systems ... fail to secure an equal share, while our algorithm succeeds'")
+SOURCE_ID = ("Tables 1-2 (digest of the PDF) and abstract: 'meta-algorithms from prior state-of-the-art systems "
+             "for multiplayer games fail to secure an equal share, while our algorithm succeeds' (Hedge against "
+             "identical fixed opponents: at least C/n - O(sqrt(log(m/delta) / T)))")
+SOURCE_SLOW = ("abstract: 'efficient algorithms, inspired by no-regret learning, that provably attain approximate "
+               "equal share across various settings' (SAOL_H against slowly changing identical opponents: "
+               "C/n - O(V_T^{1/3} T^{-1/3} (sqrt(log(m/delta)) + log T)))")
+SOURCE_BC = ("abstract: 'provably attain approximate equal share across various settings' (behaviour cloning "
+             "against identical opponents of intermediate adaptivity: C/n - O(V_T / T))")
 _SP = ("self-play-hedge", "fictitious-play")
 
 
-def _secures(method: str, game: str, kind: str, text: str, source: str, controls: tuple) -> Claim:
-    return Claim(text=text, metric=f"metrics.{method}.{game}.{kind}", compare="metrics.equal_share", op=">=",
-                 margin=-0.05, source=source,
-                 controls=tuple(Control(c, f"{'baselines' if c in _SP else 'metrics'}.{c}.{game}.{kind}")
-                                for c in controls))
+def _secures_fixed(game: str, text: str) -> Claim:
+    return Claim(text=text, metric=f"metrics.hedge.{game}.identical_worst",
+                 compare=f"metrics.minus_hedge_bound.{game}", op=">=", source=SOURCE_ID,
+                 controls=tuple(Control(c, f"baselines.{c}.{game}.identical_worst") for c in _SP))
 
+
+def _selfplay_fails(method: str, game: str, where: str) -> Claim:
+    return Claim(text=f"the {method} strategy falls below C/n minus Hedge's regret bound against its worst identical "
+                      f"fixed opponents ({where})", metric=f"baselines.{method}.{game}.identical_worst",
+                 compare=f"metrics.minus_hedge_bound.{game}", op="<", kind="sanity")
+
+
+_CHANGING = Claim(text="the opponents change: Hedge (static no-regret) falls below C/n minus its regret bound against "
+                       "the slowly changing identical opponents (majority vote)",
+                  metric="metrics.hedge.majority-3.slow", compare="metrics.minus_hedge_bound.majority-3", op="<",
+                  kind="sanity")
 
 CLAIMS = (
-    _secures("hedge", "majority-3", "identical_worst",
-             "Hedge secures C/n - 0.05 against the worst identical fixed opponents (majority vote)", SOURCE_ID, _SP),
-    _secures("hedge", "minority-3", "identical_worst", "the same in minority vote", SOURCE_ID, _SP),
-    _secures("hedge", "majority-30", "identical_worst", "the same in the 30-player majority game", SOURCE_ID, _SP),
-    _secures("saol-hedge", "majority-3", "slow",
-             "SAOL-Hedge secures C/n - 0.05 against slowly changing identical opponents (majority vote)",
-             SOURCE_SLOW, ("hedge", *_SP)),
-    _secures("behaviour-cloning", "majority-3", "slow",
-             "behaviour cloning secures C/n - 0.05 against slowly changing identical opponents (majority vote)",
-             SOURCE_SLOW, ("hedge", *_SP)),
-    # payoff-table arithmetic: what a fixed strategy gets against its worst pure reply, and what any
-    # strategy gets against the opponent models the paper proves impossible
-    Claim(text="the self-play Hedge strategy falls below C/n - 0.05 against its worst identical fixed opponents "
-               "(majority vote)", metric="baselines.self-play-hedge.majority-3.identical_worst",
-          compare="metrics.equal_share", op="<", margin=0.05, kind="sanity"),
-    Claim(text="the fictitious-play strategy falls below C/n - 0.05 against its worst identical fixed opponents "
-               "(30-player majority game)", metric="baselines.fictitious-play.majority-30.identical_worst",
-          compare="metrics.equal_share", op="<", margin=0.05, kind="sanity"),
-    Claim(text="impossible against different fixed opponents: every algorithm is below C/n - 0.05 (minority vote)",
-          metric="metrics.best_algorithm.minority-3.different", compare="metrics.equal_share", op="<", margin=0.05,
-          kind="sanity"),
-    Claim(text="impossible against arbitrarily adaptive opponents: every algorithm is below C/n - 0.05 "
-               "(majority vote)", metric="metrics.best_algorithm.majority-3.adaptive",
-          compare="metrics.equal_share", op="<", margin=0.05, kind="sanity"),
+    *evidence.gate(_selfplay_fails("self-play-hedge", "majority-3", "majority vote"),
+                   _secures_fixed("majority-3", "Hedge secures C/n minus its regret bound 2 sqrt(ln m / (2T)) against "
+                                                "the worst identical fixed opponents, the paper's (0.49, 0.51) among "
+                                                "them (majority vote)")),
+    *evidence.gate(_selfplay_fails("fictitious-play", "majority-30", "30-player majority game"),
+                   _secures_fixed("majority-30", "the same in the 30-player majority game (the paper's (0.399, 0.6, "
+                                                 "0.001) among the opponents)")),
+    *evidence.gate(_CHANGING,
+                   Claim(text="SAOL_H's shortfall below C/n against slowly changing identical opponents (V_T fixed) "
+                              "shrinks with T at least at its bound's rate T^{-1/3} log T (fitted exponents over the "
+                              "slow horizons, majority vote)",
+                         metric="metrics.saol-hedge.slow_exponent", compare="metrics.slow_bound_exponent", op="<=",
+                         source=SOURCE_SLOW, controls=(Control("hedge", "metrics.hedge.slow_exponent"),)),
+                   Claim(text="behaviour cloning secures C/n - (V_T + 1) / T against identical opponents changing at "
+                              "an intermediate rate (period 40, majority vote)",
+                         metric="metrics.behaviour-cloning.majority-3.intermediate", compare="metrics.minus_bc_bound",
+                         op=">=", source=SOURCE_BC,
+                         controls=(Control("saol-hedge", "metrics.saol-hedge.majority-3.intermediate"),
+                                   Control("hedge", "metrics.hedge.majority-3.intermediate")))),
+    Claim(text="impossible against different fixed opponents: every algorithm is below C/n minus Hedge's regret bound "
+               "(minority vote)", metric="metrics.best_algorithm.minority-3.different",
+          compare="metrics.minus_hedge_bound.majority-3", op="<", kind="sanity"),
+    Claim(text="impossible against arbitrarily adaptive opponents: every algorithm is below C/n minus Hedge's regret "
+               "bound (majority vote)", metric="metrics.best_algorithm.majority-3.adaptive",
+          compare="metrics.minus_hedge_bound.majority-3", op="<", kind="sanity"),
 )
 
 
@@ -181,7 +282,7 @@ def plots(record: Mapping) -> dict:
     import matplotlib.pyplot as plt
 
     rows = record["tables"]["runs"]
-    games = list(dict.fromkeys(r["game"] for r in rows))
+    games = list(dict.fromkeys(r["game"] for r in rows if r["study"] == "main"))
     methods = list(dict.fromkeys(r["method"] for r in rows))
     fig, axes = plt.subplots(1, len(games), figsize=(5 * len(games), 3.8), squeeze=False)
     for ax, g in zip(axes[0], games):
@@ -194,14 +295,15 @@ def plots(record: Mapping) -> dict:
                     label = f"identical:{sigma}"
                 else:
                     label = kind
-                v = np.array([r["value"] for r in rows if r["game"] == g and r["method"] == m and r["opponent"] == label])
+                v = np.array([r["value"] for r in rows if r["study"] == "main" and r["game"] == g
+                              and r["method"] == m and r["opponent"] == label])
                 means.append(v.mean())
                 errs.append(1.96 * v.std(ddof=1) / np.sqrt(v.size) if v.size > 1 else 0.0)
             ax.bar(np.arange(len(TYPES)) + i * width, means, width, yerr=errs, label=m, capsize=2)
         ax.axhline(0.0, color="k", lw=1, ls="--", label="C/n")
         ax.set_xticks(np.arange(len(TYPES)) + 0.4 - width / 2)
-        ax.set_xticklabels(["identical\n(worst)", "slow", "adaptive\n(impossible)", "different\n(impossible)"],
-                           fontsize=8)
+        ax.set_xticklabels(["identical\n(worst)", "slow", "inter-\nmediate", "adaptive\n(impossible)",
+                            "different\n(impossible)"], fontsize=8)
         ax.set_title(g)
         ax.set_ylabel("average payoff / B")
     axes[0][0].legend(fontsize=7)

@@ -154,8 +154,12 @@ def test_experiment_tiny_is_identical_with_1_and_2_workers(ray_session):
     with runtime.max_workers(2):
         two = EXPERIMENT.run(cfg, 3)
     assert one.metrics == two.metrics and one.tables["runs"] == two.tables["runs"]
-    assert len(EXPERIMENT.claims) == 9 and sum(c.kind == "sanity" for c in EXPERIMENT.claims) == 4
-    assert all(c.controls for c in EXPERIMENT.claims if c.kind == "paper")
+    paper = [c for c in EXPERIMENT.claims if c.kind == "paper"]
+    assert len(paper) == 4 and all(c.controls and c.gates for c in paper)
+    assert not any("minority-3" in c.metric for c in paper)              # it cannot discriminate (issue 37)
+    assert all("0.05" not in c.text for c in EXPERIMENT.claims)          # no invented margin
+    assert one.metrics["minus_hedge_bound"]["majority-3"] == pytest.approx(-2 * math.sqrt(math.log(2) / 120))
+    assert set(one.metrics["saol-hedge"]["slow_by_horizon"]) == {"60", "240"}
     with pytest.raises(ValueError, match="game"):
         parse_game("coordination-3")
     with pytest.raises(ValueError, match="chunk_runs"):
@@ -203,3 +207,50 @@ def test_saol_matches_an_interval_by_interval_reference_and_its_cost_is_the_rest
     long = es.play(g, "saol-hedge", {"kind": "identical", "sigma": [1.0, 0.0]}, 2048, 2, 0).mean()
     hedge = es.play(g, "hedge", {"kind": "identical", "sigma": [1.0, 0.0]}, 2048, 2, 0).mean()
     assert short < long < hedge
+
+
+def test_a_payoff_function_builds_the_same_game_as_the_closed_form():
+    for n, m, minority in ((3, 2, False), (3, 2, True), (6, 3, False)):
+        ref = es.majority_game(n, m, minority=minority)
+        game = es.symmetric_game(lambda a, k: float(es.payoff_vectors(ref, np.array(k, float))[a]), n, m)
+        others = np.array([k for k in itertools.product(range(n), repeat=m) if sum(k) == n - 1], float)
+        assert np.allclose(es.payoff_vectors(game, others), es.payoff_vectors(ref, others), atol=1e-12)
+        assert game.equal_share == pytest.approx(0.0, abs=1e-12) and game.payoff_bound == pytest.approx(ref.payoff_bound)
+        for method in ("hedge", "saol-hedge", "behaviour-cloning"):   # same payoffs, same random stream
+            spec = {"kind": "slow", "period": 17}
+            assert es.play(game, method, spec, 50, 2, 1) == pytest.approx(es.play(ref, method, spec, 50, 2, 1))
+
+
+def test_a_constant_sum_payoff_is_centred_on_its_equal_share():
+    def crowd(a, k):                       # a pot of 2 shared by the players of the most crowded action
+        size = [k[b] + (b == a) for b in range(3)]
+        top = [b for b in range(3) if size[b] == max(size)]
+        return 2.0 / (len(top) * size[a]) if a in top else 0.0
+
+    game = es.symmetric_game(crowd, 4, 3)
+    assert game.equal_share == pytest.approx(0.5)
+    # all four on action 0: each gets 2/4 = C/n, centred 0; a lone deviator to action 1 gets 0 - 1/2
+    assert es.payoff_vectors(game, np.array([3.0, 0.0, 0.0])) == pytest.approx([0.0, -0.5, -0.5])
+    avg = es.play(game, "hedge", {"kind": "identical", "sigma": [0.2, 0.5, 0.3]}, 400, 4, 0)
+    assert avg.mean() > -0.2
+    with pytest.raises(ValueError, match="constant-sum"):
+        es.symmetric_game(lambda a, k: float(k[a]), 3, 2)
+    with pytest.raises(ValueError, match="finite"):
+        es.symmetric_game(lambda a, k: float("nan"), 3, 2)
+    with pytest.raises(TypeError, match="payoff"):
+        es.symmetric_game([1, 2], 3, 2)
+
+
+def test_total_variation_of_the_slow_opponents_by_hand():
+    # period 4: lam_t = 1, 1/2, 0, 1/2, 1, ... (t = 1, 2, ...): every step moves sigma by 1 in l1
+    assert es.total_variation(2, 9, 4.0) == pytest.approx(8.0)
+    assert es.slow_sigma(3, 1, 4.0) == pytest.approx([1.0, 0.0, 0.0])
+    long = es.total_variation(2, 4000, 2000.0)
+    assert long == pytest.approx(es.total_variation(2, 1000, 500.0), rel=0.01)   # V_T fixed when period = T/2
+
+
+def test_behaviour_cloning_of_the_last_round_meets_its_variation_bound():
+    g = es.majority_game(3, 2)
+    T, period = 2000, 40.0
+    avg = es.play(g, "behaviour-cloning", {"kind": "slow", "period": period}, T, 32, 0, window=1)
+    assert avg.mean() >= -(es.total_variation(2, T, period) + 1) / T
