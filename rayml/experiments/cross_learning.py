@@ -54,13 +54,13 @@ GAMMA0_FLOOR = 1e-12   # "gamma = 0": a floor that keeps 1 / fhat finite where f
 _GRID = [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
 SIZES = {
     "tiny": dict(horizons=[150, 300], tune_horizon=150, runs=8, chunk_runs=4, tune_runs=4, contexts=[2, 16, 256],
-                 context_actions=4, eta_grid=_GRID, instance_seed=0, q=95, tail_runs=16, tail_chunk=8),
+                 context_actions=4, eta_grid=_GRID, instance_seed=0, q=95, tail_runs=16, tail_chunk=8, tail_horizon=300),
     "quick": dict(horizons=[250, 500, 1000, 2000], tune_horizon=1000, runs=40, chunk_runs=20, tune_runs=10,
                   contexts=[2, 32, 1024], context_actions=4, eta_grid=_GRID, instance_seed=0, q=95, tail_runs=200,
-                  tail_chunk=100),
-    "full": dict(horizons=[1000, 2000, 4000, 8000, 16000], tune_horizon=4000, runs=200, chunk_runs=50, tune_runs=50,
-                 contexts=[2, 64, 2048], context_actions=4, eta_grid=_GRID, instance_seed=0, q=95, tail_runs=2000,
-                 tail_chunk=200),
+                  tail_chunk=100, tail_horizon=2000),
+    "full": dict(horizons=[1000, 2000, 4000, 8000], tune_horizon=2000, runs=100, chunk_runs=50, tune_runs=50,
+                 contexts=[2, 64, 1024], context_actions=4, eta_grid=_GRID, instance_seed=0, q=95, tail_runs=1000,
+                 tail_chunk=200, tail_horizon=4000),
 }
 
 
@@ -89,7 +89,7 @@ def run_chunk(item: tuple, config: Mapping[str, Any]) -> dict:
 
 
 def _validate(config: Mapping[str, Any]) -> None:
-    for key in ("runs", "chunk_runs", "tune_runs", "tail_runs", "tail_chunk", "tune_horizon"):
+    for key in ("runs", "chunk_runs", "tune_runs", "tail_runs", "tail_chunk", "tune_horizon", "tail_horizon"):
         if int(config[key]) < 1:
             raise ValueError(f"{key} must be >= 1, got {config[key]}")
     if int(config["context_actions"]) < 2:
@@ -167,7 +167,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
               for c in sizes[:-1] for m in (METHOD, "per-context-exp3") for i, s in enumerate(chunk_seeds)]
     tail_per = int(config["tail_chunk"])
     tail_seeds = runtime.seeds(np.random.SeedSequence([seed, 2]), int(config["tail_runs"]) // tail_per)
-    items += [("tail", "contextual", many, m, T_max, chosen[("contextual", m)], i, tail_per, s)
+    T_tail = int(config["tail_horizon"])
+    items += [("tail", "contextual", many, m, T_tail, chosen[("contextual", m)], i, tail_per, s)
               for m in (METHOD, GAMMA0) for i, s in enumerate(tail_seeds)]
     out = runtime.pmap(run_chunk, items, shared=dict(config), desc="cross-learning runs")
     # the many-context point of the context study is the horizon study's contextual run at T_max
@@ -221,9 +222,9 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
             d["abs_exponent_in_contexts"] = abs(d["exponent_in_contexts"])
             d["q_most_contexts"] = cq[-1]
         if m in (METHOD, GAMMA0):
-            t = summary[("tail", "contextual", many, m, T_max)]
+            t = summary[("tail", "contextual", many, m, T_tail)]
             d["tail"] = {"q99": t["q99"], "median": t["median"], "mean": t["mean"],
-                         "runs": int(config["tail_runs"])}
+                         "runs": int(config["tail_runs"]), "horizon": T_tail}
             d["q99_over_median"] = t["q99"] / max(t["median"], 1e-12)
         return d
 

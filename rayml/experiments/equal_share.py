@@ -53,9 +53,9 @@ SIZES = {
                  chunk_runs=2, selfplay_rounds=50, window=1, fast_period=40, pilot_runs=4),
     "quick": dict(games=["majority-3", "minority-3", "majority-30"], horizon=1000, slow_horizons=[1000, 4000, 16000],
                   runs=16, chunk_runs=8, selfplay_rounds=200, window=1, fast_period=40, pilot_runs=8),
-    "full": dict(games=["majority-3", "minority-3", "majority-30", "minority-30"], horizon=20000,
-                 slow_horizons=[1000, 4000, 16000, 64000], runs=100, chunk_runs=10, selfplay_rounds=2000, window=1,
-                 fast_period=40, pilot_runs=20),
+    "full": dict(games=["majority-3", "minority-3", "majority-30", "minority-30"], horizon=8000,
+                 slow_horizons=[1000, 4000, 16000, 64000], runs=64, chunk_runs=16, selfplay_rounds=2000, window=1,
+                 fast_period=40, pilot_runs=16),
 }
 
 

@@ -54,7 +54,7 @@ SIZES = {
     "quick": dict(etas=[4.0, 16.0, 64.0], rounds=8000, mdp_rounds=2000, tune_rounds=2000, seeds=32, tune_seeds=16,
                   runs_per_task=16, **_COMMON),
     "full": dict(etas=[1.0, 4.0, 16.0, 64.0], rounds=32_000, mdp_rounds=16_000, tune_rounds=8000, seeds=64,
-                 tune_seeds=32, runs_per_task=32, **_COMMON),
+                 tune_seeds=16, runs_per_task=32, **_COMMON),
 }
 BENCH_SIZES = {
     "tiny": dict(rounds=100, runs=16, loop_rounds=20, sweep_tasks=4),
