@@ -37,6 +37,8 @@ typedef struct {
     int32_t *lens, *lcp, *node_start;
     int32_t *tok_end, *node_depth, *node_m, *tok_start;  /* per preorder node */
     int64_t *order;      /* token id of each sorted position */
+    int64_t *scratch_ids;  /* [n] reused by walk_counted (no fresh pages per call) */
+    uint16_t *scratch_keys;
 } Trie;
 
 static void trie_free(PyObject *cap) {
@@ -44,6 +46,7 @@ static void trie_free(PyObject *cap) {
     if (!t) return;
     free(t->node_byte); free(t->lens); free(t->lcp); free(t->node_start);
     free(t->tok_end); free(t->node_depth); free(t->node_m); free(t->order); free(t->tok_start);
+    free(t->scratch_ids); free(t->scratch_keys);
     free(t);
 }
 
@@ -208,8 +211,10 @@ static PyObject *py_walk_counted(PyObject *self, PyObject *args) {
     int32_t w = (int32_t)(bl.len / (256 * 4));
     PyObject *result = NULL, *closing = NULL;
     int32_t *st = NULL, *cnt = NULL;
-    int64_t *ids = NULL, *keys = NULL, *s_ids = NULL, *s_keys = NULL;
+    int64_t *ids = NULL;
+    uint16_t *keys = NULL;
     Py_ssize_t *bucket = NULL;
+    PyObject *b_ids = NULL, *b_keys = NULL;
     Py_ssize_t k = 0;
     int64_t kmax = 0;
     if (bl.len != (Py_ssize_t)w * 256 * 4 || i0 < 0 || i0 >= w) {
@@ -218,55 +223,75 @@ static PyObject *py_walk_counted(PyObject *self, PyObject *args) {
     }
     st = malloc(sizeof(int32_t) * (t->max_len + 2));
     cnt = malloc(sizeof(int32_t) * (t->max_len + 2));
-    ids = malloc(sizeof(int64_t) * (t->n + 1));
-    keys = malloc(sizeof(int64_t) * (t->n + 1));
+    if (!t->scratch_ids) t->scratch_ids = malloc(sizeof(int64_t) * (t->n + 1));
+    if (!t->scratch_keys) t->scratch_keys = malloc(sizeof(uint16_t) * (t->n + 1));
+    ids = t->scratch_ids;
+    keys = t->scratch_keys;
     closing = PyList_New(0);
     if (!st || !cnt || !ids || !keys || !closing) { PyErr_NoMemory(); goto done; }
+    if (2 * (int64_t)t->max_len + 1 > 65535) { PyErr_SetString(PyExc_ValueError, "tokens too long"); goto done; }
     st[0] = i0;
     cnt[0] = 0;
-    Py_ssize_t i = 0;
-    while (i < t->n) {
-        int l = t->lcp[i], L = t->lens[i];
-        int32_t g = t->node_start[i];
-        int dead = 0;
-        for (int d = l; d < L; d++, g++) {
-            int32_t v = local[(Py_ssize_t)st[d] * 256 + t->node_byte[g]];
-            if (v == w + 1) {  /* the closing quote: recorded with the count before it */
-                PyObject *e = Py_BuildValue("(iii)", d + 1, t->node_m[g], cnt[d]);
-                if (!e || PyList_Append(closing, e) < 0) { Py_XDECREF(e); goto done; }
-                Py_DECREF(e);
-                dead = 1;
-                break;
+    {
+        const int32_t *restrict lcp = t->lcp, *restrict lens = t->lens, *restrict nstart = t->node_start;
+        const int32_t *restrict tend = t->tok_end;
+        const uint8_t *restrict nb = t->node_byte;
+        const int64_t *restrict order = t->order;
+        Py_ssize_t i = 0, n = t->n;
+        while (i < n) {
+            int l = lcp[i], L = lens[i];
+            int32_t g = nstart[i];
+            int32_t s_ = st[l], c_ = cnt[l];
+            int dead = 0;
+            for (int d = l; d < L; d++, g++) {
+                int32_t v = local[(Py_ssize_t)s_ * 256 + nb[g]];
+                if ((uint32_t)v >= (uint32_t)w) {  /* a finished character, the closing quote, or dead */
+                    if (v == w) { s_ = 0; c_++; }
+                    else {
+                        if (v == w + 1) {  /* the closing quote: recorded with the count before it */
+                            PyObject *e = Py_BuildValue("(iii)", d + 1, t->node_m[g], c_);
+                            if (!e || PyList_Append(closing, e) < 0) { Py_XDECREF(e); goto done; }
+                            Py_DECREF(e);
+                        }
+                        dead = 1;
+                        break;
+                    }
+                } else s_ = v;
+                st[d + 1] = s_;
+                cnt[d + 1] = c_;
             }
-            if (v < 0) { dead = 1; break; }
-            if (v == w) { st[d + 1] = 0; cnt[d + 1] = cnt[d] + 1; }
-            else { st[d + 1] = v; cnt[d + 1] = cnt[d]; }
+            if (dead) { i = tend[g]; continue; }
+            int64_t id = order[i];
+            int64_t key = 2 * (int64_t)c_ + (s_ != 0);
+            ids[k] = id;
+            keys[k] = (uint16_t)key;
+            if (key > kmax) kmax = key;
+            if (id >> 5 < n_words) words[id >> 5] |= (uint32_t)1 << (id & 31);
+            k++;
+            i++;
         }
-        if (dead) { i = t->tok_end[g]; continue; }
-        int64_t id = t->order[i];
-        ids[k] = id;
-        keys[k] = 2 * (int64_t)cnt[L] + (st[L] != 0);
-        if (keys[k] > kmax) kmax = keys[k];
-        if (id >> 5 < n_words) words[id >> 5] |= (uint32_t)1 << (id & 31);
-        k++;
-        i++;
     }
     /* stable counting sort by key (keys are at most 2 * max_len + 1) */
     bucket = calloc(kmax + 2, sizeof(Py_ssize_t));
-    s_ids = malloc(sizeof(int64_t) * (k + 1));
-    s_keys = malloc(sizeof(int64_t) * (k + 1));
-    if (!bucket || !s_ids || !s_keys) { PyErr_NoMemory(); goto done; }
-    for (Py_ssize_t j = 0; j < k; j++) bucket[keys[j] + 1]++;
-    for (int64_t b = 1; b <= kmax + 1; b++) bucket[b] += bucket[b - 1];
-    for (Py_ssize_t j = 0; j < k; j++) {
-        Py_ssize_t at = bucket[keys[j]]++;
-        s_ids[at] = ids[j];
-        s_keys[at] = keys[j];
+    b_ids = PyBytes_FromStringAndSize(NULL, k * 8);
+    b_keys = PyBytes_FromStringAndSize(NULL, k * 8);
+    if (!bucket || !b_ids || !b_keys) { if (!bucket) PyErr_NoMemory(); goto done; }
+    {
+        int64_t *s_ids = (int64_t *)PyBytes_AS_STRING(b_ids), *s_keys = (int64_t *)PyBytes_AS_STRING(b_keys);
+        for (Py_ssize_t j = 0; j < k; j++) bucket[keys[j] + 1]++;
+        for (int64_t b = 1; b <= kmax + 1; b++) bucket[b] += bucket[b - 1];
+        for (Py_ssize_t j = 0; j < k; j++) {
+            Py_ssize_t at = bucket[keys[j]]++;
+            s_ids[at] = ids[j];
+            s_keys[at] = keys[j];
+        }
     }
-    result = Py_BuildValue("(y#y#O)", (char *)s_ids, k * 8, (char *)s_keys, k * 8, closing);
+    result = Py_BuildValue("(OOO)", b_ids, b_keys, closing);
 done:
     Py_XDECREF(closing);
-    free(st); free(cnt); free(ids); free(keys); free(s_ids); free(s_keys); free(bucket);
+    Py_XDECREF(b_ids);
+    Py_XDECREF(b_keys);
+    free(st); free(cnt); free(bucket);
     PyBuffer_Release(&bl);
     PyBuffer_Release(&bw);
     return result;
