@@ -1209,8 +1209,17 @@ done:
     return ret;
 }
 
+/* stats(): interned sets, closures built, and the bytes the engine holds (sets, tables, memos) */
 static PyObject *eng_stats(Engine *e, PyObject *noargs) {
-    return Py_BuildValue("{s:i,s:L}", "sets", e->n_sets, "closures", (long long)e->n_built);
+    long long bytes = sizeof(Engine) + sizeof(ESet *) * (long long)e->cap_sets + 4LL * e->itab_cap
+                      + (long long)sizeof(MapSlot) * (e->leo.cap + e->tok.cap + e->exits.cap)
+                      + (long long)sizeof(Item) * (e->work.cap + e->found.cap + e->hs_cap) + 4LL * e->hs_cap;
+    for (int32_t i = 0; i < e->n_sets; i++) {
+        ESet *s = e->sets[i];
+        bytes += sizeof(ESet) + 4LL * (s->depth + 1) + 2LL * sizeof(Item) * s->n_items
+                 + 12LL * (s->n_scan + 1) + 8LL * (s->n_wait + 1) + (s->steps ? 1024 : 0);
+    }
+    return Py_BuildValue("{s:i,s:L,s:L}", "sets", e->n_sets, "closures", (long long)e->n_built, "bytes", bytes);
 }
 
 static PyMethodDef eng_methods[] = {

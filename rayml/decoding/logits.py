@@ -78,7 +78,7 @@ _FAILURE_BYTES = 256  # what a cached error is charged against the byte cap
 def compiled_nbytes(compiled: CompiledGrammar) -> int:
     """Estimated memory of a compiled grammar: the bytes of the numpy arrays it holds (the
     terminals' DFAs, the Earley engine's tables, the mask / terminal caches filled so far), each array
-    counted once; the shared ``TokenIndex`` is not counted (every grammar of the cache shares it).
+    counted once, plus what the compiled Earley engine reports it holds; the shared ``TokenIndex`` is not counted (every grammar of the cache shares it).
     Python objects other than arrays (production tuples, dict slots) are charged 64 bytes each."""
     seen: set = set()
     skip = (TokenIndex, MatcherConfig, type, str, bytes, int, float, bool, type(None))
@@ -97,6 +97,8 @@ def compiled_nbytes(compiled: CompiledGrammar) -> int:
                 total += obj.nbytes
             continue
         total += 64
+        if hasattr(obj, "native_nbytes"):  # the compiled Earley engine's memory, invisible to Python
+            total += obj.native_nbytes()
         if depth >= 8:
             continue
         if isinstance(obj, dict):

@@ -129,6 +129,13 @@ class TokenIndex:
         if _native.AVAILABLE:
             _native.trie_of(self)  # the compiled core's copy of the trie, built with the index
 
+    def __getstate__(self):
+        # the compiled core's copy of the trie is a capsule: rebuilt on first use after unpickling
+        state = self.__dict__.copy()
+        state.pop("_native_trie", None)
+        state.pop("_native_pre", None)
+        return state
+
     def _build_trie(self) -> None:
         """The byte trie of the sorted tokens, one level per depth: ``byte[d]``, the children
         range ``child_lo[d] / child_hi[d]`` of every node, the sorted-position range

@@ -43,8 +43,8 @@ class NativeEarleyEngine:
         >>> from rayml.decoding.grammar import parse_ebnf
         >>> eng = NativeEarleyEngine(parse_ebnf('root ::= "a" root | "b"'))
         >>> chart = eng.accept_bytes(eng.initial(), b"aaab")
-        >>> eng.can_terminate(chart), eng.depth(chart)
-        (True, 2)
+        >>> eng.can_terminate(chart), eng.depth(chart)  # pruned: the right recursion leaves one Earley set
+        (True, 1)
     """
 
     memo = True
@@ -155,5 +155,13 @@ class NativeEarleyEngine:
         return self.accept_bytes(self.initial(), data) is not None
 
     def stats(self) -> dict:
-        """Interned sets and closures built so far."""
+        """Interned sets, closures built so far, and the bytes the C engine holds."""
         return self._e.stats()
+
+    def native_nbytes(self) -> int:
+        """Bytes held by the C engine (its interned sets and memos; for ``compiled_nbytes``)."""
+        return int(self._e.stats()["bytes"])
+
+    def __reduce__(self):
+        raise TypeError("a NativeEarleyEngine (and a CompiledGrammar on the compiled core) cannot be pickled: "
+                        "its state ids live in C; pickle the Grammar and compile it again")

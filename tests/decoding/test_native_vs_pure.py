@@ -149,3 +149,24 @@ def test_compiled_literal_descent_equals_pure():
         ids, node = index.literal(rest)
         words, c_node = native.literal(index, rest)
         assert np.array_equal(words, index.pack(ids)) and node == c_node, rest
+
+
+@needs_core
+def test_compiled_engine_memory_is_counted_and_pickling_is_refused():
+    import pickle
+
+    from rayml.decoding.logits import compiled_nbytes
+
+    vocab, index = zf.vocab_and_index("bytes")
+    cg = compile_grammar(schema_grammar(zf.BENCH_SUITE[3]), index)
+    before = cg.engine.native_nbytes()
+    m = GrammarMatcher(cg)
+    for b in b'{"':
+        m.fill_next_token_bitmask(allocate_token_bitmask(1, index.vocab_size))
+        assert m.accept_token(b)
+    assert cg.engine.native_nbytes() > before > 0 and compiled_nbytes(cg) > cg.engine.native_nbytes()
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(cg)
+    idx2 = pickle.loads(pickle.dumps(index))  # the vocabulary index still pickles (its C trie is rebuilt)
+    words, _ = native.literal(idx2, b"ab")
+    assert np.array_equal(words, native.literal(index, b"ab")[0])
