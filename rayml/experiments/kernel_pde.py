@@ -76,7 +76,7 @@ SIZES = {
     "quick": dict(cases=["burgers-0.02-42x14", "elliptic-18x18", "allen-cahn-20x20"],
                   scaling_grids=[16, 20, 24, 28, 32, 48, 64], max_gram_mib=256,
                   gn_iterations=20, timing=True, timing_repeats=3, **_COMMON),
-    "full": dict(cases=list(CASES), scaling_grids=[16, 20, 24, 28, 32, 40, 48, 64, 96, 128, 192], max_gram_mib=4096,
+    "full": dict(cases=list(CASES), scaling_grids=[16, 20, 24, 28, 32, 40, 48, 64, 96, 128], max_gram_mib=1024,
                  gn_iterations=30, timing=True, timing_repeats=3, **_COMMON),
 }
 
