@@ -48,7 +48,7 @@ SOURCE_C = ("abstract (Schneider & Zimmert, the algorithm analysed): 'nearly tig
             "independent of the number of contexts'")
 TAIL_BOUND = math.sqrt(math.log(100) / math.log(2))   # sqrt(log(1/delta)) at delta = 0.01 over delta = 0.5
 EXPONENT_TOL = 0.1
-EXTEND = 2
+EXTEND = 4
 GAMMA0_FLOOR = 1e-12   # "gamma = 0": a floor that keeps 1 / fhat finite where fhat underflows to 0
 
 _GRID = [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
@@ -123,27 +123,31 @@ def _learners(kind: str = "contextual") -> tuple[str, ...]:
     return (METHOD, "known-distribution", "per-context-exp3")
 
 
-def _tune(config, seed, envs, T_tune, q):
-    """``rayml.evidence.tune`` of every (environment, learner)'s ``eta_scale`` on tuning seeds
-    (``SeedSequence([seed, 1, j])`` per environment, shared by its learners and grid points), scored
-    by the q-th percentile regret at ``tune_horizon`` (``eta_scale`` multiplies ``sqrt(1 / T)``, so it
-    carries over to the other horizons); returns the choices and the pilot's paired
-    differences (per-context EXP3 minus cross-learning, contextual, at the chosen scales)."""
-    seed_of = {kind: runtime.seeds(np.random.SeedSequence([seed, 1, j]), 1)[0] for j, (kind, _) in enumerate(envs)}
-    size_of = dict(envs)
+def _tune(config, seed, sizes, T_tune, q):
+    """``rayml.evidence.tune`` of every (contexts C, learner)'s ``eta_scale`` on tuning seeds
+    (``SeedSequence([seed, 1, j])`` per C, shared by its learners and grid points), scored by the
+    q-th percentile regret at ``tune_horizon`` (``eta_scale`` multiplies ``sqrt(1 / T)``, so it
+    carries over to the other horizons): every learner of the horizon and tail studies at the most
+    contexts, cross-learning and per-context EXP3 at each smaller C of the context study. Returns
+    the choices and the pilot's paired differences (per-context EXP3 minus cross-learning at the
+    most contexts, at the chosen scales)."""
+    many = sizes[-1]
+    seed_of = {c: runtime.seeds(np.random.SeedSequence([seed, 1, j]), 1)[0] for j, c in enumerate(reversed(sizes))}
     finals: dict = {}
 
     def evaluate(items):
-        tasks = [("tune", p[0], size_of[p[0]], p[1], T_tune, s["eta_scale"], 0, int(config["tune_runs"]), seed_of[p[0]])
+        tasks = [("tune", p[0], p[1], p[2], T_tune, s["eta_scale"], 0, int(config["tune_runs"]), seed_of[p[1]])
                  for p, s in items]
         out = runtime.pmap(run_chunk, tasks, shared=dict(config), desc="cross-learning tuning")
         for (p, s), o in zip(items, out):
             finals[(p, s["eta_scale"])] = np.array(o["regret"])
         return [float(np.percentile(o["regret"], q)) for o in out]
 
-    grids = {(kind, m): {"eta_scale": [float(g) for g in config["eta_grid"]]} for kind, _ in envs for m in (*_learners(kind), GAMMA0)}
-    choices = evidence.tune(evaluate, grids, paper={"eta_scale": 1.0}, extend=EXTEND, limits={"eta_scale": (1e-3, 1e3)})
-    pick = lambda m: finals[(("contextual", m), choices[("contextual", m)].setting["eta_scale"])]  # noqa: E731
+    axis = {"eta_scale": [float(g) for g in config["eta_grid"]]}
+    grids = {("contextual", many, m): axis for m in (*_learners(), GAMMA0)}
+    grids.update({("contextual", c, m): axis for c in sizes[:-1] for m in (METHOD, "per-context-exp3")})
+    choices = evidence.tune(evaluate, grids, paper={"eta_scale": 1.0}, extend=EXTEND, limits={"eta_scale": (1e-3, 1e4)})
+    pick = lambda m: finals[(("contextual", many, m), choices[("contextual", many, m)].setting["eta_scale"])]  # noqa: E731
     return choices, pick("per-context-exp3") - pick(METHOD)
 
 
@@ -158,17 +162,17 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     sizes = sorted(int(c) for c in config["contexts"])
     many = sizes[-1]
     envs = [("contextual", many)]
-    choices, pilot = _tune(config, seed, envs, int(config["tune_horizon"]), q)
+    choices, pilot = _tune(config, seed, sizes, int(config["tune_horizon"]), q)
     chosen = {k: c.setting["eta_scale"] for k, c in choices.items()}
 
-    items = [("horizon", kind, size, m, h, chosen[(kind, m)], i, per, s) for kind, size in envs
+    items = [("horizon", kind, size, m, h, chosen[(kind, size, m)], i, per, s) for kind, size in envs
              for m in _learners(kind) for h in horizons for i, s in enumerate(chunk_seeds)]
-    items += [("contexts", "contextual", c, m, T_max, chosen[("contextual", m)], i, per, s)
+    items += [("contexts", "contextual", c, m, T_max, chosen[("contextual", c, m)], i, per, s)
               for c in sizes[:-1] for m in (METHOD, "per-context-exp3") for i, s in enumerate(chunk_seeds)]
     tail_per = int(config["tail_chunk"])
     tail_seeds = runtime.seeds(np.random.SeedSequence([seed, 2]), int(config["tail_runs"]) // tail_per)
     T_tail = int(config["tail_horizon"])
-    items += [("tail", "contextual", many, m, T_tail, chosen[("contextual", m)], i, tail_per, s)
+    items += [("tail", "contextual", many, m, T_tail, chosen[("contextual", many, m)], i, tail_per, s)
               for m in (METHOD, GAMMA0) for i, s in enumerate(tail_seeds)]
     out = runtime.pmap(run_chunk, items, shared=dict(config), desc="cross-learning runs")
     # the many-context point of the context study is the horizon study's contextual run at T_max
@@ -203,7 +207,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                                    "horizon": horizon, "t": int(t), "metric": stat, "value": float(val)})
 
     def method_metrics(m: str) -> dict:
-        d: dict[str, Any] = {"eta_scale": {k: chosen[(k, m)] for k, _ in envs if (k, m) in chosen}}
+        d: dict[str, Any] = {"eta_scale": {f"C={c}": chosen[("contextual", c, m)] for c in sizes
+                                           if ("contextual", c, m) in chosen}}
         for kind, size in envs:
             if m not in _learners(kind):
                 continue
@@ -237,11 +242,11 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     metrics["epoch_length_at_T_max"] = int(math.ceil(math.sqrt(K_c * T_max)))
     budget = {"rounds": horizons, "runs_per_setting": int(config["runs"]), "tail_runs": int(config["tail_runs"]),
               "tasks": len(items), "percentile": q, "tune_horizon": int(config["tune_horizon"]),
-              "tuning": {"/".join(k): c.summary() for k, c in choices.items()}, "tuning_runs": int(config["tune_runs"]),
+              "tuning": {"/".join(map(str, k)): c.summary() for k, c in choices.items()}, "tuning_runs": int(config["tune_runs"]),
               "power_vs_per_context_exp3": evidence.power_from_pilot(pilot, test="sign"),
               "step_sizes": "eta = eta_scale sqrt(ln K / (K T)), gamma = eta / 2 (0 for cross-learning-gamma0), "
                             "L = ceil(sqrt(K T)); per-context EXP3: eta_c = eta_scale sqrt(ln K / (K n_c))"}
-    tuning = evidence.tuning_rows(choices, keys=("env", "method"), metric=f"tuning_q{q:g}_regret")
+    tuning = evidence.tuning_rows(choices, keys=("env", "contexts", "method"), metric=f"tuning_q{q:g}_regret")
     return Outcome(metrics=metrics, baselines=baselines,
                    tables={"runs": rows, "curves": curve_rows, "tuning": tuning}, budget=budget)
 

@@ -218,7 +218,8 @@ def test_experiment_tiny_is_identical_with_1_and_2_workers(ray_session):
     assert min(SIZES["quick"]["eta_grid"]) <= 0.5 and max(SIZES["quick"]["eta_grid"]) >= 8  # issue 37's grid
     for problem, choice in tuning.items():
         assert choice["paper_inside"] is True, problem
-        assert choice["on_edge"] == {} or len(choice["extended"].get("eta_scale", [])) == 2, problem
+        assert choice["on_edge"] == {} or len(choice["extended"].get("eta_scale", [])) == 4, problem
+    assert set(one.metrics["eta_scale"]) == {f"C={c}" for c in cfg["contexts"]}   # tuned per number of contexts
     assert one.metrics["tail"]["runs"] == cfg["tail_runs"] and "q99_over_median" in one.baselines["cross-learning-gamma0"]
     with pytest.raises(ValueError, match="horizons"):
         EXPERIMENT.run({**cfg, "horizons": [10]}, 0)
