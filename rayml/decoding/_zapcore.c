@@ -1032,8 +1032,35 @@ static PyObject *eng_step(Engine *e, PyObject *args) {
     return res_obj(step(e, (int32_t)c, b));
 }
 
+/* accept_bytes' one-set path (earley.py _accept_inside): when the chart waits on one terminal
+ * state and every byte but the last keeps that DFA alive in a state that neither accepts nor is
+ * final, no item completes before the last byte, so the pruned chart after the bytes is the one
+ * built from the items advanced to the DFA's last state: one closure instead of one per byte.
+ * Returns -3 when the path does not apply (then bytes are stepped one by one). */
+static int64_t accept_inside(Engine *e, int32_t c, const uint8_t *data, Py_ssize_t n) {
+    ESet *s = e->sets[c];
+    if (!e->prune || n < 2 || s->n_scan != 1 || (s->steps && s->steps[data[0]] != -2)) return -3;
+    int32_t t = s->scan_t[0], st = s->scan_s[0];
+    const int32_t *trans = e->trans[t];
+    for (Py_ssize_t i = 0; i + 1 < n; i++) {
+        st = trans[(int64_t)st * 256 + data[i]];
+        if (st < 0) return -1;
+        if (e->acc[t][st] || !e->has_out[t][st]) return -3;
+    }
+    int32_t s2 = trans[(int64_t)st * 256 + data[n - 1]];
+    if (s2 < 0) return -1;
+    ItemVec seeds = {0};
+    if (group_seeds(e, s, 0, s2, &seeds) < 0) { free(seeds.a); PyErr_NoMemory(); return -2; }
+    int64_t r = -1;
+    if (seeds.n) r = build(e, s->chart, s->depth + 1, seeds.a, seeds.n);
+    free(seeds.a);
+    return r;
+}
+
 static int64_t accept_data(Engine *e, int32_t c, const uint8_t *data, Py_ssize_t n) {
-    int64_t r = c;
+    int64_t r = accept_inside(e, c, data, n);
+    if (r != -3) return r;
+    r = c;
     for (Py_ssize_t i = 0; i < n && r >= 0; i++) r = step(e, (int32_t)r, data[i]);
     return r;
 }
