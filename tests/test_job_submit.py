@@ -8,13 +8,16 @@ the Python ``JobSubmissionClient`` to a local cluster with a dashboard.
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import free_port
+from _timing import limit
+from conftest import free_port, start_cluster
 from rayml import runtime
 
 pytestmark = pytest.mark.slow
@@ -23,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _submit(client, **kwargs):
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + limit(90)
     while True:  # the dashboard's job agent needs a few seconds after the head is up
         try:
             return client.submit_job(**kwargs)
@@ -36,27 +39,32 @@ def _submit(client, **kwargs):
 def _wait(client, job_id, timeout_s=240):
     from ray.job_submission import JobStatus
 
+    timeout_s = limit(timeout_s)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         status = client.get_job_status(job_id)
         if status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
             return status
         time.sleep(1)
-    raise TimeoutError(f"job {job_id} did not finish in {timeout_s} s")
+    raise TimeoutError(f"job {job_id} did not finish in {timeout_s:.0f} s")
 
 
 def test_submitted_job_workers_import_the_packaged_rayml(isolated_ray, tmp_path, monkeypatch):
-    from ray.cluster_utils import Cluster
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     monkeypatch.chdir(tmp_path)  # the runtime_env's relative path is resolved from here
+    # the job's ``python`` is the one running these tests, activated venv or not
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     packaged = runtime.package_for_cluster(tmp_path / "build" / "rayml-pkg")
     env = yaml.safe_load((ROOT / "clusters" / "job-runtime-env.yaml").read_text())
     assert Path(env["py_modules"][0]).resolve() == Path(packaged).resolve()
 
     port = free_port()
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": port})
+    # the job agent's HTTP port too is a free one: Ray's fixed default (52365) is taken whenever
+    # another Ray on this machine (a second test run, a colleague's cluster) has an agent up
+    cluster, _ = start_cluster(
+        {"num_cpus": 2, "include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": port,
+         "dashboard_agent_listen_port": free_port()}, [])
     try:
         client = JobSubmissionClient(f"http://127.0.0.1:{port}")
         job = _submit(client, entrypoint="python -m rayml doctor --tasks 2 && "

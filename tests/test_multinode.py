@@ -7,12 +7,15 @@ the results equal the single-node run's.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
 import numpy as np
 import pytest
 
+from _timing import limit, wait_for
+from conftest import start_cluster
 from rayml import runtime
 
 pytestmark = pytest.mark.slow
@@ -30,15 +33,13 @@ def _work(seed):
 
 @pytest.fixture
 def three_node_cluster(isolated_ray):
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-    workers = [cluster.add_node(num_cpus=1) for _ in range(3)]
-    cluster.wait_for_nodes()
-    runtime.connect(address=cluster.address)
-    yield cluster, workers
-    runtime.shutdown()
-    cluster.shutdown()
+    cluster, workers = start_cluster({"num_cpus": 0}, [{"num_cpus": 1}] * 3)
+    try:
+        runtime.connect(address=cluster.address)
+        yield cluster, workers
+    finally:
+        runtime.shutdown()
+        cluster.shutdown()
 
 
 def test_pmap_lands_on_every_node_and_survives_a_node_removed_mid_run(three_node_cluster):
@@ -57,13 +58,16 @@ def test_pmap_lands_on_every_node_and_survives_a_node_removed_mid_run(three_node
         target=lambda: out.setdefault("r", runtime.pmap(_work, items, chunk_size=1, max_retries=5, progress=False))
     )
     thread.start()
-    time.sleep(1.0)  # a few rounds of tasks are running on all three nodes
+    # remove a node once tasks have come back from all three (so tasks run on every node), not after
+    # a fixed sleep that a busy machine can outrun or fall short of
+    wait_for(lambda: runtime.stats()["nodes_used"] == 3 or not thread.is_alive(), 120,
+             what="tasks back from all three nodes", interval=0.05)
     cluster.remove_node(workers[0], allow_graceful=False)
-    thread.join(timeout=240)
+    thread.join(timeout=limit(240))
     assert not thread.is_alive()
     assert out["r"] == expected  # nothing lost, nothing duplicated, same numbers
     assert len(out["r"]) == len(items)
-    deadline = time.monotonic() + 60  # the head marks the removed node dead after a health check
-    while runtime.cluster_info()["ray_nodes"] != 3 and time.monotonic() < deadline:
-        time.sleep(0.5)
+    # the head marks the removed node dead after its health checks fail
+    with contextlib.suppress(TimeoutError):
+        wait_for(lambda: runtime.cluster_info()["ray_nodes"] == 3, 60, what="removed node marked dead", interval=0.5)
     assert runtime.cluster_info()["ray_nodes"] == 3

@@ -11,41 +11,70 @@ the shared Ray can hold per-process state from earlier tests, which is not what 
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
 
-from conftest import SHARED_RAY, record_numbers
+from conftest import SHARED_RAY, record_numbers, start_cluster
 from rayml import experiments, registry, runtime
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.own_ray]
 
 NAMES = [m.name for m in registry.runnable()]
 
+# One-node records made by ``test_tiny_run_on_one_node`` (each method under its own time limit,
+# not every method inside one fixture's set-up), compared by the cluster tests further down.
+_ONE_NODE: dict = {}
 
-def _selected(request) -> list[str]:
+
+def _selected(request, test: str) -> list[str]:
     return [item.callspec.params["name"] for item in request.session.items
-            if item.module is request.module and hasattr(item, "callspec") and "name" in item.callspec.params]
+            if item.module is request.module and getattr(item, "originalname", None) == test
+            and hasattr(item, "callspec") and "name" in item.callspec.params]
+
+
+def _stop_ray() -> None:
+    import ray
+
+    runtime.shutdown()
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+@contextlib.contextmanager
+def _fresh_one_node_ray(cache):
+    """A fresh one-node Ray with a fresh cache of its own (the shared Ray's warm workers can hold
+    per-process state from earlier tests, which is not what this module compares)."""
+    _stop_ray()
+    old = os.environ.get("RAYML_CACHE")
+    os.environ["RAYML_CACHE"] = str(cache)
+    try:
+        runtime.connect(**SHARED_RAY)
+        yield
+    finally:
+        _stop_ray()
+        _restore("RAYML_CACHE", old)
+
+
+@pytest.fixture(scope="module")
+def one_node_ray(tmp_path_factory):
+    with _fresh_one_node_ray(tmp_path_factory.mktemp("single-node-cache")):
+        yield
 
 
 @pytest.fixture(scope="module")
 def single_node(request, tmp_path_factory):
-    """``{name: record numbers}`` of the selected methods' tiny runs on a fresh one-node Ray."""
-    import ray
-
-    runtime.shutdown()  # the shared Ray of the other tests (its workers hold their own state)
-    if ray.is_initialized():
-        ray.shutdown()
-    old = os.environ.get("RAYML_CACHE")
-    os.environ["RAYML_CACHE"] = str(tmp_path_factory.mktemp("single-node-cache"))
-    runtime.connect(**SHARED_RAY)
-    try:
-        return {name: record_numbers(experiments.run(name, size="tiny", seed=1)) for name in _selected(request)}
-    finally:
-        runtime.shutdown()
-        if ray.is_initialized():
-            ray.shutdown()
-        _restore("RAYML_CACHE", old)
+    """``{name: record numbers}`` of the one-node tiny runs; those whose ``test_tiny_run_on_one_node``
+    was not selected in this run are made here, on a fresh one-node Ray, before the cluster starts."""
+    ran = set(_selected(request, "test_tiny_run_on_one_node"))
+    missing = [n for n in _selected(request, "test_tiny_run_on_nodes_with_their_own_caches_equals_one_node")
+               if n not in ran and n not in _ONE_NODE]
+    if missing:
+        with _fresh_one_node_ray(tmp_path_factory.mktemp("single-node-cache")):
+            for name in missing:
+                _ONE_NODE[name] = record_numbers(experiments.run(name, size="tiny", seed=1))
+    return _ONE_NODE
 
 
 def _restore(key: str, old) -> None:
@@ -57,27 +86,32 @@ def _restore(key: str, old) -> None:
 
 @pytest.fixture(scope="module")
 def cluster_without_shared_disk(single_node, tmp_path_factory):
-    import ray
-    from ray.cluster_utils import Cluster
-
+    _stop_ray()  # the one-node Ray of test_tiny_run_on_one_node
     old = os.environ.get("RAYML_CACHE")
     driver, head = tmp_path_factory.mktemp("driver-cache"), tmp_path_factory.mktemp("head-cache")
     caches = [tmp_path_factory.mktemp(f"node{i}-cache") for i in range(2)]
     every = os.pathsep.join(str(p) for p in (driver, head, *caches))
     os.environ["RAYML_CACHE"] = str(driver)
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 0, "env_vars": {"RAYML_CACHE": str(head), "RAYML_TEST_CACHES": every}})
-    for cache in caches:
-        cluster.add_node(num_cpus=1, object_store_memory=200 * 1024 * 1024,
-                         env_vars={"RAYML_CACHE": str(cache), "RAYML_TEST_CACHES": every})
-    cluster.wait_for_nodes()
-    runtime.connect(address=cluster.address, runtime_env={"worker_process_setup_hook": _refuse_other_caches})
-    yield caches
-    runtime.shutdown()
-    if ray.is_initialized():
-        ray.shutdown()
-    cluster.shutdown()
-    _restore("RAYML_CACHE", old)
+    cluster = None
+    try:  # a set-up that fails or times out half-way must not leave a cluster running
+        cluster, _ = start_cluster(
+            {"num_cpus": 0, "env_vars": {"RAYML_CACHE": str(head), "RAYML_TEST_CACHES": every}},
+            [{"num_cpus": 1, "object_store_memory": 200 * 1024 * 1024,
+              "env_vars": {"RAYML_CACHE": str(cache), "RAYML_TEST_CACHES": every}} for cache in caches])
+        runtime.connect(address=cluster.address, runtime_env={"worker_process_setup_hook": _refuse_other_caches})
+        yield caches
+    finally:
+        _stop_ray()
+        if cluster is not None:
+            cluster.shutdown()
+        _restore("RAYML_CACHE", old)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_tiny_run_on_one_node(name, one_node_ray):
+    record = experiments.run(name, size="tiny", seed=1)
+    assert record["env"]["ray_nodes"] == 1
+    _ONE_NODE[name] = record_numbers(record)
 
 
 def _refuse_other_caches() -> None:
@@ -133,4 +167,5 @@ def _cache_of(_item: int) -> str:
 def test_tiny_run_on_nodes_with_their_own_caches_equals_one_node(name, single_node, cluster_without_shared_disk):
     record = experiments.run(name, size="tiny", seed=1)
     assert record["env"]["ray_nodes"] == 3
+    assert name in single_node, f"{name}: no one-node record (its test_tiny_run_on_one_node failed in this run)"
     assert record_numbers(record) == single_node[name]
