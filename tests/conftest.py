@@ -18,6 +18,7 @@ import os
 import pytest
 
 from _timing import scale as time_scale
+from _watchdog import Watchdog
 
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("TQDM_DISABLE", "1")
@@ -112,15 +113,30 @@ def _base_timeout(item) -> float | None:
     return pytest_timeout.get_env_settings(item.config).timeout
 
 
+def pytest_configure(config):
+    """Start the watchdog for tests stuck where pytest-timeout's signal cannot reach (not under pdb)."""
+    if not (config.getoption("usepdb", False) or config.getoption("trace", False)):
+        config._rayml_watchdog = Watchdog(config)
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Scale the item's pytest-timeout limit to the load at its start (before pytest-timeout reads it)."""
+    """Scale the item's pytest-timeout limit to the load at its start (before pytest-timeout reads
+    it); the watchdog ends the run, summary printed, if the test outlives that limit by far."""
     if not hasattr(item, "_rayml_base_timeout"):
         item._rayml_base_timeout = _base_timeout(item)
     base = item._rayml_base_timeout
+    watchdog = getattr(item.config, "_rayml_watchdog", None)
     if base:
-        item.add_marker(pytest.mark.timeout(base * time_scale(), method="signal"), append=False)
-    yield
+        limit_s = base * time_scale()
+        item.add_marker(pytest.mark.timeout(limit_s, method="signal"), append=False)
+        if watchdog is not None:
+            watchdog.arm(item, limit_s, grace_s=max(60.0, 0.5 * limit_s))
+    try:
+        yield
+    finally:
+        if watchdog is not None:
+            watchdog.disarm()
 
 
 def pytest_report_header(config):
