@@ -27,12 +27,16 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 def _ray_health_limits(factor: float) -> None:
     """On a machine that is busy when the run starts, give Ray's own liveness checks the same
     headroom as the tests' limits (read by every Ray process started from here). A GCS that
-    misses a busy raylet's health checks marks its node dead, and a driver whose raylet or GCS
-    is gone is ended by Ray itself (exit 1, no pytest summary)."""
+    misses a busy raylet's health checks marks its node dead; a driver whose raylet or GCS is
+    gone is ended by Ray or hangs in native code (seen here: a futex wait that ignores signals)."""
     if factor <= 1:
         return  # Ray's defaults on an idle machine: node-death detection stays as fast as it is
     defaults = {"RAY_health_check_timeout_ms": 10_000, "RAY_health_check_failure_threshold": 5,
-                "RAY_gcs_rpc_server_reconnect_timeout_s": 60, "RAY_worker_register_timeout_seconds": 60}
+                "RAY_gcs_rpc_server_reconnect_timeout_s": 60, "RAY_worker_register_timeout_seconds": 60,
+                # Serve's controller kills an HTTP proxy not ready in 5 s (seen under stress-ng: the
+                # serve.start of tests/actors/serve/test_reliability.py failed so, erroring 4 tests)
+                "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": 5, "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": 10,
+                "RAY_SERVE_PROXY_GRACEFUL_SHUTDOWN_TIMEOUT_S": 5}
     for key, value in defaults.items():
         os.environ.setdefault(key, str(int(math.ceil(value * factor))))
 
