@@ -1,10 +1,11 @@
 """``rayml.kernels``: installed from this top-level folder (see setup.py).
 
 Imported under the bare name ``kernels`` (the repository root on ``sys.path``), it hands the import to
-an installed package of that name, so the folder never shadows one (``rayml._shadow``).
+an installed package of that name, so the folder never shadows one; without one it stays an
+empty module (``rayml._shadow``).
 """
 
 if __name__ != "rayml.kernels":
-    from rayml._shadow import hand_over
+    import rayml._shadow as _shadow
 
-    hand_over(__name__, __file__)
+    _shadow.hand_over(__name__, __file__)

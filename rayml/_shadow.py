@@ -24,17 +24,15 @@ def hand_over(name: str, init_file: str) -> None:
         name: the bare module name under which the folder was imported (``"kernels"``).
         init_file: that folder's ``__init__.py``; the folder's parent is left off the search path.
 
-    Raises:
-        ModuleNotFoundError: no installed package of that name exists.
+    Where no installed package of that name exists, the module stays the folder's empty one (no
+    public names): a failed import here would break code that, like transformers' availability
+    checks, imports any module ``find_spec`` reports and does not expect the import to fail.
     """
     root = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(init_file))))
     path = [p for p in sys.path if isinstance(p, str) and os.path.realpath(p or os.getcwd()) != root]
     spec = importlib.machinery.PathFinder.find_spec(name, path)
     if spec is None or spec.loader is None:
-        del sys.modules[name]
-        raise ModuleNotFoundError(
-            f"No module named {name!r} (the repository's {name}/ folder is rayml.{name}, not a "
-            f"top-level package)", name=name)
+        return
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # the import statement returns what sys.modules holds after this file runs
     spec.loader.exec_module(module)
