@@ -186,14 +186,3 @@ def test_equal_evaluation_budget_is_greedys_count():
     M, As = e_design_instance(4, 7, 2, 0.05, rng)
     for k in (2, 3):
         assert greedy(AugmentationProblem(M, As, k)).evaluations == greedy_evals(7, k)
-
-
-def test_the_pages_python_example_runs():
-    import pathlib
-    import re
-
-    page = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "methods" / "eig-augment.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
-    assert blocks, "eig-augment.md has a Python example"
-    for code in blocks:
-        exec(compile(code, "eig-augment.md", "exec"), {})

@@ -321,14 +321,3 @@ def test_random_search_spends_its_budget_on_feasible_bases():
     masks = np.concatenate(calls)
     assert len(masks) == 5000 and all(P.is_feasible(m) and m.sum() == P.rank for m in masks[:300])
     assert best == pytest.approx(f(masks).max()) and best <= sb.brute_force(f, P).value + 1e-9
-
-
-def test_the_pages_python_example_runs():
-    import pathlib
-    import re
-
-    page = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "methods" / "multinoulli-scg.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
-    assert blocks, "multinoulli-scg.md has a Python example"
-    for code in blocks:
-        exec(compile(code, "multinoulli-scg.md", "exec"), {})

@@ -213,14 +213,3 @@ def test_matrix_free_cg_meets_its_tolerance_before_the_cap(case):
         residual = np.linalg.norm(matvec(step) + grad) / np.linalg.norm(grad)
         assert k < cfg.cg_iterations and residual <= cfg.cg_tol
         Xi = Xi + step
-
-
-def test_the_pages_python_example_runs():
-    import pathlib
-    import re
-
-    page = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "methods" / "kernel-pde.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
-    assert blocks, "kernel-pde.md has a Python example"
-    for code in blocks:
-        exec(compile(code, "kernel-pde.md", "exec"), {})

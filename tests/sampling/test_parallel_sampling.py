@@ -296,14 +296,3 @@ def test_rounds_per_decade_separates_log_d_from_log2_d():
     assert list(log2_d["increase_per_decade"].values()) == pytest.approx([6.0, 10.0, 14.0, 18.0])
     assert log2_d["rounds_per_decade"] == pytest.approx(12.0)
     assert np.isnan(per_decade([10], [3])["rounds_per_decade"])
-
-
-def test_the_pages_python_example_runs():
-    import pathlib
-    import re
-
-    page = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "methods" / "parallel-sampling.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
-    assert blocks, "parallel-sampling.md has a Python example"
-    for code in blocks:
-        exec(compile(code, "parallel-sampling.md", "exec"), {})
