@@ -10,13 +10,19 @@ the same without the bonus (``kl-greedy``, the coverage-dependent algorithm), an
 LinUCB / linear Thompson sampling, which are scored on both objectives (KL-regularized and the
 unregularized regret they target).
 
-"Logarithmic in T" is tested as polylogarithmic against polynomial growth (issue 37): the growth
-ratios ``Reg(T/4) / Reg(T/16)`` and ``Reg(T) / Reg(T/4)`` of the mean regret curve, 4 for linear
-regret, 2 for ``sqrt T`` (the rate of coverage-free analyses before the paper), tending to 1 for any
-power of ``log T`` (for a linear class the paper's ``log(N_R T) d_R`` is a ``log^2 T`` bound, 1.33
-from T = 8000 to 32000). The claim is that both ratios stay below 2 at every eta; kl-greedy and
-LinUCB (on the KL objective) are its controls. The paper claims are gated on the instance's low
-coverage (``rayml.evidence.gate``).
+"Logarithmic in T" is tested by a fitted exponent that separates polylogarithmic from polynomial
+growth (issue 37, and the outside review of 2026-12-06, which found that the growth ratio
+``Reg(4T) / Reg(T) < 2`` separates only ``sqrt T``): the polylog exponent ``k``, the least-squares
+slope of ``log Reg`` against ``log log T`` over the recorded checkpoints of the last quarter
+``[T/4, T]`` (``polylog_exponent``). A curve ``c (log T)^k`` gives ``k`` at every T; a polynomial
+``T^a`` gives ``a log T``, which grows with T (``sqrt T``: 4.1 at T = 2000..8000, 4.8 at
+8000..32000; ``T^(1/4)``: 2.1, 2.4; linear: 8.3, 9.7). The paper's bound ``O(eta log(N_R T) d_R)``
+is ``log^2 T`` for a linear class (``log N_R`` and the eluder dimension ``d_R`` each grow as
+``d log T``), so the claim is ``k <= 2`` at every eta; kl-greedy (the same learner without the
+bonus) is the control, taken at its *smallest* ``k`` over eta, so it fails only where it is above
+``log^2 T`` at every eta. The exponent of the first quarter ``[T/16, T/4]`` is recorded beside it
+(a polynomial's grows from first to last, a polylog's does not). The paper claims are gated on the
+instance's low coverage (``rayml.evidence.gate``).
 
 Tuning (``rayml.evidence.tune``): the bonus scale of every optimistic method (KL-UCB, LinUCB,
 Lin-TS, KL-LSVI-UCB) is chosen from the same grid ``bonus_grid`` (with 1, the stated radius,
@@ -51,7 +57,7 @@ _COMMON = dict(actions=8, dim=6, contexts=16, states=5, mdp_actions=3, horizon=4
 SIZES = {
     "tiny": dict(etas=[4.0, 64.0], rounds=320, mdp_rounds=160, tune_rounds=160, seeds=4, tune_seeds=2,
                  runs_per_task=2, **_COMMON),
-    "quick": dict(etas=[4.0, 16.0, 64.0], rounds=8000, mdp_rounds=2000, tune_rounds=2000, seeds=32, tune_seeds=16,
+    "quick": dict(etas=[4.0, 16.0, 64.0], rounds=4000, mdp_rounds=1000, tune_rounds=1000, seeds=16, tune_seeds=8,
                   runs_per_task=16, **_COMMON),
     "full": dict(etas=[1.0, 4.0, 16.0, 64.0], rounds=32_000, mdp_rounds=16_000, tune_rounds=8000, seeds=64,
                  tune_seeds=16, runs_per_task=32, **_COMMON),
@@ -64,7 +70,7 @@ BENCH_SIZES = {
 OPTIMISTIC = ("kl-ucb", "linucb", "lin-ts")
 SOURCE_LOG = ("abstract: 'our algorithm achieves an O(eta log(N_R T) d_R) logarithmic regret bound' (previous "
               "analyses 'rely on strong coverage assumptions')")
-SQRT_GROWTH = 2.0   # Reg(4T) / Reg(T) of a sqrt(T) curve: the rate of coverage-free analyses before the paper
+LOG2_EXPONENT = 2.0  # k of c (log T)^k for the paper's bound on a linear class: log(N_R T) d_R ~ (d log T)^2
 EXTEND = 2          # grid extensions past an edge before the recorded run (rayml.evidence.tune)
 
 
@@ -98,11 +104,35 @@ def run_task(item: tuple, config: Mapping[str, Any]) -> dict:
 
 def growth(rounds: np.ndarray, curve: np.ndarray) -> list[float]:
     """``[Reg(T/4) / Reg(T/16), Reg(T) / Reg(T/4)]``: 4 for linear regret, 2 for ``sqrt T``, tending to
-    1 for any power of ``log T`` (``log^2 T`` gives 1.33 from T = 8000 to 32000)."""
+    1 for any power of ``log T`` (``log^2 T`` gives 1.33 from T = 8000 to 32000). Recorded beside the
+    exponents; it separates slower-than-``sqrt T`` growth from ``sqrt T`` only."""
     T = int(rounds[-1])
     at = {int(r): float(v) for r, v in zip(rounds, curve)}
     a, b = at[max(1, T // 16)], at[max(1, T // 4)]
     return [b / max(a, 1e-12), at[T] / max(b, 1e-12)]
+
+
+def polylog_exponent(rounds: np.ndarray, curve: np.ndarray, lo: int, hi: int) -> float:
+    """The exponent ``k`` of ``Reg = c (log T)^k`` fitted over the checkpoints in ``[lo, hi]``: the
+    least-squares slope of ``log Reg`` against ``log log T``. Constant in T for a power of ``log T``;
+    ``a log T`` (growing with T) for ``T^a``. Needs >= 2 checkpoints in the window, ``lo >= 2`` and a
+    positive curve there."""
+    rounds, curve = np.asarray(rounds, dtype=float), np.asarray(curve, dtype=float)
+    if lo < 2 or hi <= lo:
+        raise ValueError(f"lo must be >= 2 and hi > lo, got lo={lo}, hi={hi}")
+    keep = (rounds >= lo) & (rounds <= hi)
+    if keep.sum() < 2:
+        raise ValueError(f"need >= 2 checkpoints in [{lo}, {hi}], got {int(keep.sum())}")
+    x, y = np.log(np.log(rounds[keep])), curve[keep]
+    if np.any(y <= 0):
+        return float("inf") if y[-1] > 0 else float("nan")
+    return float(np.polyfit(x, np.log(y), 1)[0])
+
+
+def exponents(rounds: np.ndarray, curve: np.ndarray) -> list[float]:
+    """``[k over [T/16, T/4], k over [T/4, T]]`` (``polylog_exponent``) of a regret curve ending at T."""
+    T = int(rounds[-1])
+    return [polylog_exponent(rounds, curve, max(2, T // 16), T // 4), polylog_exponent(rounds, curve, T // 4, T)]
 
 
 def _check(config):
@@ -175,7 +205,8 @@ def _test_items(config, seed, etas, choices):
                 for p, c in choices.items()}
     items = []
     for env, m, e in jobs:
-        bonus = bonus_of.get((env, m, e), bonus_of.get((env, m, None), 1.0))
+        # the greedy learners have no bonus: recorded as 0, not as a scale they do not use
+        bonus = 0.0 if m.endswith("greedy") else bonus_of.get((env, m, e), bonus_of.get((env, m, None), 1.0))
         items += [("test", env, m, e, bonus, c * per, per, s) for c, s in enumerate(chunk_seeds)]
     return items
 
@@ -191,10 +222,10 @@ def _summarise(out):
         reg = np.concatenate([np.array(p["regret"]) for p in parts])
         unreg = np.concatenate([np.array(p["regret_unreg"]) for p in parts])
         mean, q10, q90 = reg.mean(0), *np.quantile(reg, [0.1, 0.9], axis=0)
-        g, g90 = growth(rounds, mean), growth(rounds, q90)
+        g, k, k90 = growth(rounds, mean), exponents(rounds, mean), exponents(rounds, q90)
         summary[(env, method, eta)] = {
             "bonus_scale": parts[0]["bonus"], "final_regret": float(mean[-1]), "final_regret_q90": float(q90[-1]),
-            "growth": g, "growth_max": max(g), "growth_q90": g90, "growth_q90_max": max(g90),
+            "growth": g, "polylog_k": k, "k_last": k[1], "k_first": k[0], "k_last_q90": k90[1],
             "final_unreg": float(unreg.mean(0)[-1]),
         }
         for i in range(reg.shape[0]):
@@ -223,8 +254,9 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         per_eta = {f"eta={e:g}": summary[("bandit", method, e)] for e in etas}
         lo, hi = per_eta[f"eta={etas[0]:g}"]["final_regret"], per_eta[f"eta={etas[-1]:g}"]["final_regret"]
         return {**per_eta,
-                "growth_max": max(v["growth_max"] for v in per_eta.values()),
-                "growth_q90_max": max(v["growth_q90_max"] for v in per_eta.values()),
+                "k_last_max": max(v["k_last"] for v in per_eta.values()),
+                "k_last_min": min(v["k_last"] for v in per_eta.values()),
+                "k_last_q90_max": max(v["k_last_q90"] for v in per_eta.values()),
                 "final_regret_mean_over_etas": float(np.mean([v["final_regret"] for v in per_eta.values()])),
                 "final_unreg_min_over_etas": min(v["final_unreg"] for v in per_eta.values()),
                 "eta_scaling": (hi / max(lo, 1e-12)) / (etas[-1] / etas[0])}
@@ -235,12 +267,12 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                "coverage": {**coverage,
                             "max_pi0_of_best_action": float(bandit.pi0[np.arange(bandit.n_contexts), best].max()),
                             "uniform_share": 1.0 / bandit.n_actions}}
-    metrics.update({k: metrics["kl_ucb"][k] for k in ("growth_max", "growth_q90_max", "final_regret_mean_over_etas",
+    metrics.update({k: metrics["kl_ucb"][k] for k in ("k_last_max", "k_last_q90_max", "final_regret_mean_over_etas",
                                                       "final_unreg_min_over_etas", "eta_scaling")})
     baselines = {m.replace("-", "_"): block(m) for m in kl.BANDIT_METHODS[1:]}
     baselines["kl_lsvi_greedy"] = summary[("mdp", "kl-lsvi-greedy", mid)]
     rounds_T, mdp_T = int(config["rounds"]), int(config["mdp_rounds"])
-    budget = {"rounds": rounds_T, "mdp_episodes": mdp_T, "growth_checkpoints": [rounds_T // 16, rounds_T // 4, rounds_T],
+    budget = {"rounds": rounds_T, "mdp_episodes": mdp_T, "exponent_windows": [rounds_T // 16, rounds_T // 4, rounds_T],
               "runs_per_setting": int(config["seeds"]), "tuning_runs_per_grid_point": int(config["tune_seeds"]),
               "tuning_rounds": int(config["tune_rounds"]), "tasks": len(items),
               "tuning": {"/".join(str(x) for x in p): c.summary() for p, c in choices.items()},
@@ -258,11 +290,11 @@ _GATE = Claim(text="the reference policy does not cover the optimum: pi0 gives e
 
 CLAIMS = evidence.gate(
     _GATE,
-    Claim(text="KL-regularized UCB's regret grows polylogarithmically, not polynomially, on the low-coverage "
-               "instance: Reg(4T) / Reg(T) < 2 (the sqrt T rate) at T/16 -> T/4 and T/4 -> T, every eta (mean over runs)",
-          metric="metrics.growth_max", compare=SQRT_GROWTH, op="<", source=SOURCE_LOG,
-          controls=(Control("kl-greedy", "baselines.kl_greedy.growth_max"),
-                    Control("LinUCB", "baselines.linucb.growth_max"))),
+    Claim(text="KL-regularized UCB's regret grows polylogarithmically, no faster than the paper's log^2 T, on the "
+               "low-coverage instance: the exponent k of Reg = c (log T)^k fitted over [T/4, T] is <= 2 at every eta "
+               "(sqrt T gives k = 0.5 ln T, about 4-5 here; mean over runs)",
+          metric="metrics.k_last_max", compare=LOG2_EXPONENT, op="<=", source=SOURCE_LOG,
+          controls=(Control("kl-greedy (its smallest k over eta)", "baselines.kl_greedy.k_last_min"),)),
     Claim(text="optimism removes the coverage assumption: KL-regularized UCB has lower KL-regularized regret than "
                "the same learner without the bonus (paired over eta x seed, low-coverage pi0)",
           metric="metrics.final_regret_mean_over_etas", compare="baselines.kl_greedy.final_regret_mean_over_etas",
@@ -275,12 +307,12 @@ CLAIMS = evidence.gate(
           metric="metrics.eta_scaling", compare=1.0, op="<=",
           source="abstract: 'O(eta log(N_R T) d_R) logarithmic regret bound'",
           controls=(Control("kl-greedy", "baselines.kl_greedy.eta_scaling"),)),
-    Claim(text="KL-regularized LSVI-UCB's regret over episodes grows polylogarithmically on the low-coverage MDP: "
-               "Reg(4T) / Reg(T) < 2 (the sqrt T rate) at T/16 -> T/4 and T/4 -> T (mean over runs)",
-          metric="metrics.rl.kl_lsvi_ucb.growth_max", compare=SQRT_GROWTH, op="<",
+    Claim(text="KL-regularized LSVI-UCB's regret over episodes grows polylogarithmically, no faster than log^2 T, "
+               "on the low-coverage MDP: the exponent k of Reg = c (log T)^k fitted over [T/4, T] is <= 2 (mean over runs)",
+          metric="metrics.rl.kl_lsvi_ucb.k_last", compare=LOG2_EXPONENT, op="<=",
           source="abstract: 'we extend our algorithm and analysis to reinforcement learning ... and also obtain a "
                  "similar logarithmic regret bound'",
-          controls=(Control("kl-lsvi-greedy", "baselines.kl_lsvi_greedy.growth_max"),)),
+          controls=(Control("kl-lsvi-greedy", "baselines.kl_lsvi_greedy.k_last"),)),
 ) + (
     Claim(text="LinUCB is a working learner on the objective it targets: its unregularized regret is below "
                "KL-UCB's at every eta",

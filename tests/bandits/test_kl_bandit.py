@@ -183,6 +183,25 @@ def test_growth_ratios_separate_polylog_from_polynomial_regret():
     assert 1.0 < g[1] < g[0] < 2.0                                        # polylog: tends to 1
 
 
+def test_polylog_exponent_separates_log_squared_from_slow_polynomials():
+    """The review's point: T^(1/4) passes the growth ratio (< 2) but not the fitted exponent (> 2)."""
+    from rayml.experiments.kl_bandit import exponents, growth, polylog_exponent
+
+    T = 32_000
+    rounds = kl._checkpoints(T, 20)
+    assert exponents(rounds, 3.0 * np.log(rounds) ** 2) == pytest.approx([2.0, 2.0], rel=1e-9)
+    assert exponents(rounds, np.log(rounds)) == pytest.approx([1.0, 1.0], rel=1e-9)
+    quarter = rounds.astype(float) ** 0.25
+    assert max(growth(rounds, quarter)) < 2.0                             # the old statistic passes it
+    k = exponents(rounds, quarter)
+    assert 2.0 < k[0] < k[1]                                              # polynomial: k = a log T grows
+    assert exponents(rounds, np.sqrt(rounds))[1] == pytest.approx(0.5 * np.log(16_000), rel=0.02)
+    with pytest.raises(ValueError, match="lo"):
+        polylog_exponent(rounds, np.sqrt(rounds), 1, 10)
+    with pytest.raises(ValueError, match="checkpoints"):
+        polylog_exponent(rounds, np.sqrt(rounds), 30_000, 31_000)
+
+
 def _klucb_by_hand(env, cfg, seed):
     """An independent per-round loop driving the KLUCB object with run_bandit's random stream."""
     rng = np.random.default_rng(seed)
