@@ -22,6 +22,12 @@ attacker's target answer ``a``. The poison satisfies the paper's two properties:
   ``x_q`` (image-only cosine, repeated similarities dropped as in the release's ``deduplicate``)
   in an auxiliary image pool, so the poison is retrieved for other queries of ``x_q``'s class.
 
+Images may have any shape and the encoder may be any image-text encoder with the methods
+``image_features(batch: Tensor) -> (n, d)`` (differentiable, normalised), ``text_features(texts)``,
+``encode_images(batch) -> ndarray`` and ``encode_texts(texts) -> ndarray``: the attack adds a batch
+axis to the image it is given and never reshapes it (issue 43; the digits CLIP takes ``(64,)`` or
+``(8, 8)`` images, a convolutional encoder ``(3, H, W)``).
+
 Baselines of the release and the issue: ``text_only_poison`` (the poison text with the unchanged
 query image: the generation property alone) and ``random_poison`` (the poison text with an
 image of another class: neither property is optimised).
@@ -89,19 +95,34 @@ class PoisonConfig:
 class Poison:
     """One poison pair and how well its key matches the target."""
 
-    image: np.ndarray          # (64,) pixels in [0, 1]
+    image: np.ndarray          # pixels in [0, 1], the shape of the image it started from
     text: str
     similarity: float          # cos(k_p, v) of the returned image
     start_similarity: float    # cos(k_p, v) of the initial image
 
 
 def _check_image(image, name: str = "image") -> np.ndarray:
-    x = np.asarray(image, dtype=np.float32).reshape(-1)
-    if x.shape != (64,):
-        raise ValueError(f"{name} must hold 64 pixels (8x8), got shape {np.shape(image)}")
+    """One image of any shape (``(64,)``, ``(8, 8)``, ``(3, H, W)``, ...): what the encoder takes per
+    image, without the batch axis. Pixels finite in [0, 1]."""
+    if isinstance(image, torch.Tensor):
+        image = image.detach().cpu().numpy()
+    x = np.asarray(image, dtype=np.float32)
+    if x.size == 0:
+        raise ValueError(f"{name} must hold at least one pixel, got shape {np.shape(image)}")
     if not np.all(np.isfinite(x)) or x.min() < 0 or x.max() > 1:
         raise ValueError(f"{name} must have finite pixels in [0, 1]")
     return x
+
+
+def _check_batch(images, like: np.ndarray, name: str) -> np.ndarray:
+    """A batch of images shaped like ``like`` (``(n, *like.shape)``; flat rows of the same size are
+    reshaped)."""
+    if isinstance(images, torch.Tensor):
+        images = images.detach().cpu().numpy()
+    x = np.asarray(images, dtype=np.float32)
+    if x.ndim == 0 or x.size % like.size or (x.shape[1:] != like.shape and x.ndim != 2):
+        raise ValueError(f"{name} must be a batch of images of shape {like.shape}, got shape {x.shape}")
+    return x.reshape(-1, *like.shape)
 
 
 def _check_str(value, name: str, quotes: bool = False) -> str:
@@ -123,10 +144,13 @@ def poison_text(question: str, target_answer: str) -> str:
 
 
 def target_vector(encoder, question: str, target_images) -> np.ndarray:
-    """``v = normalize(mean_j f_img(x_j) + f_txt(q))``: the key the poison should match (unit, float32)."""
+    """``v = normalize(mean_j f_img(x_j) + f_txt(q))``: the key the poison should match (unit, float32).
+    ``target_images`` is a batch ``(n, ...)`` in the shape the encoder takes."""
     _check_str(question, "question")
-    x = np.asarray(target_images, dtype=np.float32).reshape(-1, 64)
-    if len(x) == 0:
+    if isinstance(target_images, torch.Tensor):
+        target_images = target_images.detach().cpu().numpy()
+    x = np.asarray(target_images, dtype=np.float32)
+    if x.ndim < 2 or len(x) == 0:
         raise ValueError("target_images must hold at least one image")
     v = encoder.encode_images(x).mean(0) + encoder.encode_texts([question])[0]
     return (v / np.linalg.norm(v)).astype(np.float32)
@@ -146,10 +170,10 @@ def craft_poison_image(encoder, init_image, text: str, target, config: PoisonCon
     x0 = torch.from_numpy(_check_image(init_image, "init_image"))
     text = _check_str(text, "text", quotes=True)
     v = torch.as_tensor(np.asarray(target, dtype=np.float32))
-    if v.shape != (encoder.config.dim,):
-        raise ValueError(f"target must have shape ({encoder.config.dim},), got {tuple(v.shape)}")
     with torch.no_grad():
         t = encoder.text_features([text])[0]
+    if v.shape != t.shape:
+        raise ValueError(f"target must have shape {tuple(t.shape)} (the encoder's embedding), got {tuple(v.shape)}")
     if seed is None:
         delta = torch.zeros_like(x0)
     else:
@@ -185,7 +209,7 @@ def aux_neighbours(encoder, image, pool_images, n: int) -> np.ndarray:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
     x = _check_image(image)
-    pool = np.asarray(pool_images, dtype=np.float32).reshape(-1, 64)
+    pool = _check_batch(pool_images, x, "pool_images")
     sims = encoder.encode_images(pool) @ encoder.encode_images(x[None])[0]
     out, seen = [], set()
     for j in np.argsort(-sims.astype(np.float64), kind="stable"):
@@ -212,7 +236,7 @@ def class_poison(encoder, query_image, question: str, target_answer: str, aux_po
     """The class-query poison: the target is the mean of ``query_image``'s ``n_aux`` neighbours in
     ``aux_pool`` (image-only retrieval), so the poison is retrieved for the class's queries."""
     x = _check_image(query_image, "query_image")
-    pool = np.asarray(aux_pool, dtype=np.float32).reshape(-1, 64)
+    pool = _check_batch(aux_pool, x, "aux_pool")
     idx = aux_neighbours(encoder, x, pool, n_aux)
     return craft_poison_image(encoder, x, poison_text(question, target_answer),
                               target_vector(encoder, question, pool[idx]), config, seed)
@@ -221,7 +245,7 @@ def class_poison(encoder, query_image, question: str, target_answer: str, aux_po
 def _unoptimised(encoder, image, question, target_answer, target_images) -> Poison:
     x = _check_image(image)
     text = poison_text(question, target_answer)
-    v = target_vector(encoder, question, np.asarray(target_images, dtype=np.float32).reshape(-1, 64))
+    v = target_vector(encoder, question, _check_batch(target_images, x, "target_images"))
     key = vlrag.fuse(encoder.encode_images(x[None]), encoder.encode_texts([text]))[0]
     s = float(key @ v)
     return Poison(x, text, s, s)

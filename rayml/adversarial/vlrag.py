@@ -114,7 +114,8 @@ def knowledge_texts(labels: Sequence[int], rng: np.random.Generator) -> list[str
 
 def build_knowledge_base(encoder, images, texts: Sequence[str]) -> KnowledgeBase:
     """Embed ``images`` and ``texts`` (one pair per row) and fuse their keys."""
-    x = np.asarray(images, dtype=np.float32).reshape(len(images), -1) if len(images) else np.zeros((0, 64), np.float32)
+    # images keep their shape (the encoder's per-image shape: (64,), (8, 8), (3, H, W), ...)
+    x = np.asarray(images, dtype=np.float32) if len(images) else np.zeros((0, 64), np.float32)
     if isinstance(texts, str) or len(texts) != len(x):
         raise ValueError(f"texts must be a list of {len(x)} strings (one per image), got {type(texts).__name__} "
                          f"of length {len(texts) if not isinstance(texts, str) else 'str'}")
@@ -127,7 +128,7 @@ def query_key(encoder, image, question: str) -> np.ndarray:
     """The fused key ``(d,)`` of a query (one image, one question)."""
     if not isinstance(question, str):
         raise TypeError(f"question must be a string, got {type(question).__name__}")
-    x = np.asarray(image, dtype=np.float32).reshape(1, -1)
+    x = np.asarray(image, dtype=np.float32)[None]
     return fuse(encoder.encode_images(x), encoder.encode_texts([question]))[0]
 
 

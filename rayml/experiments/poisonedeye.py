@@ -61,20 +61,19 @@ IDK = "I don't know"
 # the LM generators: rayml's shipped embedded substrate (tests) and SmolLM2-135M-Instruct (quick, full)
 GENERATORS = ("base", "smollm2-135m")
 
-_COMMON = dict(encoder_seed=0, k_main=3, n_aux=10, target="wrong-digit")
+_COMMON = dict(k_main=3, n_aux=10, target="wrong-digit")
 SIZES = {
     "tiny": dict(seeds=2, trials=2, tune_trials=2, kb_size=300, n_poisons=[1, 2], ks=[1, 3], n_class_eval=3,
                  eps_grid=[PAPER_EPS, 2 * PAPER_EPS], eps_probe=[4 * PAPER_EPS], steps=20, llm_queries=1,
-                 generator="base", **_COMMON),
-    "quick": dict(seeds=3, trials=16, tune_trials=8, kb_size=1000, n_poisons=[1, 2, 3], ks=[1, 3, 5, 10],
+                 generator="base", retrievers=[0], retriever_trials=1, **_COMMON),
+    "quick": dict(seeds=2, trials=10, tune_trials=6, kb_size=1000, n_poisons=[1, 2], ks=[1, 3, 5, 10],
                   n_class_eval=8, eps_grid=[PAPER_EPS, 2 * PAPER_EPS, 4 * PAPER_EPS, 8 * PAPER_EPS],
-                  eps_probe=[16 * PAPER_EPS], steps=100,
-                  llm_queries=6,
-                  generator="smollm2-135m", **_COMMON),
+                  eps_probe=[], steps=100, llm_queries=4, generator="smollm2-135m",
+                  retrievers=[0, 1], retriever_trials=10, **_COMMON),
     "full": dict(seeds=10, trials=50, tune_trials=30, kb_size=1257, n_poisons=[1, 2, 3, 5], ks=[1, 3, 5, 10, 20],
-                 n_class_eval=15, eps_grid=[PAPER_EPS / 2, PAPER_EPS, 2 * PAPER_EPS, 4 * PAPER_EPS, 8 * PAPER_EPS],
+                 n_class_eval=13, eps_grid=[PAPER_EPS / 2, PAPER_EPS, 2 * PAPER_EPS, 4 * PAPER_EPS, 8 * PAPER_EPS],
                  eps_probe=[16 * PAPER_EPS], steps=100,
-                 llm_queries=50, generator="smollm2-135m", **_COMMON),
+                 llm_queries=50, generator="smollm2-135m", retrievers=[0, 1, 2], retriever_trials=50, **_COMMON),
 }
 SOURCE_ONE = ("abstract: 'Our attack successfully manipulates the response of the VLRAG system for the target query by "
               "injecting only one poison sample into the knowledge database.'")
@@ -82,6 +81,9 @@ SOURCE_PROPS = ("abstract: 'To construct the poison sample, we follow two key pr
                 "generation process, and identify the solution by satisfying these properties.'")
 SOURCE_CLASS = ("abstract: 'we also introduce a class query targeted poisoning attack, a more generalized strategy "
                 "that extends the poisoning effect to an entire class of target queries'")
+
+SOURCE_RETRIEVERS = ("abstract: 'Extensive experiments on multiple query datasets, retrievers, and LVLMs "
+                     "demonstrate that our attack is highly effective'")
 
 _STATE: dict = {}  # per worker process: knowledge bases and defence models by (kb_seed, kb_size)
 
@@ -105,9 +107,13 @@ def _check(config: Mapping[str, Any]) -> None:
         raise ValueError(f"llm_queries must be an integer in 0..trials, got {config['llm_queries']!r}")
     if config["generator"] not in GENERATORS:
         raise ValueError(f"generator must be one of {GENERATORS}, got {config['generator']!r}")
-    es = config["encoder_seed"]
-    if isinstance(es, bool) or not isinstance(es, int) or es < 0:
-        raise ValueError(f"encoder_seed must be an integer >= 0, got {config['encoder_seed']!r}")
+    rs = config["retrievers"]
+    if (not isinstance(rs, list) or not rs or len(set(rs)) != len(rs)
+            or any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in rs)):
+        raise ValueError(f"retrievers must be a non-empty list of distinct encoder seeds >= 0, got {rs!r}")
+    rt = config["retriever_trials"]
+    if isinstance(rt, bool) or not isinstance(rt, int) or not 1 <= rt <= config["seeds"] * config["trials"]:
+        raise ValueError(f"retriever_trials must be an integer in 1..seeds*trials, got {rt!r}")
     if config["kb_size"] > 1257 or config["kb_size"] < 20:
         raise ValueError(f"kb_size must be in 20..1257 (the training split), got {config['kb_size']}")
     if config["n_class_eval"] > 20:
@@ -146,11 +152,12 @@ def _pools():
     return xtr, ytr, xte[:half], yte[:half], xte[half:], yte[half:]
 
 
-def _system(encoder, kb_seed: int, kb_size: int):
-    """The clean knowledge base of a seed, its defence model and the filters' masks (cached per process)."""
+def _system(encoder, kb_seed: int, kb_size: int, retriever: int = 0):
+    """The clean knowledge base of a seed, its defence model and the filters' masks (cached per process;
+    ``retriever`` is the encoder's seed, part of the key)."""
     from rayml.adversarial import vlrag as V
 
-    key = (getattr(encoder, "config", None), kb_seed, kb_size)
+    key = (getattr(encoder, "config", None), retriever, kb_seed, kb_size)
     if key not in _STATE:
         xtr, ytr, *_ = _pools()
         rng = np.random.default_rng(kb_seed)
@@ -189,13 +196,14 @@ def run_trial(item: tuple, shared: Mapping[str, Any]) -> dict:
     from rayml.adversarial import vlrag as V
     from rayml.data import image_text as it
 
-    phase, s_idx, t_idx, trial_seed, kb_seed, eps_set = item
-    enc, config = shared["encoder"], shared["config"]
+    phase, s_idx, t_idx, trial_seed, kb_seed, eps_set, *rest = item
+    retriever = int(rest[0]) if rest else int(shared["config"]["retrievers"][0])
+    enc, config = shared["encoders"][retriever], shared["config"]
     eps_sample, eps_sample_class, eps_class = eps_set
     steps = int(config["steps"])
     pgd = lambda e: pe.PoisonConfig(eps=e, step=0.16 * e, steps=steps)  # noqa: E731
     cfg_s, cfg_sc, cfg_c = pgd(eps_sample), pgd(eps_sample_class), pgd(eps_class)
-    kb, dm, masks = _system(enc, kb_seed, int(config["kb_size"]))
+    kb, dm, masks = _system(enc, kb_seed, int(config["kb_size"]), retriever)
     _, _, xq, yq, xa, ya = _pools()
     rng = np.random.default_rng(trial_seed)
     qi = int(rng.integers(len(xq)))
@@ -205,30 +213,55 @@ def run_trial(item: tuple, shared: Mapping[str, Any]) -> dict:
     target = wrong if config["target"] == "wrong-digit" else IDK
     target_norm = V.normalize_answer(target)
     same = np.flatnonzero((yq == y) & (np.arange(len(yq)) != qi))
-    class_q = rng.choice(same, size=min(int(config["n_class_eval"]), len(same)), replace=False)
+    # the class's queries far from the target (issue 43: every digit class is one tight cluster, so
+    # random class queries sit at a ceiling): the lower half of their image similarity to the target
+    sim_same = enc.encode_images(xq[same]) @ enc.encode_images(xq[qi][None])[0]
+    far = same[sim_same <= np.median(sim_same)]
+    class_q = rng.choice(far, size=min(int(config["n_class_eval"]), len(far)), replace=False)
+    class_sim = {"far": float(np.mean(sim_same[np.isin(same, class_q)])), "all": float(np.mean(sim_same))}
     others = np.flatnonzero(ya != y)
     rnd_imgs = xa[rng.choice(others, size=max(config["n_poisons"]), replace=False)]
     start_seeds = [None] + [int(s) for s in rng.integers(1 << 31, size=max(config["n_poisons"]) - 1)]
     qkey = V.query_key(enc, xq[qi], question)
     ks, k_main = sorted(config["ks"]), int(config["k_main"])
 
-    def class_asr(kb_n):
-        hits = []
-        for j in class_q:
-            idx = V.retrieve(kb_n.keys, V.query_key(enc, xq[j], question), k_main)
+    class_keys = [V.query_key(enc, xq[j], question) for j in class_q]
+
+    def class_stats(kb_n):
+        """ASR, top-1 retrieval rate and mean retrieval margin of the last entry (the poison) over the
+        class's far queries."""
+        hits, top1, margin = [], [], []
+        for ck in class_keys:
+            idx = V.retrieve(kb_n.keys, ck, k_main)
             hits.append(V.read(question, [kb_n.texts[i] for i in idx]) == target_norm)
-        return float(np.mean(hits))
+            top1.append(idx[0] == len(kb_n) - 1)
+            margin.append(pe.retrieval_margin(kb_n, kb_n.keys[-1], ck))
+        return {"asr": float(np.mean(hits)), "top1": float(np.mean(top1)), "margin": float(np.mean(margin))}
+
+    def class_asr(kb_n):
+        return class_stats(kb_n)["asr"]
 
     if phase == "tune":
         p_s = pe.sample_poison(enc, xq[qi], question, target, cfg_s)
         res, kb_s = _evaluate(enc, kb, dm, masks, [p_s], question, target_norm, qkey, [k_main], ["none"], 1)
         p_c = pe.class_poison(enc, xq[qi], question, target, xa, int(config["n_aux"]), cfg_c)
         _, kb_c = _evaluate(enc, kb, dm, masks, [p_c], question, target_norm, qkey, [k_main], ["none"], 1)
-        return {"phase": phase, "eps": eps_set, "asr": {"poisonedeye": res[("none", k_main)]["asr"],
-                                                       "poisonedeye@class": class_asr(kb_s),
-                                                       "poisonedeye-class": class_asr(kb_c)},
+        own = {"asr": res[("none", k_main)]["asr"], "top1": res[("none", k_main)]["top1"],
+               "margin": pe.retrieval_margin(kb_s, kb_s.keys[-1], qkey)}
+        stats = {"poisonedeye": own, "poisonedeye@class": class_stats(kb_s), "poisonedeye-class": class_stats(kb_c)}
+        return {"phase": phase, "eps": eps_set, "stats": stats,
                 "image": {"poisonedeye": _image_check(p_s.image, xq[qi], y),
                           "poisonedeye-class": _image_check(p_c.image, xq[qi], y)}}
+
+    if phase == "retriever":  # another retriever: the single poison against its own encoder (white-box)
+        row = {}
+        for m, p in (("poisonedeye", pe.sample_poison(enc, xq[qi], question, target, cfg_s)),
+                     ("text-only", pe.text_only_poison(enc, xq[qi], question, target))):
+            res, kb_n = _evaluate(enc, kb, dm, masks, [p], question, target_norm, qkey, [k_main], ["none"], 1)
+            row[m] = {"asr_sample": res[("none", k_main)]["asr"], "top1_sample": res[("none", k_main)]["top1"]}
+        clean_idx = V.retrieve(kb.keys, qkey, k_main)
+        row["clean"] = {"accuracy": float(V.read(question, [kb.texts[j] for j in clean_idx]) == it.NUMBER_WORDS[y])}
+        return {"phase": phase, "retriever": retriever, "seed": s_idx, "query": t_idx, "single": row}
 
     poisons = {
         "poisonedeye": [pe.sample_poison(enc, xq[qi], question, target, cfg_s, seed=s) for s in start_seeds],
@@ -279,6 +312,7 @@ def run_trial(item: tuple, shared: Mapping[str, Any]) -> dict:
         for m in ("poisonedeye", "text-only", "random"):
             kb_n = kb.extend(enc, poisons[m][0].image[None], [poisons[m][0].text])
             contexts[m] = [kb_n.texts[j] for j in V.retrieve(kb_n.keys, qkey, k_main)]
+    single["class-queries"] = {"similarity_far": class_sim["far"], "similarity_all": class_sim["all"]}
     return {"phase": phase, "seed": s_idx, "query": t_idx, "label": y, "sweep": sweep, "single": single,
             "clean": clean, "pgd_gain": float(gain), "llm": None if contexts is None else
             {"question": question, "target": target, "truth": it.NUMBER_WORDS[y], "contexts": contexts}}
@@ -324,24 +358,28 @@ def _image_check(poison_image, query_image, label: int) -> dict:
 
 
 def _tune(out, grid, probe=()):
-    """Per optimised attack and objective: the radius of highest tuning ASR (ties: the smaller radius).
+    """Per optimised attack and objective: the radius of highest tuning top-1 retrieval rate (the poison
+    ranked first), ties broken by the mean retrieval margin (issue 43: ASR at k = 3 is flat at 1.0, so
+    ties went to the smallest radius).
 
     ``poisonedeye``: the single-sample poison on its target query; ``poisonedeye@class``: the same
-    poison on the class's other queries; ``poisonedeye-class``: the class-query poison on them.
+    poison on the class's far queries; ``poisonedeye-class``: the class-query poison on them.
     Radii of ``probe`` are measured (rows with ``in_grid`` false) but never chosen. Returns the chosen
     radii, the tuning table's rows and, per objective, where the choice sits on the grid.
     """
     rows, chosen, where = [], {}, {}
     radii = sorted(grid) + sorted(probe)
     for name in ("poisonedeye", "poisonedeye@class", "poisonedeye-class"):
-        means = {}
+        score = {}
         for e in radii:
-            means[e] = float(np.mean([o["asr"][name] for o in out if o["eps"][0] == e]))
-            rows.append({"method": name, "eps": e, "in_grid": e in grid, "metric": "tuning_asr", "value": means[e]})
-        best = max(means[e] for e in grid)
-        chosen[name] = min(e for e in grid if means[e] == best)
+            mine = [o["stats"][name] for o in out if o["eps"][0] == e]
+            vals = {m: float(np.mean([x[m] for x in mine])) for m in ("top1", "margin", "asr")}
+            score[e] = (vals["top1"], vals["margin"])
+            for m, v in vals.items():
+                rows.append({"method": name, "eps": e, "in_grid": e in grid, "metric": f"tuning_{m}", "value": v})
+        chosen[name] = max(grid, key=lambda e: score[e])
         where[name] = {"at_edge": on_edge(chosen[name], grid), "at_upper_edge": on_edge(chosen[name], grid, "high"),
-                       "flat_grid": len({means[e] for e in grid}) == 1}
+                       "flat_grid": len({score[e][0] for e in grid}) == 1}
     for name in ("poisonedeye", "poisonedeye-class"):
         for metric in ("own_class_1nn", "closer_than_other_class"):
             for e in radii:
@@ -355,11 +393,12 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     from rayml.data import image_text as it
 
     _check(config)
-    enc = it.load_or_train(int(config["encoder_seed"]))
+    retrievers = [int(r) for r in config["retrievers"]]
+    encoders = {r: it.load_or_train(r) for r in retrievers}
     grid = [float(e) for e in config["eps_grid"]]
     probe = [float(e) for e in config["eps_probe"]]
     cfg = dict(config)
-    shared = {"encoder": enc, "config": cfg}
+    shared = {"encoders": encoders, "config": cfg}
     tune_seeds = runtime.seeds(np.random.SeedSequence([seed, 1]), int(config["tune_trials"]) + 1)
     tune_items = [("tune", -1, t, ts, tune_seeds[-1], (e, e, e)) for t, ts in enumerate(tune_seeds[:-1])
                   for e in grid + probe]
@@ -371,7 +410,12 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         for t, ts in enumerate(runtime.seeds(np.random.SeedSequence([seed, 2, s]), int(config["trials"]))):
             items.append(("test", s, t, ts, kbs, (chosen["poisonedeye"], chosen["poisonedeye@class"],
                                                   chosen["poisonedeye-class"])))
-    out = runtime.pmap(run_trial, items, shared=shared, desc="poisonedeye trials")
+    # the other retrievers: the single poison at the radius tuned on the first, the first seeds' trials
+    n_r = int(config["retriever_trials"])
+    r_items = [(*it_[:5], (chosen["poisonedeye"],) * 3, r) for r in retrievers[1:] for it_ in items[:n_r]]
+    out = runtime.pmap(run_trial, items + r_items, shared=shared, desc="poisonedeye trials")
+    out, r_out = [o for o in out if o["phase"] == "test"], [o for o in out if o["phase"] == "retriever"]
+    items = items + r_items
     llm_items = [(o["seed"], o["query"], o["llm"]["question"], o["llm"]["target"], o["llm"]["truth"],
                   o["llm"]["contexts"]) for o in out if o["llm"] is not None]
     llm = []
@@ -379,7 +423,33 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         # one chunk per worker slot: each worker process loads SmolLM2 once
         llm = runtime.pmap(run_llm, llm_items, shared={"max_new_tokens": 16, "generator": config["generator"]},
                            chunk_size=max(1, -(-len(llm_items) // 2)), desc="poisonedeye SmolLM2 generator")
-    return _summarise(out, config, chosen, tuning_rows, grid, len(items) + len(tune_items), llm, where, probe)
+    outcome = _summarise(out, config, chosen, tuning_rows, grid, len(items) + len(tune_items), llm, where, probe)
+    return _add_retrievers(outcome, out, r_out, retrievers)
+
+
+def _add_retrievers(outcome: Outcome, out, r_out, retrievers) -> Outcome:
+    """Per retriever (encoder seed): the single poison's top-1 and ASR and the text-only baseline's; the
+    first retriever's from the main trials (the same first ``retriever_trials`` of them)."""
+    n = len({(o["seed"], o["query"]) for o in r_out if o["retriever"] == retrievers[1]}) if len(retrievers) > 1 \
+        else len(out)
+    per = {}
+    for r in retrievers:
+        rows = [o["single"] for o in r_out if o["retriever"] == r] if r != retrievers[0] else [o["single"] for o in out[:n]]
+        per[f"encoder_seed={r}"] = {
+            "top1_sample": float(np.mean([x["poisonedeye"]["top1_sample"] for x in rows])),
+            "asr_sample": float(np.mean([x["poisonedeye"]["asr_sample"] for x in rows])),
+            "text_only_top1_sample": float(np.mean([x["text-only"]["top1_sample"] for x in rows])),
+            "text_only_asr_sample": float(np.mean([x["text-only"]["asr_sample"] for x in rows])),
+            "trials": len(rows)}
+    outcome.metrics["retrievers"] = {**per, "top1_min": min(v["top1_sample"] for v in per.values()),
+                                     "asr_min": min(v["asr_sample"] for v in per.values())}
+    outcome.baselines["text_only"]["retrievers"] = {
+        "top1_max": max(v["text_only_top1_sample"] for v in per.values()),
+        "asr_max": max(v["text_only_asr_sample"] for v in per.values())}
+    outcome.tables["retrievers"] = [{"retriever": o["retriever"], "seed": o["seed"], "query": o["query"],
+                                     "method": m, "metric": k, "value": float(v)}
+                                    for o in r_out for m, d in o["single"].items() for k, v in d.items()]
+    return outcome
 
 
 def _summarise(out, config, chosen, tuning_rows, grid, tasks, llm=(), where=None, probe=()) -> Outcome:
@@ -436,6 +506,8 @@ def _summarise(out, config, chosen, tuning_rows, grid, tasks, llm=(), where=None
                "clean_target_rate": clean["none"][f"k={k_main}"]["target_rate"],
                "paper_eps": {"eps": PAPER_EPS, "asr_class": mean_single("poisonedeye-class@paper-eps", "asr_class")},
                "pgd_gain_min": float(min(o["pgd_gain"] for o in out)),
+               "class_queries": {"similarity_far": mean_single("class-queries", "similarity_far"),
+                                 "similarity_all": mean_single("class-queries", "similarity_all")},
                "eps": chosen, "k_main": k_main, "trials": len(out)}
     baselines = {"sample_poison": {"asr_class": mean_single("poisonedeye", "asr_class")},
                  "sample_poison_paper_eps": {"asr_class": mean_single("poisonedeye@paper-eps", "asr_class")},
@@ -457,9 +529,10 @@ def _summarise(out, config, chosen, tuning_rows, grid, tasks, llm=(), where=None
     budget = {"poisons_per_attack": ns, "pgd_steps": int(config["steps"]), "step_over_eps": 0.16,
               "text": "the same poison text for every attack of a trial",
               "trials": len(out), "tasks": tasks, "kb_size": int(config["kb_size"]),
-              "tuning": {"grid": grid, "chosen": chosen, "objective": f"ASR at k={k_main} on tuning trials apart "
-                         "from the test trials (poisonedeye: its target query; poisonedeye@class and "
-                         "poisonedeye-class: the class's other queries); ties: the smaller radius",
+              "tuning": {"grid": grid, "chosen": chosen, "objective": "top-1 retrieval rate of the poison on tuning "
+                         "trials apart from the test trials, ties broken by the mean retrieval margin "
+                         "(poisonedeye: its target query; poisonedeye@class and poisonedeye-class: the class's "
+                         "far queries)",
                          "eps_at_edge": {n: w["at_edge"] for n, w in (where or {}).items()},
                          "eps_at_upper_edge": {n: w["at_upper_edge"] for n, w in (where or {}).items()},
                          "flat_grid": {n: w["flat_grid"] for n, w in (where or {}).items()},
@@ -497,21 +570,26 @@ CLAIMS = (
             "over (seed, query)", "metrics.asr_sample", "baselines.text_only.asr_sample", "asr_sample",
             "poisonedeye", "text-only", SOURCE_PROPS,
             (Control("random", "baselines.random.asr_sample", a={"method": "random", "metric": "asr_sample"}),)),
-    _paired("the class-query poison beats the single-sample poison on other queries of the target's class, paired "
-            "over (seed, query)", "metrics.asr_class", "baselines.sample_poison.asr_class", "asr_class",
+    _paired("the class-query poison beats the single-sample poison on the class's far queries (the lower half of "
+            "within-class image similarity to the target), paired over (seed, query)", "metrics.asr_class", "baselines.sample_poison.asr_class", "asr_class",
             "poisonedeye-class", "poisonedeye", SOURCE_CLASS,
             (Control("text-only", "baselines.text_only.asr_class", a={"method": "text-only", "metric": "asr_class"}),)),
     _paired("at the release's radius 8/255 for both attacks, the class-query poison beats the single-sample poison "
-            "on other queries of the target's class, paired over (seed, query)", "metrics.paper_eps.asr_class",
+            "on the class's far queries, paired over (seed, query)", "metrics.paper_eps.asr_class",
             "baselines.sample_poison_paper_eps.asr_class", "asr_class", "poisonedeye-class@paper-eps",
             "poisonedeye@paper-eps", SOURCE_CLASS + "; the release's radius 0.0625 in SigLIP units (8/255 in [0, 1] "
             "pixels, llava_inference_rag_poison_final_class.py)",
             (Control("text-only", "baselines.text_only.asr_class", a={"method": "text-only", "metric": "asr_class"}),)),
-    Claim(text="the class-query poison extends to the class: ASR >= 0.5 over other queries of the target's class",
+    Claim(text="the class-query poison extends to the class: ASR >= 0.5 over the class's far queries (the lower half "
+               "of within-class image similarity to the target)",
           metric="metrics.asr_class", compare=0.5, op=">=", source=SOURCE_CLASS,
           controls=(Control("single-sample poison", "baselines.sample_poison.asr_class"),
                     Control("text-only", "baselines.text_only.asr_class"),
                     Control("random", "baselines.random.asr_class"))),
+    Claim(text="on every retriever (digits CLIPs trained from encoder seeds 0 and 1, each attacked white-box), the "
+               "optimised poison is retrieved first for its target query in >= 90% of trials",
+          metric="metrics.retrievers.top1_min", compare=0.9, op=">=", source=SOURCE_RETRIEVERS,
+          controls=(Control("text-only", "baselines.text_only.retrievers.top1_max"),)),
     Claim(text="with a real LM as the generator (SmolLM2-135M at quick), one poison makes it give the target answer: "
                "ASR >= 0.5 at k=3",
           metric="metrics.llm.asr", compare=0.5, op=">=", source=SOURCE_ONE,
@@ -523,6 +601,9 @@ CLAIMS = (
           compare=0.85, op=">=", kind="sanity"),
     Claim(text="without poison the system almost never gives the target answer (rate <= 0.05)",
           metric="metrics.clean_target_rate", compare=0.05, op="<=", kind="sanity"),
+    Claim(text="the class's far queries are farther from the target than the class's queries on average (mean image "
+               "cosine)", metric="metrics.class_queries.similarity_far", compare="metrics.class_queries.similarity_all",
+          op="<", kind="sanity"),
     Claim(text="PGD never lowers the poison's similarity to its target (best iterate kept)",
           metric="metrics.pgd_gain_min", compare=0.0, op=">=", kind="sanity"),
 )

@@ -164,7 +164,7 @@ def test_experiment_trial_is_deterministic(enc):
     from rayml.experiments import poisonedeye as E
 
     config = dict(E.SIZES["tiny"])
-    shared = {"encoder": enc, "config": config}
+    shared = {"encoders": {0: enc}, "config": config}
     item = ("test", 0, 0, 123, 456, (E.PAPER_EPS, 2 * E.PAPER_EPS, E.PAPER_EPS))
     one, two = E.run_trial(item, shared), E.run_trial(item, shared)
     assert one == two
@@ -191,7 +191,7 @@ def test_bad_input(enc, system):
     with pytest.raises(ValueError, match="steps"):
         pe.PoisonConfig(steps=0)
     with pytest.raises(ValueError, match="query_image"):
-        pe.sample_poison(enc, np.zeros(63), Q, "three")
+        pe.sample_poison(enc, np.zeros(0), Q, "three")
     with pytest.raises(ValueError, match="query_image"):
         pe.sample_poison(enc, np.full(64, 2.0), Q, "three")
     with pytest.raises(TypeError, match="config"):
@@ -204,6 +204,58 @@ def test_bad_input(enc, system):
         V.build_knowledge_base(enc, xte[:3], ["a", "b"])
     with pytest.raises(ValueError, match="false_positive"):
         V.fit_defences(kb, false_positive=1.5)
+
+
+class _ConvEncoder(torch.nn.Module):
+    """A small image-text encoder on (3, 12, 12) colour images (convolutional image tower, hashed
+    bag-of-words text tower, random weights): any encoder with the four methods works."""
+
+    def __init__(self, dim=16):
+        super().__init__()
+        torch.manual_seed(0)
+        self.image_tower = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                                               torch.nn.Linear(8 * 10 * 10, dim))
+        self.words = torch.nn.EmbeddingBag(97, dim, mode="mean")
+
+    def image_features(self, pixels):
+        return torch.nn.functional.normalize(self.image_tower(pixels), dim=-1)
+
+    def text_features(self, texts):
+        ids = [torch.tensor([sum(map(ord, w)) % 97 for w in t.split()] or [0]) for t in texts]
+        offsets = torch.tensor([0] + [len(i) for i in ids[:-1]]).cumsum(0)
+        return torch.nn.functional.normalize(self.words(torch.cat(ids), offsets), dim=-1)
+
+    def encode_images(self, images):
+        with torch.no_grad():
+            return self.image_features(torch.as_tensor(np.asarray(images, np.float32))).numpy()
+
+    def encode_texts(self, texts):
+        with torch.no_grad():
+            return self.text_features(list(texts)).numpy()
+
+
+def test_attack_takes_any_image_shape_and_encoder():
+    """Issue 43: the attack refused anything but 8x8 images (64 pixels hard-coded); here (3, 12, 12)
+    colour images through a convolutional encoder, end to end through the VLRAG retriever."""
+    enc = _ConvEncoder()
+    rng = np.random.default_rng(0)
+    images = rng.random((40, 3, 12, 12)).astype(np.float32)
+    kb = V.build_knowledge_base(enc, images[:30], [f"a picture number {i}" for i in range(30)])
+    query = images[35]
+    cfg = pe.PoisonConfig(eps=16 / 255, step=0.01, steps=30)
+    p = pe.sample_poison(enc, query, Q, "seven", cfg)
+    assert p.image.shape == (3, 12, 12)
+    assert p.similarity > p.start_similarity
+    assert np.abs(p.image - query).max() <= 16 / 255 + 1e-6
+    c = pe.class_poison(enc, query, Q, "seven", images[30:35], n_aux=3, config=cfg)
+    assert c.image.shape == (3, 12, 12) and c.similarity >= c.start_similarity
+    kb_p = kb.extend(enc, p.image[None], [p.text])
+    qk = V.query_key(enc, query, Q)
+    assert pe.retrieval_margin(kb_p, kb_p.keys[-1], qk) == pytest.approx(
+        float(kb_p.keys[-1] @ qk - (kb.keys @ qk).max()), abs=1e-6)
+    assert pe.random_poison(enc, images[0], query, Q, "seven").image.shape == (3, 12, 12)
+    with pytest.raises(ValueError, match="aux_pool"):
+        pe.class_poison(enc, query, Q, "seven", images[:3, :2], n_aux=2, config=cfg)
 
 
 def test_experiment_rejects_bad_settings():

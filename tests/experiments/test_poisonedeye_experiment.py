@@ -11,11 +11,14 @@ def test_every_claim_is_measured_at_tiny_size(unmeasured_claims):
     assert unmeasured_claims("poisonedeye") == []
 
 
-def _tuned(asr_by_eps):
-    """Synthetic tuning outputs: one trial per radius, the same ASR for every objective."""
+def _tuned(top1_by_eps, margin_by_eps=None):
+    """Synthetic tuning outputs: one trial per radius, the same statistics for every objective; ASR
+    flat at 1.0 (the ceiling the review found at k = 3)."""
     img = {"own_class_1nn": 1.0, "closer_than_other_class": 0.0}
-    return [{"eps": (e, e, e), "asr": {n: a for n in ("poisonedeye", "poisonedeye@class", "poisonedeye-class")},
-             "image": {"poisonedeye": img, "poisonedeye-class": img}} for e, a in asr_by_eps.items()]
+    margin = margin_by_eps or {e: 0.0 for e in top1_by_eps}
+    stats = lambda e: {"asr": 1.0, "top1": top1_by_eps[e], "margin": margin[e]}  # noqa: E731
+    return [{"eps": (e, e, e), "stats": {n: stats(e) for n in ("poisonedeye", "poisonedeye@class", "poisonedeye-class")},
+             "image": {"poisonedeye": img, "poisonedeye-class": img}} for e in top1_by_eps]
 
 
 def test_tune_flags_a_choice_on_the_upper_edge_and_never_chooses_a_probe_radius():
@@ -25,16 +28,19 @@ def test_tune_flags_a_choice_on_the_upper_edge_and_never_chooses_a_probe_radius(
     assert where["poisonedeye-class"] == {"at_edge": True, "at_upper_edge": True, "flat_grid": False}
     probe_rows = [r for r in rows if r["eps"] == 8.0]
     assert probe_rows and not any(r["in_grid"] for r in probe_rows)
-    assert {r["metric"] for r in probe_rows} == {"tuning_asr", "own_class_1nn", "closer_than_other_class"}
+    assert {r["metric"] for r in probe_rows} == {"tuning_top1", "tuning_margin", "tuning_asr", "own_class_1nn",
+                                                  "closer_than_other_class"}
 
 
-def test_tune_interior_choice_and_flat_grid():
+def test_tune_on_top1_rate_then_margin_not_on_a_flat_asr():
+    """Issue 43: ASR at k = 3 is flat at 1.0, so the smallest radius won every tie; the top-1 rate and
+    then the retrieval margin decide instead."""
     grid = [1.0, 2.0, 4.0]
     chosen, _, where = X._tune(_tuned({1.0: 0.2, 2.0: 0.9, 4.0: 0.5}), grid)
     assert chosen["poisonedeye"] == 2.0 and where["poisonedeye"]["at_edge"] is False
-    chosen, _, where = X._tune(_tuned({1.0: 1.0, 2.0: 1.0, 4.0: 1.0}), grid)
-    assert chosen["poisonedeye"] == 1.0  # ties: the smaller radius, which is the lower edge
-    assert where["poisonedeye"] == {"at_edge": True, "at_upper_edge": False, "flat_grid": True}
+    chosen, _, where = X._tune(_tuned({1.0: 1.0, 2.0: 1.0, 4.0: 1.0}, {1.0: 0.01, 2.0: 0.05, 4.0: 0.03}), grid)
+    assert chosen["poisonedeye"] == 2.0  # top-1 flat: the larger margin
+    assert where["poisonedeye"] == {"at_edge": False, "at_upper_edge": False, "flat_grid": True}
 
 
 def test_image_check_in_pixel_space():
