@@ -217,3 +217,12 @@ def test_driver_bottom_states_equal_each_row_alone():
     alone = PrefixStore(base, 2, 2)
     for k, h in got.items():
         assert torch.allclose(torch.from_numpy(h), alone.states(k), atol=1e-5)
+
+
+def test_the_accuracy_claims_wait_for_the_gate_and_the_learning_order_claims_do_not():
+    from rayml.experiments import selective_dpo as E
+
+    gated = [c for c in E.CLAIMS if c.gates]
+    assert gated and all(c.gates == (E.GATE.text,) and c.kind == "paper" for c in gated)
+    assert all(not c.gates for c in E.CLAIMS if c.metric in ("metrics.agreement_mean", "metrics.noisy_auc_mean"))
+    assert E.GATE in E.CLAIMS
