@@ -33,11 +33,11 @@ def test_tasks_are_seeded_and_well_formed():
     from rayml.experiments import emloc
 
     tok = rayml.llm.pretrained("base").tokenizer
-    for task in ("retrieve", "classify", "iris"):
+    for task in ("retrieve", "classify", "redundant", "iris"):
         d1, q1 = emloc.make_task(task, 6, 3, 7, tok)
         d2, q2 = emloc.make_task(task, 6, 3, 7, tok)
         assert [d.ids for d in d1] == [d.ids for d in d2] and q1 == q2
-        assert len(d1) == 6 and len(q1) == 3
+        assert len(d1) == 6 and len(q1) == (min(3, 6 // emloc.REPEATS) if task == "redundant" else 3)
     d, q = emloc.make_task("classify", 30, 5, 1, tok)
     assert len({tuple(x.answer) for x in d}) <= 4           # 4 class codes
     d, q = emloc.make_task("retrieve", 8, 4, 2, tok)
@@ -50,7 +50,29 @@ def test_tasks_are_seeded_and_well_formed():
 def test_grids_hold_the_paper_setting_inside_not_on_an_edge():
     from rayml.experiments import emloc
 
-    q = emloc.SIZES["quick"]
-    for grid, paper in ((q["emloc_pools"], emloc.PAPER_POOL), (q["snapkv_windows"], 32), (q["h2o_recent"], 0.5),
-                        (q["streaming_sinks"], 4)):
-        assert min(grid) < paper < max(grid) and len(grid) >= 4
+    for size, n in (("quick", 3), ("full", 4)):
+        q = emloc.SIZES[size]
+        for grid, paper in ((q["emloc_pools"], emloc.PAPER_POOL), (q["snapkv_windows"], 32), (q["h2o_recent"], 0.5),
+                            (q["streaming_sinks"], 4)):
+            assert min(grid) < paper < max(grid) and len(grid) >= n
+
+
+def test_redundant_task_repeats_each_pair_and_asks_shown_keys():
+    import rayml.llm
+    from rayml.experiments import emloc
+
+    tok = rayml.llm.pretrained("base").tokenizer
+    d, q = emloc.make_task("redundant", 16, 6, 3, tok)
+    pairs = [(tuple(x.prompt), tuple(x.answer)) for x in d]
+    assert len(set(pairs)) == 16 // emloc.REPEATS and all(pairs.count(p) == emloc.REPEATS for p in set(pairs))
+    answers = {a for _, a in pairs}
+    assert len(q) == 16 // emloc.REPEATS and all(tuple(a) in answers for _, a in q)
+
+
+def test_kl_claims_are_ours_and_the_paper_claims_are_gated():
+    from rayml.experiments import emloc
+
+    kl = [c for c in emloc.CLAIMS if c.metric == "metrics.emloc.kl"]
+    assert len(kl) == 2 and all(c.kind == "sanity" and c.text.startswith("ours") for c in kl)
+    paper = [c for c in emloc.CLAIMS if c.kind == "paper"]
+    assert paper and all(c.gates == (emloc.GATE.text,) for c in paper)
