@@ -142,17 +142,22 @@ class SparseQuadraticGroups(AtomProblem):
     the negatives of the other half), and ``l(theta; z) = c_k + w_k ||theta - z||^2 / M`` with
     ``M`` the largest possible ``||theta - z||^2``, so ``l`` lies in ``[c_k, c_k + w_k]``.
     The ``beta`` hard groups have ``(c, w) = hard`` (default ``(0.3, 0.6)``) and ``mu_j = a e_j``; the ``K - beta`` easy
-    groups have ``c = 0, w = 0.1`` and random ``mu`` in the ball of radius ``a``. Every hard risk is
-    at least ``c`` and every easy risk at most 0.1, so the hard groups form a ``(c - 0.1)``-dominant
-    set at every ``theta`` (``lam_star``); ``L*`` is attained at the centroid of the hard ``mu_j`` (the centre of the
-    smallest ball around the vertices of a regular simplex).
+    groups have ``(c, w) = easy`` (default ``(0, 0.1)``) and random ``mu`` in the ball of radius ``a``. Every hard
+    risk is at least ``c_hard`` and every easy risk at most ``c_easy + w_easy``, so the hard groups form a
+    ``(c_hard - c_easy - w_easy)``-dominant set at every ``theta`` (``lam_star``); with ``easy`` just below
+    (issue 37: ``hard = (0.5, 0.4)``, ``easy = (0.2, 0.1)``, ``lam_star = 0.2``) the easy groups' risks sit
+    ``lam_star`` under the hard ones', so a bandit over all ``K`` groups cannot tell them apart quickly.
+    Which hard group is on top (and whether the other is within ``0.7 lambda`` of it, i.e. awake) moves
+    with ``theta``. ``L*`` is attained at the centroid of the hard ``mu_j`` (the centre of the
+    smallest ball around the vertices of a regular simplex); ``s`` is the noise of the samples.
 
     Assumed: this is our own construction in the spirit of the paper's synthetic experiment
     (K = 10, lambda* = 0.2, beta = 2), whose exact definition we could not read.
     """
 
     def __init__(self, n_groups: int = 10, beta: int = 2, dim: int = 5, *, a: float = 0.6, s: float = 0.3,
-                 radius: float = 1.0, atoms: int = 32, instance_seed: int = 0, hard: tuple = (0.3, 0.6)):
+                 radius: float = 1.0, atoms: int = 32, instance_seed: int = 0, hard: tuple = (0.3, 0.6),
+                 easy: tuple = (0.0, 0.1)):
         if n_groups < 2:
             raise ValueError(f"n_groups (K) must be >= 2, got {n_groups}")
         if not 1 <= beta < n_groups:
@@ -164,8 +169,12 @@ class SparseQuadraticGroups(AtomProblem):
         if radius < a:
             raise ValueError(f"radius must be >= a so the optimum lies in Theta, got {radius} < {a}")
         c_hard, w_hard = (float(v) for v in hard)
-        if not (0.1 < c_hard and w_hard > 0 and c_hard + w_hard <= 1):
-            raise ValueError(f"hard = (c, w) needs c > 0.1 (above every easy risk), w > 0, c + w <= 1, got {hard}")
+        c_easy, w_easy = (float(v) for v in easy)
+        if not (c_easy >= 0 and w_easy > 0):
+            raise ValueError(f"easy = (c, w) needs c >= 0 and w > 0, got {easy}")
+        if not (c_easy + w_easy < c_hard and w_hard > 0 and c_hard + w_hard <= 1):
+            raise ValueError(f"hard = (c, w) needs c above every easy risk (> {c_easy + w_easy:g}), w > 0, c + w <= 1, "
+                             f"got {hard}")
         rng = np.random.default_rng(instance_seed)
         self.n_groups, self.dim, self.beta, self.radius = int(n_groups), int(dim), int(beta), float(radius)
         mu = np.zeros((n_groups, dim))
@@ -178,9 +187,9 @@ class SparseQuadraticGroups(AtomProblem):
         self.mu, self.s = mu, float(s)
         self.Z = mu[:, None, :] + s * xi[None]                      # (K, J, n)
         self.probs = np.full((n_groups, atoms), 1.0 / atoms)
-        self.c = np.where(np.arange(n_groups) < beta, c_hard, 0.0)
-        self.w = np.where(np.arange(n_groups) < beta, w_hard, 0.1)
-        self.lam_star = c_hard - 0.1           # hard risks >= c_hard, easy risks <= 0.1
+        self.c = np.where(np.arange(n_groups) < beta, c_hard, c_easy)
+        self.w = np.where(np.arange(n_groups) < beta, w_hard, w_easy)
+        self.lam_star = c_hard - c_easy - w_easy   # hard risks >= c_hard, easy risks <= c_easy + w_easy
         self.M = float((radius + a + s * np.sqrt(dim)) ** 2)
         self.m2 = float(np.mean(np.sum(xi**2, axis=1)))
         self.diameter = 2 * self.radius
@@ -330,6 +339,10 @@ class GDROConfig:
         cover: random points of ``Theta`` that ``sb-gdro-a`` uses to estimate ``beta_lambda``.
         lambda_grid: how many grid values ``1, 1/5, ...`` ``sb-gdro-a`` tries.
         checkpoints: how many log-spaced rounds the gap is recorded at.
+        eta_scale: multiplier of the max player's rate (1: the stated rate; tuned on a grid).
+        max_rate: ``"anytime"`` (``eta_t = sqrt(ln K / sum_{s<=t} |S_s|)``) or ``"fixed"``, only for
+            ``smd-gdro``: the fixed rate ``sqrt(ln K / (T K))`` of the baseline the paper improves on
+            (Zhang et al., 2023: horizon known in advance).
     """
 
     method: str = "sb-gdro"
@@ -343,8 +356,16 @@ class GDROConfig:
     cover: int = 64
     lambda_grid: int = 3
     checkpoints: int = 20
+    eta_scale: float = 1.0
+    max_rate: str = "anytime"
 
     def __post_init__(self):
+        if self.max_rate not in ("anytime", "fixed"):
+            raise ValueError(f"max_rate must be 'anytime' or 'fixed', got {self.max_rate!r}")
+        if self.max_rate == "fixed" and self.method != "smd-gdro":
+            raise ValueError(f"max_rate='fixed' is the smd-gdro baseline's rate, got method={self.method!r}")
+        if not np.isfinite(self.eta_scale) or self.eta_scale <= 0:
+            raise ValueError(f"eta_scale must be a finite number > 0, got {self.eta_scale!r}")
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         if not isinstance(self.rounds, (int, np.integer)) or self.rounds < 1:
@@ -539,7 +560,10 @@ def play(problem: AtomProblem, config: GDROConfig, runs: int, seed: int | np.ran
             est_samples += m_df * K
             awake = dominant_set(est(theta), lam)
         awake_total += awake.sum(axis=1)
-        eta_q = np.sqrt(ln_k / awake_total)
+        if config.max_rate == "fixed":
+            eta_q = np.full(runs, config.eta_scale * math.sqrt(ln_k / (T * K)))
+        else:
+            eta_q = config.eta_scale * np.sqrt(ln_k / awake_total)
         p = sleeping.probabilities(regret, awake, eta_q[:, None])
         arms = sleeping.sample_arms(p, rng)
         atoms = problem.sample_atoms(arms, rng)

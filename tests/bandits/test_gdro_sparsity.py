@@ -157,19 +157,75 @@ def test_bad_input_is_rejected():
         gdro.HingeGroups(np.zeros((3, 2)), np.ones(4), np.zeros(3))
 
 
-def test_experiment_budget_is_equal_in_samples_and_rejects_bad_settings():
+def test_experiment_fixes_the_game_budget_per_K_and_rejects_bad_settings():
+    """Issue 37: the old claim 3's budget grew with K; now every K plays the same game samples."""
     from rayml.experiments import gdro_sparsity as exp
 
     cfg = dict(exp.SIZES["quick"])
-    for K in cfg["groups"]:
-        b = exp.budget(K, cfg)
-        m = int(gdro.samples_per_group(cfg["lam"], K, cfg["delta"], cfg["dim"]))
-        assert b["estimation"] == K * m and b["rounds"]["sb-gdro"] + K * m == b["rounds"]["smd-gdro"] == b["samples"]
-        assert b["rounds"]["sb-gdro"] >= 9 * K * m                      # the game is much longer than the estimation
-    with pytest.raises(ValueError, match="budget_ratio"):
-        exp.run({**cfg, "budget_ratio": 1.0}, 0)
+    assert "budget_ratio" not in cfg and int(cfg["rounds"]) > 0
+    assert exp.curve_ratio(np.array([1, 10, 100]), np.array([9.0, 1.0, 0.5]), np.array([1.0, 2.0, 1.0]), 10) == 0.5
+    with pytest.raises(ValueError, match="start"):
+        exp.curve_ratio(np.array([1, 10]), np.ones(2), np.ones(2), 11)
     with pytest.raises(ValueError, match="lam"):
-        exp.run({**cfg, "lam": 0.6}, 0)                                  # above this instance's lambda* = 0.5
+        exp._check({**cfg, "lam": 0.3})                                   # above this instance's lambda* = 0.2
+    with pytest.raises(ValueError, match="eta_grid"):
+        exp._check({**cfg, "eta_grid": [0.5, 2.0]})                       # the stated rate 1 must be inside
+    with pytest.raises(ValueError, match="groups"):
+        exp._check({**cfg, "groups": [8]})
+
+
+def test_just_below_instance_is_sparse_with_a_moving_top_group():
+    """Issue 37's instance: lambda* = 0.2 with the non-dominant groups just lambda* below, and which
+    hard group is on top (alone awake or not) changes with theta."""
+    p = gdro.SparseQuadraticGroups(16, 2, 2, s=0.05, hard=(0.5, 0.4), easy=(0.2, 0.1))
+    assert p.lam_star == pytest.approx(0.2)
+    theta = p.project(np.random.default_rng(0).uniform(-1, 1, (2000, 2)))
+    r = p.risks(theta)
+    assert np.all(r[:, :2].min(1) - r[:, 2:].max(1) >= 0.2 - 1e-12)      # (0.2, 2)-sparse everywhere
+    assert (r[:, :2].min(1) - r[:, 2:].max(1)).min() < 0.25              # ... and just that: easy groups close
+    top = r[:, :2].argmax(1)
+    assert set(top.tolist()) == {0, 1}                                     # the top hard group moves with theta
+    alone = (r[:, :2].max(1) - r[:, :2].min(1)) > 0.7 * 0.2
+    assert alone.any() and (~alone).any()                                   # the awake set is {top} or the pair
+    with pytest.raises(ValueError, match="hard"):
+        gdro.SparseQuadraticGroups(6, 2, 2, hard=(0.25, 0.4), easy=(0.2, 0.1))
+    with pytest.raises(ValueError, match="easy"):
+        gdro.SparseQuadraticGroups(6, 2, 2, easy=(0.0, 0.0))
+
+
+def _smd_fixed_by_hand(prob, T, scale, seed):
+    """SMD-GDRO with the fixed rate, one game, a plain per-round loop (independent of ``play``)."""
+    rng = np.random.default_rng(seed)
+    K = prob.n_groups
+    eta_theta = prob.diameter / (prob.lipschitz * math.sqrt(T))
+    eta = scale * math.sqrt(math.log(K) / (T * K))
+    theta, theta_sum, R = np.zeros(prob.dim), np.zeros(prob.dim), [0.0] * K
+    for _ in range(T):
+        top = max(R)
+        w = [math.exp(eta * (x - top)) for x in R]
+        p = [x / sum(w) for x in w]
+        cdf = np.cumsum(p)
+        arm = min(int((cdf < rng.random(1)[0] * cdf[-1]).sum()), K - 1)
+        acdf = np.cumsum(prob.probs[arm])
+        atom = min(int((acdf < rng.random(1)[0] * acdf[-1]).sum()), prob.probs.shape[1] - 1)
+        z = prob.Z[arm, atom]
+        loss = prob.c[arm] + prob.w[arm] * float((theta - z) @ (theta - z)) / prob.M
+        grad = 2 * prob.w[arm] / prob.M * (theta - z)
+        lhat = (1.0 - loss) / (p[arm] + eta / 2)
+        R = [x + p[arm] * lhat - (lhat if a == arm else 0.0) for a, x in enumerate(R)]
+        theta_sum += theta
+        theta = prob.project((theta - eta_theta * grad)[None])[0]
+    return theta_sum / T
+
+
+def test_smd_gdro_fixed_rate_equals_a_per_round_loop():
+    prob = gdro.SparseQuadraticGroups(6, 2, 2, s=0.05, hard=(0.5, 0.4), easy=(0.2, 0.1))
+    res = gdro.play(prob, gdro.GDROConfig(method="smd-gdro", rounds=300, max_rate="fixed", eta_scale=2.0), 1, 5)
+    assert np.allclose(res.theta_bar[0], _smd_fixed_by_hand(prob, 300, 2.0, 5), atol=1e-12)
+    with pytest.raises(ValueError, match="max_rate"):
+        gdro.GDROConfig(method="sb-gdro", max_rate="fixed")
+    with pytest.raises(ValueError, match="eta_scale"):
+        gdro.GDROConfig(eta_scale=0.0)
 
 
 def test_separated_instance_has_the_stated_lambda_and_optimum():
