@@ -1,28 +1,35 @@
-"""MoE-X reproduction on chess: validation loss and BSP interpretability, MoE-X against its baselines.
+"""MoE-X reproduction on a board game: validation loss and BSP interpretability, MoE-X against its baselines.
 
-Table 1 of the paper: character-level LMs on PGN chess strings with the same active MLP parameters
-(dense GELU = GPT-2, dense ReLU, top-k Switch MoE, MoE-X), and a sparse autoencoder trained on the
-dense GELU model's MLP hidden; interpretability of the MLP hidden units of one layer by BSP coverage
-and board reconstruction (Karvonen et al. 2024). Here games are generated with the ``chess`` package
-(random and one-ply material-search movers), models are small (``rayml.llm``'s transformer with the
-MLPs swapped) and trained on the CPU.
+Table 1 of the paper: LMs on board-game move strings with the same active MLP parameters (dense GELU
+= GPT-2, dense ReLU, top-k Switch MoE, MoE-X), and a sparse autoencoder trained on the dense GELU
+model's MLP hidden; interpretability of the MLP hidden units of one layer by BSP coverage and board
+reconstruction (Karvonen et al. 2024). The paper uses chess; here the game is Othello on a 4x4 board
+(``rayml.architectures.othello_data``, Karvonen's other game, shrunk), because chess cannot be
+trained far enough on two CPU cores (issue 42: models at 1.1 nats per character, against the paper's
+0.21, whose units knew the board no better than an untrained model's). Models are small
+(``rayml.llm``'s transformer with the MLPs swapped) and trained on the CPU until the trained model's
+units know the board better than its initialisation's and better than units that know only the move
+number: these two sanity claims gate every interpretability claim. Only properties with a base rate
+in ``[0.05, 0.95]`` over the probe positions are scored (a constant unit covers the others).
 
 Ray: every training run (architecture x learning rate x tuning seed, then architecture x test seed)
 is a task; then every probe (hidden units of a trained model against the board states, the SAE
 fitted and probed for the dense GELU model, router sparsity, the sparse-MLP identity check) is a
-task; weights travel through the object store. Tuning: every architecture's learning rate is chosen
-on the same grid (quick: 1e-3 .. 3e-2) by validation loss on tuning seeds kept apart from the test
-seeds (the paper's own learning rate could not be read); the SAE's L1 coefficient on a grid of the
-same size (quick: 1e-1, 2e-1, 4e-1, 8e-1, factor-2 steps around where the SAE's active fraction
-crosses MoE-X's on the tuning seed, so that the lowest L1 is too dense and the choice is interior)
-by coverage on the tuning seeds, among the L1s whose active feature fraction is at most MoE-X's
-active hidden fraction on the same seeds (the paper compares at equal sparsity).
+task; weights travel through the object store. Tuning (``rayml.evidence.tune``): every
+architecture's learning rate is chosen on the same grid by validation loss on tuning seeds kept
+apart from the test seeds (``split_seeds``; the paper's own learning rate could not be read), a
+choice on the grid's edge is reported (and, at the full size, the grid is extended past it once);
+the SAE's L1 coefficient on a grid by coverage on the tuning seeds, among the L1s whose active
+feature fraction is at most MoE-X's active hidden fraction on the same seeds (the paper compares at
+equal sparsity).
 The comparisons pair one value per trained model (its mean over BSPs or board positions; for the
 router, its chosen/all active-unit ratio) over the test seeds: the properties of one model are not
 independent units, and ``run`` checks that the ``per_model`` table has one row per (method, seed,
-metric). Control of the coverage and reconstruction claims: the untrained MoE-X (its
-initialisation from each test seed), probed alike. The router claim pairs MoE-X with the Switch
-MoE trained from the same seed (same active parameters, tokens and tuned learning rate grid).
+metric). Controls of the coverage and reconstruction claims: the untrained MoE-X (its
+initialisation from each test seed) and one-hot units of the move number, probed alike. The
+router claim pairs MoE-X with the Switch MoE trained from the same seed (same active parameters,
+tokens and tuned learning rate grid). The power of the coverage test is estimated from the run's
+own paired differences (``power_from_pilot``) and recorded under ``budget.power``.
 """
 
 from __future__ import annotations
@@ -33,25 +40,28 @@ from typing import Any, Mapping
 import numpy as np
 
 from rayml import runtime
+from rayml.evidence import gate, power_from_pilot, split_seeds, tune, tuning_rows
 from rayml.experiments import Experiment, Outcome
 from rayml.results import Claim, Control
 
 PAPER = "Mixture of Experts Made Intrinsically Interpretable (MoE-X), ICML 2025"
 METHOD = "moe-x"
 ARCH_KEYS = {"moe-x": "moe_x", "switch": "switch", "dense-gelu": "dense_gelu", "dense-relu": "dense_relu", "sae": "sae",
-             "untrained": "untrained"}
+             "untrained": "untrained", "move-number": "move_number"}
+PAPER_VAL_GAP = 0.01  # Table 1: MoE-X 0.211 vs GPT-2 0.213 nats, a gap under 1% of the dense loss
 
-_COMMON = dict(n_heads=4, n_experts=8, top_k=2, greedy_share=0.5, probe_layer=-1, aux_coef=0.01,
-               precision=0.95, min_support=5, min_prop_count=8)
+_COMMON = dict(n_heads=4, n_experts=8, top_k=2, probe_layer=-1, aux_coef=0.01, precision=0.95, min_support=5,
+               min_prop_count=8, base_rate=[0.05, 0.95], seq_len=16)
 SIZES = {
-    "tiny": dict(games_train=48, games_eval=24, seq_len=48, d_model=32, n_layers=1, hidden=64, steps=12, batch=8,
-                 lr_grid=[3e-3], tune_seeds=1, seeds=2, sae_l1_grid=[1e-3], sae_steps=40, **_COMMON),
-    "quick": dict(games_train=400, games_eval=160, seq_len=96, d_model=64, n_layers=2, hidden=256, steps=120,
-                  batch=16, lr_grid=[1e-3, 3e-3, 1e-2, 3e-2], tune_seeds=1, seeds=6,
-                  sae_l1_grid=[1e-1, 2e-1, 4e-1, 8e-1], sae_steps=600, **_COMMON),
-    "full": dict(games_train=20000, games_eval=2000, seq_len=256, d_model=256, n_layers=6, hidden=1024,
-                 steps=20000, batch=64, lr_grid=[1e-4, 3e-4, 1e-3, 3e-3, 1e-2], tune_seeds=2, seeds=8,
-                 sae_l1_grid=[5e-2, 1e-1, 2e-1, 4e-1, 8e-1], sae_steps=20000, **_COMMON),
+    "tiny": dict(games_train=48, games_eval=24, d_model=16, n_layers=1, hidden=32, steps=12, batch=8,
+                 lr_grid=[3e-3], tune_seeds=1, seeds=2, sae_l1_grid=[1e-3], sae_steps=40, extend=0, **_COMMON),
+    # a preview (issue 35: at most 90 s): one learning rate, 2 test seeds, so no paired test can pass here
+    "quick": dict(games_train=2000, games_eval=300, d_model=32, n_layers=2, hidden=128, steps=300, batch=32,
+                  lr_grid=[1e-2], tune_seeds=1, seeds=2, sae_l1_grid=[0.05, 0.2], sae_steps=200, extend=0,
+                  **_COMMON),
+    "full": dict(games_train=20000, games_eval=1000, d_model=64, n_layers=2, hidden=256, steps=2000, batch=32,
+                 lr_grid=[3e-3, 1e-2, 3e-2], tune_seeds=1, seeds=8, sae_l1_grid=[0.025, 0.05, 0.1, 0.2, 0.4],
+                 sae_steps=2000, extend=1, **_COMMON),
 }
 
 
@@ -63,21 +73,26 @@ def _check(config: Mapping[str, Any]) -> None:
             raise ValueError(f"{key} must be a positive integer, got {v!r}")
     if config["games_eval"] < 4:
         raise ValueError(f"games_eval must be >= 4 (two probe halves), got {config['games_eval']}")
+    if config["seq_len"] < 4:
+        raise ValueError(f"seq_len must be >= 4, got {config['seq_len']}")
+    if isinstance(config["extend"], bool) or not isinstance(config["extend"], int) or config["extend"] < 0:
+        raise ValueError(f"extend must be an integer >= 0, got {config['extend']!r}")
     for key in ("lr_grid", "sae_l1_grid"):
         grid = config[key]
         if not isinstance(grid, list) or not grid or any(not isinstance(v, (int, float)) or v <= 0 for v in grid):
             raise ValueError(f"{key} must be a non-empty list of numbers > 0, got {grid!r}")
-    if not 0 <= float(config["greedy_share"]) <= 1:
-        raise ValueError(f"greedy_share must be in [0, 1], got {config['greedy_share']!r}")
+    lo_hi = config["base_rate"]
+    if not isinstance(lo_hi, (list, tuple)) or len(lo_hi) != 2 or not 0 <= lo_hi[0] < lo_hi[1] <= 1:
+        raise ValueError(f"base_rate must be [low, high] with 0 <= low < high <= 1, got {lo_hi!r}")
     if not 0 < float(config["precision"]) <= 1:
         raise ValueError(f"precision must be in (0, 1], got {config['precision']!r}")
     if not -config["n_layers"] <= int(config["probe_layer"]) < config["n_layers"]:
         raise ValueError(f"probe_layer must index one of the {config['n_layers']} layers, got {config['probe_layer']!r}")
     from rayml.architectures import moe_x as mx
-    from rayml.architectures.chess_data import ALPHABET
+    from rayml.architectures.othello_data import VOCAB
 
     for arch in mx.ARCHS:  # validates the shapes (divisibility, top_k <= n_experts)
-        _arch_config(config, arch, len(ALPHABET) + 1)
+        _arch_config(config, arch, VOCAB)
 
 
 def _arch_config(config, arch, vocab):
@@ -140,15 +155,25 @@ def _halves(data):
 
 
 def _props(data, config) -> np.ndarray:
-    """Indices of the BSPs with enough positives and negatives in both probe halves (fixed per run)."""
+    """Indices of the BSPs scored (fixed per run): base rate over the probe positions inside
+    ``base_rate`` (a constant unit covers a property that almost always or never holds) and enough
+    positives and negatives in both probe halves."""
     y = data["labels"]
     fit, test = _halves(data)
     m = int(config["min_prop_count"])
-    ok = np.ones(y.shape[1], dtype=bool)
+    lo, hi = (float(v) for v in config["base_rate"])
+    rate = y.mean(0)
+    ok = (rate >= lo) & (rate <= hi)
     for half in (fit, test):
         pos = y[half].sum(0)
         ok &= (pos >= m) & (half.sum() - pos >= m)
     return np.flatnonzero(ok)
+
+
+def move_number_units(move_number: np.ndarray, seq_len: int) -> np.ndarray:
+    """The control's units: one-hot of the move number at each probe (units that know only how far
+    the game has gone, nothing of the board)."""
+    return np.eye(int(seq_len) + 1, dtype=np.float32)[np.asarray(move_number, dtype=np.int64)]
 
 
 def _scores(acts, data, props, config) -> dict:
@@ -206,15 +231,13 @@ def probe_task(item: tuple, shared: Mapping[str, Any]) -> dict:
 
 
 def _data(config, seed):
-    from rayml.architectures import chess_data as cd
+    from rayml.architectures import othello_data as od
 
     s_train, s_eval = runtime.seeds(seed, 2)
-    train = cd.make_games(int(config["games_train"]), int(config["seq_len"]), s_train,
-                          greedy_share=float(config["greedy_share"]))
-    ev = cd.make_games(int(config["games_eval"]), int(config["seq_len"]), s_eval,
-                       greedy_share=float(config["greedy_share"]))
+    train = od.make_games(int(config["games_train"]), s_train, seq_len=int(config["seq_len"]))
+    ev = od.make_games(int(config["games_eval"]), s_eval, seq_len=int(config["seq_len"]))
     return {"train": train.ids, "eval": ev.ids, "probe_game": ev.probe_game, "probe_pos": ev.probe_pos,
-            "labels": ev.bsp_labels(), "n_eval": int(config["games_eval"])}, len(cd.ALPHABET) + 1
+            "labels": ev.bsp_labels(), "move_number": ev.move_number, "n_eval": int(config["games_eval"])}, od.VOCAB
 
 
 def choose_sae_l1(coverage: Mapping[float, float], l0: Mapping[float, float], cap: float) -> tuple[float, bool]:
@@ -237,18 +260,24 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     if props.size == 0:
         raise ValueError("no board-state property has enough positives and negatives: raise games_eval")
     n_tune, n_test = int(config["tune_seeds"]), int(config["seeds"])
-    all_seeds = runtime.seeds(seed, n_tune + n_test)
-    tune_seeds, test_seeds = all_seeds[:n_tune], all_seeds[n_tune:]
+    test_seeds, tune_seeds = split_seeds(seed, n_test, n_tune)
     lrs = [float(v) for v in config["lr_grid"]]
     shared = {"config": dict(config), "data": data, "vocab": vocab, "props": props}
 
-    tune = runtime.pmap(train_task, [("tune", a, lr, i, s) for a in mx.ARCHS for lr in lrs for i, s in enumerate(tune_seeds)],
-                        shared=shared, chunk_size=1, desc="moe-x tuning runs")
-    chosen = {a: min(lrs, key=lambda lr: np.mean([r["val_loss"] for r in tune if r["arch"] == a and r["lr"] == lr]))
-              for a in mx.ARCHS}
-    gelu_tune = [r for r in tune if r["arch"] == "dense-gelu" and r["lr"] == chosen["dense-gelu"]]
+    tune_runs: list = []
+
+    def evaluate(items):  # one round of the lr grid: every (arch, lr) x tuning seed as a task
+        runs = runtime.pmap(train_task, [("tune", a, s_["lr"], i, ts) for a, s_ in items for i, ts in enumerate(tune_seeds)],
+                            shared=shared, chunk_size=1, desc="moe-x tuning runs")
+        tune_runs.extend(runs)
+        return [float(np.mean([r["val_loss"] for r in runs if r["arch"] == a and r["lr"] == s_["lr"]])) for a, s_ in items]
+
+    choices = tune(evaluate, {a: {"lr": lrs} for a in mx.ARCHS}, extend=int(config["extend"]))
+    chosen = {a: float(choices[a].setting["lr"]) for a in mx.ARCHS}
+    # the SAE's tuning reads the weights of the chosen GELU and MoE-X tuning runs
+    gelu_tune = [r for r in tune_runs if r["arch"] == "dense-gelu" and r["lr"] == chosen["dense-gelu"]]
     l1s = [float(v) for v in config["sae_l1_grid"]]
-    moex_tune = [r for r in tune if r["arch"] == "moe-x" and r["lr"] == chosen["moe-x"]]
+    moex_tune = [r for r in tune_runs if r["arch"] == "moe-x" and r["lr"] == chosen["moe-x"]]
     stage2 = [("train", a, chosen[a], i, s) for a in mx.ARCHS for i, s in enumerate(test_seeds)]
     stage2 += [("init", "moe-x", 0.0, i, s) for i, s in enumerate(test_seeds)]
     stage2_probe = [("sae", "dense-gelu", -1 - r["si"], r["state"], l1) for r in gelu_tune for l1 in l1s]
@@ -272,7 +301,12 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         if p["kind"] == "sae":
             val[("sae", p["si"])] = p["val_loss"]
     by = {({"sae": "sae", "init": "untrained"}.get(p["kind"], p["arch"]), p["si"]): p for p in probed}
-    methods = list(mx.ARCHS) + ["sae", "untrained"]
+    # the move-number control: the same probes on one-hot units of the move number (no model, no seed)
+    mn = _scores(move_number_units(data["move_number"], int(config["seq_len"])), data, props, config)
+    for i in range(n_test):
+        by[("move-number", i)] = mn
+        val[("move-number", i)] = float("nan")
+    methods = list(mx.ARCHS) + ["sae", "untrained", "move-number"]
     cov_rows, rec_rows, val_rows, model_rows, summary = [], [], [], [], {}
     for m in methods:
         covs, recs, vals, l0s = [], [], [], []
@@ -282,7 +316,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                 cov_rows.append({"method": m, "seed": i, "bsp": int(b), "metric": "coverage", "value": float(v)})
             for j, v in enumerate(p["reconstruction"]):
                 rec_rows.append({"method": m, "seed": i, "position": j, "metric": "reconstruction", "value": float(v)})
-            val_rows.append({"method": m, "seed": i, "metric": "val_loss", "value": float(val[(m, i)])})
+            if m != "move-number":
+                val_rows.append({"method": m, "seed": i, "metric": "val_loss", "value": float(val[(m, i)])})
             # the claims' unit: one value per trained model (the BSPs and positions of a model are not independent)
             for metric in ("coverage", "reconstruction"):
                 model_rows.append({"method": m, "seed": i, "metric": metric, "value": float(np.mean(p[metric]))})
@@ -302,6 +337,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     gelu_val = summary["dense-gelu"]["val_loss"]
     for m in methods:
         summary[m]["val_loss_ratio_to_gelu"] = summary[m]["val_loss"] / gelu_val
+    del summary["move-number"]["val_loss"], summary["move-number"]["val_loss_per_seed"]
+    del summary["move-number"]["val_loss_ratio_to_gelu"]
     for m in ("moe-x", "switch"):
         routers = [by[(m, i)]["router"] for i in range(n_test)]
         summary[m]["router_chosen_to_all_l0"] = float(np.mean([r["ratio"] for r in routers]))
@@ -318,12 +355,11 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     metrics["n_probe_positions"] = int(data["probe_game"].size)
     baselines = {ARCH_KEYS[m]: summary[m] for m in methods if m != "moe-x"}
     cfgs = {a: _arch_config(config, a, vocab) for a in mx.ARCHS}
-    tuning_rows = [{"method": r["arch"], "lr": r["lr"], "seed": r["si"], "metric": "val_loss", "value": r["val_loss"]}
-                   for r in tune]
-    tuning_rows += [{"method": "sae", "l1": r["extra"], "seed": -1 - r["si"], "metric": k,
+    tuning_table = tuning_rows(choices, keys=("method",), metric="val_loss")
+    tuning_table += [{"method": "sae", "l1": r["extra"], "seed": -1 - r["si"], "metric": k,
                      "value": float(np.mean(r["coverage"])) if k == "coverage" else r["l0_fraction"]}
                     for r in sae_tune if r["kind"] == "sae" for k in ("coverage", "l0_fraction")]
-    tuning_rows += [{"method": "moe-x", "seed": -1 - (r["si"] - 1000), "metric": "l0_fraction", "value": r["l0_fraction"]}
+    tuning_table += [{"method": "moe-x", "seed": -1 - (r["si"] - 1000), "metric": "l0_fraction", "value": r["l0_fraction"]}
                     for r in sae_tune if r["kind"] == "model"]
     curve_rows = [{"method": r["arch"], "seed": r["si"], "point": j, "metric": "train_loss", "value": float(v)}
                   for r in trained for j, v in enumerate(r["curve"])]
@@ -339,35 +375,53 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                                       "feature fraction is at most MoE-X's active hidden fraction (tuning seeds)",
                          "sae_l0_cap": cap, "sae_l0_by_l1": {str(v): sae_l0[v] for v in l1s},
                          "sae_sparsity_cap_met": bool(sparse_enough),
-                         "on_grid_edge": {**{a: chosen[a] in (min(lrs), max(lrs)) for a in mx.ARCHS},
-                                          "sae_l1": l1 in (min(l1s), max(l1s))}},
-              "test_seeds": n_test}
+                         "lr_choices": {a: choices[a].summary() for a in mx.ARCHS},
+                         "on_grid_edge": {**{a: bool(choices[a].edges) for a in mx.ARCHS},
+                                          "sae_l1": l1 in (min(l1s), max(l1s)) and len(l1s) > 1}},
+              "test_seeds": n_test, "power": _power(summary)}
     return Outcome(metrics=metrics, baselines=baselines,
                    tables={"per_model": model_rows, "coverage": cov_rows, "reconstruction": rec_rows,
                            "val_loss": val_rows,
-                           "tuning": tuning_rows, "curves": curve_rows, "timing_train": timing_rows},
+                           "tuning": tuning_table, "curves": curve_rows, "timing_train": timing_rows},
                    budget=budget)
 
 
-def _untrained(metric):
-    """The untrained MoE-X (its initialisation, one per test seed) run through a claim in MoE-X's place."""
-    return Control("untrained", f"baselines.untrained.{metric}", a={"method": "untrained", "metric": metric})
+def _power(summary: Mapping) -> dict:
+    """Pairs (test seeds) a one-sided Wilcoxon test needs for MoE-X's coverage over the dense GELU
+    model's, estimated from this run's paired differences (``power_from_pilot``)."""
+    diffs = np.subtract(summary["moe-x"]["coverage_per_seed"], summary["dense-gelu"]["coverage_per_seed"])
+    if diffs.size < 2:
+        return {"coverage_vs_dense_gelu": None}
+    return {"coverage_vs_dense_gelu": power_from_pilot(diffs, test="wilcoxon", tie=COVERAGE_TIE)}
+
+
+COVERAGE_TIE = 1e-4  # coverage / reconstruction means within 1e-4 are a tie
+
+
+def _controls(metric):
+    """The untrained MoE-X (its initialisation, one per test seed) and the move-number units, run
+    through a claim in MoE-X's place: where one passes too, the claim does not discriminate."""
+    return (Control("untrained", f"baselines.untrained.{metric}", a={"method": "untrained", "metric": metric}),
+            Control("move-number", f"baselines.move_number.{metric}", a={"method": "move-number", "metric": metric}))
 
 
 def _paired(text, metric, other, source, kind="paper", controls=None):
-    """``metric`` of MoE-X above ``other``'s, paired over test seeds: one value per trained model.
-
-    Control: the untrained MoE-X; where it passes too, the claim does not discriminate at this size."""
+    """``metric`` of MoE-X above ``other``'s, paired over test seeds: one value per trained model."""
     return Claim(text=text, metric=f"metrics.{metric}", compare=f"baselines.{ARCH_KEYS[other]}.{metric}", op=">",
                  test="wilcoxon signed-rank over seeds", table="per_model",
                  a={"method": "moe-x", "metric": metric}, b={"method": other, "metric": metric}, pair_on=("seed",),
-                 source=source, kind=kind, controls=(_untrained(metric),) if controls is None else controls)
+                 source=source, kind=kind, tie=COVERAGE_TIE,
+                 controls=_controls(metric) if controls is None else controls)
 
 
-CLAIMS = (
-    _paired("MoE-X's hidden units cover board-state properties better than the Switch MoE's (paired over seeds: "
-            "one mean coverage per trained model)", "coverage", "switch",
-            "Table 1: coverage Switch 0.424, MoE-X 0.428"),
+GATE_UNTRAINED = _paired(
+    "sanity (gate): the trained MoE-X's units cover the board better than its own initialisation's (paired over "
+    "seeds): training put the board into the units", "coverage", "untrained", "", kind="sanity", controls=())
+GATE_MOVE_NUMBER = _paired(
+    "sanity (gate): the trained MoE-X's units cover the board better than units that know only the move number "
+    "(paired over seeds)", "coverage", "move-number", "", kind="sanity", controls=())
+
+_INTERPRETABILITY = (
     _paired("MoE-X's BSP coverage beats the dense GELU MLP (GPT-2) at equal active parameters (paired over seeds)",
             "coverage", "dense-gelu", "Table 1: coverage GELU (GPT-2) 0.356, MoE-X 0.428"),
     _paired("MoE-X's BSP coverage beats the dense ReLU MLP at equal active parameters (paired over seeds)",
@@ -382,10 +436,17 @@ CLAIMS = (
             "(paired over seeds)",
             "reconstruction", "sae",
             "abstract: 'with interpretability surpassing even sparse autoencoder (SAE)-based approaches'"),
-    Claim(text="MoE-X's validation loss is within 5% of the dense GELU model's (the SAE-spliced GELU model is the control)",
-          metric="metrics.val_loss_ratio_to_gelu", compare=1.05, op="<=",
+)
+_g1, *_gated = gate(GATE_UNTRAINED, *_INTERPRETABILITY)
+_g2, *_gated = gate(GATE_MOVE_NUMBER, *_gated)
+
+CLAIMS = (
+    *_gated,
+    Claim(text=f"MoE-X's validation loss is no more than {PAPER_VAL_GAP:.0%} above the dense GELU model's (the "
+               "paper's own gap; the untrained MoE-X is the control)",
+          metric="metrics.val_loss_ratio_to_gelu", compare=1.0 + PAPER_VAL_GAP, op="<=",
           source="abstract: 'achieves performance comparable to dense models'; Table 1 val loss 0.211 vs 0.213",
-          controls=(Control("sae", "baselines.sae.val_loss_ratio_to_gelu"),)),
+          controls=(Control("untrained", "baselines.untrained.val_loss_ratio_to_gelu"),)),
     Claim(text="the sparsity-aware router chooses sparser experts than the Switch top-k router: active units of the "
                "chosen experts / of all experts is lower for MoE-X than for the Switch MoE trained from the same seed "
                "(same active parameters and training budget; paired over seeds, one value per trained model)",
@@ -394,9 +455,8 @@ CLAIMS = (
           a={"method": "moe-x", "metric": "router_chosen_to_all_l0"},
           b={"method": "switch", "metric": "router_chosen_to_all_l0"}, pair_on=("seed",),
           source="Figure 9: 'Our score identifies a more sparse set of experts' (TopK gating does not)"),
-    _paired("sanity: BSP coverage separates the trained MoE-X from its own initialisation (paired over seeds); "
-            "where it does not, the coverage claims cannot discriminate at this size", "coverage", "untrained",
-            "", kind="sanity", controls=()),
+    _g1,
+    _g2,
     Claim(text="the MoE-X layer equals its wide sparse-MLP form (max |difference|, float64, trained weights)",
           metric="metrics.sparse_mlp_max_abs_diff", compare=1e-10, op="<", kind="sanity"),
 )
@@ -412,18 +472,19 @@ def plots(record: Mapping) -> dict:
     methods = ["moe-x"] + [m for m in ARCH_KEYS if m != "moe-x"]
     blocks = {"moe-x": record["metrics"], **{m: record["baselines"][ARCH_KEYS[m]] for m in methods[1:]}}
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for ax, (key, label) in zip(axes, (("val_loss", "validation loss (nats/char), lower is better"),
+    for ax, (key, label) in zip(axes, (("val_loss", "validation loss (nats/move), lower is better"),
                                        ("coverage", "BSP coverage, higher is better"),
                                        ("reconstruction", "board reconstruction, higher is better"))):
-        per = [np.array(blocks[m][f"{key}_per_seed"]) for m in methods]
+        shown = [m for m in methods if f"{key}_per_seed" in blocks[m]]
+        per = [np.array(blocks[m][f"{key}_per_seed"]) for m in shown]
         means = [p.mean() for p in per]
         lo = [p.mean() - p.min() for p in per]
         hi = [p.max() - p.mean() for p in per]
-        colors = ["tab:red"] + ["tab:gray"] * (len(methods) - 1)
-        ax.bar(range(len(methods)), means, yerr=[lo, hi], color=colors, capsize=4)
+        colors = ["tab:red"] + ["tab:gray"] * (len(shown) - 1)
+        ax.bar(range(len(shown)), means, yerr=[lo, hi], color=colors, capsize=4)
         for k, p in enumerate(per):
             ax.scatter(np.full(p.size, k), p, color="k", s=8, zorder=3)
-        ax.set_xticks(range(len(methods)), methods, rotation=20)
+        ax.set_xticks(range(len(shown)), shown, rotation=20)
         ax.set_title(label, fontsize=9)
         if key == "val_loss":
             ax.set_ylim(min(means) * 0.95, max(means) * 1.05)
@@ -439,7 +500,8 @@ EXPERIMENT = Experiment(
         "reconstruction, SAE fit, router sparsity) as tasks; weights through the object store",
     checked_against="abstract; Table 1 and figure captions (via a paper digest); research notes (no official code); "
                     "the sparse-MLP identity tested against the dispatching MoE in float64; coverage and reconstruction "
-                    "after Karvonen et al. 2024, re-derived by brute force in tests",
+                    "after Karvonen et al. 2024, re-derived by brute force in tests; the 4x4 Othello boards against a "
+                    "replay of the moves",
     sizes=SIZES,
     run=run,
     claims=CLAIMS,

@@ -12,6 +12,7 @@ import torch
 
 from rayml.architectures import chess_data as cd
 from rayml.architectures import moe_x as mx
+from rayml.architectures import othello_data as od
 
 
 def _layer(router, act, seed=0, d=12, E=5, D=7, k=2):
@@ -156,6 +157,38 @@ def test_chess_probe_boards_match_a_replay_of_the_pgn():
     assert cd.bsp_names()[4 * 13 + 12] == "e1=." and cd.bsp_names()[4 * 13 + 5] == "e1=K"
 
 
+def test_othello_boards_match_a_replay_and_moves_are_legal():
+    data = od.make_games(30, seed=3)
+    labels = data.bsp_labels()
+    assert labels.shape == (data.boards.shape[0], 48) and (labels.sum(1) == 16).all()
+    for g in range(30):
+        board, player = od._start_board(), 1
+        rows = np.flatnonzero(data.probe_game == g)
+        for r in rows:
+            tok = int(data.ids[g, data.probe_pos[r]])
+            if tok == od.PASS:
+                assert od.legal_moves(board, player) == []
+            else:
+                flips = od._flips(board, tok - 2, player)
+                assert flips  # a legal move flips a disc
+                board = od.play(board, tok - 2, player)
+            player = 3 - player
+            mine, theirs = board == player, board == 3 - player
+            np.testing.assert_array_equal(data.boards[r] == 1, mine)
+            np.testing.assert_array_equal(data.boards[r] == 2, theirs)
+            assert data.move_number[r] == data.probe_pos[r]
+        if len(rows) == int((data.ids[g] != od.PAD).sum()) - 1:  # every move probed: the game ended there
+            assert od.legal_moves(board, player) == [] and od.legal_moves(board, 3 - player) == []
+    assert od.bsp_names()[0] == "a1=empty" and od.bsp_names()[47] == "d4=theirs"
+
+
+def test_move_number_units_are_one_hot():
+    from rayml.experiments.moe_x import move_number_units
+
+    u = move_number_units(np.array([1, 3, 3]), 4)
+    assert u.shape == (3, 5) and (u.sum(1) == 1).all() and u[1, 3] == 1
+
+
 def test_equal_active_parameters_and_sae_and_determinism():
     kw = dict(vocab_size=len(cd.ALPHABET) + 1, d_model=16, n_layers=1, n_heads=2, hidden=32, seq_len=24)
     params = {a: mx.active_mlp_params(mx.ArchConfig(arch=a, **kw)) for a in mx.ARCHS}
@@ -190,3 +223,9 @@ def test_bad_input_is_rejected():
         cd.play_game(np.random.default_rng(0), policy="stockfish")
     with pytest.raises(ValueError, match="acts"):
         mx.fit_sae(np.zeros(3), 4, l1=0.1, steps=1, seed=0)
+    with pytest.raises(ValueError, match="n_games"):
+        od.make_games(0, seed=0)
+    with pytest.raises(ValueError, match="player"):
+        od.legal_moves(od._start_board(), 3)
+    with pytest.raises(ValueError, match="not a legal move"):
+        od.play(od._start_board(), 0, 1)
