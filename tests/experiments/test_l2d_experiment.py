@@ -97,3 +97,33 @@ def test_smollm2_untrained_flow_generates_the_base_answers_and_training_is_deter
     b = E.train_task(("tune", "l2d", 1e-3, 0, 9), shared)
     assert a["heldout_loss"] == b["heldout_loss"] and a["curve"] == b["curve"]
     assert all(np.array_equal(a["state"][k], b["state"][k]) for k in a["state"])
+
+
+def test_a_zero_over_zero_ratio_is_incomplete_and_a_failed_gate_makes_the_step_claims_incomplete():
+    """Issue 42: L2D and its 1-step solve both at 0% made the adaptive ratio 0 / 1e-12 = 0, a failing
+    verdict on nothing. The ratio of two zero accuracies is NaN (incomplete), and L2D's top-steps
+    accuracy under the gate makes the step-count claims incomplete whatever they measured."""
+    from rayml.results import evaluate_claims
+
+    assert np.isnan(E.ratio(0.0, 0.0)) and E.ratio(0.3, 0.6) == 0.5
+    rows = [{"method": "l2d-euler", "seed": 0, "item": i, "level": lv, "steps": st, "metric": "correct", "value": v}
+            for i in range(8) for lv, st, v in (("top", 4, float(i < 1)), ("first", 1, 0.0))]
+    rows += [{"method": "lora", "seed": 0, "item": i, "steps": 0, "level": "top", "metric": "correct", "value": 0.0}
+             for i in range(8)]
+    rows += [{"method": "base", "seed": 0, "item": i, "steps": 0, "level": "top", "metric": "correct", "value": 0.0}
+             for i in range(8)]
+    record = {"name": "l2d", "tables": {"accuracy": rows},
+              "metrics": {"accuracy": 0.125, "accuracy_1_step": 0.0, "accuracy_ratio_1_step_on_adaptive_items": 0.0,
+                          "adaptive": {"accuracy_ratio_to_top_steps": E.ratio(0.0, 0.0)}},
+              "baselines": {"lora": {"accuracy": 0.0}, "base": {"accuracy": 0.0}}}
+    out = {e["text"]: e for e in evaluate_claims(record, E.CLAIMS)}
+    gate = next(c for c in E.CLAIMS if c.kind == "sanity")
+    assert out[gate.text]["holds"] is False
+    gated = [c for c in E.CLAIMS if c.gates]
+    assert len(gated) == 2 and all(out[c.text]["status"] == "incomplete" for c in gated)
+
+
+def test_substrate_items_mix_the_digit_counts_half_each():
+    config = dict(E.SIZES["quick"])
+    items = E._items(config, 5, 10, "test")
+    assert [len(str(it.meta["a"])) for it in items] == [3, 4] * 5
