@@ -22,7 +22,7 @@ the eps-independent term of its sample complexity) are reported beside it, not c
 
 Tuning (``rayml.evidence.tune``): the max player's rate multiplier ``eta_scale`` of every method is
 chosen on the same grid (1, the stated rate, inside) at ``K_max`` on tuning seeds apart from the test
-seeds, by the mean final gap at ``tune_rounds``; a choice on an edge extends the grid once. The
+seeds, by the mean final gap at ``tune_rounds``; a choice on an edge extends the grid (up to three times). The
 tuning runs of SB-GDRO-SA and the strongest baseline are the pilot of the power estimate.
 """
 
@@ -47,10 +47,10 @@ METHODS = {"sb-gdro-sa": ("sb-gdro-sa", "anytime"), "sb-gdro": ("sb-gdro", "anyt
 BASELINES = ("smd-gdro", "smd-gdro-fixed")
 SOURCE = ("abstract: 'the eps-dependent term in the sample complexity can swap a linear dependence on K for a "
           "linear dependence on the potentially much smaller beta'")
-EXTEND = 1
+EXTEND = 3
 
 _COMMON = dict(beta=2, dim=2, hard=[0.5, 0.4], easy=[0.2, 0.1], noise=0.05, lam=0.2, delta=0.01,
-               eta_grid=[0.25, 1.0, 4.0])
+               eta_grid=[0.25, 1.0, 4.0, 16.0])
 SIZES = {
     "tiny": dict(groups=[3, 4], rounds=300, tune_rounds=150, seeds=4, runs_per_task=4, tune_seeds=2, **_COMMON),
     "quick": dict(groups=[8, 32], rounds=20_000, tune_rounds=4000, seeds=64, runs_per_task=64, tune_seeds=16,
