@@ -4,10 +4,14 @@ Setting (the paper's CIFAR-10 protocol scaled to 8x8 digits): a small CNN classi
 VP-SDE score network trained by rayml on the digits training split (shipped weights); test images
 are attacked and purified. The paper's comparison: the clean-robust trade-off curves of DiffPure
 and GDMP across their level ``t*`` (``t_grid``), with DiffPure + SSNI-N and DiffPure + SSNI-L
-(``t* = 100``, ``b = 5``, ``K = 20``, ``tau = 1`` reference sd; reference statistics from 500 clean
-training images) placed on them, at two ``l_inf`` radii fixed before any SSNI result: 0.01, where
-PGD examples' score norms overlap the clean ones', and 0.2, where they do not (there SSNI-N reduces
-to a switch between two DiffPure levels).
+(``t* = 100``, ``b = 5``, ``K = 20``; reference statistics from 500 clean training images, 200 in
+``quick``) placed on them, at two ``l_inf`` radii: 0.1, where PGD leaves the undefended classifier
+about half its accuracy, and 0.2, where it leaves almost none. SSNI-N's ``tau`` (in reference sds;
+the paper's 1 is on the grid) is tuned per radius on training images kept apart (``tune_tau``): at
+``tau = 1`` every attacked input's sigmoid sits ~25 sds into saturation (t(x) = t* + b for all of
+them: a two-level detector whose gradient through t(x) vanishes), so the tuned ``tau`` is the
+smallest that leaves at most 10% of PGD inputs within 5% of the ceiling. Each radius's robustness
+claims are gated on PGD taking more than 30 points off the undefended classifier there.
 
 Attacks per defence (every defence gets the same ones): transfer PGD (on the bare classifier);
 the adaptive PGD+EOT with full gradients through a surrogate purification (stride
@@ -47,9 +51,9 @@ levels; if it did, the grid would be too coarse for the claim to mean anything. 
 is a second, independent estimate of the clean norm (the estimator's noise); the noise-level claim
 compares SSNI-N's ``t(x)`` on each PGD input with the same image's clean ``t(x)``, and its control is
 DiffPure's constant ``t*`` (shift 0). Random sign noise of the same radius (the corners of the
-``l_inf`` ball) is measured beside, not as a control: the abstract's score norm measures how far an
-input is from the clean distribution, which random noise is too; if it raises the norm as much as
-PGD, the norm detects perturbations, not attacks in particular.
+``l_inf`` ball) is a control of both: if it raises the norm (and t(x)) as much as PGD, the norm
+detects perturbations, not attacks in particular. ``t(x)``'s spread per attack (mean, sd, range,
+share at the ceiling) is in ``metrics.<radius>.diffpure_ssni_<v>.t_spread``.
 
 Test images are cut into fixed chunks, one Ray task each (``pmap``), with per-chunk seeds, so
 results do not depend on the number of workers. ``rayml bench ssni`` measures purified images per
@@ -69,6 +73,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from rayml import runtime
+from rayml.evidence import gate
 from rayml.experiments import Experiment, Outcome
 from rayml.results import Claim, Control
 
@@ -76,10 +81,19 @@ PAPER = "Sample-specific Noise Injection for Diffusion-based Adversarial Purific
 METHOD = "ssni"
 BASES = ("diffpure", "gdmp")
 OURS = ("diffpure_ssni_n", "diffpure_ssni_l")
-# l_inf radii, fixed before any SSNI result: 0.01, where PGD examples' score norms overlap the clean
-# ones (about half the adversarial norms lie below the clean 90th percentile, measured on 64 test
-# images), and 0.2, the shipped radius where they do not overlap at all.
-RADII = (0.01, 0.2)
+# l_inf radii (issue 40): 0.1, where PGD leaves the undefended classifier about half its accuracy
+# (0.48 on 64 training images), and 0.2, where it leaves almost none (0.02). At 0.01 (the previous
+# small radius) PGD left it 1.0 and tested nothing; no radius on 8x8 digits has both an effective
+# attack and score norms overlapping the clean ones (z-scores of PGD inputs: 4.8 at 0.02, 14 at
+# 0.05, 23 at 0.1, 27 at 0.2), so tau is tuned per radius to keep t(x) off its ceiling instead.
+RADII = (0.1, 0.2)
+# tau's grid (reference sds) and the tuning rule: the smallest tau at which at most CEILING_SHARE of
+# the tuning images' PGD inputs get a level within 5% of the ceiling t* + b (sigmoid > 0.95), so the
+# sigmoid is not saturated and the gradient through t(x) is not masked; the paper's tau = 1 is on the grid
+TAU_GRID = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
+CEILING_W = 0.95
+CEILING_SHARE = 0.1
+TUNE_IMAGES = 64
 CONTROL_T = 90.0
 GDMP_SCALE = 60000.0 / (100 * 3 * 32 * 32)
 
@@ -92,15 +106,15 @@ def radius_label(r: float) -> str:
 LABELS = tuple(radius_label(r) for r in RADII)
 CONTROL = f"diffpure_t{int(CONTROL_T)}"
 
-_COMMON = dict(radii=list(RADII), t_star=100.0, bias=5.0, tau=1.0, eps_steps=20, classifier_pgd_iterations=20,
+_COMMON = dict(radii=list(RADII), t_star=100.0, bias=5.0, tau="tuned", eps_steps=20, classifier_pgd_iterations=20,
                reference_size=500, control_t=CONTROL_T, gdmp_scale=GDMP_SCALE, tolerance=0.05, patience=2)
 SIZES = {
     "tiny": dict(n_test=4, n_clean=4, chunk=2, t_grid=[50.0, 150.0], schedule=[[1, 1], [2, 1], [3, 1]], min_steps=2,
                  replicates=2, stride=50.0, attack_stride=50.0,
                  **{**_COMMON, "classifier_pgd_iterations": 2, "reference_size": 64, "eps_steps": 4}),
-    "quick": dict(n_test=64, n_clean=256, chunk=16, t_grid=[25.0, 50.0, 75.0, 100.0, 125.0, 150.0, 250.0],
-                  schedule=[[2, 1], [4, 2], [8, 4], [16, 8], [32, 16]], min_steps=2, replicates=3, stride=50.0,
-                  attack_stride=50.0, **_COMMON),
+    "quick": dict(n_test=24, n_clean=96, chunk=12, t_grid=[25.0, 50.0, 100.0, 150.0, 250.0],
+                  schedule=[[2, 1], [4, 2], [8, 4]], min_steps=2, replicates=2, stride=50.0,
+                  attack_stride=50.0, **{**_COMMON, "reference_size": 200}),
     "full": dict(n_test=540, n_clean=540, chunk=30, t_grid=[25.0, 50.0, 75.0, 100.0, 125.0, 150.0, 200.0, 300.0],
                  schedule=[[10, 2], [20, 4], [40, 8], [80, 16], [160, 32]], min_steps=2, replicates=8, stride=1.0,
                  attack_stride=10.0, **_COMMON),
@@ -134,6 +148,76 @@ def defences(config: Mapping[str, Any]) -> list[str]:
     return [*grid_names(config, "diffpure"), *grid_names(config, "gdmp"), CONTROL, *OURS]
 
 
+def tau_of(config: Mapping[str, Any], radius: float) -> float:
+    """SSNI-N's tau at a radius: ``config["tau"]`` when a number, else the tuned value the run put in
+    ``config["tau_by_radius"]`` (``tune_tau``)."""
+    if not isinstance(config["tau"], str):
+        return float(config["tau"])
+    taus = config.get("tau_by_radius")
+    if not taus or radius_label(float(radius)) not in taus:
+        raise ValueError("tau is 'tuned' but the config holds no tau_by_radius for this radius (run tune_tau first)")
+    return float(taus[radius_label(float(radius))])
+
+
+def ceiling_share(z: np.ndarray, tau: float) -> float:
+    """The share of inputs whose SSNI-N sigmoid ``sigmoid(z / tau)`` exceeds ``CEILING_W`` (``z``: score
+    norms in reference sds): their level is within 5% of the ceiling ``t* + b``, where the sigmoid is
+    saturated and a gradient through ``t(x)`` vanishes."""
+    z = np.asarray(z, float)
+    return float((1.0 / (1.0 + np.exp(-z / float(tau))) > CEILING_W).mean())
+
+
+def tune_tau(config: Mapping[str, Any], seed: int) -> tuple[dict, list[dict]]:
+    """Tune SSNI-N's tau per radius on training images kept apart from the reference set and the test
+    split (the last ``TUNE_IMAGES`` of the training split; PGD on the bare classifier with tuning seeds
+    from ``rayml.evidence.split_seeds``): the smallest tau of ``TAU_GRID`` (extended upwards past its
+    edge) whose ceiling share (``ceiling_share``) of PGD inputs is at most ``CEILING_SHARE``. Returns
+    ``({radius label: tau}, tuning rows)``."""
+    import torch
+
+    from rayml.evidence import split_seeds
+    from rayml.purify import attacks as A
+    from rayml.purify import diffusion as D
+    from rayml.purify import ssni as S
+
+    torch.set_num_threads(1)
+    models = _models(config)
+    xtr, ytr, _, _ = D.digits_split()
+    if xtr.shape[0] - TUNE_IMAGES < int(config["reference_size"]):
+        raise ValueError("reference_size leaves no training images apart for tuning tau")
+    x, y = xtr[-TUNE_IMAGES:], ytr[-TUNE_IMAGES:]
+    _, tune_seeds = split_seeds(seed, 0, 2 * len(config["radii"]))
+    z = {}
+    for i, radius in enumerate(config["radii"]):
+        xp = A.pgd(A.classifier_grad(models["classifier"]), x, y, eps=float(radius),
+                   iterations=int(config["classifier_pgd_iterations"]), seed=int(tune_seeds[2 * i]))
+        with torch.no_grad():
+            norms = S.score_norms(models["score"], xp, eps_steps=int(config["eps_steps"]),
+                                  seed=int(tune_seeds[2 * i + 1])).numpy()
+        z[radius_label(float(radius))] = (norms - models["ref"].mean) / max(models["ref"].std, 1e-12)
+    return choose_tau(z)
+
+
+def choose_tau(z: Mapping[str, np.ndarray]) -> tuple[dict, list[dict]]:
+    """The tuning rule of ``tune_tau`` on PGD inputs' norms in reference sds, ``{radius label: z}``:
+    per radius the smallest tau of ``TAU_GRID`` (``rayml.evidence.tune``, extended past an edge)
+    whose ``ceiling_share`` is at most ``CEILING_SHARE``. Returns ``({label: tau}, tuning rows)``."""
+    from rayml.evidence import tune, tuning_rows
+
+    def evaluate(items):
+        return [float(s["tau"]) if ceiling_share(z[p], s["tau"]) <= CEILING_SHARE else float("inf")
+                for p, s in items]
+
+    choices = tune(evaluate, {lab: {"tau": list(TAU_GRID)} for lab in z}, paper={"tau": 1.0}, extend=3)
+    rows = tuning_rows(choices, keys=("radius",), metric="tau_if_unsaturated")
+    for lab in z:
+        rows += [{"radius": lab, "tau": t, "chosen": float(t == choices[lab].setting["tau"]), "on_edge": 0.0,
+                  "metric": "pgd_ceiling_share", "value": ceiling_share(z[lab], t)} for t in choices[lab].axes["tau"]]
+    # no tau of the (extended) grid is unsaturated: the largest one, the least saturated (its rows say so)
+    return {lab: float(ch.setting["tau"] if np.isfinite(ch.score) else max(ch.axes["tau"]))
+            for lab, ch in choices.items()}, rows
+
+
 def _defence(name: str, config: Mapping[str, Any], radius: float):
     """``(PurifyConfig, SSNIConfig or None)`` of a defence name; GDMP is guided with the attack radius."""
     from rayml.purify import ssni as S
@@ -142,7 +226,7 @@ def _defence(name: str, config: Mapping[str, Any], radius: float):
     if "_ssni_" in name:
         pcfg = S.PurifyConfig(method="diffpure", t_star=float(config["t_star"]), stride=stride)
         scfg = S.SSNIConfig(variant=name[-1].upper(), t_star=float(config["t_star"]), bias=float(config["bias"]),
-                            tau=float(config["tau"]), eps_steps=int(config["eps_steps"]))
+                            tau=tau_of(config, radius), eps_steps=int(config["eps_steps"]))
         return pcfg, scfg
     base, t = name.split("_t")
     if base == "gdmp":
@@ -152,7 +236,9 @@ def _defence(name: str, config: Mapping[str, Any], radius: float):
 
 
 # seed keys (a chunk's seed and a tuple of small integers: one independent seed per use, whatever else runs)
-_K_NORM, _K_REDRAW, _K_INPUT, _K_STEP, _K_BPDA, _K_FIXED, _K_PURIFY = range(7)
+_K_NORM, _K_REDRAW, _K_INPUT, _K_STEP, _K_BPDA, _K_FIXED, _K_PURIFY, _K_NORMPEN = range(8)
+# the norm-penalty attack's lambda (cross-entropy nats per reference sd of the score norm); fixed, not tuned
+NORM_LAMBDA = 1.0
 _INPUT_PGD, _INPUT_RAND, _INPUT_PGD_NORM, _INPUT_RAND_NORM = range(4)
 
 
@@ -241,8 +327,16 @@ class _Chunk:
             grad, seed = A.bpda_eot_grad(self.clf, surrogate, eot), _seed(self.seed, _K_BPDA, r, d)
         elif attack == "fixed_t":
             grad, seed = A.eot_grad(self.clf, surrogate, eot), _seed(self.seed, _K_FIXED, r, d)
+        elif attack == "norm_penalty":
+            def penalty(xs, g):  # lambda x (score norm in reference sds): keep t(x) low while fooling
+                return NORM_LAMBDA * S.score_norms(self.score, xs, eps_steps=scfg.eps_steps, seed=g) / self.ref.std
+
+            grad = A.eot_grad(self.clf, lambda xs, g: S.purify(self.score, xs, pcfg, ssni=scfg, ref=self.ref, seed=g,
+                                                                straight_through=True, stride=stride)[0],
+                              eot, penalty=penalty)
+            seed = _seed(self.seed, _K_NORMPEN, r, d)
         else:
-            raise ValueError(f"attack must be adaptive, bpda or fixed_t, got {attack!r}")
+            raise ValueError(f"attack must be adaptive, bpda, fixed_t or norm_penalty, got {attack!r}")
         return A.pgd(grad, self.x, self.y, eps=radius, iterations=iters, seed=seed)
 
     def run_jobs(self, jobs) -> dict:
@@ -369,6 +463,7 @@ def next_jobs(parts: list[dict], config: Mapping[str, Any]) -> list[tuple]:
                 final.append((float(radius), name, "bpda", k - 1))
                 if "_ssni_" in name:
                     final.append((float(radius), name, "fixed_t", k - 1))
+                    final.append((float(radius), name, "norm_penalty", k - 1))
     return jobs or final
 
 
@@ -481,9 +576,19 @@ def _summarise(parts: list[dict], config: Mapping[str, Any]) -> tuple[dict, dict
             d["robust_se"] = float(per_image.std(ddof=1) / np.sqrt(per_image.size)) if per_image.size > 1 else 0.0
             if (lab, name, "clean") in parts[0]["levels"]:
                 keys = {"clean": "t_clean", "pgd": "t_pgd", f"adaptive_{steps - 1}": "t_adaptive",
-                        "fixed_t": "t_fixed_t"}
+                        "fixed_t": "t_fixed_t", "norm_penalty": "t_norm_penalty"}
+                ceiling = round(float(config["t_star"]) + float(config["bias"]))
+                spread = {}
                 for key, out in keys.items():
-                    d[out] = float(np.concatenate([p["levels"][(lab, name, key)] for p in parts]).mean())
+                    if (lab, name, key) not in parts[0]["levels"]:
+                        continue
+                    t_all = np.concatenate([p["levels"][(lab, name, key)] for p in parts])
+                    d[out] = float(t_all.mean())
+                    # t(x)'s spread per attack (issue 40): a two-level detector shows sd ~ 0 and all at the ceiling
+                    spread[out.removeprefix("t_")] = {"mean": float(t_all.mean()), "sd": float(t_all.std()),
+                                                      "min": float(t_all.min()), "max": float(t_all.max()),
+                                                      "at_ceiling": float((t_all >= ceiling).mean())}
+                d["t_spread"] = spread
             acc[name] = d
             tables["schedule"] += [{"radius": lab, "defence": name, "step": k, "iterations": int(it), "eot": int(e),
                                     "metric": "adaptive_accuracy", "value": d["schedule"][k]}
@@ -539,8 +644,10 @@ def _summarise(parts: list[dict], config: Mapping[str, Any]) -> tuple[dict, dict
         # the level claim, per image: SSNI-N's t(x) on the PGD input minus on the clean one; DiffPure's
         # constant t* (the existing methods' rule) gives 0 for every image
         shift = t_of["pgd"] - t_of["clean"]
+        shift_random = t_of["random"] - t_of["clean"]
         tables["level_shift"] += [{"radius": lab, "defence": d, "image": int(image_ids[i]), "value": float(v)}
-                                  for d, vals in (("ssni_n", shift), ("diffpure_constant", np.zeros_like(shift)),
+                                  for d, vals in (("ssni_n", shift), ("random_noise", shift_random),
+                                                  ("diffpure_constant", np.zeros_like(shift)),
                                                   ("zero", np.zeros_like(shift)))
                                   for i, v in enumerate(vals)]
         converged = [acc[n]["abs_schedule_change"] for n in names]
@@ -558,7 +665,8 @@ def _summarise(parts: list[dict], config: Mapping[str, Any]) -> tuple[dict, dict
                                   "capped_defences": int(sum(acc[n]["capped"] for n in names)),
                                   "defences": len(names)}
         baselines[lab] = {name: acc[name] for name in ("classifier", *[n for n in names if n not in OURS])}
-        baselines[lab]["random_noise"] = {"score_norm": score_norm["random"], "ssni_n_level": levels_n["random"]}
+        baselines[lab]["random_noise"] = {"score_norm": score_norm["random"], "ssni_n_level": levels_n["random"],
+                                          "level_shift": float(shift_random.mean())}
         baselines[lab]["clean_redraw"] = {"score_norm": score_norm["clean_redraw"]}
         baselines[lab]["diffpure_constant"] = {"level_shift": 0.0}
     return metrics, baselines, tables
@@ -596,6 +704,9 @@ def _check(config: Mapping[str, Any]) -> None:
         raise ValueError(f"patience must be an integer in [1, len(schedule) - 1], got {p!r}")
     if not 0 < float(config["tolerance"]) < 1:
         raise ValueError(f"tolerance must be in (0, 1), got {config['tolerance']!r}")
+    tau = config["tau"]
+    if not (tau == "tuned" or (isinstance(tau, (int, float)) and not isinstance(tau, bool) and tau > 0)):
+        raise ValueError(f"tau must be 'tuned' or a number > 0, got {tau!r}")
     if not float(config["gdmp_scale"]) > 0:
         raise ValueError(f"gdmp_scale must be > 0, got {config['gdmp_scale']!r}")
 
@@ -603,6 +714,10 @@ def _check(config: Mapping[str, Any]) -> None:
 def run(config: Mapping[str, Any], seed: int) -> Outcome:
     """The reproduction: every test chunk as a Ray task (attacks + purification), then the curves and the claims."""
     _check(config)
+    config = dict(config)
+    tuning_rows_ = []
+    if isinstance(config["tau"], str):
+        config["tau_by_radius"], tuning_rows_ = tune_tau(config, seed)
     n_test, chunk = int(config["n_test"]), int(config["chunk"])
     starts = list(range(0, n_test, chunk))
     items = [(i, s, sd, len(starts)) for i, (s, sd) in enumerate(zip(starts, runtime.seeds(seed, len(starts))))]
@@ -619,6 +734,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         rounds += 1
     metrics, baselines, tables = _summarise(parts, config)
     metrics["n_test"], metrics["n_clean"] = n_test, int(config["n_clean"])
+    metrics["tau"] = {radius_label(float(r)): tau_of(config, r) for r in config["radii"]}
+    tables["tuning"] = tuning_rows_
     tables["levels"] = [{"radius": key[0], "defence": key[1], "input": key[2], "image": p["start"] + j,
                          "metric": "t", "value": float(t)}
                         for p in parts for key, v in p["levels"].items() for j, t in enumerate(v)]
@@ -633,8 +750,13 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
               "images_attacked": n_test, "images_clean": int(config["n_clean"]),
               "classifier_pgd_iterations": int(config["classifier_pgd_iterations"]),
               "defence_stride": float(config["stride"]), "attack_surrogate_stride": float(config["attack_stride"]),
-              "tuning": "none: t*, b, tau, radii, grid, GDMP guidance fixed before any run; the same attacks "
-                        "for every defence"}
+              "tuning": (f"tau per radius on {TUNE_IMAGES} training images apart from the reference set and the "
+                         f"test split (rayml.evidence.tune, grid {list(TAU_GRID)} with the paper's 1, extended past "
+                         f"its upper edge): the smallest tau leaving at most {CEILING_SHARE} of PGD inputs within 5% "
+                         f"of the ceiling" if isinstance(config["tau"], str) else f"tau fixed at {config['tau']}")
+                        + "; t*, b, radii, grid, GDMP guidance fixed before any run; the same attacks for every "
+                          "defence",
+              "tau": metrics["tau"]}
     return Outcome(metrics=metrics, baselines=baselines, tables=tables, budget=budget)
 
 
@@ -660,38 +782,50 @@ def _equal_clean(variant: str, lab: str) -> Claim:
 
 
 def _norm_claim(lab: str) -> Claim:
-    # Control: a second, independent estimate of the clean images' score norm (the estimator's own
-    # noise). Random sign noise of the same radius is no control here: the abstract says the score norm
-    # measures how far a point is from the clean distribution, which random noise is too; its norm is
-    # reported beside (baselines.<radius>.random_noise), not run through the claim.
+    # Controls: a second, independent estimate of the clean images' score norm (the estimator's own
+    # noise), and random sign noise of the same radius (issue 40: it raised the norm as much as PGD,
+    # 81.9 vs 82.4, so a norm that passes for it detects perturbations, not attacks in particular).
     return Claim(
         text=f"PGD inputs get a larger score norm than clean ones (l_inf {lab}; Wilcoxon over images; "
-             f"control: a second estimate of the clean norm)",
+             f"controls: a second estimate of the clean norm, random sign noise)",
         metric=f"metrics.{lab}.score_norm.pgd", compare=f"metrics.{lab}.score_norm.clean", op=">",
         test="wilcoxon signed-rank over seeds", table="score_norms", a={"radius": lab, "input": "pgd"},
         b={"radius": lab, "input": "clean"}, pair_on=("image",), source=SOURCE_NORM,
         controls=(Control("clean, second estimate", f"baselines.{lab}.clean_redraw.score_norm",
-                          a={"radius": lab, "input": "clean_redraw"}),))
+                          a={"radius": lab, "input": "clean_redraw"}),
+                  Control("random sign noise, same radius", f"baselines.{lab}.random_noise.score_norm",
+                          a={"radius": lab, "input": "random"})))
 
 
 def _level_claim(lab: str) -> Claim:
-    # Per image: t(x) on the PGD input minus t(x) on the clean one. Control: DiffPure's constant t*, the
-    # rule the abstract contrasts SSNI with (shift 0 on every image). Random sign noise is reported beside.
+    # Per image: t(x) on the PGD input minus t(x) on the clean one. Controls: DiffPure's constant t*, the
+    # rule the abstract contrasts SSNI with (shift 0 on every image), and random sign noise of the same radius.
     return Claim(
         text=f"SSNI-N injects more noise into PGD inputs than into the same images clean (t(x) shift per image, "
-             f"l_inf {lab}; Wilcoxon over images; control: DiffPure's constant t*)",
+             f"l_inf {lab}; Wilcoxon over images; controls: DiffPure's constant t*, random sign noise)",
         metric=f"metrics.{lab}.ssni_n_level_shift", compare=0.0, op=">", test="wilcoxon signed-rank over seeds",
         table="level_shift", a={"radius": lab, "defence": "ssni_n"}, b={"radius": lab, "defence": "zero"},
         pair_on=("image",), source=SOURCE_LEVEL,
         controls=(Control("DiffPure constant t*", f"baselines.{lab}.diffpure_constant.level_shift",
-                          a={"radius": lab, "defence": "diffpure_constant"}),))
+                          a={"radius": lab, "defence": "diffpure_constant"}),
+                  Control("random sign noise, same radius", f"baselines.{lab}.random_noise.level_shift",
+                          a={"radius": lab, "defence": "random_noise"})))
 
 
 SHIPPED = radius_label(0.2)
 TOLERANCE = _COMMON["tolerance"]
 PATIENCE = _COMMON["patience"]
+def _attack_gate(lab: str) -> Claim:
+    """The paper's precondition at a radius: the attack works on the undefended classifier (a
+    purification defence has something to win back), gating that radius's robustness claims."""
+    return Claim(text=f"attack sanity: PGD takes more than 30 points off the undefended classifier's clean accuracy "
+                      f"(l_inf {lab})",
+                 metric=f"baselines.{lab}.classifier.pgd", compare=f"baselines.{lab}.classifier.clean", op="<",
+                 margin=0.3, kind="sanity")
+
+
 CLAIMS = (
-    *[_equal_clean(v, lab) for lab in LABELS for v in ("n", "l")],
+    *[c for lab in LABELS for c in gate(_attack_gate(lab), *[_equal_clean(v, lab) for v in ("n", "l")])],
     *[_norm_claim(lab) for lab in LABELS],
     *[_level_claim(lab) for lab in LABELS],
     Claim(text="attack sanity: PGD drives the undefended classifier's accuracy below 10% (l_inf 0.2)",
@@ -773,7 +907,6 @@ def plots(record: Mapping) -> dict:
 def _http_latency(n: int, timeout_s: float = 60.0) -> dict:
     """Start the purify Serve app on the connected Ray, POST ``n`` images, report latency (seconds)."""
     import json
-    import socket
     import urllib.request
 
     from ray import serve
@@ -781,10 +914,9 @@ def _http_latency(n: int, timeout_s: float = 60.0) -> dict:
     from rayml.actors.serve import purify as P
     from rayml.purify import diffusion as D
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    from rayml.actors.serve.http import serve_port
+
+    port = serve_port()  # a Serve already running keeps its own port
     serve.run(P.app, name="purify-bench", route_prefix="/purify-bench")
     # the app is a FastAPI ingress whose POST route is "/": without the slash Serve answers 307
     url = f"http://127.0.0.1:{port}/purify-bench/"

@@ -88,8 +88,12 @@ def classifier_grad(classifier: torch.nn.Module) -> GradFn:
 
 
 def eot_grad(classifier: torch.nn.Module, purify_fn: Callable[[torch.Tensor, torch.Generator], torch.Tensor],
-             eot: int) -> GradFn:
-    """Full gradient through ``purify_fn(images, generator)``, averaged over ``eot`` draws (one batched pass)."""
+             eot: int, penalty: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None) -> GradFn:
+    """Full gradient through ``purify_fn(images, generator)``, averaged over ``eot`` draws (one batched pass).
+
+    ``penalty(images, generator)``: per-image values subtracted from the loss (differentiable), e.g.
+    ``lambda * score norm``: the adaptive attack on a detector-driven defence that keeps its input's
+    score norm low while fooling the classifier (cross-entropy minus lambda times the norm)."""
     if not isinstance(eot, int) or eot < 1:
         raise ValueError(f"eot must be a positive integer, got {eot!r}")
 
@@ -97,6 +101,8 @@ def eot_grad(classifier: torch.nn.Module, purify_fn: Callable[[torch.Tensor, tor
         x = x.detach().requires_grad_(True)
         xs = x.repeat(eot, 1, 1, 1)
         loss = F.cross_entropy(classifier(purify_fn(xs, g)), y.repeat(eot), reduction="sum") / eot
+        if penalty is not None:
+            loss = loss - penalty(x, g).sum()
         return torch.autograd.grad(loss, x)[0]
 
     return grad

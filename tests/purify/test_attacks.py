@@ -93,3 +93,18 @@ def test_bad_arguments_are_rejected(kwargs, match):
         A.pgd(lambda x, y, g: x, torch.zeros(1, 1, 2, 2), torch.zeros(1, dtype=torch.long), **args)
     with pytest.raises(ValueError, match="eot"):
         A.eot_grad(None, None, eot=0)
+
+
+def test_eot_grad_penalty_is_subtracted_from_the_loss():
+    """The norm-penalty attack's gradient: d/dx [CE - penalty(x)] (issue 40's adaptive attack on SSNI)."""
+    import torch
+
+    from rayml.purify import attacks as A
+
+    torch.manual_seed(0)
+    clf = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
+    x, y = torch.rand(2, 1, 2, 2), torch.tensor([0, 2])
+    ident = lambda xs, g: xs  # noqa: E731
+    plain = A.eot_grad(clf, ident, 1)(x, y, None)
+    pen = A.eot_grad(clf, ident, 1, penalty=lambda xs, g: 3.0 * (xs ** 2).flatten(1).sum(1))(x, y, None)
+    torch.testing.assert_close(pen, plain - 6.0 * x)

@@ -240,8 +240,9 @@ def test_bpda_and_fixed_t_run_at_each_defences_reached_step_once_nothing_continu
     r0 = float(SCHED3["radii"][0])
     assert (r0, "diffpure_t50", "bpda", 2) in jobs and (r0, "diffpure_t150", "bpda", 1) in jobs
     assert (r0, "diffpure_ssni_n", "fixed_t", 1) in jobs and (r0, "diffpure_ssni_l", "fixed_t", 1) in jobs
-    assert not any(a == "fixed_t" for _, n, a, _ in jobs if "_ssni_" not in n)
-    assert len(jobs) == len(SCHED3["radii"]) * (len(E.defences(SCHED3)) + 2)
+    assert (r0, "diffpure_ssni_n", "norm_penalty", 1) in jobs and (r0, "diffpure_ssni_l", "norm_penalty", 1) in jobs
+    assert not any(a in ("fixed_t", "norm_penalty") for _, n, a, _ in jobs if "_ssni_" not in n)
+    assert len(jobs) == len(SCHED3["radii"]) * (len(E.defences(SCHED3)) + 4)
     assert E.next_jobs(_sched_parts({"diffpure_t50": [1.0, 0.75, 0.25]}, extra=("bpda",)), SCHED3) == []
     # the capped defence is reported as such; the converged ones are not
     ssni_parts = _fake_parts(_all([1, 1, 1, 1]), _all(_attacks([1, 1, 1, 1], [1, 1, 1, 1], [0, 0, 1, 1], [1, 1, 1, 1],
@@ -281,3 +282,22 @@ def test_every_size_declares_the_same_settings():
     assert all(set(c) == keys for c in E.SIZES.values())
     assert all(set(c) == set(E.BENCH_SIZES["tiny"]) for c in E.BENCH_SIZES.values())
     assert all(c["radii"] == list(E.RADII) for c in E.SIZES.values())
+
+
+def test_tuned_tau_keeps_attacked_levels_off_the_ceiling():
+    """Issue 40: at tau = 1 reference sd the PGD inputs' norms (z about 23-27 on digits) put every
+    attacked t(x) at the ceiling t* + b (a two-level detector, the gradient through t(x) masked); the
+    tuned tau is the smallest of the grid leaving at most CEILING_SHARE of them within 5% of it."""
+    rng = np.random.default_rng(0)
+    z = {"eps100": rng.normal(23.0, 1.6, 200), "eps200": rng.normal(27.4, 2.2, 200)}
+    assert E.ceiling_share(z["eps200"], 1.0) == 1.0  # the old setting: saturated
+    taus, rows = E.choose_tau(z)
+    for lab, tau in taus.items():
+        assert E.ceiling_share(z[lab], tau) <= E.CEILING_SHARE
+        smaller = [t for t in E.TAU_GRID if t < tau]
+        assert all(E.ceiling_share(z[lab], t) > E.CEILING_SHARE for t in smaller) and smaller
+    assert {r["radius"] for r in rows} == set(z) and any(r["chosen"] for r in rows)
+    with pytest.raises(ValueError, match="tau"):
+        E._check({**E.SIZES["tiny"], "tau": 0})
+    with pytest.raises(ValueError, match="tau_by_radius"):
+        E.tau_of({"tau": "tuned"}, 0.1)
