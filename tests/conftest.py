@@ -180,7 +180,10 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def serve_app(ray_kwargs):
     """``with serve_app(app, name, route) as base_url:`` runs a Serve app on the shared Ray over
-    real HTTP on a free loopback port, and shuts Serve down afterwards."""
+    real HTTP on a loopback port, and deletes it (and any app it deployed) afterwards.
+
+    Serve itself (controller and HTTP proxy) starts once and stays up between test modules:
+    starting and shutting it down cost seconds per module. It is shut down at the session's end."""
     import contextlib
 
     @contextlib.contextmanager
@@ -188,17 +191,28 @@ def serve_app(ray_kwargs):
         from ray import serve
 
         from rayml import runtime
+        from rayml.actors.serve.http import serve_port
 
         runtime.connect(**ray_kwargs)
-        port = free_port()
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        port = serve_port()
+        before = set(serve.status().applications)
         serve.run(app, name=name, route_prefix=route_prefix)
         try:
             yield f"http://127.0.0.1:{port}{route_prefix}"
         finally:
-            serve.shutdown()
+            left = sorted(set(serve.status().applications) - before)
+            if left:  # deleted together: one wait instead of one per app
+                from ray.serve.context import _get_global_client
 
-    return run
+                _get_global_client().delete_apps(left, blocking=True)
+
+    yield run
+    import ray
+
+    if ray.is_initialized():
+        from ray import serve
+
+        serve.shutdown()
 
 
 # --- tests/experiments: every experiment's claims are wired to measured numbers -------------------
@@ -207,15 +221,35 @@ def _measured(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
 
 
+_TINY_RECORDS: dict = {}
+
+
 @pytest.fixture
-def unmeasured_claims(ray_session):
+def tiny_record(ray_session):
+    """``f(name)``: the record of ``name``'s tiny run (seed 1, one Ray task at a time), run once per
+    test session: the registry contract's worker-count test and the claim-wiring tests of
+    ``tests/experiments`` share it instead of running the same tiny experiment twice."""
+    import copy
+
+    from rayml import experiments
+
+    def get(name: str) -> dict:
+        if name not in _TINY_RECORDS:
+            _TINY_RECORDS[name] = experiments.run(name, size="tiny", seed=1, workers=1)
+        return copy.deepcopy(_TINY_RECORDS[name])
+
+    return get
+
+
+@pytest.fixture
+def unmeasured_claims(tiny_record):
     """``f(name)``: the claim paths of experiment ``name`` that its ``tiny`` run leaves without a
     number (a claim on such a path can never hold), plus the paired tests whose table is missing."""
 
-    from rayml import experiments, registry, results
+    from rayml import registry, results
 
     def check(name: str) -> list[str]:
-        record = experiments.run(name, size="tiny", seed=1)
+        record = tiny_record(name)
         missing = []
         for claim in registry.get(name).load_experiment().claims:
             paths = [claim.metric] + ([claim.compare] if isinstance(claim.compare, str) else [])

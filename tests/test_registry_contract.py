@@ -51,8 +51,8 @@ def test_paper_claims_name_their_source_and_threshold_claims_a_control(name):
 
 
 @pytest.mark.parametrize("name", IMPLEMENTED)
-def test_tiny_run_writes_the_contract_and_is_worker_count_invariant(name, ray_session, tmp_path):
-    one = experiments.run(name, size="tiny", seed=1, workers=1)
+def test_tiny_run_writes_the_contract_and_is_worker_count_invariant(name, tiny_record, tmp_path):
+    one = tiny_record(name)  # workers=1, shared with tests/experiments' claim-wiring test
     two = experiments.run(name, size="tiny", seed=1, workers=2, json_path=tmp_path / "r.json")
     for rec in (one, two):
         results.validate_record(rec)

@@ -8,7 +8,27 @@ from typing import Callable, Sequence
 
 from starlette.responses import JSONResponse
 
-__all__ = ["generate_grouped", "completion_answer", "make_api", "BodyLimit"]
+__all__ = ["generate_grouped", "completion_answer", "make_api", "BodyLimit", "serve_port"]
+
+
+def serve_port(host: str = "127.0.0.1") -> int:
+    """The HTTP port of Serve on the connected Ray: the running Serve's port, or, with none
+    running, a free port on ``host`` that a newly started Serve listens on. (``serve.start`` on a
+    running Serve ignores new HTTP options, so a caller that picked its own port would post to a
+    port nobody serves.)"""
+    import socket
+
+    from ray import serve
+    from ray.serve.context import _get_global_client
+
+    client = _get_global_client(raise_if_no_controller_running=False)
+    if client is not None:
+        return int(client.http_config.port)
+    with socket.socket() as s:
+        s.bind((host, 0))
+        port = s.getsockname()[1]
+    serve.start(http_options={"host": host, "port": port})
+    return port
 
 
 async def generate_grouped(reqs: Sequence[dict], generate: Callable[[list], list], *,
