@@ -56,11 +56,11 @@ SIZES = {
     "tiny": dict(games_train=48, games_eval=24, d_model=16, n_layers=1, hidden=32, steps=12, batch=8,
                  lr_grid=[3e-3], tune_seeds=1, seeds=2, sae_l1_grid=[1e-3], sae_steps=40, extend=0, **_COMMON),
     # a preview (issue 35: at most 90 s): one learning rate, 2 test seeds, so no paired test can pass here
-    "quick": dict(games_train=2000, games_eval=300, d_model=32, n_layers=2, hidden=128, steps=300, batch=32,
-                  lr_grid=[1e-2], tune_seeds=1, seeds=2, sae_l1_grid=[0.05, 0.2], sae_steps=200, extend=0,
+    "quick": dict(games_train=2000, games_eval=300, d_model=32, n_layers=2, hidden=128, steps=240, batch=32,
+                  lr_grid=[1e-2], tune_seeds=1, seeds=2, sae_l1_grid=[0.4, 1.6], sae_steps=200, extend=0,
                   **_COMMON),
     "full": dict(games_train=20000, games_eval=1000, d_model=64, n_layers=2, hidden=256, steps=2000, batch=32,
-                 lr_grid=[3e-3, 1e-2, 3e-2], tune_seeds=1, seeds=8, sae_l1_grid=[0.025, 0.05, 0.1, 0.2, 0.4],
+                 lr_grid=[3e-3, 1e-2, 3e-2], tune_seeds=1, seeds=8, sae_l1_grid=[0.2, 0.4, 0.8, 1.6, 3.2],
                  sae_steps=2000, extend=1, **_COMMON),
 }
 
@@ -272,8 +272,11 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         tune_runs.extend(runs)
         return [float(np.mean([r["val_loss"] for r in runs if r["arch"] == a and r["lr"] == s_["lr"]])) for a, s_ in items]
 
-    choices = tune(evaluate, {a: {"lr": lrs} for a in mx.ARCHS}, extend=int(config["extend"]))
-    chosen = {a: float(choices[a].setting["lr"]) for a in mx.ARCHS}
+    grids = {a: {"lr": lrs} for a in mx.ARCHS}
+    if len(lrs) == 1:  # nothing to choose: only the tuning runs the SAE's tuning reads (GELU's weights, MoE-X's L0)
+        grids = {a: g for a, g in grids.items() if a in ("moe-x", "dense-gelu")}
+    choices = tune(evaluate, grids, extend=int(config["extend"]))
+    chosen = {a: float(choices[a].setting["lr"]) if a in choices else lrs[0] for a in mx.ARCHS}
     # the SAE's tuning reads the weights of the chosen GELU and MoE-X tuning runs
     gelu_tune = [r for r in tune_runs if r["arch"] == "dense-gelu" and r["lr"] == chosen["dense-gelu"]]
     l1s = [float(v) for v in config["sae_l1_grid"]]
@@ -375,8 +378,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                                       "feature fraction is at most MoE-X's active hidden fraction (tuning seeds)",
                          "sae_l0_cap": cap, "sae_l0_by_l1": {str(v): sae_l0[v] for v in l1s},
                          "sae_sparsity_cap_met": bool(sparse_enough),
-                         "lr_choices": {a: choices[a].summary() for a in mx.ARCHS},
-                         "on_grid_edge": {**{a: bool(choices[a].edges) for a in mx.ARCHS},
+                         "lr_choices": {a: choices[a].summary() for a in choices},
+                         "on_grid_edge": {**{a: bool(choices[a].edges) for a in choices},
                                           "sae_l1": l1 in (min(l1s), max(l1s)) and len(l1s) > 1}},
               "test_seeds": n_test, "power": _power(summary)}
     return Outcome(metrics=metrics, baselines=baselines,

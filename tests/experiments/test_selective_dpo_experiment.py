@@ -46,8 +46,9 @@ def test_the_tie_rule_prefers_the_paper_beta_and_the_default_learning_rate_on_fl
     assert _choose({**flat, (0.1, 0.3): 0.36}) == (0.1, 0.3)          # a better score wins
     assert _choose({(0.01, 0.3): 0.2, (0.01, 3.0): 0.2}) == (0.01, 3.0)  # 3 is nearer 1 than 0.3 (log scale)
     assert _choose({(0.003, 1.0): 0.2, (0.1, 1.0): 0.2}) == (0.003, 1.0)  # 0.003 is nearer 0.01 than 0.1
-    quick = SIZES["quick"]
-    assert 1 in quick["lr_scale_grid"] and min(quick["lr_scale_grid"]) < 0.3 and 0.01 in quick["beta_grid"]
+    quick, full = SIZES["quick"], SIZES["full"]
+    assert 1 in quick["lr_scale_grid"] and 0.01 in quick["beta_grid"]  # quick: a preview at the default rate
+    assert 1 in full["lr_scale_grid"] and min(full["lr_scale_grid"]) < 0.3 and 0.01 in full["beta_grid"]
     assert 0.01 in quick["real"]["beta_grid"]
 
 
