@@ -77,6 +77,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from rayml import runtime
+from rayml.evidence import gate
 from rayml.experiments import Experiment, Outcome
 from rayml.results import Claim, Control
 
@@ -85,21 +86,23 @@ METHOD = "epic"
 CLAIM_K = 2
 CLAIM_R = 0.15
 CLAIM_LAYOUT = "nobos"
+KL_TIE = 1e-6  # first-token KLs (nats) closer than this are a tie in the paired tests
 LAYOUTS = ("nobos", "bosdrop", "authors")
 REAL_MODELS = ("smollm2-135m",)
 METRICS = ("accuracy", "top1_agreement", "kl", "first_tokens_agreement", "recomputed_frac")
 # a real pretrained model answers generated passages (rayml.kvcache.epic_passages), in its chat template
-REAL = dict(n_docs=[4, 8], items=10, ks=[1, CLAIM_K, 8], rs=[CLAIM_R], max_new_tokens=5, sink_items=2)
+REAL = dict(n_docs=[4, 8], items=30, ks=[1, CLAIM_K, 8], rs=[CLAIM_R], max_new_tokens=5, sink_items=2,
+            layouts=[CLAIM_LAYOUT])
 SYSTEM = "Answer the question from the passages. Reply with the number only."
 
 SIZES = {
     "tiny": dict(model="base", n_docs=[2, 3], items=2, ks=[1, CLAIM_K], rs=[CLAIM_R], max_new_tokens=4,
                  layouts=list(LAYOUTS), prefix=True, sink_items=1, real=dict(REAL, n_docs=[2], items=1,
                                                                              sink_items=1)),
-    "quick": dict(model="base", n_docs=[4, 8, 16], items=40, ks=[1, CLAIM_K, 4, 8, 16], rs=[0.05, CLAIM_R],
-                  max_new_tokens=5, layouts=list(LAYOUTS), prefix=True, sink_items=4, real=dict(REAL)),
-    "full": dict(model="base", n_docs=[2, 4, 8, 12, 16], items=200, ks=[1, CLAIM_K, 4, 8, 16, 32],
-                 rs=[0.05, 0.1, CLAIM_R, 0.2], max_new_tokens=5, layouts=list(LAYOUTS), prefix=True, sink_items=8,
+    "quick": dict(model="base", n_docs=[4, 8], items=12, ks=[1, CLAIM_K, 8], rs=[CLAIM_R],
+                  max_new_tokens=5, layouts=[CLAIM_LAYOUT, "authors"], prefix=True, sink_items=3, real=dict(REAL)),
+    "full": dict(model="base", n_docs=[4, 8, 16], items=80, ks=[1, CLAIM_K, 4, 8, 16, 32],
+                 rs=[0.05, CLAIM_R], max_new_tokens=5, layouts=list(LAYOUTS), prefix=True, sink_items=8,
                  real=dict(REAL, n_docs=[4, 8, 16], items=50, ks=[1, CLAIM_K, 4, 8, 16, 32], sink_items=8)),
 }
 BENCH_SIZES = {
@@ -146,6 +149,19 @@ def _specs(config: Mapping[str, Any], layout: str):
     return specs
 
 
+def real_texts(item) -> tuple[str, list[str], str]:
+    """(first chunk, passages, query) texts of a generated item (``rayml.kvcache.epic_passages``) in
+    SmolLM2's chat template. The query ends the answer sentence's cloze with the space before the
+    number: SmolLM2 tokenizes ``' 1957'`` as ``' ', '1', '9', '5', '7'``, so a cloze ending in ``'born
+    in'`` makes the first answer token a space that every method predicts, and the first-token KL
+    and top-1 claims would score agreement on it (issue 40); ending the cloze with the space makes
+    the first answer token the number's first digit (``tests/kvcache/test_epic_layouts.py``)."""
+    prefix = f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n"
+    docs = [f"Passage {i + 1}: {d}\n\n" for i, d in enumerate(item.documents)]
+    query = f"Question: {item.question}<|im_end|>\n<|im_start|>assistant\n{item.cloze} "
+    return prefix, docs, query
+
+
 def _request(lm, model_name: str, n_docs: int, rng: np.random.Generator):
     """(prefix chunk ids, document ids, query ids, score(text) -> float, bos id) of one item."""
     tok = lm.tokenizer
@@ -153,10 +169,9 @@ def _request(lm, model_name: str, n_docs: int, rng: np.random.Generator):
         from rayml.kvcache import epic_passages
 
         it = epic_passages.make_item(rng, int(n_docs))
-        prefix = tok.encode(f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n")
-        docs = [tok.encode(f"Passage {i + 1}: {d}\n\n") for i, d in enumerate(it.documents)]
-        query = tok.encode(f"Question: {it.question}<|im_end|>\n<|im_start|>assistant\n{it.cloze}")
-        return prefix, docs, query, (lambda text: epic_passages.score(it, text)), tok.bos_id
+        prefix_text, doc_texts, query_text = real_texts(it)
+        return (tok.encode(prefix_text), [tok.encode(d) for d in doc_texts], tok.encode(query_text),
+                (lambda text: epic_passages.score(it, text)), tok.bos_id)
     from rayml.llm import tasks
 
     it = tasks.make_items("retrieve", 1, rng, split="test", n_docs=int(n_docs))[0]
@@ -293,6 +308,27 @@ def _summary(rows, method: str, layout: str = CLAIM_LAYOUT, n_docs: int | None =
     return out
 
 
+def _power(rows) -> dict:
+    """Pairs the KL claims need (``rayml.evidence.power_from_pilot``, one-sided Wilcoxon, power 0.8),
+    estimated from this run's paired items as a pilot (the full size's item count is set from it)."""
+    from rayml.evidence import power_from_pilot
+
+    def kl(method):
+        return {(r["n_docs"], r["item"]): r["value"] for r in rows
+                if r["method"] == method and r["metric"] == "kl" and r["layout"] == CLAIM_LAYOUT}
+
+    lego = kl(f"legolink-k{CLAIM_K}")
+    out = {}
+    for other in ("naive", f"random-k{CLAIM_K}", f"last-k{CLAIM_K}"):
+        ref = kl(other)
+        diffs = [ref[key] - lego[key] for key in lego if key in ref]
+        try:
+            out[other] = power_from_pilot(diffs, test="wilcoxon", tie=KL_TIE)
+        except ValueError as e:  # fewer than two pairs (tiny)
+            out[other] = {"pairs_needed": None, "note": str(e)}
+    return out
+
+
 def run(config: Mapping[str, Any], seed: int) -> Outcome:
     """The reproduction (module docstring): items over ``pmap``, summaries per layout and method."""
     from rayml.kvcache.epic import method_name
@@ -318,8 +354,14 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     sink = {}
     for r in sink_rows:
         sink.setdefault(r["layout"], {}).setdefault(r["view"], []).append(r["value"])
+    views = sink.get(CLAIM_LAYOUT, {})
+    sink_query = {key: float(np.mean(views[v])) if v in views else float("nan")
+                  for key, v in (("naive", "query, naive link"), ("full", "query, full recompute"),
+                                 (f"legolink-k{CLAIM_K}", f"query, legolink-k{CLAIM_K}"))}
     metrics = {
         "model": cfg["model"],
+        "sink_query": sink_query,
+        "power": _power(rows),
         "legolink_claim": _summary(rows, f"legolink-k{CLAIM_K}"),
         "claim_k": CLAIM_K,
         "claim_layout": CLAIM_LAYOUT,
@@ -351,7 +393,15 @@ ABSTRACT_TTFT = ("abstract: 'EPIC achieves up to 8x improvements in Time-To-Firs
                  "systems'")
 BLEND = f"cacheblend-r{round(100 * CLAIM_R)}"
 
-CLAIMS = [
+# the paper's precondition: chunks compiled alone put attention sinks at their beginnings, which a
+# naive link carries into the prompt (SmolLM2: 0.339 vs 0.002; the base substrate has none: 0.026
+# vs 0.061, so its EPIC claims are not applicable and stay incomplete: it is the tests' substrate)
+SINK_GATE = Claim(
+    text="the model has attention sinks at chunk beginnings: after a naive link the query puts more attention "
+         "on the documents' first tokens than under full recompute (the paper's precondition)",
+    metric="metrics.sink_query.naive", compare="metrics.sink_query.full", op=">", kind="sanity")
+
+CLAIMS = [SINK_GATE, *gate(SINK_GATE, *[
     Claim(text=f"LegoLink with small k (k={CLAIM_K}) keeps task accuracy within 5 points of full recompute",
           metric="metrics.legolink_claim.accuracy", compare="baselines.full.accuracy", op=">=", margin=-0.05,
           source=ABSTRACT_ACCURACY, controls=(Control("naive", "baselines.naive.accuracy"),)),
@@ -365,14 +415,14 @@ CLAIMS = [
           test="wilcoxon signed-rank over seeds", table="items",
           a={"layout": CLAIM_LAYOUT, "method": f"legolink-k{CLAIM_K}", "metric": "kl"},
           b={"layout": CLAIM_LAYOUT, "method": "naive", "metric": "kl"},
-          pair_on=("n_docs", "item"), source=ABSTRACT_SINK),
+          pair_on=("n_docs", "item"), tie=KL_TIE, source=ABSTRACT_SINK),
     *[Claim(text=f"LegoLink-{CLAIM_K} (each chunk's first {CLAIM_K} tokens) is closer to full recompute than "
                  f"recomputing {ctrl} at the same budget (first-token KL, paired over items)",
             metric="metrics.legolink_claim.kl", compare=f"baselines.{name}-k{CLAIM_K}.kl", op="<",
             test="wilcoxon signed-rank over seeds", table="items",
             a={"layout": CLAIM_LAYOUT, "method": f"legolink-k{CLAIM_K}", "metric": "kl"},
             b={"layout": CLAIM_LAYOUT, "method": f"{name}-k{CLAIM_K}", "metric": "kl"},
-            pair_on=("n_docs", "item"),
+            pair_on=("n_docs", "item"), tie=KL_TIE,
             source=ABSTRACT_SINK + " (the first tokens matter because they are spurious sinks: an equal-budget "
                                    "control recomputing other tokens should do worse)")
       for name, ctrl in (("random", f"{CLAIM_K} random tokens per chunk"),
@@ -391,6 +441,7 @@ CLAIMS = [
           metric="metrics.legolink_claim.accuracy", compare=f"baselines.{BLEND}.accuracy",
           op=">=", margin=-0.05, source=ABSTRACT_ACCURACY + " (against CacheBlend, the paper's PIC baseline)",
           controls=(Control("naive", "baselines.naive.accuracy"),)),
+])[1:],
     # Holds by construction: CacheBlend recomputes its check layer (layer 0) for every token, LegoLink-k only
     # k tokens per document plus the query, so this is a check of the engine's bookkeeping, not evidence.
     Claim(text=f"LegoLink-{CLAIM_K} recomputes fewer prompt tokens than CacheBlend-{round(100 * CLAIM_R)} "

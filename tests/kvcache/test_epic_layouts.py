@@ -171,3 +171,25 @@ def test_smollm2_chunks_compiled_alone_draw_the_query_to_their_beginnings():
     assert mass["query, naive link"] > 5 * mass["query, full recompute"]
     assert mass["doc tokens, chunk compiled alone"] > 5 * mass["doc tokens, full prompt"]
     assert mass["query, legolink-k2"] < 2 * mass["query, full recompute"]
+
+
+def test_smollm2_first_answer_token_is_content_not_a_space():
+    """The first-token KL / top-1 claims score the token after the query: SmolLM2 tokenizes ``' 1957'`` as
+    ``' ', '1', ...``, so the query must end with that space and the scored token be the number's first
+    digit (issue 40: a cloze ending in ``'born in'`` scored agreement on a space every method predicts)."""
+    from rayml.experiments import epic as experiment
+    from rayml.llm import hf, smollm2
+
+    try:
+        path = smollm2.ensure()
+    except smollm2.ModelUnavailable as e:
+        pytest.skip(f"SmolLM2-135M cannot be fetched here: {e}")
+    tok = hf.load_pretrained_tokenizer(path)
+    for seed in range(6):
+        item = epic_passages.make_item(np.random.default_rng(seed), n_docs=3)
+        query_text = experiment.real_texts(item)[2]
+        query = tok.encode(query_text)
+        sentence = tok.encode(query_text.rstrip(" ") + " " + item.answer + ".")
+        assert sentence[:len(query)] == query  # the query is a token prefix of the answer sentence
+        first = tok.decode([sentence[len(query)]])
+        assert first.strip() and first == item.answer[0], (seed, first)
