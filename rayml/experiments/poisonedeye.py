@@ -66,10 +66,10 @@ SIZES = {
     "tiny": dict(seeds=2, trials=2, tune_trials=2, kb_size=300, n_poisons=[1, 2], ks=[1, 3], n_class_eval=3,
                  eps_grid=[PAPER_EPS, 2 * PAPER_EPS], eps_probe=[4 * PAPER_EPS], steps=20, llm_queries=1,
                  generator="base", retrievers=[0], retriever_trials=1, **_COMMON),
-    "quick": dict(seeds=2, trials=10, tune_trials=6, kb_size=1000, n_poisons=[1, 2], ks=[1, 3, 5, 10],
+    "quick": dict(seeds=2, trials=20, tune_trials=8, kb_size=1000, n_poisons=[1, 2], ks=[1, 3, 5, 10],
                   n_class_eval=8, eps_grid=[PAPER_EPS, 2 * PAPER_EPS, 4 * PAPER_EPS, 8 * PAPER_EPS],
                   eps_probe=[], steps=100, llm_queries=4, generator="smollm2-135m",
-                  retrievers=[0, 1], retriever_trials=10, **_COMMON),
+                  retrievers=[0, 1], retriever_trials=20, **_COMMON),
     "full": dict(seeds=10, trials=50, tune_trials=30, kb_size=1257, n_poisons=[1, 2, 3, 5], ks=[1, 3, 5, 10, 20],
                  n_class_eval=13, eps_grid=[PAPER_EPS / 2, PAPER_EPS, 2 * PAPER_EPS, 4 * PAPER_EPS, 8 * PAPER_EPS],
                  eps_probe=[16 * PAPER_EPS], steps=100,
@@ -411,8 +411,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
             items.append(("test", s, t, ts, kbs, (chosen["poisonedeye"], chosen["poisonedeye@class"],
                                                   chosen["poisonedeye-class"])))
     # the other retrievers: the single poison at the radius tuned on the first, the first seeds' trials
-    n_r = int(config["retriever_trials"])
-    r_items = [(*it_[:5], (chosen["poisonedeye"],) * 3, r) for r in retrievers[1:] for it_ in items[:n_r]]
+    r_items = retriever_items(items, chosen["poisonedeye"], retrievers, int(config["retriever_trials"]))
     out = runtime.pmap(run_trial, items + r_items, shared=shared, desc="poisonedeye trials")
     out, r_out = [o for o in out if o["phase"] == "test"], [o for o in out if o["phase"] == "retriever"]
     items = items + r_items
@@ -425,6 +424,12 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                            chunk_size=max(1, -(-len(llm_items) // 2)), desc="poisonedeye SmolLM2 generator")
     outcome = _summarise(out, config, chosen, tuning_rows, grid, len(items) + len(tune_items), llm, where, probe)
     return _add_retrievers(outcome, out, r_out, retrievers)
+
+
+def retriever_items(items, eps: float, retrievers, n: int) -> list[tuple]:
+    """The other retrievers' trials: the first ``n`` test items again, as phase ``"retriever"`` with
+    the encoder seed appended and the single poison's radius ``eps`` (tuned on the first retriever)."""
+    return [("retriever", *item[1:5], (eps,) * 3, r) for r in retrievers[1:] for item in items[:n]]
 
 
 def _add_retrievers(outcome: Outcome, out, r_out, retrievers) -> Outcome:

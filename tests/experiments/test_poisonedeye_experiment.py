@@ -59,3 +59,19 @@ def test_bad_eps_probe(probe):
     config = dict(X.SIZES["tiny"], eps_probe=probe)
     with pytest.raises(ValueError, match="eps_probe"):
         X._check(config)
+
+
+def test_retriever_trials_run_on_their_own_encoder_and_stay_out_of_the_test_trials():
+    """The other retrievers' items are phase 'retriever' (a first version sent them as test trials)."""
+    from rayml.data import image_text as it
+
+    config = dict(X.SIZES["tiny"], retrievers=[0, 1])
+    enc = it.load_or_train(0)
+    shared = {"encoders": {0: enc, 1: enc}, "config": config}
+    out = X.run_trial(("retriever", 0, 0, 123, 9, (X.PAPER_EPS,) * 3, 1), shared)
+    assert out["phase"] == "retriever" and out["retriever"] == 1
+    assert set(out["single"]) == {"poisonedeye", "text-only", "clean"}
+    items = [("test", 0, t, 100 + t, 9, (1.0, 2.0, 3.0)) for t in range(3)]
+    extra = X.retriever_items(items, 0.5, [0, 1, 2], 2)
+    assert [x[0] for x in extra] == ["retriever"] * 4 and [x[-1] for x in extra] == [1, 1, 2, 2]
+    assert extra[0][1:5] == items[0][1:5] and extra[0][5] == (0.5, 0.5, 0.5)
