@@ -609,7 +609,7 @@ class _GroupSeen(Exception):
 @torch.no_grad()
 def quantize_sequential(blocks: Sequence[nn.Module], inputs: torch.Tensor, run_block,
                         quantize, *, groups: Sequence[Sequence[str]] = LLAMA_GROUPS,
-                        prefix: str = "layers.") -> dict[str, torch.Tensor]:
+                        prefix: str = "layers.", skip_positions: int = 0) -> dict[str, torch.Tensor]:
     """Quantize ``blocks`` in order, each group calibrated on the already-quantized prefix.
 
     For block ``b`` and each group of ``groups`` in turn, ``H = X X^T / tokens`` of the group's
@@ -625,6 +625,10 @@ def quantize_sequential(blocks: Sequence[nn.Module], inputs: torch.Tensor, run_b
         quantize: ``quantize(name, W, H) -> W_hat`` with ``name = f"{prefix}{b}.{layer}"``.
         groups: layer names inside a block, in the order they are quantized.
         prefix: the blocks' module-name prefix (for ``name``).
+        skip_positions: the first positions of every calibration sequence left out of ``H`` (they
+            still run, as the context of the rest): ``1`` protects the attention-sink token, whose
+            massive activations would otherwise take ``H`` over (calibration windows that start
+            after the sink; not in the paper, declared on the method's page).
 
     Returns:
         ``{name: H}`` of every quantized layer (float64).
@@ -635,6 +639,9 @@ def quantize_sequential(blocks: Sequence[nn.Module], inputs: torch.Tensor, run_b
     """
     if not isinstance(inputs, torch.Tensor) or inputs.numel() == 0:
         raise ValueError("inputs: give a non-empty calibration batch")
+    if isinstance(skip_positions, bool) or not isinstance(skip_positions, int) or skip_positions < 0 or (
+            inputs.dim() == 3 and skip_positions >= inputs.shape[1]):
+        raise ValueError(f"skip_positions must be an integer in [0, sequence length), got {skip_positions!r}")
     hessians = {}
     x = inputs
     for b, block in enumerate(blocks):
@@ -650,7 +657,10 @@ def quantize_sequential(blocks: Sequence[nn.Module], inputs: torch.Tensor, run_b
 
             def hook(name):
                 def fn(module, args, output):
-                    a = args[0].detach().reshape(-1, module.in_features).to(_DTYPE)
+                    a = args[0].detach()
+                    if skip_positions:
+                        a = a[..., skip_positions:, :]
+                    a = a.reshape(-1, module.in_features).to(_DTYPE)
                     sums[name] = sums.get(name, 0) + a.T @ a
                     counts[name] = counts.get(name, 0) + a.shape[0]
                     if len(sums) == len(mods):

@@ -478,6 +478,32 @@ def test_sequential_protocol_calibrates_each_group_on_the_quantized_prefix():
         assert torch.equal(p, q)
 
 
+def test_sink_positions_leave_a_planted_sink_out_of_h_and_protect_the_other_tokens():
+    """Issue 40: a massive activation at position 0 (an attention sink) takes ``H`` over, and GANQ then
+    fits the sink's direction at the cost of every other token; ``skip_positions=1`` (calibration
+    windows that start after the sink) leaves it out of ``H``, which then equals the non-sink tokens' ``H``."""
+    torch.manual_seed(5)
+    block = _Block()
+    x0 = torch.randn(4, 9, 6)
+    x0[:, 0] = 200.0 * torch.randn(6)  # the planted sink: the same huge vector at position 0 of every row
+    plain = ganq.quantize_sequential([copy.deepcopy(block)], x0, lambda b, x: b(x), lambda n, W, H: W)
+    kept = ganq.quantize_sequential([copy.deepcopy(block)], x0, lambda b, x: b(x), lambda n, W, H: W,
+                                    skip_positions=1)
+    rest = ganq.collect_hessians(block, [x0[:, 1:]], names=["self_attn.q_proj"])["self_attn.q_proj"]
+    torch.testing.assert_close(kept["layers.0.self_attn.q_proj"], rest, rtol=1e-10, atol=1e-12)
+    sink_share = float(torch.trace(plain["layers.0.self_attn.q_proj"]) * 9 * 4 / (x0 ** 2).sum())
+    assert sink_share > 0.99 and torch.trace(plain["layers.0.self_attn.q_proj"]) > 100 * torch.trace(rest)
+    errors = {}
+    for skip in (0, 1):
+        W = block.self_attn.q_proj.weight.detach().to(torch.float64)
+        H = (kept if skip else plain)["layers.0.self_attn.q_proj"]
+        W_hat = ganq.quantize_weight(W, H, ganq.GANQConfig(bits=2, iterations=3)).quant.dequantize()
+        errors[skip] = float(ganq.objective(W, W_hat, rest).sum())  # error on the non-sink tokens
+    assert errors[1] < errors[0]
+    with pytest.raises(ValueError, match="skip_positions"):
+        ganq.quantize_sequential([block], x0, lambda b, x: b(x), lambda n, W, H: W, skip_positions=9)
+
+
 def test_sequential_protocol_bad_input():
     blocks = [_Block()]
     ident = lambda n, W, H: W  # noqa: E731
