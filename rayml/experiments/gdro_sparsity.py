@@ -58,7 +58,7 @@ SIZES = {
     "tiny": dict(groups=[3, 4], rounds=300, tune_rounds=150, seeds=4, runs_per_task=4, tune_seeds=2, **_COMMON),
     "quick": dict(groups=[8, 32], rounds=20_000, tune_rounds=4000, seeds=64, runs_per_task=64, tune_seeds=16,
                   **_COMMON),
-    "full": dict(groups=[8, 32, 128], rounds=100_000, tune_rounds=20_000, seeds=64, runs_per_task=32,
+    "full": dict(groups=[8, 32, 128], rounds=50_000, tune_rounds=10_000, seeds=64, runs_per_task=32,
                  tune_seeds=32, **_COMMON),
 }
 
