@@ -448,9 +448,11 @@ def _add_retrievers(outcome: Outcome, out, r_out, retrievers) -> Outcome:
             "trials": len(rows)}
     outcome.metrics["retrievers"] = {**per, "top1_min": min(v["top1_sample"] for v in per.values()),
                                      "asr_min": min(v["asr_sample"] for v in per.values())}
+    # the control's statistic is the claim's: the smallest over the retrievers (the largest is kept beside it)
     outcome.baselines["text_only"]["retrievers"] = {
+        "top1_min": min(v["text_only_top1_sample"] for v in per.values()),
         "top1_max": max(v["text_only_top1_sample"] for v in per.values()),
-        "asr_max": max(v["text_only_asr_sample"] for v in per.values())}
+        "asr_min": min(v["text_only_asr_sample"] for v in per.values())}
     outcome.tables["retrievers"] = [{"retriever": o["retriever"], "seed": o["seed"], "query": o["query"],
                                      "method": m, "metric": k, "value": float(v)}
                                     for o in r_out for m, d in o["single"].items() for k, v in d.items()]
@@ -594,7 +596,7 @@ CLAIMS = (
     Claim(text="on every retriever (digits CLIPs trained from encoder seeds 0 and 1, each attacked white-box), the "
                "optimised poison is retrieved first for its target query in >= 90% of trials",
           metric="metrics.retrievers.top1_min", compare=0.9, op=">=", source=SOURCE_RETRIEVERS,
-          controls=(Control("text-only", "baselines.text_only.retrievers.top1_max"),)),
+          controls=(Control("text-only (its smallest over the retrievers)", "baselines.text_only.retrievers.top1_min"),)),
     Claim(text="with a real LM as the generator (SmolLM2-135M at quick), one poison makes it give the target answer: "
                "ASR >= 0.5 at k=3",
           metric="metrics.llm.asr", compare=0.5, op=">=", source=SOURCE_ONE,
