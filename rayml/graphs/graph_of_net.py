@@ -33,29 +33,36 @@ What each piece is here (every detail marked "assumed" is ours, not read in the 
   their positions"), trained with NLL on the labelled node-graphs plus ``lam * L_con``.
   assumed: the classifier reads positions; ``lam = 1`` is the paper's setting (unknown to us).
 
-Baselines of equal parameter count (``build_model`` matches widths, ``n_params`` checks it):
+Baselines and ablations of equal parameter count (``build_model`` matches widths, ``n_params``
+checks it): ``gcn`` (a plain two-layer GCN, Kipf and Welling, on one flat vector per node-graph,
+``graph_of_net_data.flat_features``, over the GON's edges: the strongest simple baseline),
 ``intra-only`` (F1, then an MLP in place of F2: the GON's edges unused), ``inter-only`` (each
 node-graph only through its node contents: F1 without intra-graph message passing, a DeepSets
 encoder, then F2) and ``dual-encoder`` (N2GON with ``lam = 0``: the ablation without the constraint
-network).
+network). Label propagation and logistic regression, which train no network, are in
+``rayml.graphs.graph_of_net_baselines``.
+
+``train`` returns a ``FittedGON`` (the weights of the epoch with the best validation accuracy)
+under ``"model"``; its ``predict`` / ``predict_proba`` classify the node-graphs of any GON.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
-from rayml.graphs.graph_of_net_data import GraphOfNet
+from rayml.graphs.graph_of_net_data import GraphOfNet, flat_features
 from rayml.graphs.message_passing import add_self_loops, gcn_norm, segment_mean, spmm
 
-__all__ = ["N2GONConfig", "METHODS", "IntraEncoder", "InterEncoder", "N2GON", "IntraOnly", "InterOnly",
+__all__ = ["N2GONConfig", "METHODS", "IntraEncoder", "InterEncoder", "N2GON", "IntraOnly", "InterOnly", "GCN",
            "segment_max", "readout", "constraint_net", "positions_pi", "constraint_loss", "build_model",
-           "n_params", "train"]
+           "n_params", "FittedGON", "train"]
 
-METHODS = ("n2gon", "intra-only", "inter-only", "dual-encoder")
+METHODS = ("n2gon", "intra-only", "inter-only", "dual-encoder", "gcn")
 
 
 @dataclass(frozen=True)
@@ -227,6 +234,22 @@ class InterOnly(nn.Module):
         return self.cls(z), v, None
 
 
+class GCN(nn.Module):
+    """Baseline: a plain two-layer GCN (Kipf and Welling) on one flat vector per node-graph over the
+    GON's edges: ``logits = A_hat relu(A_hat X W1) W2`` (``A_hat = D^-1/2 (A + I) D^-1/2``)."""
+
+    def __init__(self, d_in: int, n_classes: int, hidden: int, dropout: float = 0.0):
+        super().__init__()
+        self.enc = InterEncoder(d_in, hidden, 1, dropout)
+        self.out = InterEncoder(hidden, n_classes, 1)
+        self.dropout = dropout
+
+    def forward(self, x, intra_edges, batch, inter_edges, n_graphs):
+        """``x`` holds the flat vectors (one row per node-graph); the node-graphs' nodes are unused."""
+        h = nn.functional.dropout(torch.relu(self.enc(x, inter_edges)), self.dropout, self.training)
+        return self.out(h, inter_edges), h, None
+
+
 def n_params(model: nn.Module) -> int:
     """The number of trainable scalars of ``model``."""
     return int(sum(p.numel() for p in model.parameters() if p.requires_grad))
@@ -235,19 +258,30 @@ def n_params(model: nn.Module) -> int:
 def _make(method: str, d_in: int, n_classes: int, cfg: N2GONConfig, hidden: int) -> nn.Module:
     if method in ("n2gon", "dual-encoder"):
         return N2GON(d_in, n_classes, hidden, cfg.intra_layers, cfg.inter_layers, cfg.pos_dim, cfg.dropout)
+    if method == "gcn":
+        return GCN(d_in, n_classes, hidden, cfg.dropout)
     cls = IntraOnly if method == "intra-only" else InterOnly
     return cls(d_in, n_classes, hidden, cfg.intra_layers, cfg.inter_layers, cfg.dropout)
 
 
-def build_model(cfg: N2GONConfig, d_in: int, n_classes: int) -> nn.Module:
+def build_model(cfg: N2GONConfig, d_in: int, n_classes: int, d_flat: int | None = None) -> nn.Module:
     """The model of ``cfg.method``; a baseline's width is the one whose parameter count is closest to
-    N2GON's at ``cfg.hidden`` (the equal-size comparison)."""
+    N2GON's at ``cfg.hidden`` (the equal-size comparison). ``d_in``: the node features' width;
+    ``d_flat``: the flat vectors' width (the ``gcn`` baseline's input; required for it)."""
     target = n_params(_make("n2gon", d_in, n_classes, cfg, cfg.hidden))
     if cfg.method in ("n2gon", "dual-encoder"):
         return _make(cfg.method, d_in, n_classes, cfg, cfg.hidden)
-    best = min(range(2, 8 * cfg.hidden + 1),
-               key=lambda w: (abs(n_params(_make(cfg.method, d_in, n_classes, cfg, w)) - target), w))
-    return _make(cfg.method, d_in, n_classes, cfg, best)
+    if cfg.method == "gcn" and d_flat is None:
+        raise ValueError("d_flat is required for the gcn baseline")
+    d = d_flat if cfg.method == "gcn" else d_in
+    best, gap = 2, None
+    for w in range(2, 64 * cfg.hidden + 1):  # the count grows with the width: stop once past the target
+        count = n_params(_make(cfg.method, d, n_classes, cfg, w))
+        if gap is None or abs(count - target) < gap:
+            best, gap = w, abs(count - target)
+        if count >= target:
+            break
+    return _make(cfg.method, d, n_classes, cfg, best)
 
 
 def _knn_pairs(z: torch.Tensor, k: int) -> torch.Tensor:
@@ -303,7 +337,7 @@ def constraint_loss(p: torch.Tensor, pairs: torch.Tensor, weights: torch.Tensor)
     return -(weights * logpi[pairs[0], pairs[1]]).sum() / weights.sum()
 
 
-def _check_gon(gon: GraphOfNet, split: dict) -> None:
+def _check_gon(gon: GraphOfNet, split: dict | None) -> None:
     if not isinstance(gon, GraphOfNet):
         raise TypeError(f"gon must be a GraphOfNet, got {type(gon).__name__}")
     if gon.x.ndim != 2 or gon.batch.shape != (gon.x.shape[0],):
@@ -316,10 +350,47 @@ def _check_gon(gon: GraphOfNet, split: dict) -> None:
             raise ValueError(f"gon.{name} must have shape (2, E), got {e.shape}")
         if e.size and (e.min() < 0 or e.max() >= n):
             raise ValueError(f"gon.{name} refer to ids outside [0, {n})")
-    for key in ("train", "val", "test"):
+    for key in (() if split is None else ("train", "val", "test")):
         idx = np.asarray(split.get(key, []))
         if idx.size == 0 or idx.min() < 0 or idx.max() >= gon.n_graphs:
             raise ValueError(f"split[{key!r}] must be non-empty node-graph ids in [0, {gon.n_graphs})")
+
+
+def _inputs(gon: GraphOfNet, method: str) -> tuple:
+    """The forward arguments of a model on ``gon``: node features (flat vectors for ``gcn``), intra
+    edges, batch, inter edges, number of node-graphs."""
+    x = flat_features(gon) if method == "gcn" else gon.x
+    return (torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(gon.intra_edges, dtype=torch.int64),
+            torch.as_tensor(gon.batch, dtype=torch.int64), torch.as_tensor(gon.inter_edges, dtype=torch.int64),
+            gon.n_graphs)
+
+
+@dataclass
+class FittedGON:
+    """A trained N2GON (or baseline) with the weights of its best validation epoch.
+
+    Attributes:
+        model: the ``nn.Module`` (eval mode).
+        method: the ``N2GONConfig.method`` it was trained as.
+        n_classes: the number of classes it predicts.
+    """
+
+    model: nn.Module
+    method: str
+    n_classes: int
+
+    def predict_proba(self, gon: GraphOfNet) -> np.ndarray:
+        """(n_graphs, n_classes) class probabilities of every node-graph of ``gon`` (the training GON
+        for transductive use, or a new one: the encoders apply to any GON with the same features)."""
+        _check_gon(gon, None)
+        self.model.eval()
+        with torch.no_grad():
+            logits = self.model(*_inputs(gon, self.method))[0]
+        return torch.softmax(logits, 1).numpy()
+
+    def predict(self, gon: GraphOfNet) -> np.ndarray:
+        """(n_graphs,) the predicted class of every node-graph of ``gon``."""
+        return self.predict_proba(gon).argmax(1)
 
 
 def train(gon: GraphOfNet, split: dict, cfg: N2GONConfig, seed: int) -> dict:
@@ -334,18 +405,15 @@ def train(gon: GraphOfNet, split: dict, cfg: N2GONConfig, seed: int) -> dict:
 
     Returns:
         ``{"val_acc", "test_acc"}`` at the evaluation with the best validation accuracy (earliest on
-        ties), ``"params"``, ``"best_epoch"`` and ``"l_con"`` (the last constraint loss; N2GON only).
+        ties), ``"params"``, ``"best_epoch"``, ``"l_con"`` (the last constraint loss; N2GON only)
+        and ``"model"``: a ``FittedGON`` holding the weights of that evaluation.
     """
     _check_gon(gon, split)
     torch.manual_seed(int(seed) % (2**63 - 1))
-    X = torch.as_tensor(gon.x, dtype=torch.float32)
-    E_in = torch.as_tensor(gon.intra_edges, dtype=torch.int64)
-    B = torch.as_tensor(gon.batch, dtype=torch.int64)
-    E_out = torch.as_tensor(gon.inter_edges, dtype=torch.int64)
+    X, E_in, B, E_out, n = _inputs(gon, cfg.method)
     y = torch.as_tensor(gon.y, dtype=torch.int64)
-    n = gon.n_graphs
     tr, va, te = (torch.as_tensor(np.asarray(split[k]), dtype=torch.int64) for k in ("train", "val", "test"))
-    model = build_model(cfg, X.shape[1], gon.n_classes)
+    model = build_model(cfg, gon.x.shape[1], gon.n_classes, X.shape[1])
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     use_con = cfg.method == "n2gon" and cfg.lam > 0
     pairs = weights = None
@@ -372,5 +440,8 @@ def train(gon: GraphOfNet, split: dict, cfg: N2GONConfig, seed: int) -> dict:
             acc_va = float((pred[va] == y[va]).float().mean())
             if acc_va > best[0]:
                 best = (acc_va, float((pred[te] == y[te]).float().mean()), epoch)
+                best_state = copy.deepcopy(model.state_dict())
+    model.load_state_dict(best_state)
+    model.eval()
     return {"val_acc": best[0], "test_acc": best[1], "best_epoch": best[2], "params": n_params(model),
-            "l_con": l_con}
+            "l_con": l_con, "model": FittedGON(model, cfg.method, gon.n_classes)}

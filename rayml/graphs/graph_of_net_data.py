@@ -12,6 +12,14 @@ This module builds the two GONs the rayml experiment uses (the paper's datasets 
 - ``molecule_gon``: small molecule-like random graphs (``random_molecule``: a random tree of
   typed atoms with a class motif), linked by a kNN graph over a composition / degree fingerprint.
 
+Either GON's inter-graph edges are either built from the node contents (``edges="knn"``: a kNN
+graph, whose information a content-only model recovers) or planted from the labels alone
+(``edges="planted"``, ``planted_edges``: a planted partition with a set edge homophily, independent
+of the contents given the labels), the setting of the paper's GONs, whose links (interactions,
+citations) carry information the node-graphs' contents lack. Each GON also keeps a flat vector per
+node-graph (``GraphOfNet.flat``: the image's pixels, the molecule's fingerprint) for the flat
+baselines (logistic regression, a plain GCN).
+
 Node-graphs are batched as one disjoint union (``collate``): node ids are offset per graph and
 ``batch[i]`` is node ``i``'s graph, the layout ``rayml.graphs.message_passing`` works on.
 
@@ -25,11 +33,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["GraphOfNet", "pixel_superpixel_graph", "knn_graph", "collate", "random_molecule", "MOTIFS",
-           "digits_gon", "molecule_gon", "edge_homophily", "split_nodes"]
+__all__ = ["GraphOfNet", "pixel_superpixel_graph", "knn_graph", "planted_edges", "collate", "random_molecule",
+           "MOTIFS", "EDGE_KINDS", "digits_gon", "molecule_gon", "flat_features", "edge_homophily", "split_nodes"]
 
 MOTIFS = ("triangle", "square", "trifluoro", "azide")
 N_ATOM_TYPES = 4
+EDGE_KINDS = ("knn", "planted")
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,8 @@ class GraphOfNet:
         batch: (total nodes,) the node-graph each node belongs to.
         inter_edges: (2, E_inter) edges between node-graphs (ids ``0..n_graphs-1``), each pair once.
         y: (n_graphs,) the label of every node-graph (the GON's node classes).
+        flat: (n_graphs, f) one flat vector per node-graph for the flat baselines, or ``None``
+            (``flat_features`` then pools the node features).
     """
 
     x: np.ndarray
@@ -49,6 +60,7 @@ class GraphOfNet:
     batch: np.ndarray
     inter_edges: np.ndarray
     y: np.ndarray
+    flat: np.ndarray | None = None
 
     @property
     def n_graphs(self) -> int:
@@ -144,6 +156,37 @@ def knn_graph(features: np.ndarray, k: int) -> np.ndarray:
     return _pairs_once(np.hstack(out))
 
 
+def planted_edges(rng: np.random.Generator, y: np.ndarray, degree: float, homophily: float) -> np.ndarray:
+    """Inter-graph edges planted from the labels alone (a planted partition over the classes).
+
+    ``round(n * degree / 2)`` draws: a uniformly random node-graph ``i`` is linked, with probability
+    ``homophily``, to a uniformly random other member of its class, else to a uniformly random
+    member of another class (the only member of a class links across). Duplicates merge, so the mean degree is at most ``degree`` and the
+    edge homophily close to ``homophily``. Given the labels the edges are independent of the
+    node-graphs' contents: they carry label information the contents lack.
+
+    Returns (2, E) edges, each pair once with ``i < j``.
+    """
+    y = np.asarray(y)
+    if y.ndim != 1 or y.size < 2 or np.unique(y).size < 2:
+        raise ValueError(f"y must be 1-d with >= 2 nodes and >= 2 classes, got shape {y.shape}")
+    if isinstance(degree, bool) or not isinstance(degree, (int, float)) or not 0 < degree < y.size:
+        raise ValueError(f"degree must be a number in (0, n), got {degree!r}")
+    if isinstance(homophily, bool) or not isinstance(homophily, (int, float)) or not 0 <= homophily <= 1:
+        raise ValueError(f"homophily must lie in [0, 1], got {homophily!r}")
+    m = int(round(y.size * degree / 2))
+    src = rng.integers(y.size, size=m)
+    same = rng.random(m) < homophily
+    dst = np.empty(m, dtype=np.int64)
+    for k in range(m):
+        pool = np.flatnonzero((y == y[src[k]]) if same[k] else (y != y[src[k]]))
+        pool = pool[pool != src[k]]
+        if pool.size == 0:  # the only member of its class: an edge to another class
+            pool = np.flatnonzero(y != y[src[k]])
+        dst[k] = pool[rng.integers(pool.size)]
+    return _pairs_once(np.vstack([src, dst]))
+
+
 def collate(graphs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Batch node-graphs ``[(x_i, edges_i), ...]`` as one disjoint union ``(x, edges, batch)``."""
     if not graphs:
@@ -232,9 +275,17 @@ def edge_homophily(edges: np.ndarray, y: np.ndarray) -> float:
     return float(np.mean(y[e[0]] == y[e[1]])) if e.shape[1] else float("nan")
 
 
-def digits_gon(rng: np.random.Generator, n_images: int, k: int = 5) -> GraphOfNet:
+def _inter(rng, edges: str, flat: np.ndarray, y: np.ndarray, k: int, degree: float, homophily: float) -> np.ndarray:
+    if edges not in EDGE_KINDS:
+        raise ValueError(f"edges must be one of {EDGE_KINDS}, got {edges!r}")
+    return knn_graph(flat, k) if edges == "knn" else planted_edges(rng, y, degree, homophily)
+
+
+def digits_gon(rng: np.random.Generator, n_images: int, k: int = 5, *, edges: str = "knn", degree: float = 6.0,
+               homophily: float = 0.5) -> GraphOfNet:
     """``n_images`` random ``load_digits`` images as pixel / superpixel graphs, linked by a kNN graph
-    over the images' pixel vectors (``k`` neighbours, symmetrised)."""
+    over the images' pixel vectors (``edges="knn"``, ``k`` neighbours, symmetrised) or by edges
+    planted from the labels (``edges="planted"``, ``planted_edges(degree, homophily)``)."""
     from sklearn.datasets import load_digits
 
     d = load_digits()
@@ -243,8 +294,9 @@ def digits_gon(rng: np.random.Generator, n_images: int, k: int = 5) -> GraphOfNe
     idx = np.sort(rng.choice(len(d.target), size=int(n_images), replace=False))
     graphs = [pixel_superpixel_graph(d.images[i] / 16.0) for i in idx]
     x, e, b = collate(graphs)
-    return GraphOfNet(x=x, intra_edges=e, batch=b, inter_edges=knn_graph(d.data[idx] / 16.0, k),
-                      y=d.target[idx].astype(np.int64))
+    y, flat = d.target[idx].astype(np.int64), (d.data[idx] / 16.0).astype(np.float32)
+    return GraphOfNet(x=x, intra_edges=e, batch=b, inter_edges=_inter(rng, edges, flat, y, k, degree, homophily),
+                      y=y, flat=flat)
 
 
 def _fingerprint(x: np.ndarray, e: np.ndarray) -> np.ndarray:
@@ -253,9 +305,11 @@ def _fingerprint(x: np.ndarray, e: np.ndarray) -> np.ndarray:
 
 
 def molecule_gon(rng: np.random.Generator, n_graphs: int, k: int = 5, motif_prob: float = 0.7,
-                 comp_signal: float = 0.15) -> GraphOfNet:
+                 comp_signal: float = 0.15, *, edges: str = "knn", degree: float = 6.0,
+                 homophily: float = 0.5) -> GraphOfNet:
     """``n_graphs`` random molecules (balanced classes ``0..3``, ``random_molecule``) linked by a
-    kNN graph over a similarity fingerprint: atom-type fractions and the degree histogram.
+    kNN graph over a similarity fingerprint: atom-type fractions and the degree histogram
+    (``edges="knn"``), or by edges planted from the labels (``edges="planted"``).
 
     assumed: the fingerprint (a WL-1 style composition / degree profile) and ``k``.
     """
@@ -263,9 +317,29 @@ def molecule_gon(rng: np.random.Generator, n_graphs: int, k: int = 5, motif_prob
         raise ValueError(f"n_graphs must be an integer >= 20, got {n_graphs!r}")
     y = rng.permutation(np.arange(int(n_graphs)) % len(MOTIFS))
     graphs = [random_molecule(rng, int(c), motif_prob=motif_prob, comp_signal=comp_signal) for c in y]
-    fp = np.vstack([_fingerprint(x, e) for x, e in graphs])
+    fp = np.vstack([_fingerprint(x, e) for x, e in graphs]).astype(np.float32)
     x, e, b = collate(graphs)
-    return GraphOfNet(x=x, intra_edges=e, batch=b, inter_edges=knn_graph(fp, k), y=y.astype(np.int64))
+    y = y.astype(np.int64)
+    return GraphOfNet(x=x, intra_edges=e, batch=b, inter_edges=_inter(rng, edges, fp, y, k, degree, homophily),
+                      y=y, flat=fp)
+
+
+def flat_features(gon: GraphOfNet) -> np.ndarray:
+    """One flat vector per node-graph: ``gon.flat`` when the GON has it, else the node features'
+    per-graph mean and max with the node-degree histogram (``_fingerprint``'s degree part)."""
+    if gon.flat is not None:
+        f = np.asarray(gon.flat, dtype=np.float32)
+        if f.shape[0] != gon.n_graphs or f.ndim != 2:
+            raise ValueError(f"gon.flat must be (n_graphs, f) = ({gon.n_graphs}, f), got {f.shape}")
+        return f
+    out = []
+    for g in range(gon.n_graphs):
+        idx = np.flatnonzero(gon.batch == g)
+        m = np.isin(gon.intra_edges[0], idx)
+        deg = np.bincount(gon.intra_edges[:, m].ravel() - idx[0], minlength=idx.size)
+        xg = gon.x[idx]
+        out.append(np.concatenate([xg.mean(0), xg.max(0), np.bincount(np.minimum(deg, 4), minlength=5) / idx.size]))
+    return np.vstack(out).astype(np.float32)
 
 
 def split_nodes(rng: np.random.Generator, y: np.ndarray, per_class: int, n_val: int) -> dict:

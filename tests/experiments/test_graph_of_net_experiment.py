@@ -11,7 +11,7 @@ def test_every_claim_is_measured_at_tiny_size(unmeasured_claims):
 
 
 @pytest.mark.parametrize("key, value, match", [
-    ("datasets", ["digits", "cifar"], "datasets"), ("datasets", [], "datasets"), ("k", 0, "k must"),
+    ("datasets", ["digits", "cifar"], "datasets"), ("datasets", [], "datasets"), ("degree", 0, "degree"), ("homophily", 1.5, "homophily"),
     ("n_graphs", 5000, "n_graphs"), ("lr_grid", [0.0], "lr_grid"), ("lam", -1.0, "lam"),
     ("labels_per_class", 10, "labels_per_class"), ("hidden", 1.5, "hidden"),
 ])
@@ -24,4 +24,5 @@ def test_bad_settings_are_rejected_before_any_work(key, value, match):
 def test_paper_setting_is_inside_every_tuning_grid():
     for size in ("quick", "full"):
         assert exp.PAPER_LR in exp.SIZES[size]["lr_grid"]
+        assert exp.PAPER_ALPHA in exp.SIZES[size]["alpha_grid"]
     assert all(c.source for c in exp.CLAIMS if c.kind == "paper")

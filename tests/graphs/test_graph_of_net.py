@@ -99,7 +99,10 @@ def _permute_graphs(g, rng):
     return gd.GraphOfNet(x=x, intra_edges=e, batch=b, inter_edges=new[g.inter_edges], y=g.y[order]), order
 
 
-@pytest.mark.parametrize("method", gn.METHODS)
+NODE_GRAPH_MODELS = [m for m in gn.METHODS if m != "gcn"]  # the gcn baseline reads flat vectors only
+
+
+@pytest.mark.parametrize("method", NODE_GRAPH_MODELS)
 def test_node_relabelling_inside_node_graphs_changes_nothing(method):
     g = _small_gon(2)
     h = _permute_inside(g, np.random.default_rng(3))
@@ -112,7 +115,7 @@ def test_node_relabelling_inside_node_graphs_changes_nothing(method):
     assert torch.allclose(a, b, atol=1e-9)
 
 
-@pytest.mark.parametrize("method", gn.METHODS)
+@pytest.mark.parametrize("method", NODE_GRAPH_MODELS)
 def test_reordering_node_graphs_permutes_the_outputs(method):
     g = _small_gon(4)
     h, order = _permute_graphs(g, np.random.default_rng(5))
@@ -220,7 +223,8 @@ def test_constraint_loss_matches_a_float64_rederivation():
 
 def test_baselines_have_the_parameter_count_of_n2gon():
     for d_in, c in ((5, 10), (4, 4)):
-        counts = {m: gn.n_params(gn.build_model(gn.N2GONConfig(method=m, hidden=16), d_in, c)) for m in gn.METHODS}
+        counts = {m: gn.n_params(gn.build_model(gn.N2GONConfig(method=m, hidden=16), d_in, c, d_flat=9))
+                  for m in gn.METHODS}
         assert counts["dual-encoder"] == counts["n2gon"]
         assert all(abs(v / counts["n2gon"] - 1) < 0.05 for v in counts.values())
 
@@ -231,7 +235,9 @@ def test_training_is_deterministic_and_learns_a_separable_gon():
     cfg = gn.N2GONConfig(method="n2gon", hidden=8, epochs=30, eval_every=5)
     a = gn.train(g, split, cfg, seed=3)
     b = gn.train(g, split, cfg, seed=3)
+    ma, mb = a.pop("model"), b.pop("model")
     assert a == b
+    assert np.array_equal(ma.predict_proba(g), mb.predict_proba(g))
     assert np.isfinite(a["l_con"]) and a["params"] > 0
     # four balanced classes: the validation accuracy must beat chance (0.25)
     assert a["val_acc"] > 0.25
@@ -243,6 +249,7 @@ def test_constraint_loss_changes_training_only_for_n2gon():
     base = gn.N2GONConfig(method="dual-encoder", hidden=8, epochs=6)
     a = gn.train(g, split, base, 0)
     b = gn.train(g, split, gn.N2GONConfig(**{**base.__dict__, "lam": 5.0}), 0)
+    a.pop("model"), b.pop("model")
     assert np.isnan(a.pop("l_con")) and np.isnan(b.pop("l_con")) and a == b
     n2 = gn.train(g, split, gn.N2GONConfig(method="n2gon", hidden=8, epochs=6), 0)
     assert np.isfinite(n2["l_con"])
@@ -251,7 +258,7 @@ def test_constraint_loss_changes_training_only_for_n2gon():
 # --- bad input ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(method="gcn"), "method"), (dict(hidden=0), "hidden"), (dict(lam=-1.0), "lam"),
+    (dict(method="mlp"), "method"), (dict(hidden=0), "hidden"), (dict(lam=-1.0), "lam"),
     (dict(lr=0.0), "lr"), (dict(dropout=1.0), "dropout"), (dict(epochs=2.5), "epochs"),
 ])
 def test_config_rejects_bad_values(kwargs, match):
@@ -288,3 +295,80 @@ def test_train_rejects_bad_gon_and_split():
         gn.train(bad, split, cfg, 0)
     with pytest.raises(ValueError, match="split"):
         gn.train(g, {**split, "test": np.array([], dtype=np.int64)}, cfg, 0)
+
+
+# --- the trained model, the planted GON edges, the plain baselines (issue 39) ---------------------
+
+def test_train_returns_the_model_of_the_reported_epoch():
+    """``train`` used to return only accuracies; its model must reproduce the reported test accuracy."""
+    g = _small_gon(8, n_graphs=48)
+    split = gd.split_nodes(np.random.default_rng(0), g.y, 4, 8)
+    for method in ("n2gon", "gcn"):
+        out = gn.train(g, split, gn.N2GONConfig(method=method, hidden=8, epochs=20, eval_every=5), seed=1)
+        pred = out["model"].predict(g)
+        assert pred.shape == (g.n_graphs,)
+        assert np.mean(pred[split["test"]] == g.y[split["test"]]) == pytest.approx(out["test_acc"])
+        assert np.mean(pred[split["val"]] == g.y[split["val"]]) == pytest.approx(out["val_acc"])
+
+
+def test_planted_edges_follow_the_labels_alone():
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(4), 30)
+    for h in (0.0, 1.0):
+        e = gd.planted_edges(rng, y, 6.0, h)
+        assert gd.edge_homophily(e, y) == h and np.all(e[0] < e[1])
+    e = gd.planted_edges(rng, y, 6.0, 0.5)
+    assert abs(gd.edge_homophily(e, y) - 0.5) < 0.1
+    assert 2 * e.shape[1] / y.size <= 6.0
+    with pytest.raises(ValueError, match="homophily"):
+        gd.planted_edges(rng, y, 6.0, 1.5)
+    g = gd.molecule_gon(np.random.default_rng(1), 40, edges="planted", homophily=1.0)
+    assert gd.edge_homophily(g.inter_edges, g.y) == 1.0 and g.flat.shape == (40, 9)
+    with pytest.raises(ValueError, match="edges"):
+        gd.molecule_gon(np.random.default_rng(1), 40, edges="random")
+
+
+def test_flat_features_fall_back_to_pooled_node_features():
+    g = _small_gon(3)
+    pooled = gd.flat_features(gd.GraphOfNet(x=g.x, intra_edges=g.intra_edges, batch=g.batch,
+                                            inter_edges=g.inter_edges, y=g.y))
+    i = 5
+    idx = np.flatnonzero(g.batch == i)
+    assert pooled.shape == (g.n_graphs, 2 * g.x.shape[1] + 5)
+    assert np.allclose(pooled[i, :g.x.shape[1]], g.x[idx].mean(0))
+    assert np.array_equal(gd.flat_features(g), g.flat)
+
+
+def test_label_propagation_is_the_fixed_point_of_the_iteration():
+    from rayml.graphs import graph_of_net_baselines as gb
+
+    g = _small_gon(5)
+    split = gd.split_nodes(np.random.default_rng(2), g.y, 2, 4)
+    F = gb.label_propagation(g, split, 0.9)
+    n = g.n_graphs
+    A = np.zeros((n, n))
+    A[g.inter_edges[0], g.inter_edges[1]] = A[g.inter_edges[1], g.inter_edges[0]] = 1.0
+    d = A.sum(1)
+    S = A / np.sqrt(np.outer(d, d))
+    Y = np.zeros((n, g.n_classes))
+    Y[split["train"], g.y[split["train"]]] = 1.0
+    G = Y.copy()
+    for _ in range(400):  # Zhou et al.'s iteration F <- alpha S F + Y
+        G = 0.9 * S @ G + Y
+    assert np.allclose(F, G, atol=1e-8)
+    assert np.array_equal(F[split["train"]].argmax(1), g.y[split["train"]])
+    with pytest.raises(ValueError, match="alpha"):
+        gb.label_propagation(g, split, 1.0)
+
+
+def test_logistic_regression_fits_separable_flat_vectors():
+    from rayml.graphs import graph_of_net_baselines as gb
+
+    g = _small_gon(6, n_graphs=40)
+    flat = np.eye(g.n_classes, dtype=np.float32)[g.y] * 3.0
+    g2 = gd.GraphOfNet(x=g.x, intra_edges=g.intra_edges, batch=g.batch, inter_edges=g.inter_edges, y=g.y, flat=flat)
+    split = gd.split_nodes(np.random.default_rng(0), g.y, 3, 6)
+    acc = gb.accuracies(gb.logistic_regression(g2, split, 1.0), g.y, split)
+    assert acc == {"val_acc": 1.0, "test_acc": 1.0}
+    with pytest.raises(ValueError, match="C must"):
+        gb.logistic_regression(g2, split, 0.0)
