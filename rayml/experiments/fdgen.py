@@ -60,7 +60,7 @@ SIZES = {
     "quick": dict(n=200, degree=8.0, feat_dim=16, y_signal=0.5, s_signal=1.0, label_bias=0.2,
                   sbm_homophily=[0.5, 0.9], nx_graphs=["karate"], epochs=100, latent=16, hidden=32,
                   samples=1, gnn_epochs=80, lambda_grid=[0.25, 1.0, 4.0],
-                  post_grid=[0.2, 0.6, 1.0], seeds=5, tune_seeds=1),
+                  post_grid=[0.2, 0.6, 1.0], seeds=5, tune_seeds=2),
     "full": dict(n=1000, degree=10.0, feat_dim=32, y_signal=0.5, s_signal=1.0, label_bias=0.2,
                  sbm_homophily=[0.5, 0.7, 0.9], nx_graphs=["karate", "lesmis"], epochs=300, latent=32, hidden=64,
                  samples=2, gnn_epochs=150, lambda_grid=[0.25, 0.5, 1.0, 2.0, 4.0],
@@ -222,6 +222,32 @@ def select_strength(rows: list[dict], method: str, utility_margin: float = 0.05)
     return min(ok, key=lambda v: (mean(v, "val_dsp") + mean(v, "val_deo"), v))
 
 
+MATCH_MARGIN = 0.05  # the accuracy budget of the matched-accuracy comparison (and of select_strength)
+
+
+def matched_front(rows: list[dict], margin: float = MATCH_MARGIN) -> list[dict]:
+    """The Pareto comparison at matched accuracy over the strength sweep of ``tune_task``'s rows.
+
+    For every (case, sweep seed) and fair method: the lowest held-out ``Delta_SP`` and ``Delta_EO``
+    among that method's grid values (the plain generator, strength 0, included: it is on both
+    fronts) whose held-out accuracy is at least the plain generator's minus ``margin``. Each is the
+    method's front read at the same accuracy budget, with no value selected on these seeds.
+    Tidy rows ``{case, seed, method, margin, metric: dsp_matched | deo_matched, value}``.
+    """
+    out = []
+    for case, seed in sorted({(r["case"], r["tune_seed"]) for r in rows}):
+        here = [r for r in rows if r["case"] == case and r["tune_seed"] == seed]
+        plain = [r for r in here if r["method"] == "plain"]
+        floor = float(np.mean([r["val_acc"] for r in plain])) - margin
+        for method in ("fdgen", "fairgen-post"):
+            ok = [r for r in here if r["method"] in (method, "plain") and r["val_acc"] >= floor]
+            for metric, key in (("dsp_matched", "val_dsp"), ("deo_matched", "val_deo")):
+                vals = [r[key] for r in ok if np.isfinite(r[key])]
+                out.append({"case": case, "seed": seed, "method": method, "margin": margin, "metric": metric,
+                            "value": float(min(vals)) if vals else float("nan")})
+    return out
+
+
 def run_task(item: tuple, config: Mapping[str, Any]) -> list[dict]:
     """One (case, seed): the real-graph reference, ER, and every method's generated graphs judged."""
     import torch
@@ -283,7 +309,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                   for k in range(int(config["tune_seeds"]))]
     tuned_rows = [r for rs in runtime.pmap(tune_task, tune_items, shared=dict(config), chunk_size=1,
                                            desc="fdgen tuning") for r in rs]
-    strengths = {m: select_strength(tuned_rows, m) for m in ("fdgen", "fairgen-post")}
+    strengths = {m: select_strength(tuned_rows, m, MATCH_MARGIN) for m in ("fdgen", "fairgen-post")}
+    front = matched_front(tuned_rows)
     sseeds = runtime.seeds(test_root, len(cs) * int(config["seeds"]))
     items = [(c, k, sseeds[i * int(config["seeds"]) + k], strengths) for i, c in enumerate(cs)
              for k in range(int(config["seeds"]))]
@@ -303,9 +330,16 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         return block
 
     metrics = summary("fdgen")
+    for method, block in (("fdgen", metrics), ("fairgen-post", None)):
+        vals = {m: float(np.nanmean([r["value"] for r in front if r["method"] == method and r["metric"] == m]))
+                for m in ("dsp_matched", "deo_matched")}
+        if block is not None:
+            block["front"] = vals
+        else:
+            front_post = vals
     metrics["lambda"] = strengths["fdgen"]
     metrics["real_dsp"] = summary("real")["dsp"]
-    baselines = {"plain": summary("plain"), "fairgen_post": {**summary("fairgen-post"),
+    baselines = {"plain": summary("plain"), "fairgen_post": {**summary("fairgen-post"), "front": front_post,
                                                              "strength": strengths["fairgen-post"]},
                  "real": summary("real")}
     wins = {}
@@ -326,7 +360,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                         f"0.05 of plain's, on {config['tune_seeds']} tuning seed(s) per case kept apart from the "
                         "test seeds",
               "tuned": strengths}
-    return Outcome(metrics=metrics, baselines=baselines, tables={"runs": rows, "tuning": tuned_rows}, budget=budget)
+    return Outcome(metrics=metrics, baselines=baselines,
+                   tables={"runs": rows, "tuning": tuned_rows, "front": front}, budget=budget)
 
 
 _SRC_FAIR = ("abstract: 'Experimental results on four real-world datasets demonstrate that FDGen outperforms "
@@ -345,24 +380,28 @@ def _cut(metric, label):
                  controls=(Control("plain", f"baselines.plain.{metric}_cut",
                                    a={"method": "plain", "metric": f"{metric}_cut"}),
                            # the state-of-the-art baseline the paper compares against: a cut it also makes is
-                           # no evidence for FDGen (the comparison itself is the _vs_post claims)
+                           # no evidence for FDGen (the comparison itself is the _front claims)
                            Control("fairgen-post", f"baselines.fairgen_post.{metric}_cut",
                                    a={"method": "fairgen-post", "metric": f"{metric}_cut"})))
 
 
-def _vs_post(metric, label):
-    return Claim(text=f"FDGen's {label} is below structure-only (FairGen-style) post-processing's "
-                      "(paired wilcoxon over (case, seed))",
-                 metric=f"metrics.{metric}", compare=f"baselines.fairgen_post.{metric}", op="<",
-                 test="wilcoxon signed-rank over seeds", table="runs", a={"method": "fdgen", "metric": metric},
-                 b={"method": "fairgen-post", "metric": metric}, pair_on=_PAIR, kind="paper", source=_SRC_FAIR)
+def _front(metric, label):
+    return Claim(text=f"at matched accuracy, FDGen's {label} is below structure-only (FairGen-style) "
+                      "post-processing's: each method's lowest held-out gap over its strength sweep among the values "
+                      f"within {MATCH_MARGIN} accuracy of the plain generator (the Pareto fronts read at one accuracy "
+                      "budget; paired wilcoxon over (case, sweep seed))",
+                 metric=f"metrics.front.{metric}_matched", compare=f"baselines.fairgen_post.front.{metric}_matched",
+                 op="<", test="wilcoxon signed-rank over seeds", table="front",
+                 a={"method": "fdgen", "metric": f"{metric}_matched"},
+                 b={"method": "fairgen-post", "metric": f"{metric}_matched"}, pair_on=_PAIR, kind="paper",
+                 source=_SRC_FAIR, tie=1e-9)
 
 
 CLAIMS = (
     _cut("dsp", "demographic-parity gap (Delta_SP)"),
     _cut("deo", "equal-opportunity gap (Delta_EO)"),
-    _vs_post("dsp", "Delta_SP"),
-    _vs_post("deo", "Delta_EO"),
+    _front("dsp", "Delta_SP"),
+    _front("deo", "Delta_EO"),
     # the tuning rule (select_strength) admits only strengths whose accuracy is within 0.05 of plain's on the
     # tuning graphs, so this is the selection constraint carrying over to the test seeds, not evidence: sanity
     Claim(text="sanity (enforced by the tuning rule): the GCN's test accuracy on FDGen graphs is within 0.05 of its "

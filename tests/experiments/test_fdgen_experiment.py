@@ -47,3 +47,18 @@ def test_no_erdos_renyi_claim_and_the_unbiased_structure_case_is_run():
     for size in ("quick", "full"):
         assert 0.5 in exp.SIZES[size]["sbm_homophily"]
     assert exp.SIZES["full"]["tune_seeds"] >= 3
+
+
+def test_matched_front_reads_each_sweep_at_the_same_accuracy_budget():
+    """Issue 39: FDGen and the post-processing are compared at matched accuracy, not at one tuned strength each."""
+    def row(method, v, acc, dsp, deo=0.3, seed=0):
+        return {"case": "c", "tune_seed": seed, "method": method, "strength": v, "val_acc": acc, "val_dsp": dsp,
+                "val_deo": deo}
+
+    rows = [row("plain", 0.0, 0.80, 0.40), row("fdgen", 0.5, 0.78, 0.20), row("fdgen", 1.0, 0.70, 0.05),
+            row("fairgen-post", 0.5, 0.79, 0.30), row("fairgen-post", 1.0, 0.76, 0.25, deo=0.5)]
+    got = {(r["method"], r["metric"]): r["value"] for r in exp.matched_front(rows, margin=0.05)}
+    assert got[("fdgen", "dsp_matched")] == 0.20          # lambda 1 is 0.10 below plain: outside the budget
+    assert got[("fairgen-post", "dsp_matched")] == 0.25
+    assert got[("fairgen-post", "deo_matched")] == 0.3    # plain itself is on every front
+    assert {c.table for c in exp.CLAIMS if "front" in c.metric} == {"front"}
