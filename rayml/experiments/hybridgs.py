@@ -29,7 +29,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from rayml import runtime
+from rayml import evidence, runtime
 from rayml.experiments import Experiment, Outcome
 from rayml.results import Claim, Control
 
@@ -264,7 +264,10 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     tune_items, test_items = _items(config, seed)
     tuned = runtime.pmap(run_task, tune_items, shared=dict(config), chunk_size=1, desc="hybridgs tuning")
     mean_scores = {v: float(np.mean([t["scores"][v] for t in tuned])) for v in ("factorised", "context")}
-    context = mean_scores["context"] >= mean_scores["factorised"]
+    # every tuning task scores both variants; the highest mean PSNR wins, a tie goes to context (listed first)
+    choice = evidence.tune(lambda items: [mean_scores[s["variant"]] for _, s in items],
+                           {"learned": {"variant": ["context", "factorised"]}}, lower_is_better=False)["learned"]
+    context = choice.setting["variant"] == "context"
     test_items = [it[:4] + (context,) for it in test_items]
     out = runtime.pmap(run_task, test_items, shared=dict(config), chunk_size=1, desc="hybridgs scenes")
     rows = [r for o in out for r in o["rows"]]
@@ -381,7 +384,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
               "hybridgs_setting": {"k_c": int(config["color_latent_dim"]), "k_r": int(config["rotation_latent_dim"]),
                                    "BD": int(config["feature_bits"]), "BD_p": int(config["position_bits"]),
                                    "L": float(config["compression_ratio"]), "targets_f": list(config["targets"])}}
-    tables = {"rd": rows, "pairs": pair_rows + rc_rows, "timing_coding": timing}
+    tables = {"rd": rows, "pairs": pair_rows + rc_rows, "timing_coding": timing,
+              "tuning": evidence.tuning_rows({"learned": choice}, keys=("codec",), metric="tuning_psnr")}
     return Outcome(metrics=metrics, baselines=baselines, tables=tables, budget=budget)
 
 
