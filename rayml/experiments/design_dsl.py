@@ -34,7 +34,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from rayml import runtime
+from rayml import evidence, runtime
 from rayml.agents import design_dsl as dd
 from rayml.agents import design_dsl_domains as dom
 from rayml.agents import design_dsl_models as dm
@@ -249,18 +249,22 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     test_ins = [(ins.uid, s, ins) for s, ts in enumerate(test_seeds)
                 for ins in dom.instruction_suite(int(config["per_cell"]), ts, domains=config["domains"],
                                                  kinds=config["kinds"], prefix="test")]
-    tune_items = [it for m in models for p in dm.PIPELINES for k in dm.KNOB_GRID[m]
-                  for it in _items("tune", m, p, k, tune_ins, chunk)]
-    tuned = [r for part in runtime.pmap(run_task, tune_items, shared=shared, chunk_size=1, desc="design-dsl tuning")
-             for r in part]
-    chosen, tuning_rows = {}, []
-    for m in models:
-        for p in dm.PIPELINES:
-            scores = {k: _mean([r for r in tuned if r["model"] == m and r["pipeline"] == p and r["knob"] == k],
-                               "success") for k in dm.KNOB_GRID[m]}
-            chosen[(m, p)] = max(dm.KNOB_GRID[m], key=lambda k: (scores[k], -dm.KNOB_GRID[m].index(k)))
-            tuning_rows += [{"model": m, "pipeline": p, "knob": k, "metric": "tuning_success", "value": v}
-                            for k, v in scores.items()]
+
+    def evaluate(problems):
+        """Each ((model, pipeline), {knob})'s mean success on the tuning instructions (pmap tasks)."""
+        tune_items = [it for (m, p), st in problems for it in _items("tune", m, p, st["knob"], tune_ins, chunk)]
+        tuned = [r for part in runtime.pmap(run_task, tune_items, shared=shared, chunk_size=1,
+                                            desc="design-dsl tuning") for r in part]
+        return [_mean([r for r in tuned if r["model"] == m and r["pipeline"] == p and r["knob"] == st["knob"]],
+                      "success") for (m, p), st in problems]
+
+    # the highest tuning success; ties: the first knob of the grid (the smaller)
+    choices = evidence.tune(evaluate, {(m, p): {"knob": list(dm.KNOB_GRID[m])} for m in models for p in dm.PIPELINES},
+                            lower_is_better=False)
+    chosen = {mp: ch.setting["knob"] for mp, ch in choices.items()}
+    tuning_rows = evidence.tuning_rows(choices, keys=("model", "pipeline"), metric="tuning_success")
+    n_tune_items = sum(len(_items("tune", m, p, k, tune_ins, chunk)) for (m, p), ch in choices.items()
+                       for k in ch.axes["knob"])
     items = [it for m in models for p in dm.PIPELINES for it in _items("test", m, p, chosen[(m, p)], test_ins, chunk)]
     items += _items("test", models[0], "oracle", 0, test_ins, chunk)
     out = [r for part in runtime.pmap(run_task, items, shared=shared, chunk_size=1, desc="design-dsl episodes")
@@ -299,7 +303,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                                   "smollm2": "alpha (length normalisation of option log-likelihoods)"},
                          "chosen": {f"{m}/{p}": chosen[(m, p)] for (m, p) in sorted(chosen)}},
               "corpus": {"variants": int(config["corpus_variants"]), "edits": int(config["corpus_edits"])},
-              "tasks": len(items) + len(tune_items)}
+              "tasks": len(items) + n_tune_items}
     lm = _lm_part(config, seed, specs)
     metrics["lm"] = lm["metrics"]
     budget["lm"] = lm["budget"]
