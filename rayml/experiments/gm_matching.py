@@ -39,7 +39,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from rayml import runtime
+from rayml import evidence, runtime
 from rayml.data.gm_matching import METHODS, geometric_median, herding, select_per_class
 from rayml.experiments import Experiment, Outcome
 from rayml.results import Claim, Control
@@ -219,8 +219,9 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     summaries = {m: summary(m) for m in METHODS}
     # per-case win counts: in how many corruption kinds (at the heaviest level) GM Matching beats each baseline
     def wins_against(me):
-        return {b: int(sum(mean_acc(me, corruption=c, heavy=True) > mean_acc(b, corruption=c, heavy=True)
-                           for c in kinds)) for b in METHODS if b != me}
+        heavy_acc = {m: [mean_acc(m, corruption=c, heavy=True) for c in kinds] for m in METHODS}
+        return {b: evidence.paired_counts(heavy_acc[me], heavy_acc[b], lower_is_better=False)["wins"]
+                for b in METHODS if b != me}
 
     wins = wins_against(OURS)
     metrics = {
