@@ -54,6 +54,7 @@ from rayml.agents import syncmind_agents as sa
 from rayml.agents import syncmind_bench as sb
 from rayml.agents import syncmind_repos as sr
 from rayml.agents.syncmind_llm import USEFUL_QUESTIONS
+from rayml.evidence import on_edge
 from rayml.experiments import Experiment, Outcome
 from rayml.results import Claim, Control
 
@@ -238,6 +239,8 @@ def _tune(pool, scenarios, config, seed):
             rows.append({"agent": agent, "param": key, "grid_value": v, "metric": "tuning_sr", "value": s["sr"]})
             rows.append({"agent": agent, "param": key, "grid_value": v, "metric": "tuning_eff", "value": s["eff"]})
             scores.append((s["sr"], s["eff"], -j))
+        # a two-key score (success rate, then efficiency; ties: the first grid value), which
+        # rayml.evidence.tune (one number per setting) does not take
         return grid[max(range(len(grid)), key=lambda j: scores[j])]
 
     chosen["per_suspect"] = best("no-collaboration", "per_suspect", list(config["per_suspect_grid"]), {})
@@ -405,6 +408,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                            "per_suspect": chosen["per_suspect"]},
               "tuning": {"per_suspect (shared repair skill, on no-collaboration)": list(config["per_suspect_grid"]),
                          "patience (budget-aware)": list(config["patience_grid"]), "chosen": chosen,
+                         "on_grid_edge": {k: on_edge(chosen[k], config[f"{k}_grid"]) for k in ("per_suspect",
+                                                                                              "patience")},
                          "not tuned": "always-ask, oracle (no parameter); p_ask (a behaviour)"}}
     return Outcome(metrics=metrics, baselines=baselines,
                    tables={"episodes": episode_rows, "summary": summary_rows, "by_type": type_rows,
