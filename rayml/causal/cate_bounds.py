@@ -69,9 +69,15 @@ __all__ = [
     "pair_nuisances",
     "level_nuisances",
     "manski_bounds",
+    "level_mask",
+    "partition_bounds",
+    "oracle_partition",
     "RepNet",
+    "OneLevelPartition",
     "repnet_loss",
+    "repnet_levels",
     "fit_repnet",
+    "kmeans_levels",
     "kmeans_bounds",
     "repnet_bounds",
     "TrainConfig",
@@ -102,12 +108,15 @@ def true_cate(dataset: str, X: np.ndarray) -> np.ndarray:
 
 
 def generate(dataset: str, n: int, seed: int, *, confounding: float = 0.5, noise: float = 0.1) -> dict:
-    """``{"X", "Z", "A", "Y", "U", "cate"}`` from the paper's generator ``dataset``.
+    """``{"X", "Z", "A", "Y", "U", "cate", "strength"}`` from the paper's generator ``dataset``
+    (``strength``: the propensity at ``X = 0``, ``U = -1`` as a function of ``Z``, for the oracle
+    partition).
 
     ``mixture``: 1-D instrument from a mixture (half ``U(-1, 1)``, a quarter ``Beta(2, 2)``, a quarter
     ``-Beta(2, 2)``); ``binary``: 20 Bernoulli(1/2) instruments of which the first 5 move the
-    treatment (assumed: the other 15 stay in ``Z`` as irrelevant dimensions; the authors' code zeroes
-    them as a side effect).
+    treatment through ``(S - 10) / 5``, ``S`` their sum, as the authors' ``data3.py`` computes it
+    (assumed: the other 15 stay in ``Z`` as irrelevant dimensions; the authors' code zeroes them as a
+    side effect).
     """
     if dataset not in DATASETS:
         raise ValueError(f"dataset must be one of {DATASETS}, got {dataset!r}")
@@ -127,12 +136,24 @@ def generate(dataset: str, n: int, seed: int, *, confounding: float = 0.5, noise
     else:
         Z = rng.binomial(1, 0.5, size=(n, 20)).astype(float)
         active = Z[:, :5]
-        coeff = (active.sum(1) - 5 * 0.5) / (5 * 0.25)
+        # the authors' data3.py zeroes Z[:, 5:] in place, then centres and scales the sum over all 20
+        # columns: (S - 20 * 0.5) / (20 * 0.25) with S the sum of the 5 active ones
+        coeff = (active.sum(1) - 20 * 0.5) / (20 * 0.25)
         ps = np.sin(10 * coeff + X.mean(1) + U.mean(1)) * 0.48 + 0.48 + 0.04 / (1 + np.exp(-3 * np.abs(5 * coeff)))
         cate = _cate_binary(X)
     A = rng.binomial(1, ps)
     Y = 0.25 * (X.mean(1) + confounding * U.mean(1) + noise * rng.laplace(0, 1, size=n)) + cate * A
-    return {"X": X, "Z": Z, "A": A.astype(np.int64), "Y": Y, "U": U, "cate": cate}
+    return {"X": X, "Z": Z, "A": A.astype(np.int64), "Y": Y, "U": U, "cate": cate,
+            "strength": _strength(dataset, coeff)}
+
+
+def _strength(dataset: str, coeff: np.ndarray) -> np.ndarray:
+    """The instrument's effect on the treatment: the generator's propensity at ``X = 0`` and ``U`` at
+    its mean (-1), a function of ``Z`` only; ``oracle_partition`` bins it."""
+    if dataset == "mixture":
+        ps = 1 / (1 + np.exp(-(coeff - 0.5)))
+        return (ps - 0.5) * 0.9 + 0.5
+    return np.sin(10 * coeff - 1.0) * 0.48 + 0.48 + 0.04 / (1 + np.exp(-3 * np.abs(5 * coeff)))
 
 
 # --- nuisances ------------------------------------------------------------------------------------
@@ -189,6 +210,7 @@ class TrainConfig:
     batch: int = 128
     gamma: float = 1.0
     alpha: float = 1.0
+    min_level_share: float = 0.05
 
     def __post_init__(self):
         for name in ("nuisance_epochs", "nuisance_patience", "rep_epochs", "rep_patience", "batch"):
@@ -200,6 +222,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must be > 0")
         if self.gamma < 0 or self.alpha < 0:
             raise ValueError("gamma and alpha must be >= 0")
+        if not 0 <= self.min_level_share < 1:
+            raise ValueError(f"min_level_share must be in [0, 1), got {self.min_level_share!r}")
 
 
 def _tensors(d: dict, idx) -> tuple:
@@ -279,9 +303,15 @@ def level_nuisances(pairs: dict, phi: torch.Tensor, A_pop: torch.Tensor, eps: fl
     return mu, pi
 
 
-def manski_bounds(mu: torch.Tensor, pi: torch.Tensor, support: tuple[float, float], eps: float = 1e-4) -> torch.Tensor:
+def manski_bounds(mu: torch.Tensor, pi: torch.Tensor, support: tuple[float, float], eps: float = 1e-4,
+                  valid: torch.Tensor | None = None) -> torch.Tensor:
     """``(n, 2)`` CATE bounds: Manski bounds per level pair (``Y(0)`` from level ``k``, ``Y(1)`` from
-    level ``l``), the largest lower and the smallest upper bound over all ``K^2`` pairs."""
+    level ``l``), the largest lower and the smallest upper bound over all ``K^2`` pairs.
+
+    ``valid``: ``(K,)`` booleans, the levels allowed into the max / min (``level_mask``: a level with
+    too few instruments gives noisy nuisances whose extreme pair cuts through the CATE); a pair
+    with an invalid level gives the no-instrument bounds ``[lo - hi, hi - lo]``, which never bind.
+    """
     lo, hi = float(support[0]), float(support[1])
     if not hi > lo:
         raise ValueError(f"support must be (low, high) with high > low, got {support!r}")
@@ -291,22 +321,74 @@ def manski_bounds(mu: torch.Tensor, pi: torch.Tensor, support: tuple[float, floa
     m0, p0 = mu[:, :, 0], pi[:, :, 0]  # level k
     y1_lo, y1_hi = p1 * m1 + (1 - p1) * lo, p1 * m1 + (1 - p1) * hi
     y0_lo, y0_hi = p0 * m0 + (1 - p0) * lo, p0 * m0 + (1 - p0) * hi
-    lower = (y1_lo[:, None, :] - y0_hi[:, :, None]).flatten(1).max(1).values
-    upper = (y1_hi[:, None, :] - y0_lo[:, :, None]).flatten(1).min(1).values
-    return torch.stack([lower, upper], 1)
+    lower = y1_lo[:, None, :] - y0_hi[:, :, None]  # (n, k, l)
+    upper = y1_hi[:, None, :] - y0_lo[:, :, None]
+    if valid is not None:
+        valid = torch.as_tensor(valid, dtype=torch.bool)
+        if valid.shape != (mu.shape[1],):
+            raise ValueError(f"valid must have one entry per level ({mu.shape[1]}), got shape {tuple(valid.shape)}")
+        pair = valid[:, None] & valid[None, :]
+        lower = torch.where(pair[None], lower, torch.full_like(lower, lo - hi))
+        upper = torch.where(pair[None], upper, torch.full_like(upper, hi - lo))
+    return torch.stack([lower.flatten(1).max(1).values, upper.flatten(1).min(1).values], 1)
+
+
+def level_mask(phi: torch.Tensor, min_share: float) -> torch.Tensor:
+    """``(K,)`` booleans: the levels holding at least ``min_share`` of the population ``phi``
+    (``(m, K)`` one-hot rows); an empty level is never valid."""
+    if not 0 <= min_share < 1:
+        raise ValueError(f"min_share must be in [0, 1), got {min_share!r}")
+    counts = phi.detach().sum(0)
+    return (counts > 0) & (counts >= min_share * phi.shape[0])
+
+
+def partition_bounds(nu: "Nuisances", data: dict, idx, levels: np.ndarray, K: int, support, *,
+                     min_share: float = 0.05) -> np.ndarray:
+    """Bounds at the points ``idx`` for a given partition ``levels`` (integers in ``[0, K)``, one per
+    point of ``idx``; ``idx`` is the instrument population), through the same aggregation as the
+    learned representation (``level_nuisances``, ``level_mask``, ``manski_bounds``): the k-means,
+    oracle and random partitions are compared with ours through this one estimator."""
+    levels = np.asarray(levels)
+    if levels.shape != (len(idx),) or levels.min() < 0 or levels.max() >= K:
+        raise ValueError(f"levels must hold one integer in [0, {K}) per point of idx, got shape {levels.shape}")
+    X, Z, A, _ = _tensors(data, idx)
+    phi = F.one_hot(torch.as_tensor(levels, dtype=torch.long), K).float()
+    with torch.no_grad():
+        mu, pi = level_nuisances(pair_nuisances(nu, X, Z), phi, A)
+        return manski_bounds(mu, pi, support, valid=level_mask(phi, min_share)).numpy()
+
+
+def oracle_partition(strength: np.ndarray, K: int) -> np.ndarray:
+    """``K`` levels of equal size by rank of the instrument's true ``strength`` (a generator's
+    propensity as a function of ``Z``): the partition a representation could at best learn."""
+    order = np.argsort(np.asarray(strength), kind="stable")
+    levels = np.empty(len(order), dtype=np.int64)
+    levels[order] = np.arange(len(order)) * K // len(order)
+    return levels
 
 
 # --- the representation ---------------------------------------------------------------------------
 
 class RepNet(nn.Module):
-    """``Z -> MLP -> K`` logits -> hard Gumbel-softmax levels; an auxiliary classification head."""
+    """``Z -> MLP -> K`` logits -> hard Gumbel-softmax levels; an auxiliary classification head.
+
+    The trunk ends in a linear layer and uses LeakyReLU (slope 0.1) between its layers (differs from
+    the authors' ReLUs): with ReLUs and a trailing ReLU (as we had it) Adam at the authors' lr 0.03
+    drove every unit negative within a few epochs, the trunk output was exactly 0 for every ``Z``
+    and the argmax partition one level (the no-instrument bounds) in 4 of 4 runs.
+    """
 
     def __init__(self, dz: int, K: int, hidden: int = 10, layers: int = 3):
         super().__init__()
         if not isinstance(K, int) or K < 1:
             raise ValueError(f"K must be a positive integer, got {K!r}")
         sizes = [dz] + [hidden] * layers
-        self.trunk = nn.Sequential(MLP(sizes), nn.ReLU())
+        trunk = []
+        for i in range(layers):
+            trunk.append(nn.Linear(sizes[i], sizes[i + 1]))
+            if i < layers - 1:
+                trunk.append(nn.LeakyReLU(0.1))
+        self.trunk = nn.Sequential(*trunk)
         self.logits = nn.Linear(hidden, K)
         self.cls = nn.Linear(hidden, K)
         self.K = K
@@ -330,16 +412,29 @@ def repnet_loss(bounds: torch.Tensor, phi: torch.Tensor, cls_logits: torch.Tenso
     return width + gamma * ce + alpha * balance
 
 
-def _bounds_for(rep: RepNet, pairs: dict, Z_pop, A_pop, support, sample: bool):
+def _bounds_for(rep: RepNet, pairs: dict, Z_pop, A_pop, support, sample: bool, min_share: float):
     phi, cls = rep(Z_pop, sample=sample)
     mu, pi = level_nuisances(pairs, phi, A_pop)
-    return manski_bounds(mu, pi, support), phi, cls
+    return manski_bounds(mu, pi, support, valid=level_mask(phi, min_share)), phi, cls
+
+
+class OneLevelPartition(RuntimeError):
+    """The learned partition puts every instrument into one level: its bounds are the no-instrument
+    bounds, whatever the loss said (a dead trunk, or a representation that learned nothing)."""
 
 
 def fit_repnet(data: dict, nu: Nuisances, K: int, train_idx, val_idx, support, cfg: TrainConfig = TrainConfig(),
-               *, seed: int = 0) -> RepNet:
+               *, seed: int = 0, allow_one_level: bool = False) -> RepNet:
     """Train the representation: each step a batch of ``x`` against the whole training split as the
-    instrument population (assumed; see the module docstring), early stopping on validation loss."""
+    instrument population (assumed; see the module docstring). Early stopping on the mean
+    validation width of the *argmax* partition (the one evaluated), not on the sampled loss, which
+    does not see a partition that collapsed to one level.
+
+    Raises:
+        OneLevelPartition: when the argmax partition of the training instruments uses one level
+            (``allow_one_level=False``, the default); the experiment passes ``True`` and records the
+            number of levels instead.
+    """
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     rep = RepNet(data["Z"].shape[1], K)
@@ -354,15 +449,15 @@ def fit_repnet(data: dict, nu: Nuisances, K: int, train_idx, val_idx, support, c
         for s in range(0, len(perm), cfg.batch):
             rows = perm[s:s + cfg.batch]
             sub = {"p_xz": pairs["p_xz"][rows], "mu": pairs["mu"][rows], "p_z": pairs["p_z"]}
-            bounds, phi, cls = _bounds_for(rep, sub, Z, A, support, sample=True)
+            bounds, phi, cls = _bounds_for(rep, sub, Z, A, support, True, cfg.min_level_share)
             loss = repnet_loss(bounds, phi, cls, support, gamma=cfg.gamma, alpha=cfg.alpha)
             if torch.isfinite(loss):
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
         with torch.no_grad():
-            bounds, phi, cls = _bounds_for(rep, val_pairs, Zv, Av, support, sample=True)
-            v = float(repnet_loss(bounds, phi, cls, support, gamma=cfg.gamma, alpha=cfg.alpha))
+            bounds = _bounds_for(rep, val_pairs, Zv, Av, support, False, cfg.min_level_share)[0]
+            v = float((bounds[:, 1] - bounds[:, 0]).mean())
         if v < best:
             best, best_state, bad = v, copy.deepcopy(rep.state_dict()), 0
         else:
@@ -370,14 +465,35 @@ def fit_repnet(data: dict, nu: Nuisances, K: int, train_idx, val_idx, support, c
             if bad >= cfg.rep_patience:
                 break
     rep.load_state_dict(best_state)
-    return rep.eval()
+    rep.eval()
+    if not allow_one_level:
+        with torch.no_grad():
+            used = int((rep(Z, sample=False)[0].sum(0) > 0).sum())
+        if used < 2:
+            raise OneLevelPartition(f"the learned partition puts all {len(train_idx)} training instruments into one "
+                                    f"of K={K} levels: its bounds are the no-instrument bounds (lower rep_lr or "
+                                    "check that the instrument moves the treatment)")
+    return rep
 
 
 @torch.no_grad()
-def repnet_bounds(rep: RepNet, nu: Nuisances, data: dict, idx, support) -> np.ndarray:
-    """Bounds at the points ``idx`` with ``idx`` as the instrument population (deterministic levels)."""
-    X, Z, A, _ = _tensors(data, idx)
-    return _bounds_for(rep, pair_nuisances(nu, X, Z), Z, A, support, sample=False)[0].numpy()
+def repnet_levels(rep: RepNet, data: dict, idx) -> np.ndarray:
+    """The argmax level of every instrument ``Z[idx]`` (integers in ``[0, K)``)."""
+    return rep(_tensors(data, idx)[1], sample=False)[0].argmax(1).numpy()
+
+
+@torch.no_grad()
+def repnet_bounds(rep: RepNet, nu: Nuisances, data: dict, idx, support, *, min_share: float = 0.05) -> np.ndarray:
+    """Bounds at the points ``idx`` with ``idx`` as the instrument population, on the argmax
+    partition (assumed: the authors sample Gumbel levels at test time too)."""
+    return partition_bounds(nu, data, idx, repnet_levels(rep, data, idx), rep.K, support, min_share=min_share)
+
+
+def kmeans_levels(Z: np.ndarray, K: int, *, seed: int = 0) -> np.ndarray:
+    """k-means (scikit-learn, 10 restarts) labels of the instruments ``Z`` in ``K`` clusters."""
+    from sklearn.cluster import KMeans
+
+    return KMeans(n_clusters=K, n_init=10, random_state=seed).fit(np.asarray(Z)).labels_.astype(np.int64)
 
 
 def kmeans_bounds(data: dict, K: int, train_idx, val_idx, test_idx, support, cfg: TrainConfig = TrainConfig(),
@@ -385,12 +501,10 @@ def kmeans_bounds(data: dict, K: int, train_idx, val_idx, test_idx, support, cfg
     """The k-means baseline: cluster ``Z`` into ``K`` levels, train ``P(A | X, level)`` and
     ``E[Y | X, A, level]`` on the level (scaled to ``[-0.5, 0.5]``), Manski bounds per level pair.
     ``K = 1`` gives the naive bounds without an instrument."""
-    from sklearn.cluster import KMeans
-
     if K == 1:
         level = np.zeros(len(data["Y"]))
     else:
-        lab = KMeans(n_clusters=K, n_init=10, random_state=seed).fit(data["Z"]).labels_
+        lab = kmeans_levels(data["Z"], K, seed=seed)
         level = (lab - lab.min()) / max(lab.max() - lab.min(), 1) - 0.5
     d2 = {**data, "Z": level[:, None]}
     nu = fit_nuisances(d2, train_idx, val_idx, cfg, seed=seed)

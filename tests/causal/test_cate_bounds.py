@@ -101,3 +101,57 @@ def test_bad_input_is_rejected():
         cb.RepNet(2, 0)
     with pytest.raises(ValueError, match="batch"):
         cb.TrainConfig(batch=0)
+
+
+def _fit_binary(module, seed=0):
+    d = module.generate("binary", 500, seed)
+    perm = np.random.default_rng(seed).permutation(500)
+    tr, va = perm[:200], perm[200:300]
+    support = (float(d["Y"].min()), float(d["Y"].max()))
+    cfg = module.TrainConfig(nuisance_epochs=2, rep_epochs=8, rep_patience=8)  # the authors' rep_lr 0.03
+    nu = module.fit_nuisances(d, tr, va, cfg, seed=seed)
+    kw = {"allow_one_level": True} if "allow_one_level" in module.fit_repnet.__code__.co_varnames else {}
+    rep = module.fit_repnet(d, nu, 4, tr, va, support, cfg, seed=seed, **kw)
+    with torch.no_grad():
+        Z = torch.as_tensor(d["Z"][tr], dtype=torch.float32)
+        phi, _ = rep(Z, sample=False)
+        return phi.sum(0), rep.logits(rep.trunk(Z))
+
+
+def test_the_learned_partition_of_the_binary_instrument_uses_more_than_one_level():
+    # the trunk used to end in a ReLU: at the authors' lr 0.03 it died (output 0 for every Z, the
+    # same logits for every instrument) and the argmax partition put every instrument into one
+    # level (issue 38); on this seed the old trunk gave levels [0, 200, 0, 0]
+    counts, _ = _fit_binary(cb, 0)
+    assert int((counts > 0).sum()) >= 2, counts
+
+
+def test_a_one_level_partition_fails_loudly_and_small_levels_do_not_bind():
+    class Dead(torch.nn.Module):  # a representation that maps every instrument to level 0
+        K = 3
+
+        def forward(self, Z, sample=False):
+            return torch.nn.functional.one_hot(torch.zeros(len(Z), dtype=torch.long), 3).float(), None
+
+    d = cb.generate("mixture", 100, 0)
+    assert set(cb.repnet_levels(Dead(), d, np.arange(100))) == {0}
+    # a level below the minimum share gives the no-instrument bounds on its pairs
+    mu = torch.tensor([[[0.2, 0.8], [0.0, 1.0]]])
+    pi = torch.tensor([[[0.5, 0.5], [0.99, 0.99]]])
+    both = cb.manski_bounds(mu, pi, (0.0, 1.0))
+    masked = cb.manski_bounds(mu, pi, (0.0, 1.0), valid=torch.tensor([True, False]))
+    np.testing.assert_allclose(masked.numpy(), cb.manski_bounds(mu[:, :1], pi[:, :1], (0.0, 1.0)).numpy())
+    assert float(both[0, 1] - both[0, 0]) < float(masked[0, 1] - masked[0, 0])
+    phi = torch.nn.functional.one_hot(torch.tensor([0] * 19 + [1]), 2).float()
+    assert cb.level_mask(phi, 0.1).tolist() == [True, False]
+    with pytest.raises(ValueError, match="valid"):
+        cb.manski_bounds(mu, pi, (0.0, 1.0), valid=torch.tensor([True]))
+
+
+def test_partitions_through_the_same_aggregation_and_the_oracle_partition():
+    d = cb.generate("mixture", 300, 0)
+    levels = cb.oracle_partition(d["strength"], 3)
+    assert np.bincount(levels).tolist() == [100, 100, 100]
+    assert np.all(np.diff(d["strength"][np.argsort(levels, kind="stable")][[99, 100, 199, 200]])[[0, 2]] >= 0)
+    with pytest.raises(ValueError, match="levels"):
+        cb.partition_bounds(None, d, np.arange(10), np.full(10, 3), 3, (0.0, 1.0))
