@@ -44,6 +44,8 @@ __all__ = [
     "split_digits",
     "SmallCNN",
     "run_sequence",
+    "CubeNet",
+    "buffer_protocol",
 ]
 
 RULES = ("mid", "small", "large", "random", "reservoir")
@@ -237,3 +239,70 @@ def run_sequence(rule: str | None, seed: int, *, per_class: int = 10, epochs: in
                                    torch.tensor(tj["y_test"])).float().mean())
     forgetting = float(np.mean([acc[:, j].max() - acc[4, j] for j in range(4)]))
     return {"acc": acc.tolist(), "average_accuracy": float(acc[4].mean()), "forgetting": forgetting}
+
+
+# --- the authors' buffer protocol (real-world/sampling_mnist.py), scaled to load_digits ----------
+
+class CubeNet(nn.Module):
+    """The authors' real-world network: per class, ``width`` bias-free linear units on the flattened
+    pixels, activation ``ReLU(z)^3``, summed into the class's logit."""
+
+    def __init__(self, d_in: int = 64, width: int = 256):
+        super().__init__()
+        self.lin = nn.ModuleList([nn.Linear(d_in, width, bias=False) for _ in range(2)])
+
+    def forward(self, x):
+        x = x.reshape(len(x), -1)
+        return torch.stack([F.relu(lin(x)).pow(3).sum(1) for lin in self.lin], 1)
+
+
+def _sgd_epochs(net: nn.Module, X: torch.Tensor, y: torch.Tensor, *, epochs: int, lr: float, batch: int,
+                gen: torch.Generator) -> None:
+    opt = torch.optim.SGD(net.parameters(), lr=lr)
+    for _ in range(epochs):
+        perm = torch.randperm(len(y), generator=gen)
+        for s in range(0, len(y), batch):
+            b = perm[s:s + batch]
+            opt.zero_grad()
+            F.cross_entropy(net(X[b]), y[b]).backward()
+            opt.step()
+
+
+def buffer_protocol(rules, seed: int, *, per_class: int = 5, epochs: int = 3, lr: float = 0.01, width: int = 256,
+                    batch: int = 64, first: int = 2, second: int = 4) -> dict:
+    """The authors' ``sampling_mnist.py`` protocol on ``load_digits``: train ``CubeNet`` on task
+    ``first`` (digits 4/5), then, from that one state, on task ``second`` (8/9) plus a buffer of
+    ``per_class`` task-1 examples per class chosen by each rule; task-1 test accuracy after.
+
+    ``rules``: names from ``RULES`` and ``"none"`` (no buffer). Every rule starts from the same
+    trained state and sees the same batch order (paired); the buffer is added to task 2's training
+    set, as in the authors' script. Returns ``{"before": acc, rule: acc, ...}``.
+    """
+    for r in rules:
+        if r != "none" and r not in RULES:
+            raise ValueError(f"rules must hold 'none' or names from {RULES}, got {r!r}")
+    tasks = split_digits(seed)
+    t1, t2 = tasks[first], tasks[second]
+    X1, y1 = torch.tensor(t1["X"]), torch.tensor(t1["y"])
+    X1t, y1t = torch.tensor(t1["X_test"]), torch.tensor(t1["y_test"])
+    X2, y2 = torch.tensor(t2["X"]), torch.tensor(t2["y"])
+    torch.manual_seed(seed % (2**31))
+    net = CubeNet(X1[0].numel(), width)
+    _sgd_epochs(net, X1, y1, epochs=epochs, lr=lr, batch=batch, gen=torch.Generator().manual_seed(seed % (2**31)))
+    state = {k: v.clone() for k, v in net.state_dict().items()}
+
+    def accuracy(m):
+        with torch.no_grad():
+            return float((m(X1t).argmax(1) == y1t).float().mean())
+
+    out = {"before": accuracy(net)}
+    for r in rules:
+        Xb, yb = X2, y2
+        if r != "none":
+            keep = select_buffer(t1["X"], t1["y"], per_class, r, np.random.default_rng([seed, 17]))
+            Xb, yb = torch.cat([X2, X1[keep]]), torch.cat([y2, y1[keep]])
+        m = CubeNet(X1[0].numel(), width)
+        m.load_state_dict(state)
+        _sgd_epochs(m, Xb, yb, epochs=epochs, lr=lr, batch=batch, gen=torch.Generator().manual_seed(seed % (2**31) + 1))
+        out[r] = accuracy(m)
+    return out

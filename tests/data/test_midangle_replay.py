@@ -83,3 +83,20 @@ def test_no_forgetting_at_angle_zero_and_bad_input():
         mr.select_buffer(np.ones((3, 2)), np.zeros(2), 1, "mid", np.random.default_rng(0))
     with pytest.raises(ValueError, match="rule"):
         mr.run_sequence("median", 0)
+
+
+def test_cubenet_sums_cubed_relu_units_per_class():
+    net = mr.CubeNet(d_in=6, width=4)
+    x = torch.randn(3, 6)
+    expected = torch.stack([torch.relu(x @ lin.weight.T).pow(3).sum(1) for lin in net.lin], 1)
+    torch.testing.assert_close(net(x), expected)
+    torch.testing.assert_close(net(2 * x), 8 * net(x))  # bias-free: homogeneous of degree 3
+
+
+def test_buffer_protocol_pairs_every_rule_from_one_trained_state():
+    a = mr.buffer_protocol(["none", "mid", "small"], 3, per_class=2, epochs=1, width=16)
+    b = mr.buffer_protocol(["none", "mid", "small"], 3, per_class=2, epochs=1, width=16)
+    assert a == b and set(a) == {"before", "none", "mid", "small"}
+    assert all(0.0 <= v <= 1.0 for v in a.values())
+    with pytest.raises(ValueError, match="rules"):
+        mr.buffer_protocol(["median"], 0)
