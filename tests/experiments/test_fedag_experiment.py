@@ -1,11 +1,10 @@
-"""rayml.experiments.fedag: claims wired to measured numbers, worker-count invariance, the
+"""rayml.experiments.fedag: claims wired to measured numbers, the
 communication accounting, bad settings rejected before any work."""
 
 from __future__ import annotations
 
 import pytest
 
-from conftest import record_numbers
 from rayml import experiments, runtime
 
 SMALL = {"lr_grid": [1e-4]}  # tiny's one held-out domain and 2 rounds, no tuning
@@ -15,11 +14,10 @@ def test_every_claim_is_measured_at_tiny_size(unmeasured_claims):
     assert unmeasured_claims("fedag") == []
 
 
-def test_records_are_identical_for_1_and_2_workers_and_communication_is_counted(ray_session):
-    one = experiments.run("fedag", size="tiny", seed=3, overrides=SMALL, workers=1)
-    two = experiments.run("fedag", size="tiny", seed=3, overrides=SMALL, workers=2)
-    assert record_numbers(one) == record_numbers(two)
-    assert two["env"]["tasks"] >= 2
+def test_communication_is_counted(ray_session):
+    # worker-count invariance is the registry contract's test
+    one = experiments.run("fedag", size="tiny", seed=3, overrides=SMALL, workers=2)
+    assert one["env"]["tasks"] >= 2
     m, b = one["metrics"], one["baselines"]
     silos, rounds = 2, 2  # tiny: 3 domains, one held out
     n_ad, n_cl, n_syn = m["params"]["adapter"], m["params"]["client_model"], one["config"]["syn_per_domain"]
