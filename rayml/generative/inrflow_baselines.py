@@ -15,6 +15,16 @@
   point tokens, Fourier position features as INRFlow's), so points are not conditionally
   independent given a latent summary.
 
+The trivial baselines (no training, no network; the floor a generator must beat before any comparison
+between generators means anything):
+
+- ``gaussian_images``: a full-covariance Gaussian fitted to the training images' pixels, sampled and
+  clipped to ``[-1, 1]``;
+- ``gaussian_blob``: every cloud ``n_points`` draws from one full-covariance Gaussian fitted to all
+  training points pooled;
+- ``mean_radius_spheres``: every cloud ``n_points`` uniform points on the sphere of the training
+  points' mean radius about their mean.
+
 ``match_width`` picks the width whose parameter count is closest to a target (the INRFlow model's).
 All train with ``rayml.generative.inrflow.train`` (``query_fraction = 1``) and sample with its ODE
 sampler.
@@ -31,7 +41,8 @@ from torch import nn
 
 from rayml.generative import inrflow as F
 
-__all__ = ["GridMLPFlow", "GridUNetFlow", "PointTransformerFlow", "match_width"]
+__all__ = ["GridMLPFlow", "GridUNetFlow", "PointTransformerFlow", "match_width", "gaussian_images", "gaussian_blob",
+           "mean_radius_spheres"]
 
 
 class _ResBlock(nn.Module):
@@ -179,3 +190,53 @@ def match_width(build: Callable[[int], nn.Module], target: int, widths) -> int:
             hi = mid
     near = widths[max(0, lo - 1): lo + 1]
     return min(near, key=lambda w: (abs(F.param_count(build(w)) - target), w))
+
+
+def _gaussian(x: torch.Tensor, n: int, seed: int) -> torch.Tensor:
+    """``n`` draws from the full-covariance Gaussian fitted (maximum likelihood, float64) to the rows of ``x``."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    x = x.double()
+    if x.ndim != 2 or x.shape[0] < 2:
+        raise ValueError(f"the training data must hold at least 2 samples, got shape {tuple(x.shape)}")
+    mu = x.mean(0)
+    cov = torch.cov(x.T, correction=0) if x.shape[1] > 1 else x.var(0, correction=0).reshape(1, 1)
+    w, v = torch.linalg.eigh(cov)
+    root = v * w.clamp_min(0).sqrt()  # cov = root root^T (PSD even where cov is singular)
+    z = torch.randn((n, x.shape[1]), generator=torch.Generator().manual_seed(int(seed)), dtype=torch.float64)
+    return (mu + z @ root.T).float()
+
+
+def gaussian_images(train: torch.Tensor, n: int, seed: int) -> torch.Tensor:
+    """``n`` images ``(n, R, R)`` from a full-covariance Gaussian on the pixels of ``train`` ``(S, R, R)``."""
+    if not isinstance(train, torch.Tensor) or train.ndim != 3:
+        raise ValueError(f"train must be images (S, R, R), got {getattr(train, 'shape', type(train).__name__)}")
+    return _gaussian(train.reshape(train.shape[0], -1), n, seed).reshape(n, *train.shape[1:]).clamp(-1, 1)
+
+
+def _check_clouds(train):
+    if not isinstance(train, torch.Tensor) or train.ndim != 3 or train.shape[-1] != 3:
+        raise ValueError(f"train must be point clouds (S, N, 3), got {getattr(train, 'shape', type(train).__name__)}")
+
+
+def gaussian_blob(train: torch.Tensor, n: int, n_points: int, seed: int) -> torch.Tensor:
+    """``n`` clouds ``(n, n_points, 3)``, every point a draw from the Gaussian fitted to all points of
+    ``train`` ``(S, N, 3)`` pooled."""
+    _check_clouds(train)
+    if isinstance(n_points, bool) or not isinstance(n_points, int) or n_points < 1:
+        raise ValueError(f"n_points must be an integer >= 1, got {n_points!r}")
+    return _gaussian(train.reshape(-1, 3), n * n_points, seed).reshape(n, n_points, 3)
+
+
+def mean_radius_spheres(train: torch.Tensor, n: int, n_points: int, seed: int) -> torch.Tensor:
+    """``n`` clouds ``(n, n_points, 3)`` uniform on the sphere of the mean distance of ``train``'s points
+    from their mean, centred there."""
+    _check_clouds(train)
+    for key, v in (("n", n), ("n_points", n_points)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{key} must be an integer >= 1, got {v!r}")
+    pts = train.reshape(-1, 3).double()
+    centre = pts.mean(0)
+    radius = (pts - centre).norm(dim=1).mean()
+    z = torch.randn((n, n_points, 3), generator=torch.Generator().manual_seed(int(seed)), dtype=torch.float64)
+    return (centre + radius * z / z.norm(dim=-1, keepdim=True)).float()

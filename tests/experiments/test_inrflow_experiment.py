@@ -41,7 +41,8 @@ def test_tested_claims_pair_every_shape_class_seed_and_draw(ray_session, tmp_pat
     assert sum(wins.values()) == cfg["seeds"] * cfg["draws"] * n_classes
     # the training curve's last point (the EMA snapshot at the last step) is the draw-0 score of the final model
     curve = record["tables"]["curve"]
-    for r in (r for r in rows if r["draw"] == 0 and r["level"] == "set" and r["method"] != "data"
+    untrained = ("data", *E.TRIVIAL["image"], *E.TRIVIAL["points"])  # no training curve
+    for r in (r for r in rows if r["draw"] == 0 and r["level"] == "set" and r["method"] not in untrained
               and r["metric"] in ("fid", "mmd_cd", "cov_cd")):
         last = [c["value"] for c in curve if c["step"] == 12 and c["metric"] == r["metric"]
                 and c["method"] == r["method"] and c["seed"] == r["seed"]]
@@ -49,8 +50,15 @@ def test_tested_claims_pair_every_shape_class_seed_and_draw(ray_session, tmp_pat
     assert {c["step"] for c in curve} == {6, 12}
     # the list: equal-size baselines, generation at an unseen resolution (INRFlow only), samples as PNG
     assert record["metrics"]["param_gap"] <= 0.1
-    assert record["metrics"]["hi_res_supported"] == {"inrflow": True, "grid": False, "unet": False}
-    assert np.isfinite(record["metrics"]["fid_hi"])
+    # the trivial baselines are scored on every draw and gate every paper claim of their modality
+    assert np.isfinite(record["baselines"]["gaussian"]["fid"]) and np.isfinite(record["metrics"]["trivial_mmd_cd"])
+    for method in ("gaussian", "blob", "sphere"):
+        assert any(r["method"] == method for r in rows)
+    gates = {c.text for c in E.CLAIMS if c.kind == "sanity" and c.text.startswith(("images:", "point clouds:"))}
+    assert len(gates) == 2 and all(c.gates and set(c.gates) <= gates for c in E.CLAIMS if c.kind == "paper")
+    # the pixel-space resolution test: one row per (resolution, seed, digit, decoding)
+    cond = record["tables"]["resolution"]
+    assert len(cond) == len(cfg["cond_res"]) * cfg["seeds"] * cfg["n_cond"] * 3
     written = {str(p).rsplit("/", 1)[-1] for p in results.write_outputs(record, tmp_path, E.plots(record))}
     for name in ("distances", "digit_samples", "cloud_samples", "resolutions", "point_classes", "loss"):
         assert f"{name}.png" in written and (tmp_path / f"{name}.png").stat().st_size > 1000
@@ -59,7 +67,7 @@ def test_tested_claims_pair_every_shape_class_seed_and_draw(ray_session, tmp_pat
     assert len(fids) == cfg["seeds"] * cfg["draws"] and len(set(fids)) == len(fids)
 
 
-@pytest.mark.parametrize("override", [{"lr_grid": []}, {"hi_res": 16}, {"seeds": 0}, {"hidden": 18},
+@pytest.mark.parametrize("override", [{"lr_grid": []}, {"cond_res": [16]}, {"cond_res": 28}, {"n_cond": 0}, {"lr_extend": -1}, {"seeds": 0}, {"hidden": 18},
                                       {"query_fraction": 1.5}, {"n_eval": 4}, {"draws": 0},
                                       {"n_eval": 200, "draws": 3}, {"curve": [0]}, {"curve": [13]}, {"show_res": 64}, {"show_res": [1]}])
 def test_bad_settings_are_rejected_before_work(override):

@@ -397,3 +397,68 @@ def test_bad_input_is_rejected_with_the_argument_named():
         D.shape_clouds(2, 10, 0, kinds=("cube",))
     with pytest.raises(ValueError, match="point clouds"):
         D.chamfer_matrix(torch.zeros(2, 5, 2), torch.zeros(2, 5, 3))
+
+
+# ---------------------------------------------------------------- the pixel-space resolution test
+
+
+class _Recorder(torch.nn.Module):
+    """A zero velocity field that records every context it is shown (the queries stay at their noise)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def forward(self, context_x, context_y, t, query_x, query_y):
+        self.seen.append((context_x.clone(), context_y.clone(), t.clone(), query_x.shape[1]))
+        return torch.zeros_like(query_y)
+
+
+def test_conditional_resample_shows_the_true_noisy_path_as_context():
+    g = torch.Generator().manual_seed(0)
+    images = torch.rand((3, 4, 4), generator=g) * 2 - 1
+    rec = _Recorder()
+    out = F.conditional_resample(rec, images, [6], steps=3, seed=1)
+    assert {k: tuple(v.shape) for k, v in out.items()} == {4: (3, 4, 4), 6: (3, 6, 6)}
+    eps = out[4].reshape(3, 16, 1)  # zero velocity: the training-grid queries end where they start (the noise)
+    ts = torch.linspace(1e-4, 1.0, 4)
+    assert len(rec.seen) == 3
+    for i, (cx, cy, t, n_query) in enumerate(rec.seen):
+        assert n_query == 16 + 36 and torch.equal(cx[0], F.image_grid(4)[0]) and torch.allclose(t, ts[i].expand(3))
+        # the context is the true path t y1 + (1 - t) eps of the given images, with the queries' noise
+        assert torch.allclose(cy, ts[i] * images.reshape(3, 16, 1) + (1 - ts[i]) * eps, atol=1e-6)
+
+
+def test_conditional_resample_decodes_each_query_independently_of_the_others():
+    model = _img_model(3)
+    images = torch.rand((2, 6, 6), generator=torch.Generator().manual_seed(5)) * 2 - 1
+    both = F.conditional_resample(model, images, [9], steps=3, seed=4)
+    alone = F.conditional_resample(model, images, [], steps=3, seed=4)
+    assert torch.allclose(both[6], alone[6], atol=1e-5) and torch.isfinite(both[9]).all()
+    with pytest.raises(ValueError, match="context"):
+        F.conditional_resample(model, images[0], [9], steps=3, seed=4)
+    with pytest.raises(ValueError, match="resolutions"):
+        F.conditional_resample(model, images, 9, steps=3, seed=4)
+
+
+# ---------------------------------------------------------------- the trivial baselines
+
+
+def test_the_trivial_baselines_match_their_fitted_moments():
+    g = torch.Generator().manual_seed(0)
+    train = torch.randn((400, 3, 3), generator=g) * 0.3 + torch.linspace(-0.5, 0.5, 9).reshape(3, 3)
+    x = B.gaussian_images(train, 4000, seed=1)
+    assert x.shape == (4000, 3, 3) and x.abs().max() <= 1
+    assert torch.allclose(x.mean(0), train.mean(0), atol=0.03)
+    clouds, _ = D.shape_clouds(40, 64, seed=2)
+    blob = B.gaussian_blob(clouds, 50, 64, seed=3)
+    pts = clouds.reshape(-1, 3)
+    assert blob.shape == (50, 64, 3)
+    assert torch.allclose(torch.cov(blob.reshape(-1, 3).T), torch.cov(pts.T), atol=0.02)
+    sph = B.mean_radius_spheres(clouds, 5, 64, seed=4)
+    radius = (pts - pts.mean(0)).norm(dim=1).mean()
+    assert torch.allclose((sph - pts.mean(0)).norm(dim=-1), radius.expand(5, 64), atol=1e-5)
+    with pytest.raises(ValueError, match="train"):
+        B.gaussian_blob(torch.zeros(3, 4, 2), 2, 4, seed=0)
+    with pytest.raises(ValueError, match="n_points"):
+        B.mean_radius_spheres(clouds, 2, 0, seed=0)
