@@ -45,6 +45,7 @@ Examples:
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 
@@ -268,11 +269,51 @@ class TrackerConfig:
             raise ValueError(f"max_step_norm must be > 0, got {self.max_step_norm!r}")
 
 
-def track_gd(net: torch.nn.Module, X: torch.Tensor, y: torch.Tensor, config: TrackerConfig = TrackerConfig()) -> list[dict]:
+class _Ordered(torch.nn.Module):
+    """Any module ``X -> (n,)`` or ``(n, 1)`` scores, with its homogeneity ``order`` attached; it has
+    no homogenised form, so its homogenised margin is its margin."""
+
+    def __init__(self, net: torch.nn.Module, order: int):
+        super().__init__()
+        self.net, self.order = net, order
+
+    def forward(self, X: torch.Tensor, homogenized: bool = False) -> torch.Tensor:
+        return self.net(X).reshape(len(X), -1)[:, 0]
+
+
+def _tracked(net: torch.nn.Module, X: torch.Tensor, order: int | None) -> torch.nn.Module:
+    """``net`` ready for the margins: the library's networks as they are, any other module wrapped
+    with the ``order`` the caller gives (a clear error naming what is missing otherwise)."""
+    if not isinstance(net, torch.nn.Module):
+        raise TypeError(f"net must be a torch.nn.Module, got {type(net).__name__}")
+    own = getattr(net, "order", None)
+    if order is None:
+        if own is None:
+            raise ValueError(f"net ({type(net).__name__}) has no homogeneity order: pass order=M (the degree L "
+                             "of a homogeneous net, or the order M of the paper's near-homogeneity) to track_gd")
+        order = own
+    if own is not None and order == own and "homogenized" in inspect.signature(net.forward).parameters:
+        return net
+    if isinstance(order, bool) or not isinstance(order, int) or order < 1:
+        raise ValueError(f"order must be a positive integer, got {order!r}")
+    with torch.no_grad():
+        out = net(X[:2])
+    if out.numel() != 2:
+        raise ValueError(f"net must map n inputs to n scores ((n,) or (n, 1)), got output shape {tuple(out.shape)}")
+    return _Ordered(net, order)
+
+
+def track_gd(net: torch.nn.Module, X: torch.Tensor, y: torch.Tensor, config: TrackerConfig = TrackerConfig(), *,
+             order: int | None = None) -> list[dict]:
     """Run GD on ``net`` and record, at log-spaced checkpoints: step, risk, ``||theta||``, the
     normalised / smoothed / homogenised margins, the unit direction, the cosine with the previous
-    checkpoint's direction and (every ``kkt_every``-th checkpoint) the KKT residual. ``net`` is trained in place."""
+    checkpoint's direction and (every ``kkt_every``-th checkpoint) the KKT residual. ``net`` is trained in place.
+
+    ``net``: a network of ``make_network`` or any module mapping ``n`` inputs to ``n`` scores (an
+    ``nn.Sequential``, say), then with ``order`` (its homogeneity order ``M``) given; a module
+    without a homogenised form reports its margin as its homogenised margin."""
     _check_data(X, y)
+    net = _tracked(net, X, order)
     marks = sorted(set(np.unique(np.geomspace(1, config.steps, config.checkpoints).astype(int)).tolist()) | {0})
     params = list(net.parameters())
     out: list[dict] = []

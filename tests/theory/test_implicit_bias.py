@@ -113,3 +113,17 @@ def test_bad_input_is_rejected():
         ib.TrackerConfig(loss="hinge")
     with pytest.raises(ValueError, match="X must"):
         ib.track_gd(net, X.numpy(), y)
+
+
+def test_track_gd_accepts_a_plain_sequential_with_its_order_and_says_what_is_missing():
+    torch.manual_seed(0)
+    X = torch.randn(12, 3)
+    y = torch.where(X[:, 0] > 0, 1.0, -1.0)
+    seq = torch.nn.Sequential(torch.nn.Linear(3, 8, bias=False), torch.nn.ReLU(), torch.nn.Linear(8, 1, bias=False))
+    with pytest.raises(ValueError, match="order"):
+        ib.track_gd(seq, X, y, ib.TrackerConfig(steps=5, checkpoints=3))
+    rows = ib.track_gd(seq, X, y, ib.TrackerConfig(steps=20, checkpoints=4), order=2)
+    assert rows[-1]["step"] == 20 and np.isfinite(rows[-1]["margin"])
+    assert rows[-1]["margin"] == pytest.approx(rows[-1]["homogenized_margin"])
+    with pytest.raises(ValueError, match="scores"):
+        ib.track_gd(torch.nn.Linear(3, 2), X, y, ib.TrackerConfig(steps=5, checkpoints=3), order=1)
