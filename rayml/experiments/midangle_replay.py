@@ -35,11 +35,11 @@ SIZES = {
                  protocol_lr=0.01),
     "quick": dict(angles=[0, 60, 90, 120, 135, 150, 165, 180], synthetic_seeds=2, epochs=400, n_train=100,
                   n_test=500, digits_seeds=6, digits_epochs=3, per_class=10, benign_error=0.1, acute_max=90,
-                  obtuse_min=150, digits_rules=["none", "mid", "random"], protocol_seeds=30, protocol_per_class=5,
+                  obtuse_min=150, digits_rules=["none", "mid", "random"], protocol_seeds=30, protocol_per_class=25,
                   protocol_epochs=3, protocol_lr=0.01),
     "full": dict(angles=list(range(0, 181, 10)), synthetic_seeds=10, epochs=3000, n_train=100, n_test=1000,
                  digits_seeds=50, digits_epochs=5, per_class=10, benign_error=0.1, acute_max=90, obtuse_min=150,
-                 digits_rules=["none", *mr.RULES], protocol_seeds=50, protocol_per_class=5, protocol_epochs=3,
+                 digits_rules=["none", *mr.RULES], protocol_seeds=50, protocol_per_class=25, protocol_epochs=3,
                  protocol_lr=0.01),
 }
 PROTOCOL_RULES = ("none", "mid", "small", "large", "random")
@@ -195,6 +195,13 @@ PROTO_GATE = Claim(text="the authors' protocol: task 2 without a buffer forgets 
                    a={"method": "none", "metric": "task1_accuracy"}, b={"method": "before", "metric": "task1_accuracy"},
                    tie=PROTO_TIE)
 
+REPLAY_GATE = Claim(text="the authors' protocol: a random buffer keeps task 1 better than no buffer (task-1 accuracy "
+                         "after task 2, paired over seeds)", metric="metrics.protocol.random",
+                    compare="metrics.protocol.none", op=">", kind="sanity", test="paired sign test over seeds",
+                    table="protocol", a={"method": "random", "metric": "task1_accuracy"},
+                    b={"method": "none", "metric": "task1_accuracy"}, tie=PROTO_TIE)
+_GATED = evidence.gate(REPLAY_GATE, _proto("small"), _proto("large"))
+
 CLAIMS = (
     Claim(text="task 1 is learned before task 2 (test error <= 0.05 at every angle)",
           metric="metrics.task1_error_before_max", compare=0.05, op="<=", kind="sanity"),
@@ -209,7 +216,8 @@ CLAIMS = (
           metric="baselines.none.forgetting", compare="baselines.random.forgetting", op=">",
           test="paired sign test over seeds", table="digits", a={"method": "none", "metric": "forgetting"},
           b={"method": "random", "metric": "forgetting"}, source=SRC_REPLAY),
-    *evidence.gate(PROTO_GATE, _proto("small"), _proto("large")),
+    REPLAY_GATE,
+    *evidence.gate(PROTO_GATE, *_GATED[1:]),
 )
 
 
