@@ -283,19 +283,22 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                    budget=budget)
 
 
+_SLOPE_GATE = Claim(text="sanity (gate for the slope): the time-against-N slope is fitted over at least four grids "
+                         "where both solvers ran", metric="metrics.timings.time_slope_grids", compare=4.0, op=">=",
+                    kind="sanity")
+_SLOPE = Claim(text="the time of a complete solve grows more slowly with the number of collocation points N than "
+                    "DAKS's: the slope of log(seconds) on log(N) over the grids where both ran is smaller (minimum "
+                    "wall time of the repeats, same Gauss-Newton budget)", metric="metrics.timings.time_slope",
+               compare="baselines.daks.timings.time_slope", op="<", source=ABSTRACT_SCALE,
+               controls=(Control(DENSE, f"baselines.{DENSE}.timings.time_slope"),))
+
 CLAIMS = (
     Claim(text="accuracy comparable to the full-Gram kernel solver DAKS with a tuned nugget (mean log10 RMSE ratio "
                "below 0.5, i.e. within about 3x)", metric="metrics.log10_rmse_ratio_vs_daks", compare=0.5, op="<",
           source=ABSTRACT_RESULTS, controls=(Control("fd", "baselines.fd.log10_rmse_ratio_vs_daks"),)),
     Claim(text="more accurate than finite differences on the same grids (geometric mean RMSE over the cases)",
           metric="metrics.geo_mean_rmse", compare="baselines.fd.geo_mean_rmse", op="<", source=ABSTRACT_RESULTS),
-    Claim(text="sanity (gate for the slope): the time-against-N slope is fitted over at least four grids where "
-               "both solvers ran", metric="metrics.timings.time_slope_grids", compare=4.0, op=">=", kind="sanity"),
-    Claim(text="the time of a complete solve grows more slowly with the number of collocation points N than "
-               "DAKS's: the slope of log(seconds) on log(N) over the grids where both ran is smaller (minimum wall "
-               "time of the repeats, same Gauss-Newton budget)", metric="metrics.timings.time_slope",
-          compare="baselines.daks.timings.time_slope", op="<", source=ABSTRACT_SCALE,
-          controls=(Control(DENSE, f"baselines.{DENSE}.timings.time_slope"),)),
+    *evidence.gate(_SLOPE_GATE, _SLOPE),
     # Decided by the configuration: DAKS is not run where its m x m Gram (arithmetic: daks_memory_bytes)
     # exceeds max_gram_mib, and a dense Gram's memory is quadratic by construction. Kept as checks.
     Claim(text="sanity: the matrix-free solver reaches the target accuracy on larger grids than DAKS within the "
