@@ -12,12 +12,15 @@ solver's labels. Baselines of the same budget: the GNN without ``Q`` edges (``lp
 ``diag Q`` only) and the training mean. Each GNN class's learning rate is tuned on the same grid
 (the authors' 3e-4 included) on instances and seeds kept apart from the reported runs.
 
-Part 2b (MI-LCQPs): random small mixed-integer instances (half the variables integer, small
-integer domains) labelled exactly by enumeration in Ray tasks; almost all are unfoldable (the WL
-test gives every variable its own colour), the subclass the paper proves representable; the
-mixed-integer message variant (``gather_first``) of the paper's GNN and, as the control, of the
-Q-blind ``lp-gnn`` are fitted to their optimal values at the smallest and largest width; the claim's
-unit is each trained pair's width gain (error at the smallest minus at the largest width).
+Part 2b (MI-LCQPs, foldable against unfoldable): random small mixed-integer instances (half the
+variables integer, small integer domains) labelled exactly by enumeration in Ray tasks; almost all
+are unfoldable (the WL test gives every variable its own colour), the subclass the paper proves
+representable. Against them, as many foldable instances (``foldable_pair``: random pairs of
+WL-indistinguishable binary instances, a 6-cycle against two triangles in ``Q`` with random
+weights and a random relabelling, whose optimal values differ; WL gives all variables one colour).
+The mixed-integer message variant (``gather_first``) of the paper's GNN is fitted to the optimal
+values of each set at the smallest and largest width; the claim's unit is each trained pair's width
+gain (error at the smallest minus at the largest width), paired over seeds between the two sets.
 
 Part 2c (Q-twins, the control of the representation claims): a training set of ``twin_pairs``
 feasible LCQPs drawn like the rest, each with its twin ``Q' = D Q D`` (``D`` a random +-1 diagonal:
@@ -37,6 +40,10 @@ perfect fit (for the random-feature class, outputs averaged over draws).
 Part 4 (warm start): OSQP on held-out feasible instances, cold (``x = 0``) against warm-started
 from the GNN's predicted solution, from the ``lp-gnn``'s, and from the projection of 0 onto the
 box (a learning-free control); iterations to OSQP's tolerance and solve time.
+
+Extras, not the paper's claims (its claims are about representation, i.e. fitting the training
+instances): the held-out errors of part 2 and the warm starts of part 4 are recorded
+(``metrics.<target>.test_emb_max``, ``metrics.warm_start``) without a claim.
 """
 
 from __future__ import annotations
@@ -59,28 +66,33 @@ PAPER_LR = 3e-4  # the authors' train.py default
 
 SIZES = {
     "tiny": dict(m=3, n=8, nnz=10, instances=320, instances_per_task=80, train=24, tune_train=16, tune_val=16,
-                 test=24, emb_sizes=[4, 16], layers=2, epochs=8, batch=16, lr_grid=[3e-4, 3e-3], seeds=1,
+                 test=24, emb_sizes=[4, 16], layers=2, epochs=8, batch=16, lr_grid=[3e-4, 3e-3], seeds=1, main_seeds=1,
                  sep_steps=30, sep_seeds=1, warm_instances=8, osqp_eps=1e-5, highs_checks=8,
                  mi_instances=60, mi_m=2, mi_n=4, mi_nnz=5, twin_pairs=12),
-    "quick": dict(m=6, n=24, nnz=40, instances=1400, instances_per_task=175, train=160, tune_train=96,
-                  tune_val=96, test=200, emb_sizes=[4, 16, 64], layers=2, epochs=60, batch=32,
-                  lr_grid=[3e-4, 1e-3, 3e-3], seeds=5, sep_steps=300, sep_seeds=3, warm_instances=60,
-                  osqp_eps=1e-5, highs_checks=60, mi_instances=500, mi_m=2, mi_n=6, mi_nnz=8, twin_pairs=80),
-    "full": dict(m=10, n=50, nnz=100, instances=20000, instances_per_task=500, train=2000, tune_train=500,
-                 tune_val=500, test=2000, emb_sizes=[4, 8, 16, 32, 64, 128], layers=4, epochs=500, batch=64,
-                 lr_grid=[3e-4, 1e-3, 3e-3], seeds=10, sep_steps=2000, sep_seeds=10, warm_instances=500,
-                 osqp_eps=1e-6, highs_checks=500, mi_instances=4000, mi_m=4, mi_n=8, mi_nnz=16, twin_pairs=1000),
+    # quick: a preview within the 90 s budget (too few epochs for the twin claims: see full)
+    "quick": dict(m=6, n=24, nnz=40, instances=700, instances_per_task=175, train=80, tune_train=48,
+                  tune_val=48, test=80, emb_sizes=[4, 64], layers=2, epochs=40, batch=32,
+                  lr_grid=[3e-4, 3e-3], seeds=5, main_seeds=2, sep_steps=200, sep_seeds=1, warm_instances=16,
+                  osqp_eps=1e-5, highs_checks=20, mi_instances=240, mi_m=2, mi_n=6, mi_nnz=8, twin_pairs=30),
+    # full: the paper's sizes (m = 10, n = 50), four widths, trained to convergence (300 epochs sufficed
+    # for the twin claims in a side run at quick's sizes)
+    "full": dict(m=10, n=50, nnz=100, instances=3000, instances_per_task=250, train=400, tune_train=200,
+                 tune_val=200, test=400, emb_sizes=[4, 16, 64, 128], layers=4, epochs=400, batch=64,
+                 lr_grid=[3e-4, 1e-3, 3e-3], seeds=8, main_seeds=8, sep_steps=2000, sep_seeds=5, warm_instances=100,
+                 osqp_eps=1e-6, highs_checks=200, mi_instances=800, mi_m=3, mi_n=8, mi_nnz=12, twin_pairs=200),
 }
 TARGETS = ("objective", "solution", "feasibility")
 
 
 def _check(config: Mapping[str, Any]) -> None:
     for key in ("m", "n", "nnz", "instances", "instances_per_task", "train", "tune_train", "tune_val", "test",
-                "layers", "epochs", "batch", "seeds", "sep_steps", "sep_seeds", "warm_instances", "highs_checks",
+                "layers", "epochs", "batch", "seeds", "main_seeds", "sep_steps", "sep_seeds", "warm_instances", "highs_checks",
                 "mi_instances", "mi_m", "mi_n", "mi_nnz", "twin_pairs"):
         v = config[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{key} must be an integer >= 1, got {v!r}")
+    if config["main_seeds"] > config["seeds"]:
+        raise ValueError(f"main_seeds must be <= seeds, got {config['main_seeds']} > {config['seeds']}")
     if config["nnz"] > config["m"] * config["n"]:
         raise ValueError(f"nnz must be <= m * n, got {config['nnz']}")
     if config["mi_nnz"] > config["mi_m"] * config["mi_n"] or config["mi_n"] > 10:
@@ -198,19 +210,61 @@ def mi_label_task(item: tuple, config: Mapping[str, Any]) -> list[dict]:
     return rows
 
 
+def foldable_pair(rng: np.random.Generator):
+    """A random pair of foldable, WL-indistinguishable MI-LCQPs with different optimal values.
+
+    Six binary variables, ``sum x = 3``, ``Q = a I + w adj``, ``c = c0 1``, with ``adj`` a 6-cycle
+    in one instance and two triangles in the other (both 2-regular: the WL test cannot tell them
+    apart, and gives all six variables one colour), ``a ~ U(1.5, 3)``, ``w ~ U(0.5, 1.5)``,
+    ``c0 ~ U(-1, 1)`` and the variables relabelled at random. The cycle can pick three variables
+    without an edge, the triangles cannot: the optimal values differ by ``w``. (The random
+    version of ``qp_gnn.separation_pairs``'s ``milcqp-objective``.)
+    """
+    from rayml.optim import qp_gnn as qg
+    from rayml.optim.qp_instances import QP
+
+    a, w, c0 = rng.uniform(1.5, 3.0), rng.uniform(0.5, 1.5), rng.uniform(-1.0, 1.0)
+    out = []
+    for tri in (False, True):
+        adj = np.zeros((6, 6))
+        for i, j in qg._cycle_edges(6, tri):
+            adj[i, j] = adj[j, i] = 1.0
+        perm = rng.permutation(6)
+        adj = adj[np.ix_(perm, perm)]
+        out.append(QP(Q=a * np.eye(6) + w * adj, c=c0 * np.ones(6), A=np.ones((1, 6)), b=np.array([3.0]),
+                      eq=np.array([True]), lb=np.zeros(6), ub=np.ones(6), integer=np.ones(6, bool)))
+    return tuple(out)
+
+
+def foldable_label_task(item: tuple, config: Mapping[str, Any]) -> list[dict]:
+    """``count`` random foldable pairs (``foldable_pair``), both instances solved by enumeration."""
+    from rayml.optim import qp_gnn as qg
+    from rayml.optim import qp_instances as qi
+
+    chunk, seed, count = item
+    rng = np.random.default_rng(seed)
+    rows = []
+    for k in range(count):
+        for t, qp in enumerate(foldable_pair(rng)):
+            rows.append(qi.to_row(qp, qi.solve_miqp_enumerate(qp), chunk=chunk, index=k, twin=t,
+                                  unfoldable=float(qg.is_unfoldable(qp))))
+    return rows
+
+
 def mi_train_task(item: tuple, data: Mapping[str, Any]) -> dict:
-    """Fit the mixed-integer message variant (gather_first) of one GNN class (``qp-gnn`` or the Q-blind
-    ``lp-gnn``) to MI-LCQP optimal values; training errors."""
+    """Fit the mixed-integer message variant (gather_first) of the paper's GNN to the optimal values of
+    one MI-LCQP set (``unfoldable`` or ``foldable``); training errors."""
     from rayml.optim import qp_gnn as qg
 
-    gnn_class, emb, seed_idx, seed = item
+    which, emb, seed_idx, seed = item
     cfg = data["config"]
-    tc = qg.TrainConfig(target="objective", gnn_class=gnn_class, emb=int(emb), layers=int(cfg["layers"]),
-                        epochs=int(cfg["epochs"]), batch=int(cfg["batch"]), lr=float(data["lr"][gnn_class]),
+    graphs, labels = data[which]
+    tc = qg.TrainConfig(target="objective", gnn_class="qp-gnn", emb=int(emb), layers=int(cfg["layers"]),
+                        epochs=int(cfg["epochs"]), batch=int(cfg["batch"]), lr=float(data["lr"]),
                         gather_first=True)
-    model, scale = qg.train(data["graphs"], data["labels"], tc, seed)
-    err = qg.relative_errors("objective", qg.predict(model, data["graphs"], scale), data["labels"])
-    return {"class": gnn_class, "emb": int(emb), "seed": seed_idx, "train_err": err.tolist()}
+    model, scale = qg.train(graphs, labels, tc, seed)
+    err = qg.relative_errors("objective", qg.predict(model, graphs, scale), labels)
+    return {"set": which, "emb": int(emb), "seed": seed_idx, "train_err": err.tolist()}
 
 
 # ----------------------------------------------------------------------------- part 2c: Q-twins
@@ -362,10 +416,13 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
             cands = [(float(np.mean(o["eval_err"])), o["lr"]) for o in tuned if o["target"] == t and o["class"] == c]
             best_lr[(t, c)] = min(cands)[1]
     seeds = runtime.seeds(train_seed, int(config["seeds"]))
+    # the main runs carry the feasibility threshold claim (a mean, no paired test) and the extras:
+    # main_seeds of them (the twin and MI claims, paired over seeds, train on every seed)
+    main_seeds = seeds[: int(config["main_seeds"])]
     main_items = [("main", t, "qp-gnn", e, best_lr[(t, "qp-gnn")], k, s) for t in TARGETS for e in emb_sizes
-                  for k, s in enumerate(seeds)]
+                  for k, s in enumerate(main_seeds)]
     main_items += [("main", t, "lp-gnn", emb_max, best_lr[(t, "lp-gnn")], k, s) for t in TARGETS
-                   for k, s in enumerate(seeds)]
+                   for k, s in enumerate(main_seeds)]
     trained = runtime.pmap(train_task, main_items, shared=data, desc="qp-gnn training")
 
     # part 2c: Q-twins (Ray tasks label them; both classes at the smallest and largest width)
@@ -395,7 +452,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     for t in TARGETS:
         tr, ev = data["main"][t]
         mtr, mev = _mean_predictor(t, tr["labels"], ev["labels"])
-        for k in range(len(seeds)):  # deterministic: the same value for every seed
+        for k in range(len(main_seeds)):  # deterministic: the same value for every seed
             for split, errs in (("train", mtr), ("test", mev)):
                 err_rows.append({"target": t, "method": "mean-predictor", "emb": 0, "width": "none", "seed": k,
                                  "split": split, "instances": len(errs), "metric": "mean_rel_error",
@@ -447,42 +504,47 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     mi_rows = [r for part in runtime.pmap(mi_label_task, mi_items, shared=dict(config), chunk_size=1, desc="mi labels")
                for r in part]
     mi_feas = [r for r in mi_rows if r["feasible"]][:ntr]
-    mi_data = {"config": dict(config), "lr": {c: best_lr[("objective", c)] for c in classes},
-               "graphs": [qg.encode(qi.from_row(r)) for r in mi_feas], "labels": [float(r["obj"]) for r in mi_feas]}
-    mi_name = {"qp-gnn": "qp-gnn-mi", "lp-gnn": "lp-gnn-mi"}
-    mi_out = runtime.pmap(mi_train_task, [(c, e, k, s) for c in classes for e in (min(emb_sizes), emb_max)
-                                          for k, s in enumerate(seeds)],
+    n_fold = max(1, len(mi_feas) // 2)
+    fo_chunks = 2
+    fo_items = [(c, s_, len(range(c, n_fold, fo_chunks)))
+                for c, s_ in enumerate(runtime.seeds(runtime.seeds(seed, 7)[6], fo_chunks))]
+    fo_rows = [r for part in runtime.pmap(foldable_label_task, fo_items, shared=dict(config), chunk_size=1,
+                                          desc="foldable labels") for r in part]
+    mi_data = {"config": dict(config), "lr": best_lr[("objective", "qp-gnn")],
+               "unfoldable": ([qg.encode(qi.from_row(r)) for r in mi_feas], [float(r["obj"]) for r in mi_feas]),
+               "foldable": ([qg.encode(qi.from_row(r)) for r in fo_rows], [float(r["obj"]) for r in fo_rows])}
+    sets = ("unfoldable", "foldable")
+    mi_out = runtime.pmap(mi_train_task, [(w, e, k, s_) for w in sets for e in (min(emb_sizes), emb_max)
+                                          for k, s_ in enumerate(seeds)],
                           shared=mi_data, chunk_size=1, desc="mi training")
-    mi_err = {(o["class"], o["emb"], o["seed"]): float(np.mean(o["train_err"])) for o in mi_out}
+    mi_err = {(o["set"], o["emb"], o["seed"]): float(np.mean(o["train_err"])) for o in mi_out}
     for o in mi_out:
-        err_rows.append({"target": "mi-objective", "method": mi_name[o["class"]], "emb": o["emb"],
+        err_rows.append({"target": f"mi-{o['set']}", "method": "qp-gnn-mi", "emb": o["emb"],
                          "width": "max" if o["emb"] == emb_max else "min", "seed": o["seed"], "split": "train",
                          "instances": len(o["train_err"]), "metric": "mean_rel_error",
-                         "value": mi_err[(o["class"], o["emb"], o["seed"])]})
-    # the width claim's unit: per trained pair (class, seed), training error at the smallest minus at the largest
-    # width; the training mean has no width (gain 0) and the Q-blind class is the control
-    gain_rows = [{"target": "mi-objective", "method": mi_name[c], "seed": k, "metric": "width_gain",
-                  "value": mi_err[(c, min(emb_sizes), k)] - mi_err[(c, emb_max, k)]}
-                 for c in classes for k in range(len(seeds))]
-    gain_rows += [{"target": "mi-objective", "method": "mean-predictor", "seed": k, "metric": "width_gain",
-                   "value": 0.0} for k in range(len(seeds))]
-    mi_mean, _ = _mean_predictor("objective", mi_data["labels"], mi_data["labels"])
-    for k in range(len(seeds)):
-        err_rows.append({"target": "mi-objective", "method": "mean-predictor", "emb": 0, "width": "none",
-                         "seed": k, "split": "train", "instances": len(mi_mean), "metric": "mean_rel_error",
-                         "value": float(np.mean(mi_mean))})
-    baselines["mean_predictor"]["mi_objective"] = {"train_emb_max": float(np.mean(mi_mean)), "width_gain": 0.0}
+                         "value": mi_err[(o["set"], o["emb"], o["seed"])]})
+    # the width claim's unit: per trained pair (set, seed), training error at the smallest minus at the largest
+    # width, paired over seeds between the unfoldable and the foldable set
+    gain_rows = [{"target": f"mi-{w}", "method": "qp-gnn-mi", "seed": k, "metric": "width_gain",
+                  "value": mi_err[(w, min(emb_sizes), k)] - mi_err[(w, emb_max, k)]}
+                 for w in sets for k in range(len(seeds))]
 
-    def _mi_block(c):
-        block = {f"train_emb_{w}": float(np.mean([mi_err[(c, e, k)] for k in range(len(seeds))]))
-                 for w, e in (("min", min(emb_sizes)), ("max", emb_max))}
-        block["width_gain"] = float(np.mean([r["value"] for r in gain_rows if r["method"] == mi_name[c]]))
+    def _mi_block(w):
+        block = {f"train_emb_{n}": float(np.mean([mi_err[(w, e, k)] for k in range(len(seeds))]))
+                 for n, e in (("min", min(emb_sizes)), ("max", emb_max))}
+        block["width_gain"] = float(np.mean([r["value"] for r in gain_rows if r["target"] == f"mi-{w}"]))
         return block
 
-    metrics["mi_objective"] = _mi_block("qp-gnn")
-    baselines["lp_gnn"]["mi_objective"] = _mi_block("lp-gnn")
+    metrics["mi_objective"] = _mi_block("unfoldable")
     metrics["mi_objective"].update({"instances": len(mi_rows), "feasible_used": len(mi_feas),
                                     "unfoldable_fraction": float(np.mean([r["unfoldable"] for r in mi_rows]))})
+    metrics["mi_foldable"] = _mi_block("foldable")
+    fo_labels = mi_data["foldable"][1]
+    metrics["mi_foldable"].update({"instances": len(fo_rows),
+                                   "foldable_fraction": float(np.mean([1 - r["unfoldable"] for r in fo_rows])),
+                                   "wl_floor": twin_floor("objective", fo_labels),
+                                   "label_gap_min": float(min(abs(a_ - b_) for a_, b_ in
+                                                              zip(fo_labels[0::2], fo_labels[1::2])))})
 
     # part 3: separation
     pairs = qg.separation_pairs()
@@ -592,34 +654,22 @@ CLAIMS = (
           metric="metrics.feasibility.train_emb_max", compare=0.05, op="<", kind="paper", source=_SRC_UNIVERSAL,
           controls=(Control("lp_gnn", "baselines.lp_gnn.feasibility.train_emb_max"),
                     Control("mean_predictor", "baselines.mean_predictor.feasibility.train_emb_max"))),
-    *(
-        Claim(text=f"{t}: the paper's GNN (with Q edges) has lower held-out error than the same GNN without Q "
-                   f"edges and than the training mean (one mean error per trained model, paired over seeds)",
-              metric=f"metrics.{t}.test_emb_max", compare=f"baselines.lp_gnn.{t}.test_emb_max", op="<",
-              test="wilcoxon signed-rank over seeds", table="errors",
-              a={"target": t, "method": "qp-gnn", "split": "test", "width": "max"},
-              b={"target": t, "method": "lp-gnn", "split": "test", "width": "max"},
-              pair_on=("seed",), kind="paper",
-              source="Section 2: the LCQP-graph carries Q as variable-variable edges; abstract: GNNs 'capture key "
-                     "characteristics of an optimization instance'",
-              controls=(Control("mean_predictor", f"baselines.mean_predictor.{t}.test_emb_max",
-                                a={"target": t, "method": "mean-predictor", "split": "test"}),))
-        for t in ("objective", "solution")
-    ),
-    Claim(text="random MI-LCQPs (unfoldable: WL gives every variable its own colour; exact labels): the mixed-integer "
-               "GNN variant fits their optimal values better at the largest width than at the smallest (width gain: "
-               "training error at the smallest minus at the largest width, one per trained pair, paired over seeds "
-               "with the training mean's gain of 0); the Q-blind GNN's mixed-integer variant, same widths and "
-               "budget, is the control (where it gains too, the width trend does not single out the paper's GNN)",
-          metric="metrics.mi_objective.width_gain", compare="baselines.mean_predictor.mi_objective.width_gain", op=">",
+    Claim(text="MI-LCQPs: the mixed-integer GNN variant gains more from width on unfoldable instances (random, "
+               "exact labels) than on foldable ones (random WL-indistinguishable pairs with different optimal "
+               "values); width gain: training error at the smallest minus at the largest width, one per trained "
+               "pair, paired over seeds between the two sets",
+          metric="metrics.mi_objective.width_gain", compare="metrics.mi_foldable.width_gain", op=">",
           test="wilcoxon signed-rank over seeds", table="width_gain",
-          a={"target": "mi-objective", "method": "qp-gnn-mi", "metric": "width_gain"},
-          b={"target": "mi-objective", "method": "mean-predictor", "metric": "width_gain"},
+          a={"target": "mi-unfoldable", "method": "qp-gnn-mi", "metric": "width_gain"},
+          b={"target": "mi-foldable", "method": "qp-gnn-mi", "metric": "width_gain"},
           pair_on=("seed",), kind="paper",
           source="abstract: 'while GNNs are not universal approximators, we identify a subclass of QP problems that "
-                 "GNNs can reliably represent' (unfoldable MI-LCQPs, Section 4)",
-          controls=(Control("lp_gnn", "baselines.lp_gnn.mi_objective.width_gain",
-                            a={"target": "mi-objective", "method": "lp-gnn-mi", "metric": "width_gain"}),)),
+                 "GNNs can reliably represent' (unfoldable MI-LCQPs, Section 4)"),
+    Claim(text="sanity: every foldable instance is foldable (WL gives two variables one colour)",
+          metric="metrics.mi_foldable.foldable_fraction", compare=1.0, op=">=", kind="sanity"),
+    Claim(text="sanity: the foldable pairs differ (smallest optimal-value gap > 0.4), so the foldable set has a "
+               "floor no MP-GNN fits below",
+          metric="metrics.mi_foldable.label_gap_min", compare=0.4, op=">", kind="sanity"),
     Claim(text="sanity: almost every random MI-LCQP is unfoldable (fraction >= 0.9)",
           metric="metrics.mi_objective.unfoldable_fraction", compare=0.9, op=">=", kind="sanity"),
     Claim(text="sanity: the trained paper's GNN does not separate the WL-indistinguishable MI-LCQP pairs (ratio < 1e-3 "
@@ -632,16 +682,6 @@ CLAIMS = (
           source="abstract: 'message-passing GNNs can universally represent ... optimal objective values' "
                  "(separation by the WL test on the LCQP-graph, Section 3)",
           controls=(Control("lp_gnn", "baselines.lp_gnn.separation.lcqp_pair"),)),
-    Claim(text="warm-starting OSQP from the GNN's predicted solution needs fewer iterations than a cold start "
-               "(paired over held-out instances); the projection of 0 onto the box is the learning-free control",
-          metric="metrics.warm_start.osqp_iterations", compare="metrics.warm_start.cold_iterations", op="<",
-          test="wilcoxon signed-rank over seeds", table="warm_start",
-          a={"method": "qp-gnn", "metric": "osqp_iterations"}, b={"method": "cold", "metric": "osqp_iterations"},
-          pair_on=("instance",), kind="paper",
-          source="abstract: GNNs 'provide adaptive guidance ... during the solving process, or directly provide an "
-                 "approximate solution'",
-          controls=(Control("box_projection", "baselines.box_projection.warm_start.osqp_iterations",
-                            a={"method": "box-projection", "metric": "osqp_iterations"}),)),
     Claim(text="sanity: the two MI-LCQP pairs are WL-indistinguishable (1 = yes)",
           metric="metrics.separation.mi_pairs_wl_indistinguishable", compare=1.0, op=">=", kind="sanity"),
     Claim(text="sanity: their continuous relaxations agree (largest gap in optimal value / feasibility < 1e-6), as the "
@@ -676,7 +716,7 @@ def plots(record: Mapping) -> dict:
             embs = sorted({r["emb"] for r in rows if r["method"] == "qp-gnn" and r["target"] == t})
             per_seed = [[np.mean([r["value"] for r in rows if r["method"] == "qp-gnn" and r["target"] == t
                                   and r["split"] == split and r["emb"] == e and r["seed"] == s])
-                         for s in sorted({r["seed"] for r in rows})] for e in embs]
+                         for s in sorted({r["seed"] for r in rows if r["target"] == t})] for e in embs]
             m = np.array([np.mean(v) for v in per_seed])
             lo, hi = np.array([np.min(v) for v in per_seed]), np.array([np.max(v) for v in per_seed])
             ax.plot(embs, m, "o" + style, label=f"qp-gnn {split}")
