@@ -28,8 +28,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from rayml import runtime
-from rayml.evidence import on_edge
+from rayml import evidence, runtime
 from rayml.experiments import Experiment, Outcome
 from rayml.results import Claim, Control
 
@@ -136,6 +135,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     tuned = runtime.pmap(run_task, tune_items, shared=dict(config), chunk_size=1, desc="cur-mgae tuning")
     val = {(m, r): float(np.mean([o["val_auc"] for o in tuned if o["method"] == m and o["mask_ratio"] == r]))
            for m in METHODS for r in grid}
+    # the highest validation AUC; ties: the ratio nearest 0.5, then the larger (a tie rule evidence.tune lacks)
     best = {m: max((val[m, r], -abs(r - 0.5), r) for r in grid)[2] for m in METHODS}
     seeds = runtime.seeds(test_seed, len(hs) * int(config["seeds"]) * 2)
     items = []
@@ -188,11 +188,14 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                      and r["metric"] == metric}
                 b = {r["seed"]: r["value"] for r in rows if r["method"] == base and r["homophily"] == h
                      and r["metric"] == metric}
-                d = np.array([a[k] - b[k] for k in sorted(a) if k in b])
+                keys = [k for k in sorted(a) if k in b]
+                d = np.array([a[k] - b[k] for k in keys])
+                # a per-level p (not a claim of its own): rayml.evidence has no public paired p-value yet
                 p = 1.0 if d.size == 0 or np.all(d == 0) else float(stats.wilcoxon(d, alternative="greater").pvalue)
                 won += int(p < 0.05)
+                wins = evidence.paired_counts([a[k] for k in keys], [b[k] for k in keys], lower_is_better=False)["wins"]
                 level_rows.append({"homophily": h, "metric": metric, "vs": base, "mean_diff": float(d.mean()),
-                                   "wins": int((d > 0).sum()), "seeds": int(d.size), "p_value": p})
+                                   "wins": wins, "seeds": int(d.size), "p_value": p})
             levels_won[f"{'link_auc' if metric == 'test_auc' else metric}_vs_{base}"] = won
     metrics["levels_won"] = levels_won
     metrics["levels"] = len(hs)
@@ -202,7 +205,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     budget = {"epochs": int(config["epochs"]), "encoder": f"GCN {config['layers']} x {config['hidden']}",
               "tuning": f"mask ratio per method on the same grid {grid}, by validation AUC averaged over {tg} "
                         "tuning graph(s) per homophily level, seeds apart from the test seeds",
-              "tuned_mask_ratio": best, "tuned_on_grid_edge": {m: on_edge(best[m], grid) for m in METHODS},
+              "tuned_mask_ratio": best, "tuned_on_grid_edge": {m: evidence.on_edge(best[m], grid) for m in METHODS},
               "probes": "logistic regression, same for every method",
               "note": "equal epochs, encoder and probes; cur-mgae also scores every training edge each "
                       "measure_every epochs (its difficulty measurer: extra forward passes, no extra updates)"}
