@@ -14,6 +14,7 @@
  * Functions (all exact; the pure-Python engine in matcher.py is the reference they are tested
  * against bit for bit):
  *   trie(node_byte, lens, lcp, node_start, tok_end, node_depth, node_m, order, max_len, tok_start)
+ *   or_into(out, arrays): out = the OR of the packed uint32 arrays (one pass each)
  *   walk(trie, trans, accept, s, words) -> [(depth, node, state)]   (inside tokens OR-ed into words)
  *   walk_counted(trie, local, i, words) -> (ids int64, keys int64, closing list): the inside tokens
  *       sorted (stable counting sort) by key 2 * characters + (not between characters), their bits
@@ -364,6 +365,39 @@ static PyObject *bits_op(PyObject *args, int set) {
 
 static PyObject *py_set_bits(PyObject *self, PyObject *args) { return bits_op(args, 1); }
 static PyObject *py_clear_bits(PyObject *self, PyObject *args) { return bits_op(args, 0); }
+
+/* or_into(out uint32[W], arrays sequence of uint32[W] buffers): out = the OR of every array, in
+ * one pass per array (compute_mask's combination of a state's cached contributions) */
+static PyObject *py_or_into(PyObject *self, PyObject *args) {
+    PyObject *o_out, *o_arr;
+    if (!PyArg_ParseTuple(args, "OO", &o_out, &o_arr)) return NULL;
+    Py_buffer bo;
+    if (get_rw(o_out, &bo, 4, "out") < 0) return NULL;
+    PyObject *arr = PySequence_Fast(o_arr, "arrays must be a sequence");
+    PyObject *ret = NULL;
+    if (!arr) goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(arr), nw = bo.len / 4;
+    uint32_t *out = bo.buf;
+    memset(out, 0, (size_t)nw * 4);
+    for (Py_ssize_t j = 0; j < n; j++) {
+        Py_buffer b;
+        if (get_ro(PySequence_Fast_GET_ITEM(arr, j), &b, 4, "arrays") < 0) goto done;
+        if (b.len != bo.len) {
+            PyBuffer_Release(&b);
+            PyErr_Format(PyExc_ValueError, "arrays must have %zd items like out", nw);
+            goto done;
+        }
+        const uint32_t *x = b.buf;
+        for (Py_ssize_t k = 0; k < nw; k++) out[k] |= x[k];
+        PyBuffer_Release(&b);
+    }
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    Py_XDECREF(arr);
+    PyBuffer_Release(&bo);
+    return ret;
+}
 
 /* fill_rows(bitmask int32[B, W], rows sequence of int, words sequence of uint32[W] buffers) */
 static PyObject *py_fill_rows(PyObject *self, PyObject *args) {
@@ -1284,6 +1318,7 @@ static PyMethodDef methods[] = {
     {"literal", py_literal, METH_VARARGS, "Tokens that are prefixes of a string, and its trie node."},
     {"set_bits", py_set_bits, METH_VARARGS, "OR the bits of int64 token ids into uint32 words."},
     {"clear_bits", py_clear_bits, METH_VARARGS, "Clear the bits of int64 token ids in uint32 words."},
+    {"or_into", py_or_into, METH_VARARGS, "out = the OR of a sequence of packed uint32 arrays."},
     {"fill_rows", py_fill_rows, METH_VARARGS, "Copy packed mask words into rows of an int32 bitmask."},
     {NULL, NULL, 0, NULL},
 };

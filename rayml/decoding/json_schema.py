@@ -44,7 +44,7 @@ from rayml.decoding.formats import format_regex
 from rayml.decoding.regex import (MAX_CODEPOINT, dfa_from_ast, difference, intersect, json_string_ast,
                                      parse_regex, quoted_repeat)
 
-__all__ = ["json_grammar", "schema_grammar", "clear_caches", "SUPPORTED_KEYWORDS", "ANNOTATIONS", "int_range_regex",
+__all__ = ["json_grammar", "schema_grammar", "clear_caches", "string_counters", "SUPPORTED_KEYWORDS", "ANNOTATIONS", "int_range_regex",
            "number_range_regex", "JSON_NUMBER", "JSON_INTEGER"]
 
 ANNOTATIONS = frozenset({"title", "description", "$schema", "$id", "$comment", "default", "examples", "deprecated",
@@ -95,6 +95,13 @@ def _string_dfa(char_ast, lo: int, hi: int | None):
     if key not in _STRING_DFAS:
         _STRING_DFAS[key] = quoted_repeat(dfa_from_ast(char_ast), lo, hi)
     return _STRING_DFAS[key]
+
+
+def string_counters() -> list:
+    """The ``Counter`` of each string character DFA this compiler builds strings from (any
+    character, and one counted character for length bounds): a ``TokenIndex`` precomputes their
+    counted vocabulary walks once (``TokenIndex.precompute_strings``)."""
+    return [_string_dfa(ast, 0, None).counter for ast in (_ANY_CHAR, _JSON_CHAR)]
 
 
 def clear_caches() -> None:

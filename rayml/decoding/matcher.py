@@ -126,15 +126,36 @@ class TokenIndex:
             self.eos_words[e >> 5] |= np.uint32(1 << (e & 31))
         self.tokens = vocab.tokens
         self._count_cache: dict = {}
+        self._count_pre: dict = {}
         if _native.AVAILABLE:
             _native.trie_of(self)  # the compiled core's copy of the trie, built with the index
+            self.precompute_strings()
 
     def __getstate__(self):
         # the compiled core's copy of the trie is a capsule: rebuilt on first use after unpickling
         state = self.__dict__.copy()
         state.pop("_native_trie", None)
         state.pop("_native_pre", None)
+        state["_count_pre"] = {}  # a few MiB on a large vocabulary: the copy walks on first use
         return state
+
+    def precompute_strings(self) -> None:
+        """The compiled counted walks (``walk_counted``) of the JSON string character DFAs the
+        schema compiler uses (``json_schema.string_counters``), from every local state, done once
+        per vocabulary with the index (as xgrammar preprocesses a tokenizer once) instead of at
+        the first visit of each string character state of every grammar. ``clear_cache`` keeps
+        them and forgets only their grammar-dependent bound cuts."""
+        from rayml.decoding.json_schema import string_counters
+
+        for counter in string_counters():
+            for i in range(counter.w):
+                key = (counter.char.key(), counter.local.tobytes(), i, True)
+                if key not in self._count_pre:
+                    self._count_pre[key] = self._native_count_base(counter, i)
+
+    def _native_count_base(self, counter, i: int) -> "_CountBase":
+        ids, keys, words, closing = _native.walk_counted(self, counter.local, i)
+        return _CountBase(self, ids, None, None, closing, native=True, sorted_keys=keys, packed=words)
 
     def _build_trie(self) -> None:
         """The byte trie of the sorted tokens, one level per depth: ``byte[d]``, the children
@@ -221,11 +242,10 @@ class TokenIndex:
         DFA); ``clear_cache`` forgets it. ``native``: walked by the compiled core (cached apart,
         so that the pure engine stays an independent reference)."""
         key = (counter.char.key(), counter.local.tobytes(), i, native)
-        base = self._count_cache.get(key)
+        base = self._count_pre.get(key) or self._count_cache.get(key)
         if base is None:
             if native:  # already sorted by key and packed by the compiled core
-                ids, keys, words, closing = _native.walk_counted(self, counter.local, i)
-                base = _CountBase(self, ids, None, None, closing, native=True, sorted_keys=keys, packed=words)
+                base = self._native_count_base(counter, i)
             else:
                 (ids, n, at0), closing = self.walk_counted(counter.local, i)
                 base = _CountBase(self, ids, n, at0, closing)
@@ -264,8 +284,11 @@ class TokenIndex:
         return d, lo + j
 
     def clear_cache(self) -> None:
-        """Forget the per-vocabulary walks cached by ``count_base``."""
+        """Forget the per-vocabulary walks cached by ``count_base`` (those ``precompute_strings``
+        made at index build are kept, without their per-bounds cuts)."""
         self._count_cache.clear()
+        for base in self._count_pre.values():
+            base._infos.clear()
 
     def pack(self, ids: np.ndarray, native: bool = False) -> np.ndarray:
         """Packed uint32 mask words with the bits of token ``ids`` set (``native``: by the
@@ -501,9 +524,13 @@ def _combine(dense: list, sparse: list, extra: list, n_words: int, native: bool 
     as is (masks are never written to: the caches hand out the same arrays)."""
     if len(dense) == 1 and not (sparse or extra):
         return dense[0]
-    words = dense[0].copy() if dense else np.zeros(n_words, np.uint32)
-    for x in dense[1:]:
-        words |= x
+    if native and len(dense) > 1:  # one C call ORs them all
+        words = np.empty(n_words, np.uint32)
+        _native.core.or_into(words, dense)
+    else:
+        words = dense[0].copy() if dense else np.zeros(n_words, np.uint32)
+        for x in dense[1:]:
+            words |= x
     for w, v in sparse:
         words[w] |= v
     if extra:
@@ -621,6 +648,13 @@ class CompiledGrammar:
         self.exit_cache: OrderedDict = OrderedDict()
         self.contrib_cache: OrderedDict = OrderedDict()
         self.stats = {"cache_hits": 0, "cache_misses": 0, "simulated_bytes": 0, "terminal_infos": 0, "exit_hits": 0}
+        # the token-accept fast path (GrammarMatcher.accept_token): the C engine's memoised accept
+        # and the ids it applies to (real tokens, neither special nor EOS)
+        vocab = index.vocab
+        self.n_ids = index.vocab_size
+        self.token_bytes = vocab.tokens
+        self.fast_accept = self.engine._e.accept_token if isinstance(self.engine, NativeEarleyEngine) else None
+        self.n_plain, self.special = vocab.size, vocab.special | frozenset(vocab.eos_ids)
 
     # -- per (terminal, state) precomputation ---------------------------------------------
     def horizon_classes(self, t: int) -> np.ndarray:
@@ -805,6 +839,12 @@ class CompiledGrammar:
 
     def compute_mask(self, chart) -> np.ndarray:
         """The packed uint32 mask words of the tokens allowed after ``chart``."""
+        if self.fast_accept is not None and self.config.state_cache:  # the chart id is the cache key
+            hit = self.mask_cache.get(chart)
+            if hit is not None:
+                self.mask_cache.move_to_end(chart)
+                self.stats["cache_hits"] += 1
+                return hit
         cfg = self.config
         key = None
         if cfg.state_cache:
@@ -909,12 +949,23 @@ class GrammarMatcher:
 
     def accept_token(self, token_id: int) -> bool:
         """Advance by one token; ``False`` (state unchanged) if the grammar rejects it."""
-        idx = self.compiled.index
-        if not (0 <= token_id < idx.vocab_size):
-            raise ValueError(f"token_id must be in [0, {idx.vocab_size}), got {token_id}")
-        if self.is_terminated():
+        cg = self.compiled
+        if not (0 <= token_id < cg.n_ids):
+            raise ValueError(f"token_id must be in [0, {cg.n_ids}), got {token_id}")
+        if self._terminated[-1]:
             return False
-        vocab = idx.vocab
+        fast = cg.fast_accept  # the compiled engine's memoised accept, called directly
+        if fast is not None and token_id < cg.n_plain and token_id not in cg.special:
+            r = fast(self._history[-1], token_id, cg.token_bytes[token_id])
+            if r < 0:
+                return False
+            self._history.append(r)
+            self._terminated.append(False)
+            if self.max_rollback is not None and len(self._history) > self.max_rollback + 1:
+                del self._history[0]
+                del self._terminated[0]
+            return True
+        vocab = cg.index.vocab
         if token_id in vocab.eos_ids:
             if not self.can_terminate():
                 return False
@@ -954,7 +1005,10 @@ class GrammarMatcher:
         if bitmask.dtype != np.int32 or bitmask.ndim != 2 or bitmask.shape[1] != self.compiled.index.n_words:
             raise ValueError(f"bitmask must be int32 [batch, {self.compiled.index.n_words}], got "
                              f"{bitmask.dtype} {bitmask.shape}")
-        bitmask[index] = self.next_token_words().view(np.int32)
+        if self._terminated[-1]:
+            bitmask[index] = 0
+        else:
+            bitmask[index] = self.compiled.compute_mask(self._history[-1]).view(np.int32)
 
     def allowed_tokens(self) -> np.ndarray:
         """Token ids allowed next (convenience, unpacks the mask)."""

@@ -170,3 +170,25 @@ def test_compiled_engine_memory_is_counted_and_pickling_is_refused():
     idx2 = pickle.loads(pickle.dumps(index))  # the vocabulary index still pickles (its C trie is rebuilt)
     words, _ = native.literal(idx2, b"ab")
     assert np.array_equal(words, native.literal(index, b"ab")[0])
+
+
+@needs_core
+def test_precomputed_string_walks_equal_pure_walks_and_survive_clear_cache():
+    from rayml.decoding import byte_vocabulary
+    from rayml.decoding.json_schema import string_counters
+    from rayml.decoding.matcher import TokenIndex
+
+    vocab = byte_vocabulary([b'ab"', b'\\u00', b'\\ud83d', b'"}', b'\xc3\xa9x', b'\\n"', b'xyz'])
+    index = TokenIndex(vocab)
+    counters = string_counters()
+    assert len(index._count_pre) == sum(c.w for c in counters)
+    for c in counters:
+        for i in range(c.w):
+            pre = index.count_base(c, i, native=True)
+            pure = index.count_base(c, i, native=False)
+            for need, room in [(0, 1), (0, 3), (2, 5), (0, pure.n_max + 2)]:
+                a, b = pre.info(need, room, 7), pure.info(need, room, 7)
+                assert np.array_equal(a.inside, b.inside) and a.exits == b.exits
+    kept = dict(index._count_pre)
+    index.clear_cache()
+    assert index._count_pre == kept and all(not b._infos for b in kept.values())
