@@ -275,7 +275,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     budget = {"train_steps": int(config["steps"]), "batch": int(config["batch"]),
               "network": f"MLP {config['layers']}x{config['hidden']} (ours: a drift and a covariance MLP)",
               "sample_steps": int(config["sample_steps"]), "test_seeds": n_seeds,
-              "tuning": f"lr on {grid} (authors' 5e-4 inside at quick/full) on a separate tuning seed, "
+              "tuning": f"lr on {grid} (authors' 5e-4 {'inside' if min(grid) <= 5e-4 <= max(grid) else 'outside'} "
+                        "the grid) on a separate tuning seed, "
                         "by MMD to validation data, per (manifold, method)",
               "timing": f"batch {config['timing_batch']}, minimum of {config['timing_repeats']} interleaved steps after a warm-up"}
     tables = {"quality": rows, "samples": samples, "timing_steps": timing_rows}
