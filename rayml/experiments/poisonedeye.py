@@ -73,7 +73,7 @@ SIZES = {
     "full": dict(seeds=10, trials=50, tune_trials=30, kb_size=1257, n_poisons=[1, 2, 3, 5], ks=[1, 3, 5, 10, 20],
                  n_class_eval=13, eps_grid=[PAPER_EPS / 2, PAPER_EPS, 2 * PAPER_EPS, 4 * PAPER_EPS, 8 * PAPER_EPS],
                  eps_probe=[16 * PAPER_EPS], steps=100,
-                 llm_queries=50, generator="smollm2-135m", retrievers=[0, 1, 2], retriever_trials=50, **_COMMON),
+                 llm_queries=20, generator="smollm2-135m", retrievers=[0, 1, 2], retriever_trials=50, **_COMMON),
 }
 SOURCE_ONE = ("abstract: 'Our attack successfully manipulates the response of the VLRAG system for the target query by "
               "injecting only one poison sample into the knowledge database.'")
