@@ -149,7 +149,7 @@ class TokenIndex:
 
         for counter in string_counters():
             for i in range(counter.w):
-                key = (counter.char.key(), counter.local.tobytes(), i, True)
+                key = counter.walk_key + (i, True)
                 if key not in self._count_pre:
                     self._count_pre[key] = self._native_count_base(counter, i)
 
@@ -241,7 +241,7 @@ class TokenIndex:
         every grammar compiled for this index (JSON strings of any schema share one character
         DFA); ``clear_cache`` forgets it. ``native``: walked by the compiled core (cached apart,
         so that the pure engine stays an independent reference)."""
-        key = (counter.char.key(), counter.local.tobytes(), i, native)
+        key = counter.walk_key + (i, native)
         base = self._count_pre.get(key) or self._count_cache.get(key)
         if base is None:
             if native:  # already sorted by key and packed by the compiled core

@@ -21,6 +21,7 @@ ends. Backreferences and lookaround are rejected with ``ValueError`` (not regula
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -416,6 +417,12 @@ class Counter:
     @property
     def w(self) -> int:
         return int(self.local.shape[0])
+
+    @cached_property
+    def walk_key(self) -> tuple:
+        """What a counted vocabulary walk depends on (the character DFA and ``local``), made once:
+        the key of ``TokenIndex.count_base``'s cache."""
+        return (self.char.key(), self.local.tobytes())
 
     def split(self, s: int, n_states: int) -> tuple[int, int] | None:
         """``(k, i)`` of state ``s``, or None for the opening and the final state."""
