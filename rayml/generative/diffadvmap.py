@@ -50,6 +50,8 @@ from torch import nn
 from rayml.purify import diffusion as D
 
 __all__ = [
+    "LabelOracle",
+    "label_oracle",
     "MAPConfig",
     "GuidedConfig",
     "SemanticConfig",
@@ -368,3 +370,36 @@ def lpips_like(net: FeatureNet, a: torch.Tensor, b: torch.Tensor) -> torch.Tenso
             out = out + ((x - y) ** 2).sum(1).mean((1, 2))
     return out
 
+
+
+class LabelOracle:
+    """A label-preservation oracle: a k-nearest-neighbour vote over the digits training split, in
+    pixel space (a human-label proxy: an example keeps its digit when its nearest training digits
+    carry that label). Independent of the attacked CNN and of the transfer MLP (another model class,
+    no gradients, nothing to attack), trained apart from both. Assumed (the project's check, issue 41;
+    the paper reports no oracle).
+
+    ``predict(x)`` takes images ``(N, 1, 8, 8)`` in ``[0, 1]`` and returns labels ``(N,)``.
+    """
+
+    def __init__(self, k: int = 5):
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"k must be an integer >= 1, got {k!r}")
+        xtr, ytr, _, _ = D.digits_split()
+        self.k = k
+        self.x_ = xtr.flatten(1).double()
+        self.y_ = ytr.long()
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        """The majority label of the ``k`` nearest training digits (ties: the smallest label)."""
+        if not isinstance(x, torch.Tensor) or x.dim() != 4 or tuple(x.shape[1:]) != (1, 8, 8):
+            raise ValueError(f"x must be images (N, 1, 8, 8), got {getattr(x, 'shape', type(x).__name__)}")
+        d = torch.cdist(x.flatten(1).double().clamp(0, 1), self.x_)
+        idx = d.topk(self.k, largest=False).indices
+        votes = torch.nn.functional.one_hot(self.y_[idx], 10).sum(1)
+        return votes.argmax(1)
+
+
+def label_oracle(k: int = 5) -> LabelOracle:
+    """The label-preservation oracle (``LabelOracle``) over the digits training split."""
+    return LabelOracle(k)

@@ -82,3 +82,22 @@ def test_bad_input_is_rejected(models):
         dam.GuidedConfig(scale=-1.0)
     with pytest.raises(ValueError, match="iterations"):
         dam.SemanticConfig(iterations=0)
+
+
+def test_the_label_oracle_reads_clean_digits_and_rejects_a_changed_digit():
+    from rayml.purify import diffusion as D
+
+    oracle = dam.label_oracle(k=5)
+    _, _, xte, yte = D.digits_split()
+    acc = (oracle.predict(xte[:200]) == yte[:200]).double().mean()
+    assert acc >= 0.9  # a held-out digit keeps its label under the kNN vote
+    # a training digit is its own nearest neighbour: k=1 returns its label exactly
+    xtr, ytr, _, _ = D.digits_split()
+    assert torch.equal(dam.label_oracle(k=1).predict(xtr[:50]), ytr[:50])
+    # an image replaced by another class's digit is read as that class, not the original label
+    other = xte[(yte != yte[0]).nonzero()[0, 0]][None]
+    assert int(oracle.predict(other)[0]) != int(yte[0])
+    with pytest.raises(ValueError, match="x must"):
+        oracle.predict(torch.zeros(2, 64))
+    with pytest.raises(ValueError, match="k must"):
+        dam.label_oracle(k=0)
