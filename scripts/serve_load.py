@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import socket
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -45,12 +44,6 @@ LENIENT = ("valid JSON as text/plain", "valid JSON as image/png")
 GEN_LIMITS = {"compile_timeout_s": 3.0, "max_source_chars": 2000}
 
 # --- the apps -----------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def deploy_all(root: str = "", *, skip: tuple = ()) -> dict:
@@ -255,9 +248,10 @@ def main(argv=None) -> int:
     import ray
     from ray import serve
 
+    from rayml.actors.serve.http import serve_port
+
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 << 20, log_to_driver=False)
-    port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    port = serve_port()
     bases = deploy_all(f"http://127.0.0.1:{port}")
     try:
         urls = endpoints(bases)

@@ -170,11 +170,9 @@ def start_cluster(head: dict, workers: list[dict]):
 
 def free_port() -> int:
     """A TCP port on the loopback interface that is free right now."""
-    import socket
+    from rayml.actors.serve.http import free_port as free
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free()
 
 
 @pytest.fixture(scope="session")

@@ -121,14 +121,13 @@ def test_bench_bandits_is_the_kl_bandit_benchmark(ray_session, tmp_path):
 @pytest.mark.slow
 def test_rayml_serve_answers_over_http_and_stops_on_interrupt():
     import signal
-    import socket
     import time
 
     import requests
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from rayml.actors.serve.http import free_port
+
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "rayml", "serve", "optimize", "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

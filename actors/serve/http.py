@@ -8,7 +8,16 @@ from typing import Callable, Sequence
 
 from starlette.responses import JSONResponse
 
-__all__ = ["generate_grouped", "completion_answer", "make_api", "BodyLimit", "serve_port"]
+__all__ = ["generate_grouped", "completion_answer", "make_api", "BodyLimit", "free_port", "serve_port"]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that is free right now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 def serve_port(host: str = "127.0.0.1") -> int:
@@ -16,17 +25,13 @@ def serve_port(host: str = "127.0.0.1") -> int:
     running, a free port on ``host`` that a newly started Serve listens on. (``serve.start`` on a
     running Serve ignores new HTTP options, so a caller that picked its own port would post to a
     port nobody serves.)"""
-    import socket
-
     from ray import serve
     from ray.serve.context import _get_global_client
 
     client = _get_global_client(raise_if_no_controller_running=False)
     if client is not None:
         return int(client.http_config.port)
-    with socket.socket() as s:
-        s.bind((host, 0))
-        port = s.getsockname()[1]
+    port = free_port(host)
     serve.start(http_options={"host": host, "port": port})
     return port
 
