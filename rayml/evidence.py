@@ -217,7 +217,8 @@ def _step_past(values: list, side: str, limit: tuple[float, float] | None) -> An
 
 def tune(evaluate: Callable[[list[tuple[Hashable, dict]]], Sequence[float]], grids: Mapping[Hashable, Any], *,
          lower_is_better: bool = True, paper: Mapping[str, Any] | Mapping[Hashable, Mapping] | None = None,
-         extend: int = 0, limits: Mapping[str, tuple[float, float]] | None = None) -> dict[Hashable, GridChoice]:
+         extend: int = 0, limits: Mapping[str, tuple[float, float]] | None = None,
+         tie: float = 0.0, tie_break: str | Callable[[dict], Any] = "first") -> dict[Hashable, GridChoice]:
     """Tune every problem on its grid; return ``{problem: GridChoice}``.
 
     Args:
@@ -225,7 +226,7 @@ def tune(evaluate: Callable[[list[tuple[Hashable, dict]]], Sequence[float]], gri
             in order (the mean over the tuning seeds, say). One call per round, so the caller
             can run every item of a round as parallel tasks (``rayml.runtime.pmap``).
         grids: ``{problem: {axis: values}}`` (axes crossed by ``grid``).
-        lower_is_better: whether the lowest score wins (ties: the first in grid order).
+        lower_is_better: whether the lowest score wins (ties: see ``tie_break``).
         paper: the paper's values, ``{axis: value}`` for every problem or ``{problem: {axis:
             value}}``; each ``GridChoice.paper_inside`` says whether they lie inside the grid.
         extend: how many times a numeric axis is extended past the edge where the choice sits
@@ -233,6 +234,11 @@ def tune(evaluate: Callable[[list[tuple[Hashable, dict]]], Sequence[float]], gri
             the choice is final; ``0`` only reports the edge.
         limits: ``{axis: (low, high)}``: no extension past these (a step size above 1, a
             negative scale); a choice at a limit stays on its edge and says so.
+        tie: scores within ``tie`` of the best one are tied with it (``0``: only equal scores).
+        tie_break: which tied setting wins: ``"first"`` in grid order, ``"middle"`` (the median
+            one in grid order: a plateau's centre, away from its edges), or a callable
+            ``key(setting)`` whose smallest value wins (``lambda s: abs(s["w"] - 0.5)`` prefers the
+            setting nearest 0.5, ``lambda s: (s["a"], s["b"])`` the lexicographically first).
 
     Returns:
         The choices; ``edges`` names any axis whose edge still holds the choice (the caller says
@@ -242,6 +248,10 @@ def tune(evaluate: Callable[[list[tuple[Hashable, dict]]], Sequence[float]], gri
         raise ValueError("grids must name at least one problem")
     if isinstance(extend, bool) or not isinstance(extend, int) or extend < 0:
         raise ValueError(f"extend must be an integer >= 0, got {extend!r}")
+    if isinstance(tie, bool) or not isinstance(tie, (int, float)) or not tie >= 0:
+        raise ValueError(f"tie must be a number >= 0, got {tie!r}")
+    if not (callable(tie_break) or tie_break in ("first", "middle")):
+        raise ValueError(f"tie_break must be 'first', 'middle' or a callable key(setting), got {tie_break!r}")
     axes = {p: {k: sorted(v) if _numeric(v) else list(v) for k, v in g.items()} for p, g in grids.items()}
     for p in axes:
         grid(**axes[p])  # checks every axis
@@ -261,7 +271,14 @@ def tune(evaluate: Callable[[list[tuple[Hashable, dict]]], Sequence[float]], gri
         pts = [s for s in grid(**axes[p])]
         vals = [scored[p][tuple(sorted(s.items()))] for s in pts]
         key = [(v if lower_is_better else -v) if math.isfinite(v) else math.inf for v in vals]
-        i = int(np.argmin(key))
+        top = min(key)
+        tied = [i for i, k in enumerate(key) if k <= top + tie] if math.isfinite(top) else [0]
+        if tie_break == "first":
+            i = tied[0]
+        elif tie_break == "middle":
+            i = tied[(len(tied) - 1) // 2]
+        else:
+            i = min(tied, key=lambda j: tie_break(dict(pts[j])))
         return pts[i], vals[i]
 
     run_round([(p, s) for p in grids for s in grid(**axes[p])])

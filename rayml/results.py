@@ -89,17 +89,32 @@ class Control:
         metric: the dotted path of the baseline's number that replaces ``Claim.metric``.
         a: for a claim with a paired ``test``, the row filter that replaces ``Claim.a``
             (the baseline's rows of the claim's table).
+        b: for a paired ``test``, the row filter that replaces ``Claim.b`` (what the control is
+            compared with, when it is not the claim's own reference: a random-subset control of
+            an "in-regime beats out-of-regime" claim compares random subsets with the same
+            reference rows, say, or a control whose reference is its own plain run).
+        compare: the dotted path or number that replaces ``Claim.compare`` for this control.
+
+    ``b`` and ``compare`` default to the claim's own.
     """
 
     name: str
     metric: str
     a: Mapping[str, Any] | None = None
+    b: Mapping[str, Any] | None = None
+    compare: str | float | None = None
 
     def __post_init__(self):
         if not self.name or not isinstance(self.name, str):
             raise ValueError("Control.name must be a non-empty string")
         if not self.metric or not isinstance(self.metric, str):
             raise ValueError(f"Control {self.name!r}: metric must be a dotted record path")
+        for key in ("a", "b"):
+            if getattr(self, key) is not None and not isinstance(getattr(self, key), Mapping):
+                raise TypeError(f"Control {self.name!r}: {key} must be a row filter (a mapping) or None")
+        if self.compare is not None and (isinstance(self.compare, bool)
+                                         or not isinstance(self.compare, (str, int, float))):
+            raise TypeError(f"Control {self.name!r}: compare must be a dotted record path or a number")
 
 
 @dataclass(frozen=True)
@@ -165,6 +180,8 @@ class Claim:
             raise ValueError(f"Claim.kind must be one of {KINDS}, got {self.kind!r}")
         if not isinstance(self.controls, tuple) or not all(isinstance(c, Control) for c in self.controls):
             raise TypeError(f"Claim {self.text!r}: controls must be a tuple of Control")
+        if self.test is None and any(c.b is not None for c in self.controls):
+            raise ValueError(f"Claim {self.text!r}: a control's b is a row filter of the paired test; set test too")
         if self.test is not None and any(c.a is None for c in self.controls):
             raise ValueError(f"Claim {self.text!r}: a control of a tested claim needs its row filter 'a'")
         if self.op not in _OPS:
@@ -197,7 +214,8 @@ def lookup(record: Mapping, path: str) -> Any:
     return node
 
 
-def _paired_values(rows: Sequence[Mapping], claim: Claim, a: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+def _paired_values(rows: Sequence[Mapping], claim: Claim, a: Mapping[str, Any],
+                   b: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     def select(flt):
         out = {}
         for r in rows:
@@ -205,7 +223,7 @@ def _paired_values(rows: Sequence[Mapping], claim: Claim, a: Mapping[str, Any]) 
                 out[tuple(r.get(k) for k in claim.pair_on)] = float(r[claim.value])
         return out
 
-    xa, xb = select(a), select(claim.b)
+    xa, xb = select(a), select(b)
     keys = sorted(set(xa) & set(xb), key=repr)
     return np.array([xa[k] for k in keys]), np.array([xb[k] for k in keys])
 
@@ -257,10 +275,14 @@ def is_threshold(claim: Claim) -> bool:
     return isinstance(claim.compare, (int, float)) and not isinstance(claim.compare, bool)
 
 
-def _measure(record: Mapping, c: Claim, metric: str, a: Mapping[str, Any]) -> dict:
-    """``metric op compare (+/- margin)``, and the paired test of rows ``a`` against ``c.b``."""
+def _measure(record: Mapping, c: Claim, metric: str, a: Mapping[str, Any],
+             b: Mapping[str, Any] | None = None, compare: str | float | None = None) -> dict:
+    """``metric op compare (+/- margin)``, and the paired test of rows ``a`` against rows ``b``
+    (``c.b`` and ``c.compare`` unless a control replaces them)."""
+    b = c.b if b is None else b
+    compare = c.compare if compare is None else compare
     value = _number(lookup(record, metric))
-    ref = _number(c.compare if is_threshold(c) else lookup(record, c.compare))
+    ref = _number(compare if isinstance(compare, (int, float)) else lookup(record, compare))
     greater = c.op in (">", ">=")
     threshold = ref + c.margin if greater else ref - c.margin
     # A metric that could not be measured (None/NaN) never makes a claim hold.
@@ -268,7 +290,7 @@ def _measure(record: Mapping, c: Claim, metric: str, a: Mapping[str, Any]) -> di
     out = {"holds": holds, "p_value": None, "measured": f"{_fmt(value)} vs {_fmt(ref)}"}
     if c.test is not None:
         rows = lookup(record, f"tables.{c.table}")
-        xa, xb = _paired_values(rows, c, a)
+        xa, xb = _paired_values(rows, c, a, b)
         p = _one_sided_p(xa, xb, greater, c.test, c.tie) if xa.size else 1.0
         out["p_value"] = p
         out["holds"] = holds and p < ALPHA
@@ -333,9 +355,11 @@ def evaluate_claims(record: Mapping, claims: Sequence[Claim]) -> list[dict]:
         own = _measure(record, c, c.metric, c.a)
         controls = []
         for ctl in c.controls:
-            m = _measure(record, c, ctl.metric, ctl.a or c.a)
+            m = _measure(record, c, ctl.metric, ctl.a or c.a, ctl.b, ctl.compare)
             unmeasured = m.pop("unmeasured")
-            controls.append({"name": ctl.name, "metric": ctl.metric, **m, **({"unmeasured": True} if unmeasured else {})})
+            own_ref = {k: v for k, v in (("b", ctl.b), ("compare", ctl.compare)) if v is not None}
+            controls.append({"name": ctl.name, "metric": ctl.metric, **own_ref, **m,
+                             **({"unmeasured": True} if unmeasured else {})})
         status, discriminating = _status(c, own, controls)
         del own["unmeasured"]
         out.append({
@@ -386,6 +410,10 @@ def claims_fingerprint(claims: Sequence[Claim]) -> str:
         for key, default in (("tie", None), ("gates", [])):
             if d.get(key) == default:
                 d.pop(key, None)
+        for ctl in d.get("controls", []):
+            for key in ("b", "compare"):
+                if ctl.get(key) is None:
+                    ctl.pop(key, None)
         return d
 
     canon = json.dumps([declared(c) for c in claims], sort_keys=True, default=str)

@@ -64,6 +64,23 @@ def test_tune_picks_the_best_and_reports_the_paper_and_the_edge():
     assert outside["a"].paper_inside is False
 
 
+def test_tune_breaks_ties_by_grid_order_plateau_middle_or_a_key():
+    # a plateau: every w in [0.3, 0.7] scores 0 (within a tolerance of 0.01 for 0.3)
+    def evaluate(items):
+        return [0.0 if 0.35 <= s["w"] <= 0.7 else (0.005 if s["w"] == 0.3 else 1.0) for _, s in items]
+
+    grids = {"p": {"w": [0.1, 0.3, 0.4, 0.5, 0.6, 0.7, 0.9]}}
+    assert evidence.tune(evaluate, grids)["p"].setting == {"w": 0.4}
+    assert evidence.tune(evaluate, grids, tie=0.01)["p"].setting == {"w": 0.3}
+    assert evidence.tune(evaluate, grids, tie=0.01, tie_break="middle")["p"].setting == {"w": 0.5}
+    near = evidence.tune(evaluate, grids, tie_break=lambda s: abs(s["w"] - 0.62))["p"]
+    assert near.setting == {"w": 0.6} and near.score == 0.0
+    with pytest.raises(ValueError, match="tie_break"):
+        evidence.tune(evaluate, grids, tie_break="last")
+    with pytest.raises(ValueError, match="tie must"):
+        evidence.tune(evaluate, grids, tie=-1)
+
+
 def test_tune_extends_an_edge_until_the_choice_is_inside():
     def evaluate(items):
         return [abs(np.log(s["sigma"] / 0.06)) for _, s in items]

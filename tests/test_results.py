@@ -182,6 +182,38 @@ def test_a_control_of_a_paired_claim_is_tested_on_its_own_rows():
         Claim("x", "metrics.gap", 1.0, kind="anecdote")
 
 
+def test_a_control_may_bring_its_own_reference_rows_and_number():
+    # an "in-regime beats out-of-regime" claim; its control compares random subsets with the
+    # same out-of-regime reference (b) and is measured against the random subsets' own number
+    rows = [{"arm": arm, "seed": s, "value": v}
+            for arm, vals in (("in", [0.9, 0.8, 0.9, 0.85, 0.95, 0.9, 0.8, 0.9]),
+                              ("out", [0.5, 0.4, 0.6, 0.5, 0.55, 0.45, 0.5, 0.6]),
+                              ("random", [0.7, 0.6, 0.8, 0.65, 0.75, 0.7, 0.6, 0.7]),
+                              ("random_ref", [0.8, 0.7, 0.9, 0.75, 0.85, 0.8, 0.7, 0.8])) for s, v in enumerate(vals)]
+    rec = _record(tables={"runs": rows}, metrics={"gain": 0.38},
+                  baselines={"random": {"gain": 0.19, "ref": 0.25}})
+    claim = Claim("in-regime beats out", "metrics.gain", 0.1, ">", test="paired sign test over seeds",
+                  table="runs", a={"arm": "in"}, b={"arm": "out"}, source=SRC,
+                  controls=(Control("random", "baselines.random.gain", a={"arm": "random"}),
+                            Control("random vs own", "baselines.random.gain", a={"arm": "random"},
+                                    b={"arm": "random_ref"}, compare="baselines.random.ref")))
+    (out,) = results.evaluate_claims(rec, [claim])
+    same_ref, own_ref = out["controls"]
+    assert same_ref["holds"] is True and "vs 0.1" in same_ref["measured"]
+    # against its own rows and number the random control loses every pair and misses the bar
+    assert own_ref["holds"] is False and own_ref["p_value"] > 0.5 and "vs 0.25" in own_ref["measured"]
+    assert own_ref["b"] == {"arm": "random_ref"} and "b" not in same_ref
+    with pytest.raises(ValueError, match="set test too"):
+        Claim("x", "metrics.gain", 0.1, source=SRC, controls=(Control("r", "baselines.random.gain", b={"arm": "out"}),))
+    with pytest.raises(TypeError, match="compare"):
+        Control("r", "baselines.random.gain", compare=["x"])
+    # fields a control leaves unset do not move the fingerprint of older declarations
+    plain = Claim("x", "metrics.gain", 0.1, source=SRC, controls=(Control("r", "baselines.random.gain"),))
+    moved = Claim("x", "metrics.gain", 0.1, source=SRC,
+                  controls=(Control("r", "baselines.random.gain", compare="baselines.random.ref"),))
+    assert results.claims_fingerprint([plain]) != results.claims_fingerprint([moved])
+
+
 def test_the_fingerprint_changes_with_a_threshold():
     a = results.claims_fingerprint([Claim("x", "metrics.a", 1.0)])
     assert a == results.claims_fingerprint([Claim("x", "metrics.a", 1.0)])
