@@ -5,32 +5,35 @@ Spatio-Temporal OOD Processor, ICML 2025 (code PoorOtterBob/STOP). The parts:
 - backbone (the released ``MLP``: STID-style, no node identities, so it is inductive): the input
   window is split into seasonal and trend parts by a moving average, each embedded by a linear map
   over time, concatenated with time-of-day and day-of-week embeddings, and passed through residual
-  feed-forward layers; a linear head predicts the horizon. It returns the shallow embedding ``h``,
-  the deep embedding ``z`` and the prediction ``y``.
+  feed-forward layers (with dropout); a linear head predicts the horizon. It returns the shallow
+  embedding ``h``, the deep embedding ``z`` and the prediction ``y``.
 - Context-Aware Units (the released ``Core_Adaptive``): ``C`` learnable cores per head; nodes are
   softmax-aggregated into the cores (softmax over nodes) and the cores broadcast back (softmax over
-  cores), replacing node-to-node messages; ``ffn([z - v, v]) + z`` then a batch norm.
-- the STOP forward of the released code: ``h_res = CAU(z)``, ``z_res = backbone.encoder(h - h_res)``,
-  ``y + decoder(z_res)``.
+  cores), replacing node-to-node messages; ``ffn([z - v, v]) + z`` then a normalisation.
+- the STOP forward of the released code: ``h_res = CAU(z)``, ``z_res = encoder'(h - h_res)``,
+  ``y + decoder(z_res)``, where ``encoder'`` is a deep copy of the backbone's encoder (the authors'
+  default ``same=0``: the residual branch has its own weights, initialised from the backbone's).
 - message perturbation and the spatio-temporal DRO objective (not in the released code; assumed
   from the abstract): each training step builds ``K`` variant environments, each dropping a random
   ``s_ratio`` of the nodes from the node-to-core aggregation (spatial perturbation) and zeroing a
   random ``t_ratio`` of the input steps (temporal perturbation); the loss is the worst environment's
-  MAE (hard-max DRO over the generated environments).
+  MAE (hard-max DRO over the generated environments). ``stop-nodro`` is the same model trained on
+  the plain MAE (the ablation).
 
-Baselines: the backbone alone (``stid-mlp``: the same MLP without centralised interaction) and a
-node-to-node forecaster (``gwnet-like``: the same embedding followed by diffusion-convolution layers
-over the road graph, forward and backward transition matrices, as in Graph WaveNet without its
-adaptive adjacency so that it applies to unseen nodes).
+Baselines (the paper's kinds, able to fail the way the paper's do on new nodes and a rewired
+graph): ``stid`` (the backbone plus STID's learnable node embeddings: a node unseen in training
+keeps its untrained embedding) and ``gwnet-like`` (the same embedding, then diffusion convolutions
+over the given road graph, forward and backward, 2 hops, plus Graph WaveNet's adaptive adjacency
+``softmax(relu(E1 E2^T))`` from learnable node embeddings).
 
-Data (``road_graph``, ``simulate_traffic``): a road-like graph (k-nearest neighbours of random
-points in the plane) and a traffic-like diffusion with daily periodicity: ``x_{t+1} = (1 - a) x_t +
-a P x_t + demand_i(t) + noise``, with morning and evening peaks whose amplitude and phase vary per
-node; after ``shift_day`` the dynamics shift (diffusion strength, peak amplitudes and phases).
+Every method shares the training regularisers (assumed, declared on the page): dropout in the
+feed-forward layers, gradient-norm clipping and early stopping on the validation MAE (the best
+epoch's weights are kept). The data are in ``rayml.graphs.stop_data``.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,85 +41,34 @@ import torch
 from torch import nn
 
 from rayml.graphs.message_passing import spmm
+from rayml.graphs.stop_data import neighbour_gain, rewire, road_graph, simulate_traffic, windows
 
-__all__ = ["road_graph", "simulate_traffic", "windows", "Backbone", "ContextAwareUnit", "STOP", "GWNetLike",
-           "STConfig", "train_forecaster", "predict", "METHODS"]
+__all__ = ["road_graph", "rewire", "simulate_traffic", "windows", "neighbour_gain", "Backbone",
+           "ContextAwareUnit", "STOP", "GWNetLike", "STConfig", "train_forecaster", "predict", "METHODS"]
 
-METHODS = ("stop", "stid-mlp", "gwnet-like")
-
-
-def road_graph(rng: np.random.Generator, n: int, k: int = 3) -> tuple[np.ndarray, np.ndarray]:
-    """Node positions in the unit square and a symmetric kNN edge list (2, E) of a road-like graph."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < k + 1:
-        raise ValueError(f"n must be an integer > k, got {n!r}")
-    pos = rng.random((n, 2))
-    d = np.linalg.norm(pos[:, None] - pos[None], axis=-1)
-    np.fill_diagonal(d, np.inf)
-    nbr = np.argsort(d, axis=1)[:, :k]
-    e = {(min(i, j), max(i, j)) for i in range(n) for j in nbr[i]}
-    e = np.array(sorted(e)).T
-    return pos, np.concatenate([e, e[::-1]], axis=1)
-
-
-def _transition(edges: np.ndarray, n: int) -> np.ndarray:
-    P = np.zeros((n, n))
-    P[edges[0], edges[1]] = 1.0
-    return P / np.maximum(P.sum(1, keepdims=True), 1.0)
-
-
-def simulate_traffic(rng: np.random.Generator, edges: np.ndarray, n: int, *, days: int, steps_per_day: int,
-                     shift_day: int, diffusion: float = 0.3, shift_diffusion: float = 0.6,
-                     shift_amplitude: float = 1.5, shift_phase: float = 0.08, noise: float = 0.05) -> np.ndarray:
-    """A (T, n) traffic-like series with daily peaks; the dynamics shift from ``shift_day`` on."""
-    if not 0 < shift_day <= days:
-        raise ValueError(f"shift_day must lie in (0, days], got {shift_day}")
-    P = _transition(edges, n)
-    T = days * steps_per_day
-    amp_m, amp_e = 0.5 + rng.random(n), 0.5 + rng.random(n)
-    ph_m, ph_e = 0.33 + 0.04 * rng.normal(size=n), 0.72 + 0.04 * rng.normal(size=n)
-    x = np.zeros((T, n))
-    cur = rng.random(n)
-    for t in range(T):
-        day, tod = divmod(t, steps_per_day)
-        f = tod / steps_per_day
-        shifted = day >= shift_day
-        a = shift_diffusion if shifted else diffusion
-        s = shift_amplitude if shifted else 1.0
-        dp = shift_phase if shifted else 0.0
-        weekend = 0.6 if day % 7 >= 5 else 1.0
-        demand = s * weekend * (amp_m * np.exp(-((f - ph_m - dp) ** 2) / 0.004) +
-                                amp_e * np.exp(-((f - ph_e - dp) ** 2) / 0.006))
-        cur = 0.7 * ((1 - a) * cur + a * (P @ cur)) + 0.3 * demand + noise * rng.normal(size=n)
-        x[t] = cur
-    return x
-
-
-def windows(x: np.ndarray, steps_per_day: int, t0: int, t1: int, seq: int, horizon: int):
-    """Inputs (B, seq, n, 3) = (value, time of day, day of week) and targets (B, horizon, n) for
-    windows whose first target step lies in ``[t0, t1)``."""
-    T, n = x.shape
-    starts = [s for s in range(max(t0, seq), min(t1, T - horizon + 1))]
-    tod = (np.arange(T) % steps_per_day) / steps_per_day
-    dow = ((np.arange(T) // steps_per_day) % 7) / 7.0
-    X = np.stack([np.stack([x[s - seq:s], np.repeat(tod[s - seq:s, None], n, 1),
-                            np.repeat(dow[s - seq:s, None], n, 1)], -1) for s in starts])
-    Y = np.stack([x[s:s + horizon] for s in starts])
-    return X.astype(np.float32), Y.astype(np.float32)
+METHODS = ("stop", "stop-nodro", "stid", "gwnet-like")
 
 
 class _FF(nn.Module):
-    def __init__(self, d: int):
+    def __init__(self, d: int, dropout: float = 0.0):
         super().__init__()
-        self.fc = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.fc = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Dropout(dropout), nn.Linear(4 * d, d))
 
     def forward(self, h):
         return h + self.fc(h)
 
 
-class Backbone(nn.Module):
-    """The STID-style MLP of the released code (decomposition, time embeddings, residual FFNs)."""
+def _node_ids(X: torch.Tensor) -> torch.Tensor:
+    """The global node id of each column (channel 3 of the windows, the same in every window)."""
+    return X[0, -1, :, 3].round().long()
 
-    def __init__(self, seq: int, horizon: int, dim: int, tod_size: int, layers: int = 2, kernel: int = 5):
+
+class Backbone(nn.Module):
+    """The STID-style MLP of the released code (decomposition, time embeddings, residual FFNs);
+    ``n_nodes > 0`` adds STID's learnable node embeddings (a table over ``n_nodes`` global ids)."""
+
+    def __init__(self, seq: int, horizon: int, dim: int, tod_size: int, layers: int = 2, kernel: int = 5,
+                 n_nodes: int = 0, dropout: float = 0.0):
         super().__init__()
         self.kernel, self.tod_size = kernel, tod_size
         self.seasonal, self.trend = nn.Linear(seq, dim), nn.Linear(seq, dim)
@@ -124,8 +76,12 @@ class Backbone(nn.Module):
         self.dow = nn.Parameter(torch.empty(7, dim // 2))
         nn.init.xavier_uniform_(self.tod)
         nn.init.xavier_uniform_(self.dow)
-        self.hidden = dim + 2 * (dim // 2)
-        self.encoder = nn.Sequential(*[_FF(self.hidden) for _ in range(layers)])
+        self.node = None
+        if n_nodes:
+            self.node = nn.Parameter(torch.empty(n_nodes, dim // 2))
+            nn.init.xavier_uniform_(self.node)
+        self.hidden = dim + (3 if n_nodes else 2) * (dim // 2)
+        self.encoder = nn.Sequential(*[_FF(self.hidden, dropout) for _ in range(layers)])
         self.head = nn.Linear(self.hidden, horizon)
 
     def embed(self, X: torch.Tensor) -> torch.Tensor:
@@ -135,7 +91,13 @@ class Backbone(nn.Module):
         trend = padded.unfold(-1, self.kernel, 1).mean(-1)
         tod = self.tod[(X[:, -1, :, 1] * self.tod_size).long().clamp(0, self.tod_size - 1)]
         dow = self.dow[(X[:, -1, :, 2] * 7).round().long().clamp(0, 6)]
-        return torch.cat([self.seasonal(v - trend) + self.trend(trend), tod, dow], -1)  # (B, n, hidden)
+        parts = [self.seasonal(v - trend) + self.trend(trend), tod, dow]
+        if self.node is not None:
+            ids = _node_ids(X)
+            if int(ids.max()) >= self.node.shape[0] or int(ids.min()) < 0:
+                raise ValueError(f"node ids must lie in [0, {self.node.shape[0]}), the model's n_nodes")
+            parts.append(self.node[ids].expand(X.shape[0], -1, -1))
+        return torch.cat(parts, -1)  # (B, n, hidden)
 
     def forward(self, X: torch.Tensor):
         h = self.embed(X)
@@ -173,54 +135,62 @@ class ContextAwareUnit(nn.Module):
 
 
 class STOP(nn.Module):
-    """The released STOP forward: backbone, CAU backcast on ``z``, residual branch through the encoder."""
+    """The released STOP forward: backbone, CAU backcast on ``z``, the residual branch through a
+    deep copy of the backbone's encoder (the authors' ``same=0``), its decoder added to ``y``."""
 
-    def __init__(self, seq: int, horizon: int, dim: int, tod_size: int, cores: int = 8, heads: int = 4):
+    def __init__(self, seq: int, horizon: int, dim: int, tod_size: int, cores: int = 8, heads: int = 4,
+                 dropout: float = 0.0):
         super().__init__()
-        self.backbone = Backbone(seq, horizon, dim, tod_size)
+        self.backbone = Backbone(seq, horizon, dim, tod_size, dropout=dropout)
         hid = self.backbone.hidden
         self.cau = ContextAwareUnit(hid, hid, cores, heads)
+        self.res_encoder = copy.deepcopy(self.backbone.encoder)
         self.decoder = nn.Sequential(nn.Linear(hid, dim), nn.GELU(), nn.Linear(dim, horizon))
 
     def forward(self, X, node_mask=None, edges=None):
         h, z, y = self.backbone(X)
         h_res = self.cau(z, node_mask)
-        z_res = self.backbone.encoder(h - h_res)
+        z_res = self.res_encoder(h - h_res)
         return y + self.decoder(z_res).transpose(1, 2)
 
 
-class _MLPOnly(nn.Module):
-    def __init__(self, seq, horizon, dim, tod_size):
+class _STID(nn.Module):
+    def __init__(self, seq, horizon, dim, tod_size, n_nodes, dropout=0.0):
         super().__init__()
-        self.backbone = Backbone(seq, horizon, dim, tod_size)
+        self.backbone = Backbone(seq, horizon, dim, tod_size, n_nodes=n_nodes, dropout=dropout)
 
     def forward(self, X, node_mask=None, edges=None):
         return self.backbone(X)[2]
 
 
 class GWNetLike(nn.Module):
-    """Node-to-node forecaster: the backbone's embedding, then diffusion convolutions (P and P^T, 2 hops)."""
+    """Node-to-node forecaster: the backbone's embedding, then diffusion convolutions over the given
+    graph (P and P^T, 2 hops) and over Graph WaveNet's adaptive adjacency ``softmax(relu(E1 E2^T))``."""
 
-    def __init__(self, seq, horizon, dim, tod_size, layers: int = 2):
+    def __init__(self, seq, horizon, dim, tod_size, n_nodes, layers: int = 2, adaptive_dim: int = 10,
+                 dropout: float = 0.0):
         super().__init__()
-        self.backbone = Backbone(seq, horizon, dim, tod_size, layers=1)
+        self.backbone = Backbone(seq, horizon, dim, tod_size, layers=1, dropout=dropout)
         hid = self.backbone.hidden
-        self.mix = nn.ModuleList(nn.Linear(5 * hid, hid) for _ in range(layers))
+        self.e1 = nn.Parameter(torch.randn(n_nodes, adaptive_dim))
+        self.e2 = nn.Parameter(torch.randn(n_nodes, adaptive_dim))
+        self.mix = nn.ModuleList(nn.Linear(6 * hid, hid) for _ in range(layers))
         self.head = nn.Linear(hid, horizon)
 
     def forward(self, X, node_mask=None, edges=None):
         B, _, n, _ = X.shape
+        ids = _node_ids(X)
+        if int(ids.max()) >= self.e1.shape[0] or int(ids.min()) < 0:
+            raise ValueError(f"node ids must lie in [0, {self.e1.shape[0]}), the model's n_nodes")
+        adp = torch.softmax(torch.relu(self.e1[ids] @ self.e2[ids].T), dim=1)  # (n, n) over the present nodes
         h = self.backbone.encoder(self.backbone.embed(X))  # (B, n, hid)
         fw, bw = edges
         for lin in self.mix:
             flat = h.transpose(0, 1).reshape(n, -1)  # nodes first for the sparse products
-            def hop(rows, cols, w, x):
-                return spmm(rows, cols, w, x, n)
-            f1 = hop(*fw, flat)
-            f2 = hop(*fw, f1)
-            b1 = hop(*bw, flat)
-            b2 = hop(*bw, b1)
-            parts = [t.reshape(n, B, -1).transpose(0, 1) for t in (flat, f1, f2, b1, b2)]
+            f1 = spmm(*fw, flat, n)
+            b1 = spmm(*bw, flat, n)
+            hops = (flat, f1, spmm(*fw, f1, n), b1, spmm(*bw, b1, n), adp @ flat)
+            parts = [t.reshape(n, B, -1).transpose(0, 1) for t in hops]
             h = h + torch.relu(lin(torch.cat(parts, -1)))
         return self.head(h).transpose(1, 2)
 
@@ -236,7 +206,8 @@ def _diffusion_edges(edges: np.ndarray, n: int):
 
 @dataclass(frozen=True)
 class STConfig:
-    """Training of one forecaster."""
+    """Training of one forecaster (``dropout``, ``clip`` and ``patience``: the regularisers every
+    method shares; ``patience`` epochs without a better validation MAE end training)."""
 
     method: str = "stop"
     dim: int = 32
@@ -248,76 +219,109 @@ class STConfig:
     t_ratio: float = 0.1
     cores: int = 8
     heads: int = 4
+    dropout: float = 0.1
+    clip: float = 5.0
+    patience: int = 10
 
     def __post_init__(self):
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
-        for name in ("dim", "epochs", "batch", "envs", "cores", "heads"):
+        for name in ("dim", "epochs", "batch", "envs", "cores", "heads", "patience"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-        if not (0 <= self.s_ratio < 1 and 0 <= self.t_ratio < 1):
-            raise ValueError("s_ratio and t_ratio must lie in [0, 1)")
-        if self.lr <= 0:
-            raise ValueError(f"lr must be > 0, got {self.lr!r}")
+        if not (0 <= self.s_ratio < 1 and 0 <= self.t_ratio < 1 and 0 <= self.dropout < 1):
+            raise ValueError("s_ratio, t_ratio and dropout must lie in [0, 1)")
+        if self.lr <= 0 or self.clip <= 0:
+            raise ValueError(f"lr and clip must be > 0, got {self.lr!r}, {self.clip!r}")
 
 
-def _model(cfg: STConfig, seq, horizon, tod_size):
-    if cfg.method == "stop":
-        return STOP(seq, horizon, cfg.dim, tod_size, cfg.cores, cfg.heads)
-    if cfg.method == "stid-mlp":
-        return _MLPOnly(seq, horizon, cfg.dim, tod_size)
-    return GWNetLike(seq, horizon, cfg.dim, tod_size)
+def _model(cfg: STConfig, seq, horizon, tod_size, n_nodes):
+    if cfg.method in ("stop", "stop-nodro"):
+        return STOP(seq, horizon, cfg.dim, tod_size, cfg.cores, cfg.heads, cfg.dropout)
+    if cfg.method == "stid":
+        return _STID(seq, horizon, cfg.dim, tod_size, n_nodes, cfg.dropout)
+    return GWNetLike(seq, horizon, cfg.dim, tod_size, n_nodes, dropout=cfg.dropout)
 
 
-def train_forecaster(X: np.ndarray, Y: np.ndarray, edges: np.ndarray, cfg: STConfig, seed: int, *,
-                     tod_size: int, scale: tuple[float, float]):
-    """Fit one forecaster on windows ``X`` (B, seq, n, 3) -> ``Y`` (B, horizon, n) of the training nodes.
-
-    STOP trains on ``cfg.envs`` perturbed environments per step with the worst environment's MAE
-    (spatio-temporal DRO); the baselines on the plain MAE. Values are standardised by ``scale``.
-    """
-    if X.ndim != 4 or Y.ndim != 3 or X.shape[0] != Y.shape[0] or X.shape[2] != Y.shape[2]:
-        raise ValueError(f"X must be (B, seq, n, 3) and Y (B, horizon, n) with matching B and n, "
-                         f"got {X.shape} and {Y.shape}")
-    torch.manual_seed(int(seed) % (2**63 - 1))
-    rng = np.random.default_rng(int(seed))
+def _standardise(X, Y, scale):
     mu, sd = scale
     Xt = torch.as_tensor(X).clone()
     Xt[..., 0] = (Xt[..., 0] - mu) / sd
-    Yt = (torch.as_tensor(Y) - mu) / sd
+    return Xt, (None if Y is None else (torch.as_tensor(Y) - mu) / sd)
+
+
+def _dro_loss(model, xb, yb, cfg, rng):
+    """The worst of ``cfg.envs`` perturbed environments' MAE, the environments stacked in one batch."""
+    B, seq, n, _ = xb.shape
+    K = cfg.envs
+    node_mask = torch.as_tensor(rng.random((K * B, n)) >= cfg.s_ratio)
+    tmask = torch.as_tensor(rng.random((K * B, seq, 1)) >= cfg.t_ratio)
+    xe = xb.repeat(K, 1, 1, 1)
+    xe[..., 0] = xe[..., 0] * tmask
+    err = (model(xe, node_mask) - yb.repeat(K, 1, 1)).abs().reshape(K, -1).mean(1)
+    return err.max()
+
+
+def train_forecaster(X: np.ndarray, Y: np.ndarray, edges: np.ndarray, cfg: STConfig, seed: int, *,
+                     tod_size: int, scale: tuple[float, float], n_nodes: int | None = None,
+                     val: tuple[np.ndarray, np.ndarray] | None = None):
+    """Fit one forecaster on windows ``X`` (B, seq, n, 4) -> ``Y`` (B, horizon, n) of the training nodes.
+
+    STOP trains on ``cfg.envs`` perturbed environments per step with the worst environment's MAE
+    (spatio-temporal DRO); ``stop-nodro`` and the baselines on the plain MAE. Values are
+    standardised by ``scale``. ``n_nodes``: the size of the node tables (``stid``, ``gwnet-like``;
+    default: the largest id in ``X`` + 1). ``val``: validation windows (same nodes) for early
+    stopping; the best epoch's weights are returned.
+    """
+    if X.ndim != 4 or X.shape[-1] != 4 or Y.ndim != 3 or X.shape[0] != Y.shape[0] or X.shape[2] != Y.shape[2]:
+        raise ValueError(f"X must be (B, seq, n, 4) and Y (B, horizon, n) with matching B and n, "
+                         f"got {X.shape} and {Y.shape}")
+    torch.manual_seed(int(seed) % (2**63 - 1))
+    rng = np.random.default_rng(int(seed))
+    Xt, Yt = _standardise(X, Y, scale)
     n = X.shape[2]
-    model = _model(cfg, X.shape[1], Y.shape[1], tod_size)
+    n_nodes = int(X[0, -1, :, 3].max()) + 1 if n_nodes is None else int(n_nodes)
+    model = _model(cfg, X.shape[1], Y.shape[1], tod_size, n_nodes)
     dif = _diffusion_edges(edges, n)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    best, best_state, since = float("inf"), None, 0
     for _ in range(cfg.epochs):
+        model.train()
         order = rng.permutation(X.shape[0])
         for s in range(0, len(order), cfg.batch):
             idx = torch.as_tensor(order[s:s + cfg.batch])
             xb, yb = Xt[idx], Yt[idx]
             if cfg.method == "stop":
-                losses = []
-                for _k in range(cfg.envs):
-                    node_mask = torch.as_tensor(rng.random((len(idx), n)) >= cfg.s_ratio)
-                    tmask = torch.as_tensor(rng.random((len(idx), X.shape[1], 1)) >= cfg.t_ratio)
-                    xe = xb.clone()
-                    xe[..., 0] = xe[..., 0] * tmask
-                    losses.append((model(xe, node_mask) - yb).abs().mean())
-                loss = torch.stack(losses).max()
+                loss = _dro_loss(model, xb, yb, cfg, rng)
             else:
                 loss = (model(xb, None, dif) - yb).abs().mean()
             opt.zero_grad()
             loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
             opt.step()
+        if val is not None:
+            mae = float(np.abs(predict(model, val[0], edges, scale) - val[1]).mean())
+            if mae < best:
+                best, best_state, since = mae, copy.deepcopy(model.state_dict()), 0
+            else:
+                since += 1
+                if since >= cfg.patience:
+                    break
+    if best_state is not None:
+        model.load_state_dict(best_state)
     model.eval()
     return model
 
 
 @torch.no_grad()
 def predict(model: nn.Module, X: np.ndarray, edges: np.ndarray, scale: tuple[float, float]) -> np.ndarray:
-    """Forecasts (B, horizon, n) in the original units (any node set: the models are inductive)."""
+    """Forecasts (B, horizon, n) in the original units for windows ``X`` (B, seq, n, 4) on the graph
+    ``edges`` (any node set whose ids the model's node tables hold)."""
     mu, sd = scale
-    Xt = torch.as_tensor(X).clone()
-    Xt[..., 0] = (Xt[..., 0] - mu) / sd
+    was = model.training
+    model.eval()
+    Xt, _ = _standardise(X, None, scale)
     out = model(Xt, None, _diffusion_edges(edges, X.shape[2]))
+    model.train(was)
     return (out * sd + mu).numpy()

@@ -1,5 +1,7 @@
 """rayml.graphs.stop: the context-aware units, the models' inductiveness, the data, determinism."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -43,27 +45,90 @@ def test_cau_equals_a_dense_re_derivation_and_blocks_masked_nodes():
     assert torch.allclose(a[:, keep], b[:, keep], atol=1e-5)
 
 
+def _flow(rng, n, days, spd, shift_day, **kw):
+    pos, edges = st.road_graph(rng, n)
+    return edges, st.simulate_traffic(rng, pos, edges, days=days, steps_per_day=spd, shift_day=shift_day, **kw)
+
+
 @pytest.mark.parametrize("method", st.METHODS)
 def test_models_are_inductive_and_permutation_equivariant(method):
     rng = np.random.default_rng(0)
-    _, edges = st.road_graph(rng, 10)
-    x = st.simulate_traffic(rng, edges, 10, days=3, steps_per_day=12, shift_day=2)
+    edges, x = _flow(rng, 10, 3, 12, 2)
     X, Y = st.windows(x, 12, 0, 20, 6, 4)
     cfg = st.STConfig(method=method, dim=16, epochs=1, envs=2)
     model = st.train_forecaster(X[:, :, :8], Y[:, :, :8], edges[:, (edges < 8).all(0)], cfg, seed=1,
-                                tod_size=12, scale=(0.0, 1.0))
+                                tod_size=12, scale=(0.0, 1.0), n_nodes=10)
     p = st.predict(model, X, edges, (0.0, 1.0))  # all 10 nodes, 2 of them unseen
     assert p.shape == Y.shape and np.isfinite(p).all()
     perm = rng.permutation(10)
     inv = np.argsort(perm)
-    pp = st.predict(model, X[:, :, perm], inv[edges], (0.0, 1.0))
+    pp = st.predict(model, X[:, :, perm], inv[edges], (0.0, 1.0))  # the node ids travel with the columns
     assert np.allclose(pp, p[:, :, perm], atol=1e-4)
+
+
+def test_node_tables_reject_ids_they_do_not_hold():
+    rng = np.random.default_rng(0)
+    edges, x = _flow(rng, 10, 3, 12, 2)
+    X, Y = st.windows(x, 12, 0, 20, 6, 4)
+    model = st.train_forecaster(X[:, :, :8], Y[:, :, :8], edges[:, (edges < 8).all(0)],
+                                st.STConfig(method="stid", dim=16, epochs=1), 1, tod_size=12, scale=(0.0, 1.0))
+    with pytest.raises(ValueError, match="n_nodes"):
+        st.predict(model, X, edges, (0.0, 1.0))  # ids 8, 9 lie outside the table inferred from training
+
+
+def test_residual_branch_has_its_own_encoder():
+    """The authors' default same=0: the residual branch runs a deep copy of the backbone's encoder."""
+    torch.manual_seed(0)
+    m = st.STOP(6, 4, 16, 12)
+    a, b = list(m.backbone.encoder.parameters()), list(m.res_encoder.parameters())
+    assert all(p is not q for p, q in zip(a, b)) and all(torch.equal(p, q) for p, q in zip(a, b))
+    before = copy.deepcopy(b)
+    with torch.no_grad():
+        a[0].add_(1.0)
+    assert all(torch.equal(p, q) for p, q in zip(before, m.res_encoder.parameters()))
+
+
+def test_only_stop_trains_on_perturbed_environments():
+    """stop-nodro (the ablation) is STOP's model on the plain MAE: with one environment and no
+    perturbation, STOP's DRO step is the plain step, so both train to the same weights."""
+    rng = np.random.default_rng(4)
+    edges, x = _flow(rng, 8, 2, 12, 1)
+    X, Y = st.windows(x, 12, 0, 18, 6, 4)
+    kw = dict(dim=16, epochs=1, envs=1, s_ratio=0.0, t_ratio=0.0, dropout=0.0)
+    p = [st.predict(st.train_forecaster(X, Y, edges, st.STConfig(method=m, **kw), 3, tod_size=12,
+                                        scale=(0.0, 1.0)), X, edges, (0.0, 1.0)) for m in ("stop", "stop-nodro")]
+    assert np.allclose(p[0], p[1], atol=1e-5)
+    perturbed = st.train_forecaster(X, Y, edges, st.STConfig(method="stop", **(kw | {"envs": 3, "s_ratio": 0.2})), 3,
+                                    tod_size=12, scale=(0.0, 1.0))
+    assert not np.allclose(st.predict(perturbed, X, edges, (0.0, 1.0)), p[0], atol=1e-5)
+
+
+def test_flow_carries_a_spatial_signal_only_through_the_graph():
+    """The ridge check: neighbour history helps (> 10%) with the flow on, not without it."""
+    gains = {}
+    for flow in (0.8, 0.0):
+        rng = np.random.default_rng(5)
+        edges, x = _flow(rng, 30, 8, 24, 8, flow=flow)
+        own, nbr = st.neighbour_gain(x, edges, 24, 5 * 24, 5 * 24, 8 * 24, seq=12, horizon=12)
+        gains[flow] = 1 - nbr / own
+    assert gains[0.8] > 0.10 and abs(gains[0.0]) < 0.03
+
+
+def test_rewire_keeps_the_number_of_roads_and_changes_some():
+    rng = np.random.default_rng(6)
+    pos, edges = st.road_graph(rng, 30)
+    after = st.rewire(rng, pos, edges, 0.3)
+    assert after.shape == edges.shape
+    assert {tuple(e) for e in after.T} == {tuple(e) for e in after[::-1].T}  # symmetric
+    und = lambda e: {(min(i, j), max(i, j)) for i, j in e.T}  # noqa: E731
+    assert len(und(edges) - und(after)) == round(0.3 * len(und(edges)))
+    with pytest.raises(ValueError, match="frac"):
+        st.rewire(rng, pos, edges, 1.5)
 
 
 def test_simulation_has_daily_period_and_a_shift():
     rng = np.random.default_rng(1)
-    _, edges = st.road_graph(rng, 20)
-    x = st.simulate_traffic(rng, edges, 20, days=6, steps_per_day=24, shift_day=4, noise=0.0)
+    edges, x = _flow(rng, 20, 6, 24, 4, noise=0.0)
     d1, d2 = x[24:48].mean(1), x[48:72].mean(1)
     assert np.corrcoef(d1, d2)[0, 1] > 0.95
     assert x[4 * 24:].mean() > x[:4 * 24].mean()
@@ -71,8 +136,7 @@ def test_simulation_has_daily_period_and_a_shift():
 
 def test_training_is_deterministic_and_bad_input_rejected():
     rng = np.random.default_rng(2)
-    _, edges = st.road_graph(rng, 8)
-    x = st.simulate_traffic(rng, edges, 8, days=2, steps_per_day=12, shift_day=1)
+    edges, x = _flow(rng, 8, 2, 12, 1)
     X, Y = st.windows(x, 12, 0, 18, 6, 4)
     cfg = st.STConfig(method="stop", dim=16, epochs=1, envs=2)
     p1 = st.predict(st.train_forecaster(X, Y, edges, cfg, 3, tod_size=12, scale=(0.0, 1.0)), X, edges, (0.0, 1.0))
@@ -83,4 +147,4 @@ def test_training_is_deterministic_and_bad_input_rejected():
     with pytest.raises(ValueError, match="X must be"):
         st.train_forecaster(X[0], Y, edges, cfg, 0, tod_size=12, scale=(0.0, 1.0))
     with pytest.raises(ValueError, match="shift_day"):
-        st.simulate_traffic(rng, edges, 8, days=2, steps_per_day=12, shift_day=5)
+        st.simulate_traffic(rng, np.zeros((8, 2)), edges, days=2, steps_per_day=12, shift_day=5)
