@@ -218,7 +218,7 @@ def _step_past(values: list, side: str, limit: tuple[float, float] | None) -> An
 def tune(evaluate: Callable[[list[tuple[Hashable, dict]]], Sequence[float]], grids: Mapping[Hashable, Any], *,
          lower_is_better: bool = True, paper: Mapping[str, Any] | Mapping[Hashable, Mapping] | None = None,
          extend: int = 0, limits: Mapping[str, tuple[float, float]] | None = None,
-         tie: float = 0.0, tie_break: str | Callable[[dict], Any] = "first") -> dict[Hashable, GridChoice]:
+         tie: float | tuple[float, float] = 0.0, tie_break: str | Callable[[dict], Any] = "first") -> dict[Hashable, GridChoice]:
     """Tune every problem on its grid; return ``{problem: GridChoice}``.
 
     Args:
@@ -234,7 +234,8 @@ def tune(evaluate: Callable[[list[tuple[Hashable, dict]]], Sequence[float]], gri
             the choice is final; ``0`` only reports the edge.
         limits: ``{axis: (low, high)}``: no extension past these (a step size above 1, a
             negative scale); a choice at a limit stays on its edge and says so.
-        tie: scores within ``tie`` of the best one are tied with it (``0``: only equal scores).
+        tie: scores within ``tie`` of the best one are tied with it: a number (absolute) or a pair
+            ``(abs, rel)``, within ``max(abs, rel * |best|)`` (``0``: only equal scores).
         tie_break: which tied setting wins: ``"first"`` in grid order, ``"middle"`` (the median
             one in grid order: a plateau's centre, away from its edges), or a callable
             ``key(setting)`` whose smallest value wins (``lambda s: abs(s["w"] - 0.5)`` prefers the
@@ -248,8 +249,9 @@ def tune(evaluate: Callable[[list[tuple[Hashable, dict]]], Sequence[float]], gri
         raise ValueError("grids must name at least one problem")
     if isinstance(extend, bool) or not isinstance(extend, int) or extend < 0:
         raise ValueError(f"extend must be an integer >= 0, got {extend!r}")
-    if isinstance(tie, bool) or not isinstance(tie, (int, float)) or not tie >= 0:
-        raise ValueError(f"tie must be a number >= 0, got {tie!r}")
+    tie_abs, tie_rel = tie if isinstance(tie, tuple) and len(tie) == 2 else (tie, 0.0)
+    if any(isinstance(t, bool) or not isinstance(t, (int, float)) or not t >= 0 for t in (tie_abs, tie_rel)):
+        raise ValueError(f"tie must be a number >= 0 or a pair (abs, rel) >= 0, got {tie!r}")
     if not (callable(tie_break) or tie_break in ("first", "middle")):
         raise ValueError(f"tie_break must be 'first', 'middle' or a callable key(setting), got {tie_break!r}")
     axes = {p: {k: sorted(v) if _numeric(v) else list(v) for k, v in g.items()} for p, g in grids.items()}
@@ -272,7 +274,8 @@ def tune(evaluate: Callable[[list[tuple[Hashable, dict]]], Sequence[float]], gri
         vals = [scored[p][tuple(sorted(s.items()))] for s in pts]
         key = [(v if lower_is_better else -v) if math.isfinite(v) else math.inf for v in vals]
         top = min(key)
-        tied = [i for i, k in enumerate(key) if k <= top + tie] if math.isfinite(top) else [0]
+        tol = max(tie_abs, tie_rel * abs(top)) if math.isfinite(top) else 0.0
+        tied = [i for i, k in enumerate(key) if k <= top + tol] if math.isfinite(top) else [0]
         if tie_break == "first":
             i = tied[0]
         elif tie_break == "middle":

@@ -73,6 +73,10 @@ def test_tune_breaks_ties_by_grid_order_plateau_middle_or_a_key():
     assert evidence.tune(evaluate, grids)["p"].setting == {"w": 0.4}
     assert evidence.tune(evaluate, grids, tie=0.01)["p"].setting == {"w": 0.3}
     assert evidence.tune(evaluate, grids, tie=0.01, tie_break="middle")["p"].setting == {"w": 0.5}
+    # a relative tolerance scales with the best score: 1.0 is within 1% of 1.005, 1.02 is not
+    rel = evidence.tune(lambda items: [1.0 + 0.02 * (s["w"] > 0.5) + 0.005 * (s["w"] == 0.1) for _, s in items],
+                        grids, tie=(0.0, 0.01), tie_break="middle")["p"]
+    assert rel.setting == {"w": 0.3}
     near = evidence.tune(evaluate, grids, tie_break=lambda s: abs(s["w"] - 0.62))["p"]
     assert near.setting == {"w": 0.6} and near.score == 0.0
     with pytest.raises(ValueError, match="tie_break"):
