@@ -20,13 +20,19 @@ read it through the abstract, the ICLR reviews and secondary notes):
   edges and widens as ``lambda`` grows) and the rest uniformly at random; the masked edges (with as
   many random non-edges) are the reconstruction targets (binary cross-entropy).
 
-Baselines with the same encoder and budget: random edge masking (S2GAE-style: ``split_ratio = 0``)
-and feature masking (GraphMAE-style: a learnable mask token replaces the features of a fraction of
+Baselines with the same encoder and budget: random edge masking (S2GAE-style: ``split_ratio = 0``),
+a shuffled curriculum (the control: Cur-MGAE's schedule on its difficulty scores permuted over the
+edges, so the pace and pool are the same but the order ignores structure) and feature masking (GraphMAE-style: a learnable mask token replaces the features of a fraction of
 nodes; a one-layer GCN decoder reconstructs them under the scaled cosine error).
 
-Assumed (not read in the paper text): the difficulty is re-measured every ``measure_every`` epochs;
-``lambda`` starts at the ``lambda0`` quantile of the difficulties and grows by ``growth`` per
-epoch; ``mu = 1``; GCN normalisation with self loops; Adam.
+Schedule (the review's fixes; assumed, not read in the paper text): ``warmup`` epochs of random
+edge masking first (an untrained model's difficulties are near-uniform and order nothing); the
+difficulty of an edge is scored with that edge hidden from the encoder (``folds`` folds of the
+training edges, each scored on the graph without it: a held-out residual, not a memorised one),
+re-measured every ``measure_every`` epochs; the pace ``lambda`` is the ``q``-quantile of the
+current difficulties, ``q`` growing linearly from ``lambda0`` after the warm-up to 1 at the last
+epoch, so the selectable pool reaches every edge only at the end; ``mu = 1``; GCN normalisation
+with self loops; Adam.
 """
 
 from __future__ import annotations
@@ -39,10 +45,11 @@ from torch import nn
 
 from rayml.graphs.message_passing import add_self_loops, gcn_norm, spmm
 
-__all__ = ["MGAEConfig", "GCNEncoder", "CrossCorrelationDecoder", "self_paced_weights", "curriculum_mask",
+__all__ = ["MGAEConfig", "GCNEncoder", "CrossCorrelationDecoder", "self_paced_weights", "pace_quantile",
+           "heldout_difficulty", "curriculum_mask",
            "pretrain", "METHODS"]
 
-METHODS = ("cur-mgae", "random-edge-mask", "feature-mask")
+METHODS = ("cur-mgae", "random-edge-mask", "feature-mask", "shuffled-curriculum")
 
 
 @dataclass(frozen=True)
@@ -57,14 +64,15 @@ class MGAEConfig:
     mask_ratio: float = 0.5
     split_ratio: float = 0.7
     lambda0: float = 0.3
-    growth: float = 1.02
     mu: float = 1.0
     measure_every: int = 1
+    warmup: int = 0
+    folds: int = 5
 
     def __post_init__(self):
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
-        for name in ("hidden", "layers", "epochs", "measure_every"):
+        for name in ("hidden", "layers", "epochs", "measure_every", "folds"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
@@ -73,8 +81,10 @@ class MGAEConfig:
                 raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)!r}")
         if not 0.0 < self.mask_ratio < 1.0:
             raise ValueError(f"mask_ratio must lie in (0, 1), got {self.mask_ratio!r}")
-        if self.lr <= 0 or self.growth < 1.0 or self.mu <= 0:
-            raise ValueError("lr and mu must be > 0 and growth >= 1")
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or not 0 <= self.warmup < self.epochs:
+            raise ValueError(f"warmup must be an integer in [0, epochs), got {self.warmup!r}")
+        if self.lr <= 0 or self.mu <= 0:
+            raise ValueError("lr and mu must be > 0")
 
 
 def _sym(edges: torch.Tensor) -> torch.Tensor:
@@ -121,6 +131,28 @@ def self_paced_weights(difficulty: np.ndarray, prev: np.ndarray, lam: float, mu:
     return np.clip(prev - (difficulty - lam) / mu, 0.0, 1.0)
 
 
+def pace_quantile(epoch: int, epochs: int, warmup: int, lambda0: float) -> float:
+    """The pace as a quantile of the difficulties: ``lambda0`` at the first curriculum epoch (after
+    ``warmup``), growing linearly to 1 at the last epoch (the pool holds every edge only then)."""
+    span = max(epochs - 1 - warmup, 1)
+    return float(min(1.0, lambda0 + (1.0 - lambda0) * max(epoch - warmup, 0) / span))
+
+
+def heldout_difficulty(enc: nn.Module, dec: nn.Module, X: torch.Tensor, edges: torch.Tensor, folds: int,
+                       rng: np.random.Generator) -> np.ndarray:
+    """Each training edge's residual ``1 - sigma(s_e)``, scored by the encoder on the graph without
+    the edge's fold (``folds`` random folds), so the score is not read off the edge itself."""
+    E = edges.shape[1]
+    fold = rng.permutation(E) % max(1, min(folds, E))
+    d = np.empty(E)
+    with torch.no_grad():
+        for f in range(int(fold.max()) + 1):
+            hold = fold == f
+            hs = enc(X, edges[:, torch.as_tensor(~hold)])
+            d[hold] = (1 - torch.sigmoid(dec(hs, edges[:, torch.as_tensor(hold)]))).numpy()
+    return d
+
+
 def curriculum_mask(rng: np.random.Generator, weights: np.ndarray, budget: int, split_ratio: float) -> np.ndarray:
     """Indices of the masked edges: ``split_ratio`` of ``budget`` drawn from the selected pool with
     probability proportional to the self-paced weights (only edges with ``S > 0`` can be drawn; as the
@@ -152,8 +184,12 @@ def pretrain(x: np.ndarray, train_edges: np.ndarray, cfg: MGAEConfig, seed: int)
         seed: seeds the weights, the masks and the negatives.
 
     Returns:
-        ``{"embeddings": (n, hidden * layers) array, "masked_difficulty": [per epoch mean difficulty
-        of the masked edges], "difficulty_mean": [per epoch mean over all edges]}``.
+        ``{"embeddings": (n, hidden * layers) array, "masked_difficulty": [per curriculum epoch, the
+        mean held-out difficulty of the masked edges], "difficulty_mean": [per curriculum epoch, the
+        mean over all edges], "random_masked_difficulty": [the same for a uniform mask of the same
+        size, a control], "pool_fraction": [per curriculum epoch, the share of edges with S > 0],
+        "difficulty_first": the first curriculum measurement per training edge (or None)}``; the
+        traces are empty for the baselines.
     """
     x = np.asarray(x, dtype=np.float32)
     train_edges = np.asarray(train_edges, dtype=np.int64)
@@ -180,15 +216,16 @@ def pretrain(x: np.ndarray, train_edges: np.ndarray, cfg: MGAEConfig, seed: int)
     opt = torch.optim.Adam(params, lr=cfg.lr)
     budget = int(round(cfg.mask_ratio * E))
     S = np.zeros(E)
-    lam = None
     difficulty = np.full(E, 0.5)
-    masked_trace, diff_trace = [], []
+    masked_trace, diff_trace, pool_trace, random_trace, first = [], [], [], [], None
+    ctrl = np.random.default_rng([int(seed), 1])
     for epoch in range(cfg.epochs):
-        if cfg.method != "feature-mask" and epoch % cfg.measure_every == 0:
-            with torch.no_grad():  # difficulty measurer: residual of every training edge
-                difficulty = (1 - torch.sigmoid(dec(enc(X, edges), edges))).numpy().astype(np.float64)
-            if lam is None:
-                lam = float(np.quantile(difficulty, cfg.lambda0))
+        curriculum = cfg.method in ("cur-mgae", "shuffled-curriculum") and epoch >= cfg.warmup
+        if curriculum and (epoch - cfg.warmup) % cfg.measure_every == 0:
+            difficulty = heldout_difficulty(enc, dec, X, edges, cfg.folds, rng)
+            if cfg.method == "shuffled-curriculum":  # the control: the same scores, assigned to random edges
+                difficulty = difficulty[ctrl.permutation(E)]
+            first = difficulty.copy() if first is None else first
         if cfg.method == "feature-mask":
             nodes = rng.permutation(n)[: int(round(cfg.mask_ratio * n))]
             Xm = X.clone()
@@ -200,16 +237,20 @@ def pretrain(x: np.ndarray, train_edges: np.ndarray, cfg: MGAEConfig, seed: int)
             rec = spmm(e[0], e[1], gcn_norm(e, n), dec_lin(h), n)
             loss = _sce(rec[torch.as_tensor(nodes)], X[torch.as_tensor(nodes)])
         else:
-            if cfg.method == "cur-mgae":
+            if curriculum:
+                # the pace admits the edges at or below the quantile (d <= lambda: the hardest one at q = 1)
+                lam = float(np.quantile(difficulty, pace_quantile(epoch, cfg.epochs, cfg.warmup, cfg.lambda0))) + 1e-9
                 S = self_paced_weights(difficulty, S, lam, cfg.mu)
+                pool_trace.append(float((S > 0).mean()))
                 mask = curriculum_mask(rng, S, budget, cfg.split_ratio)
-                lam *= cfg.growth
-            else:
+                masked_trace.append(float(difficulty[mask].mean()))
+                diff_trace.append(float(difficulty.mean()))
+                # the same scores under a uniform mask of the same size (the trace's own random control)
+                random_trace.append(float(difficulty[ctrl.choice(E, size=budget, replace=False)].mean()))
+            else:  # random edge masking (the baseline, and Cur-MGAE's warm-up)
                 mask = rng.choice(E, size=budget, replace=False)
             keep = np.ones(E, dtype=bool)
             keep[mask] = False
-            masked_trace.append(float(difficulty[mask].mean()))
-            diff_trace.append(float(difficulty.mean()))
             pos = edges[:, torch.as_tensor(mask)]
             neg = torch.as_tensor(rng.integers(0, n, size=(2, budget)))
             hs = enc(X, edges[:, torch.as_tensor(keep)])
@@ -221,4 +262,5 @@ def pretrain(x: np.ndarray, train_edges: np.ndarray, cfg: MGAEConfig, seed: int)
         opt.step()
     with torch.no_grad():
         emb = torch.cat(enc(X, edges), 1).numpy()
-    return {"embeddings": emb, "masked_difficulty": masked_trace, "difficulty_mean": diff_trace}
+    return {"embeddings": emb, "masked_difficulty": masked_trace, "difficulty_mean": diff_trace,
+            "pool_fraction": pool_trace, "random_masked_difficulty": random_trace, "difficulty_first": first}

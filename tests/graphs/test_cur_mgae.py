@@ -103,10 +103,38 @@ def test_curriculum_masks_easier_edges_first_and_runs_are_deterministic():
     assert r["embeddings"].shape == f["embeddings"].shape == (150, 32)
 
 
+def test_pool_reaches_every_edge_only_at_the_end():
+    """The pace grows on the quantile scale after the warm-up: the selectable pool (S > 0) widens
+    monotonically and holds every edge only at the last epoch (it saturated by epoch 35 of 80 before)."""
+    rng = np.random.default_rng(5)
+    g = gen.homophilous_sbm(rng, n=120, classes=4, degree=6, homophily=0.8, feat_dim=8)
+    cfg = cm.MGAEConfig(method="cur-mgae", hidden=8, epochs=14, warmup=4, mask_ratio=0.4, measure_every=2, folds=3)
+    pool = np.array(cm.pretrain(g.x, g.edges, cfg, seed=1)["pool_fraction"])
+    assert len(pool) == 10  # no curriculum during the 4 warm-up epochs
+    assert pool[-1] == 1.0 and np.all(pool[:-1] < 1.0)
+    assert cm.pace_quantile(4, 14, 4, 0.3) == pytest.approx(0.3) and cm.pace_quantile(13, 14, 4, 0.3) == 1.0
+
+
+def test_difficulty_is_scored_with_the_edge_hidden():
+    """An edge's held-out score does not depend on whether the encoder saw that edge."""
+    torch.manual_seed(0)
+    x = torch.randn(8, 3)
+    edges = torch.tensor([[0, 1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 6]])
+    enc, dec = cm.GCNEncoder(3, 4, 2), cm.CrossCorrelationDecoder(4, 2)
+    d = cm.heldout_difficulty(enc, dec, x, edges, folds=6, rng=np.random.default_rng(0))  # one edge per fold
+    for e in range(6):
+        rest = torch.cat([edges[:, :e], edges[:, e + 1:]], 1)
+        with torch.no_grad():
+            want = 1 - torch.sigmoid(dec(enc(x, rest), edges[:, e:e + 1]))
+        assert d[e] == pytest.approx(float(want), abs=1e-6)
+
+
 def test_bad_config():
     with pytest.raises(ValueError, match="method"):
         cm.MGAEConfig(method="graphmae2")
     with pytest.raises(ValueError, match="mask_ratio"):
         cm.MGAEConfig(mask_ratio=1.0)
+    with pytest.raises(ValueError, match="warmup"):
+        cm.MGAEConfig(epochs=5, warmup=5)
     with pytest.raises(ValueError, match="train_edges"):
         cm.pretrain(np.zeros((3, 2)), np.array([[0, 5], [1, 2]]), cm.MGAEConfig(), seed=0)
