@@ -78,7 +78,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -91,18 +91,24 @@ from rayml.results import Claim, Control
 PAPER = "MERGE^3: Efficient Evolutionary Merging on Consumer-grade GPUs, ICML 2025"
 ESTIMATORS = ("mean", "mp_irt", "gmp_irt")
 # Fixed before any merge ran (the issue's gate): specialists on their own task, a base without either skill.
-GATE = {"endpoint_min": 0.8, "base_max": 0.2}
+GATE = {"endpoint_min": 0.8, "base_max": 0.2, "target_min": 0.05, "disagree_min": 0.1}
 SELECTED = ("merge3", "merge3_mean", "full_data", "random_search", "random_merge")
 FIXED = ("endpoint_a", "endpoint_b", "base", "slerp_half", "task_arithmetic")
+BEST = ("better_endpoint", "best_standard_merge")  # per run, the stronger of two fixed baselines
 
 _FT = ("finetune_steps", "finetune_rows", "finetune_row_len", "finetune_lr", "finetune_seed", "finetune_rehearsal")
-_TASKS = dict(task_a="add_long", task_b="add_letters", target="add_long_letters")
+# the target: the cross task mixed with each endpoint's own task (issue 40: on the cross task alone the base and
+# both endpoints score 0, their abilities are identical and the estimate has nothing to interpolate), so that the
+# endpoints have non-zero, different accuracies on it, as a math model and a language model have on math asked in
+# that language; the cross items are half the target and are never trained
+TARGET = {"add_long_letters": 0.5, "add_long": 0.3, "add_letters": 0.2}
+_TASKS = dict(task_a="add_long", task_b="add_letters", target=TARGET)
 _IRT = dict(ability_clip=30.0, ability_prior_sd=None, item_params=None)
 REAL_MODELS = ("smollm2-135m",)
 # a Hugging Face Llama-family base (``model=smollm2-135m`` or a local HF directory): plain-text tasks, LoRA
 # endpoints trained on CPU (``lora_rank``; ``finetune_rows`` is the batch, ``finetune_items`` the training items),
 # sizes cut to what a 2-core CPU answers in minutes (a forward pass of SmolLM2-135M is ~100x the substrate's)
-_REAL = dict(task_a="add2", task_b="add1_letters", target="add2_letters", finetune_steps=40, finetune_rows=8,
+_REAL = dict(task_a="add2", task_b="add1_letters", target="add2_letters", finetune_steps=120, finetune_rows=8,
              finetune_lr=3e-3, finetune_rehearsal=0.0, lora_rank=8, finetune_items=256,
              gate_items=40, search_items=30, test_items=60, anchors=6, population=4, holdout_models=4, irt_dims=1,
              pop_size=4, generations=2, repeats=2, random_merges=2, ta_grid=[0.5, 1.0, 1.5], stop_on_failed_gate=True,
@@ -118,15 +124,15 @@ SIZES = {
                            anchors=2, population=2, holdout_models=2, pop_size=2, generations=1, random_merges=1)),
     "quick": dict(base="base", **_TASKS, **_IRT, finetune_steps=700, finetune_rows=8, finetune_row_len=128,
                   finetune_lr=2e-3, finetune_seed=0, finetune_rehearsal=0.3,
-                  gate_items=500, search_items=200, test_items=500,
-                  anchors=10, population=14, holdout_models=12, irt_dims=2, pop_size=8, generations=5,
+                  gate_items=200, search_items=150, test_items=250,
+                  anchors=10, population=10, holdout_models=24, irt_dims=2, pop_size=8, generations=5,
                   repeats=8, random_merges=4, ta_grid=[0.25, 0.5, 0.75, 1.0, 1.25, 1.5], actors=2, num_gpus=0,
                   **_HF, real=dict(_REAL)),
     "full": dict(base="base", **_TASKS, **_IRT, finetune_steps=700, finetune_rows=8, finetune_row_len=128,
                  finetune_lr=2e-3, finetune_seed=0, finetune_rehearsal=0.3,
                  gate_items=1000, search_items=500, test_items=1000,
                  anchors=10, population=40, holdout_models=40, irt_dims=3, pop_size=16, generations=12,
-                 repeats=16, random_merges=8, ta_grid=[0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0], actors=8,
+                 repeats=24, random_merges=8, ta_grid=[0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0], actors=8,
                  num_gpus=0, **_HF,
                  real=dict(_REAL, gate_items=200, search_items=100, test_items=500, anchors=10, population=12,
                            holdout_models=12, pop_size=8, generations=5, repeats=8, random_merges=4,
@@ -289,17 +295,31 @@ def answer_model(item: tuple, shared: Mapping[str, Any]) -> np.ndarray:
         return tasks.evaluate([lm], shared["sets"][set_name], batch_size=100)[0]
 
 
-def item_sets(config: Mapping[str, Any], seed: int) -> dict:
-    """The gate sets (``task_a``, ``task_b``), the search set and the test set of the target."""
+def target_items(target, n: int, rng: np.random.Generator, make) -> tuple[list, list[str]]:
+    """``n`` items of ``target`` and the task each was drawn from. ``target`` is a task name or a
+    ``{task: share}`` mixture: each item's task is drawn by share, then the item from that task
+    (``make(task, 1, rng, split="test")``), all from ``rng``."""
+    if isinstance(target, str):
+        return make(target, n, rng, split="test"), [target] * n
+    names = list(target)
+    p = np.array([float(target[k]) for k in names])
+    picks = rng.choice(len(names), size=n, p=p / p.sum())
+    return [make(names[i], 1, rng, split="test")[0] for i in picks], [names[i] for i in picks]
+
+
+def item_sets(config: Mapping[str, Any], seed: int) -> tuple[dict, dict]:
+    """The gate sets (``task_a``, ``task_b``), the search set and the test set of the target, and the
+    task each target item was drawn from (``{"search": [...], "test": [...]}``)."""
     from rayml.llm import tasks
     from rayml.merging import hf_endpoints
 
     G, N, T = int(config["gate_items"]), int(config["search_items"]), int(config["test_items"])
     mk = hf_endpoints.make_text_items if _is_real(config) else tasks.make_items
-    return {"gate_a": mk(config["task_a"], G, np.random.default_rng([seed, 1, 0]), split="test"),
-            "gate_b": mk(config["task_b"], G, np.random.default_rng([seed, 1, 1]), split="test"),
-            "search": mk(config["target"], N, np.random.default_rng([seed, 2]), split="test"),
-            "test": mk(config["target"], T, np.random.default_rng([seed, 3]), split="test")}
+    search, search_parts = target_items(config["target"], N, np.random.default_rng([seed, 2]), mk)
+    test, test_parts = target_items(config["target"], T, np.random.default_rng([seed, 3]), mk)
+    return ({"gate_a": mk(config["task_a"], G, np.random.default_rng([seed, 1, 0]), split="test"),
+             "gate_b": mk(config["task_b"], G, np.random.default_rng([seed, 1, 1]), split="test"),
+             "search": search, "test": test}, {"search": search_parts, "test": test_parts})
 
 
 def random_genome(seed: int, n_layers: int, kind: str) -> tuple[str, list]:
@@ -341,13 +361,25 @@ def _check(config: Mapping[str, Any]) -> None:
     if not isinstance(real, dict) or set(real) - set(config) or {"model", "real"} & set(real):
         raise ValueError(f"real must be a dict of other settings of this config, got {real!r}")
     config = _effective(config)
-    for k in ("task_a", "task_b", "target"):
+    target = config["target"]
+    if isinstance(target, Mapping):
+        if not target or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                                 for v in target.values()):
+            raise ValueError(f"target must be a task name or a non-empty {{task: share > 0}} mixture, got {target!r}")
+    elif not isinstance(target, str):
+        raise ValueError(f"target must be a task name or a {{task: share}} mixture, got {target!r}")
+    names = [("task_a", config["task_a"]), ("task_b", config["task_b"])]
+    names += [("target", t) for t in (target if isinstance(target, Mapping) else [target])]
+    for k, name in names:
         if _is_real(config):
-            if config[k] not in hf_endpoints.TEXT_TASKS:
+            if name not in hf_endpoints.TEXT_TASKS:
                 raise ValueError(f"{k} must be one of {sorted(hf_endpoints.TEXT_TASKS)} for a Hugging Face model, "
-                                 f"got {config[k]!r}")
+                                 f"got {name!r}")
         else:
-            tasks.get_task(str(config[k]))
+            try:
+                tasks.get_task(str(name))
+            except ValueError as e:
+                raise ValueError(f"{k}: {e}") from None
     eps = config["hf_endpoints"]
     if eps is not None and (not _is_real(config) or not isinstance(eps, (list, tuple)) or len(eps) != 2
                             or not all((Path(str(e)) / "config.json").is_file() for e in eps)):
@@ -389,6 +421,32 @@ def _pool_answer(pool):
     return answer
 
 
+def gate_numbers(own: Sequence[float], target_y: np.ndarray) -> dict:
+    """The gate from the reference models' accuracies on the gate sets (``own``: base on A's and B's
+    task, endpoint A on A's, B on B's, A on B's, B on A's) and their answers on the target's search
+    set (``target_y``: base, endpoint A, endpoint B). Two parts, both fixed before any merge runs:
+
+    * ``endpoints_passed``: each endpoint >= ``GATE["endpoint_min"]`` on its own task, the base
+      <= ``GATE["base_max"]`` on both (the endpoints are specialists of one shared base);
+    * ``target_passed``: each endpoint answers >= ``GATE["target_min"]`` of the target's search items
+      and the two disagree on >= ``GATE["disagree_min"]`` of them (so their fitted abilities differ
+      and an estimator has something to interpolate: a target that both endpoints score 0 on makes
+      every ability identical and the IRT estimate a constant).
+    """
+    g = [float(v) for v in own]
+    y_a, y_b = np.asarray(target_y[1], float), np.asarray(target_y[2], float)
+    gate = {"base_on_a": g[0], "base_on_b": g[1], "endpoint_a_on_a": g[2], "endpoint_b_on_b": g[3],
+            "endpoint_a_on_b": g[4], "endpoint_b_on_a": g[5], "base_on_target": float(np.mean(target_y[0])),
+            "endpoint_a_on_target": float(y_a.mean()), "endpoint_b_on_target": float(y_b.mean()),
+            "endpoints_disagree_on_target": float(np.mean(y_a != y_b)),
+            **{f"threshold_{k}": v for k, v in GATE.items()}}
+    gate["endpoints_passed"] = float(min(g[2], g[3]) >= GATE["endpoint_min"] and max(g[0], g[1]) <= GATE["base_max"])
+    gate["target_passed"] = float(min(gate["endpoint_a_on_target"], gate["endpoint_b_on_target"]) >= GATE["target_min"]
+                                  and gate["endpoints_disagree_on_target"] >= GATE["disagree_min"])
+    gate["passed"] = float(gate["endpoints_passed"] and gate["target_passed"])
+    return gate
+
+
 def setup(config: Mapping[str, Any], seed: int, *, stop_on_failed_gate: bool = False) -> dict:
     """Endpoints, item sets, the gate, the IRT population's answers, the 2PL and the abilities.
 
@@ -397,7 +455,7 @@ def setup(config: Mapping[str, Any], seed: int, *, stop_on_failed_gate: bool = F
     _check(config)
     config = _effective(config)
     real = _is_real(config)
-    sets = item_sets(config, seed)
+    sets, parts = item_sets(config, seed)
     if real:
         from rayml.merging import hf_endpoints
 
@@ -429,23 +487,22 @@ def setup(config: Mapping[str, Any], seed: int, *, stop_on_failed_gate: bool = F
     if not real:
         def answer(jobs: list, desc: str = "merge3") -> list:
             return runtime.pmap(answer_model, jobs, shared=shared, desc=desc)
-    # the gate, before any merge runs
+    # the gate, before any merge runs: the endpoints' own tasks, and the reference models on the target
     gate_jobs = [(("base",), "gate_a"), (("base",), "gate_b"), (("endpoint", 0), "gate_a"),
                  (("endpoint", 1), "gate_b"), (("endpoint", 0), "gate_b"), (("endpoint", 1), "gate_a")]
-    g = [float(np.mean(y)) for y in answer(gate_jobs)]
-    gate = {"base_on_a": g[0], "base_on_b": g[1], "endpoint_a_on_a": g[2], "endpoint_b_on_b": g[3],
-            "endpoint_a_on_b": g[4], "endpoint_b_on_a": g[5], **{f"threshold_{k}": v for k, v in GATE.items()}}
-    gate["passed"] = float(min(g[2], g[3]) >= GATE["endpoint_min"] and max(g[0], g[1]) <= GATE["base_max"])
-    if stop_on_failed_gate and not gate["passed"]:
-        return dict(base=base, endpoints=endpoints, n_layers=n_layers, sets=sets, gate=gate, pool=pool, stopped=True)
-    s_pop, s_hold, s_rep = runtime.seeds(seed, 3)
     refs = [("base",), ("endpoint", 0), ("endpoint", 1)]
+    gate_y = answer(gate_jobs + [(m, "search") for m in refs])
+    gate = gate_numbers([float(np.mean(y)) for y in gate_y[:6]], np.array(gate_y[6:]))
+    if stop_on_failed_gate and not gate["passed"]:
+        return dict(base=base, endpoints=endpoints, n_layers=n_layers, sets=sets, parts=parts, gate=gate, pool=pool,
+                    stopped=True)
+    s_pop, s_hold, s_rep = runtime.seeds(seed, 3)
     population = _mixed_genomes(s_pop, int(config["population"]), n_layers)
     hold_seeds = runtime.seeds(s_hold, int(config["holdout_models"]))
     holdout = [random_genome(s, n_layers, ("slerp", "dare_ties")[i % 2]) for i, s in enumerate(hold_seeds)]
     fit_models = refs if config["item_params"] else refs + population
-    jobs = [(m, "search") for m in fit_models + holdout] + [(m, "test") for m in refs]
-    ans = answer(jobs)
+    jobs = [(m, "search") for m in fit_models[3:] + holdout] + [(m, "test") for m in refs]
+    ans = list(gate_y[6:]) + list(answer(jobs))
     k = len(fit_models)
     Y_fit, Y_hold, test_ref = np.array(ans[:k]), np.array(ans[k:k + len(holdout)]), np.array(ans[k + len(holdout):])
     if config["item_params"]:
@@ -456,7 +513,7 @@ def setup(config: Mapping[str, Any], seed: int, *, stop_on_failed_gate: bool = F
         fit = irt.fit_irt(Y_fit, dims=int(config["irt_dims"]), seed=int(seed) % (2 ** 31))
     reg = dict(clip=config["ability_clip"], prior_sd=config["ability_prior_sd"])
     thetas = np.stack([irt.fit_ability(Y_fit[i], fit.A, fit.b, **reg) for i in range(3)])  # base, A, B
-    return dict(base=base, endpoints=endpoints, n_layers=n_layers, sets=sets, gate=gate, Y_fit=Y_fit,
+    return dict(base=base, endpoints=endpoints, n_layers=n_layers, sets=sets, parts=parts, gate=gate, Y_fit=Y_fit,
                 Y_hold=Y_hold, holdout=holdout, hold_seeds=hold_seeds, test_ref=test_ref, fit=fit, thetas=thetas,
                 repeat_seeds=runtime.seeds(s_rep, int(config["repeats"])), irt_forward_passes=int(Y_fit.size),
                 shared=shared, pool=pool)
@@ -536,7 +593,7 @@ def _search(S: dict, config: Mapping[str, Any], pool, r: int, tmp: Path) -> dict
 def stopped_outcome(S: dict, config: Mapping[str, Any], clock: dict) -> Outcome:
     """The record of a run stopped at a failed gate (``stop_on_failed_gate``: no merge searched, since
     nothing it measured could decide a claim): the gate's numbers, every claimed number ``None``."""
-    names = (*SELECTED, *FIXED, "better_endpoint")
+    names = (*SELECTED, *FIXED, *BEST)
     decided = nulled({"test": dict.fromkeys(names, 0.0), "estimation": dict.fromkeys(
         [f"{m}_mae" for m in ESTIMATORS], 0.0), "winners_curse": {"merge3": 0.0, "merge3_mean": 0.0}}, False)
     metrics = {
@@ -581,10 +638,11 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
             found = [_search(S, config, pool, r, Path(tmp)) for r in range(R)]
         clock["search"] = time.perf_counter()
         # task arithmetic: lam tuned on the search set (disjoint from the test set), grid holding lam = 1
-        # the highest search accuracy; ties: the smallest lam (first in grid order)
+        # the highest search accuracy; ties: the lam nearest the usual 1; a choice on the grid's edge extends it
         ta_choice = evidence.tune(lambda items: [float(np.mean(y)) for y in pool.map(
             "answer", [("task_arithmetic", np.array([st["lam"], st["lam"]]), "search") for _, st in items])],
-            {"task_arithmetic": {"lam": grid}}, lower_is_better=False, paper={"lam": 1.0})["task_arithmetic"]
+            {"task_arithmetic": {"lam": grid}}, lower_is_better=False, paper={"lam": 1.0}, extend=2,
+            limits={"lam": (0.05, 4.0)}, tie_break=lambda st: abs(st["lam"] - 1.0))["task_arithmetic"]
         lam = ta_choice.setting["lam"]
         ta_scores = [v for _, v in ta_choice.scores]
         jobs = [("slerp", f[m]["x"], "test") for f in found for m in evolved]
@@ -605,13 +663,18 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     per_repeat = {m: [float(v) for v in sel_y[m].mean(axis=1)] for m in SELECTED}
     better = "endpoint_a" if acc["endpoint_a"] >= acc["endpoint_b"] else "endpoint_b"
     acc["better_endpoint"] = acc[better]
+    parts = np.array(S["parts"]["test"])
+    by_part = {p: {m: float(np.mean((sel_y[m] if m in sel_y else np.asarray(fixed_y[m])[None])[:, parts == p]))
+                   for m in (*SELECTED, *FIXED)} for p in dict.fromkeys(S["parts"]["test"])}
+    standard = "slerp_half" if acc["slerp_half"] >= acc["task_arithmetic"] else "task_arithmetic"
+    acc["best_standard_merge"] = acc[standard]
     fitness = {m: [f[m]["fitness"] for f in found] for m in evolved}
     gap = {m: float(np.mean(np.subtract(fitness[m], per_repeat[m]))) for m in ("merge3", "merge3_mean")}
     passes = {m: [int(f[m]["passes"]) for f in found] for m in evolved}
-    passes["task_arithmetic_tuning"] = len(grid) * N
+    passes["task_arithmetic_tuning"] = len(ta_choice.scores) * N
     ratio = {m: float(np.max(np.divide(passes[m], passes["merge3"]))) for m in ("full_data", "random_search")}
     wins = {m: int(sum(a > b for a, b in zip(per_repeat["merge3"], per_repeat[m] if m in per_repeat else
-                                              [acc[m]] * R))) for m in (*SELECTED[1:], *FIXED, "better_endpoint")}
+                                              [acc[m]] * R))) for m in (*SELECTED[1:], *FIXED, *BEST)}
     passed = bool(S["gate"]["passed"])
     decided = nulled({"test": acc, "estimation": {k_: v for k_, v in est_metrics.items() if k_.endswith("_mae")},
                       "winners_curse": gap}, passed)
@@ -633,7 +696,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                    "evaluations": {m: [f[m]["evaluations"] for f in found] for m in evolved},
                    "merge3_repeats_won": wins,
                    "random_merges_test": [[float(v) for v in unev[r].mean(axis=1)] for r in range(R)],
-                   "better_endpoint": better, "task_arithmetic": ta,
+                   "better_endpoint": better, "best_standard_merge": standard, "task_arithmetic": ta,
+                   "test_by_part": by_part,
                    "merge3_genomes": [merge3.GenomeSpace("slerp", 2, S["n_layers"]).describe(f["merge3"]["x"])
                                       for f in found]},
         "irt": {"dims": S["fit"].dims, "fit_models": int(S["Y_fit"].shape[0]), "items": int(S["Y_fit"].shape[1]),
@@ -659,14 +723,14 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     repeat_rows = [{"model": m, "repeat": r, "metric": "test_accuracy", "value": v}
                    for m in SELECTED for r, v in enumerate(per_repeat[m])]
     repeat_rows += [{"model": m, "repeat": r, "metric": "test_accuracy", "value": acc[m]}
-                    for m in (*FIXED, "better_endpoint") for r in range(R)]
+                    for m in (*FIXED, *BEST) for r in range(R)]
     budget = {"search_items": N, "anchors": n, "test_items": int(config["test_items"]),
               "irt_fit_models": int(S["Y_fit"].shape[0]), "forward_pass": "one item answered by one model",
               "equal_budget": "full-data GA and random search get MERGE^3's total (IRT population + GA) forward "
                               "passes, rounded down to whole search-set evaluations",
               "ga": f"pop {config['pop_size']} x {config['generations']} generations (MERGE^3 and its mean ablation)",
               "repeats": R, "random_merges_per_repeat": K,
-              "task_arithmetic_tuning": f"{len(grid)} lambdas x {N} search items"}
+              "task_arithmetic_tuning": f"{len(ta_choice.scores)} lambdas x {N} search items"}
     return Outcome(metrics=metrics, baselines=baselines,
                    tables={"estimation": est_rows, "target_items": item_rows, "history": history,
                            "repeats": repeat_rows},
@@ -685,48 +749,62 @@ SOURCE_ESTIMATE = ("abstract: 'Estimating model abilities using Item Response Th
 # draws and unevolved merges), never a test item: the items of one repeat share its merge, so pairing over
 # them would count one search as hundreds of independent draws. The endpoints (one fine-tune each) and the
 # test items are shared by the repeats: the tests are conditional on them.
-_PAIRED = dict(test="paired sign test over seeds", table="repeats", pair_on=("repeat",))
-_UNIT = " (target test accuracy, sign test paired over independent search repeats; endpoints and test items fixed)"
+WILCOXON = "wilcoxon signed-rank over seeds"
+_PAIRED = dict(test=WILCOXON, table="repeats", pair_on=("repeat",))
+_UNIT = (" (target test accuracy, Wilcoxon signed-rank paired over independent search repeats; endpoints and test "
+         "items fixed)")
+# ours, not the paper's (it states none): how far the evolved merge must beat unevolved random merges of the same
+# space for "the evolution matters" (the review of issue 40 asked for the comparison as a claim with a margin)
+RANDOM_MARGIN = 0.05
 
 
-def _vs(name: str, text: str, source: str, controls: tuple[str, ...]) -> Claim:
-    """The MERGE^3 merge against ``name``: mean over repeats, and a sign test paired over repeats."""
+def _control(name: str) -> Control:
+    return Control(name, f"metrics.decided.test.{name}", a={"model": name})
+
+
+def _vs(name: str, text: str, source: str, controls: tuple[str, ...], margin: float = 0.0) -> Claim:
+    """The MERGE^3 merge against ``name``: mean over repeats, and a Wilcoxon test paired over repeats."""
     return Claim(text=text + _UNIT, metric="metrics.decided.test.merge3", compare=f"metrics.decided.test.{name}",
-                 op=">", a={"model": "merge3"}, b={"model": name}, source=source, **_PAIRED,
-                 controls=tuple(Control(c, f"metrics.decided.test.{c}", a={"model": c}) for c in controls))
+                 op=">", margin=margin, a={"model": "merge3"}, b={"model": name}, source=source, **_PAIRED,
+                 controls=tuple(_control(c) for c in controls))
 
 
 def _estimator_claim(m: str) -> Claim:
     return Claim(text=f"{m} on the extracted items estimates a merge's search-set accuracy better than their plain "
-                      f"mean (absolute error, paired over held-out merges outside the IRT population, each with its "
-                      f"own seed and extraction)",
+                      f"mean (absolute error, Wilcoxon paired over held-out merges outside the IRT population, each "
+                      f"with its own seed and extraction)",
                  metric=f"metrics.decided.estimation.{m}_mae", compare="metrics.decided.estimation.mean_mae", op="<",
-                 test="paired sign test over seeds", table="estimation", a={"estimator": m}, b={"estimator": "mean"},
+                 test=WILCOXON, table="estimation", a={"estimator": m}, b={"estimator": "mean"},
                  pair_on=("model",), source=SOURCE_ESTIMATE)
 
 
-CLAIMS = (
-    Claim(text="the endpoint gate passed: each endpoint >= 0.8 on its own task, the base <= 0.2 on both (fixed "
-               "before any merge; otherwise no paper claim is decided)",
-          metric="metrics.gate.passed", compare=1.0, op=">=", kind="sanity"),
-    _vs("better_endpoint", "the MERGE^3-evolved merge beats the better endpoint on the cross task; control: random "
-        "unevolved merges of the same space (does the evolution matter?)", SOURCE_MERGE, ("random_merge", "base")),
-    _vs("slerp_half", "the MERGE^3-evolved merge beats SLERP at t = 0.5 on the cross task; control: random "
-        "unevolved merges", SOURCE_MERGE, ("random_merge", "endpoint_a", "endpoint_b")),
-    _vs("task_arithmetic", "the MERGE^3-evolved merge beats task arithmetic (lambda tuned on the search set over a "
-        "grid holding lambda = 1, recorded) on the cross task", SOURCE_MERGE,
-        ("random_merge", "endpoint_a", "endpoint_b")),
-    _vs("random_search", "at equal total forward passes (IRT population counted) MERGE^3's merge beats random search's "
-        "best on the cross task", SOURCE_COST, ("random_merge", "base")),
+GATE_ENDPOINTS = Claim(
+    text="the endpoint gate passed: each endpoint >= 0.8 on its own task, the base <= 0.2 on both (fixed before any "
+         "merge; otherwise no paper claim is decided)",
+    metric="metrics.gate.endpoints_passed", compare=1.0, op=">=", kind="sanity")
+GATE_TARGET = Claim(
+    text="the target carries the signal the estimator interpolates: each endpoint answers >= 0.05 of the target's "
+         "search items and the two disagree on >= 0.1 of them (fixed before any merge)",
+    metric="metrics.gate.target_passed", compare=1.0, op=">=", kind="sanity")
+PAPER_CLAIMS = (
+    _vs("better_endpoint", "the MERGE^3-evolved merge beats the better endpoint on the target", SOURCE_MERGE,
+        ("random_merge", "base")),
+    _vs("best_standard_merge", "the MERGE^3-evolved merge beats the better of the standard merges (SLERP at t = 0.5; "
+        "task arithmetic with lambda tuned on the search set over a grid holding lambda = 1) on the target",
+        SOURCE_MERGE, ("random_merge", "endpoint_a", "endpoint_b")),
+    _vs("random_merge", f"the evolution matters: the MERGE^3-evolved merge beats unevolved random merges of the same "
+        f"space (the mean of each repeat's own) by more than {RANDOM_MARGIN} on the target", SOURCE_MERGE,
+        ("slerp_half",), margin=RANDOM_MARGIN),
     _vs("full_data", "at no more total forward passes than MERGE^3's (IRT population counted; full-data evolution "
         "runs whole generations, so it may spend less: the record's passes_vs_merge3.full_data) MERGE^3's merge "
-        "beats full-data evolution's on the cross task", SOURCE_COST, ("random_merge", "base")),
+        "beats full-data evolution's on the target; controls: random search at the same budget, random merges",
+        SOURCE_COST, ("random_search", "random_merge")),
     _estimator_claim("gmp_irt"),
     _estimator_claim("mp_irt"),
-    Claim(text="winner's curse: the gmp-IRT fitness of MERGE^3's selected merge exceeds its test accuracy by at most "
-               "0.1 (mean over repeats)",
-          metric="metrics.decided.winners_curse.merge3", compare=0.1, op="<=", source=SOURCE_ESTIMATE,
-          controls=(Control("merge3_mean", "metrics.decided.winners_curse.merge3_mean"),)),
+)
+CLAIMS = (
+    GATE_ENDPOINTS,
+    *evidence.gate(GATE_TARGET, *evidence.gate(GATE_ENDPOINTS, *PAPER_CLAIMS)[1:]),
     Claim(text="budget bookkeeping: full-data evolution and random search spend at most MERGE^3's total forward "
                "passes in every repeat",
           metric="metrics.search.passes_vs_merge3.full_data", compare=1.0, op="<=", kind="sanity"),

@@ -1,6 +1,9 @@
 """rayml.experiments.merge3: every declared claim is wired to a number its run measures, and a run
 whose endpoints miss the gate decides no paper claim."""
 
+import numpy as np
+import pytest
+
 from rayml.experiments import merge3 as exp
 
 
@@ -20,40 +23,83 @@ def test_tiny_run_fails_the_gate_loudly_and_decides_nothing(unmeasured_claims):
 
 
 def test_gated_values_are_none_when_the_gate_fails():
-    vals = {"test": {"merge3": 0.9, "base": 0.0}, "winners_curse": {"merge3": 0.05}}
+    vals = {"test": {"merge3": 0.9, "base": 0.0}, "estimation": {"mean_mae": 0.05}}
     assert exp.nulled(vals, True) == vals
-    assert exp.nulled(vals, False) == {"test": {"merge3": None, "base": None}, "winners_curse": {"merge3": None}}
+    assert exp.nulled(vals, False) == {"test": {"merge3": None, "base": None}, "estimation": {"mean_mae": None}}
 
 
 def test_claims_name_their_controls_and_sources():
     paper = [c for c in exp.CLAIMS if c.kind == "paper"]
-    assert len(paper) == 8 and all(c.source for c in paper)
-    assert exp.GATE == {"endpoint_min": 0.8, "base_max": 0.2}
-    assert exp.SIZES["quick"]["test_items"] >= 500 and exp.SIZES["quick"]["gate_items"] >= 500
+    assert len(paper) == 6 and all(c.source for c in paper)
+    assert exp.GATE == {"endpoint_min": 0.8, "base_max": 0.2, "target_min": 0.05, "disagree_min": 0.1}
+    # issue 40: the winner's-curse claim is not the paper's; every paper claim sits behind both gates
+    assert not any("winner" in c.text for c in exp.CLAIMS)
+    gates = {exp.GATE_ENDPOINTS.text, exp.GATE_TARGET.text}
+    assert all(set(c.gates) == gates for c in paper)
+    assert all(c.test == exp.WILCOXON for c in paper)
 
 
 def test_vs_claims_pair_over_independent_repeats_with_an_unevolved_control():
     vs = [c for c in exp.CLAIMS if c.test is not None and c.table == "repeats"]
-    assert len(vs) == 5
+    assert len(vs) == 4
     for c in vs:
         assert c.pair_on == ("repeat",) and c.a == {"model": "merge3"}
-        assert "random_merge" in [ctl.name for ctl in c.controls]
-    # a one-sided sign test over R repeats reaches p < 0.05 only when 0.5 ** R < 0.05
+        controls = [ctl.name for ctl in c.controls]
+        assert "random_merge" in controls or c.b == {"model": "random_merge"}
+    # the comparison with unevolved random merges is a claim of its own, with a margin (issue 40)
+    rand = [c for c in vs if c.b == {"model": "random_merge"}]
+    assert len(rand) == 1 and rand[0].margin > 0
+    # a one-sided Wilcoxon over R repeats reaches p < 0.05 only when 0.5 ** R < 0.05; full has >= 24 repeats
     assert 0.5 ** exp.SIZES["quick"]["repeats"] < 0.05 and exp.SIZES["quick"]["random_merges"] >= 2
+    assert exp.SIZES["full"]["repeats"] >= 24
     for size in exp.SIZES.values():
         assert 1.0 in size["ta_grid"] and min(size["ta_grid"]) < 1.0 < max(size["ta_grid"])
 
 
-def test_task_arithmetic_grid_must_hold_the_usual_lambda():
-    import pytest
+def test_a_target_both_endpoints_score_zero_on_fails_the_gate():
+    # issue 40: on the cross task alone the base and both endpoints scored 0, their abilities were identical
+    # and random merges "passed"; such a target must now fail the gate (and leave every paper claim undecided)
+    own = [0.0, 0.0, 1.0, 1.0, 0.0, 0.0]
+    dead = exp.gate_numbers(own, np.zeros((3, 40)))
+    assert dead["endpoints_passed"] == 1.0 and dead["target_passed"] == 0.0 and dead["passed"] == 0.0
+    y = np.zeros((3, 40))
+    y[1, :12], y[2, 12:20] = 1, 1  # A answers 0.3 of the target, B 0.2, on different items
+    live = exp.gate_numbers(own, y)
+    assert live["target_passed"] == 1.0 and live["passed"] == 1.0
+    assert live["endpoints_disagree_on_target"] == 0.5
+    same = y.copy()
+    same[2] = y[1]  # non-zero but identical patterns: nothing to tell the abilities apart
+    assert exp.gate_numbers(own, same)["target_passed"] == 0.0
 
+
+def test_the_default_target_mixes_the_cross_task_with_each_endpoints_own_task():
+    from rayml.llm import tasks
+
+    assert set(exp.TARGET) == {"add_long_letters", "add_long", "add_letters"}
+    items, parts = exp.target_items(exp.TARGET, 400, np.random.default_rng(0), tasks.make_items)
+    again, _ = exp.target_items(exp.TARGET, 400, np.random.default_rng(0), tasks.make_items)
+    assert [it.prompt for it in items] == [it.prompt for it in again]
+    assert [it.task for it in items] == parts
+    share = {p: parts.count(p) / len(parts) for p in exp.TARGET}
+    assert all(abs(share[p] - exp.TARGET[p]) < 0.08 for p in exp.TARGET)
+    one, names = exp.target_items("add_long", 3, np.random.default_rng(0), tasks.make_items)
+    assert names == ["add_long"] * 3 and len(one) == 3
+
+
+def test_a_bad_target_is_refused_naming_it():
+    with pytest.raises(ValueError, match="target"):
+        exp._check(dict(exp.SIZES["tiny"], target={"add_long": 0.0}))
+    with pytest.raises(ValueError, match="target"):
+        exp._check(dict(exp.SIZES["tiny"], target={"nope": 1.0}))
+    with pytest.raises(ValueError, match="target"):
+        exp._check(dict(exp.SIZES["tiny"], target=3))
+
+
+def test_task_arithmetic_grid_must_hold_the_usual_lambda():
     with pytest.raises(ValueError, match="ta_grid"):
         exp._check(dict(exp.SIZES["tiny"], ta_grid=[0.5, 0.75]))
     with pytest.raises(ValueError, match="random_merges"):
         exp._check(dict(exp.SIZES["tiny"], random_merges=0))
-
-
-import pytest  # noqa: E402
 
 
 @pytest.mark.slow
@@ -85,9 +131,7 @@ def test_a_run_stopped_at_the_gate_records_it_and_decides_nothing():
     from rayml import results
 
     S = {"endpoints": [None, None], "pool": None, "stopped": True,
-         "gate": {"base_on_a": 0.0, "base_on_b": 0.0, "endpoint_a_on_a": 0.1, "endpoint_b_on_b": 0.0,
-                  "endpoint_a_on_b": 0.0, "endpoint_b_on_a": 0.0, "threshold_endpoint_min": 0.8,
-                  "threshold_base_max": 0.2, "passed": 0.0}}
+         "gate": exp.gate_numbers([0.0, 0.0, 0.1, 0.0, 0.0, 0.0], np.zeros((3, 8)))}
     config = exp._effective(dict(exp.SIZES["quick"], model="smollm2-135m"))
     out = exp.stopped_outcome(S, config, {"start": 0.0, "setup": 1.0})
     record = {"metrics": out.metrics, "tables": out.tables, "baselines": out.baselines}
