@@ -225,7 +225,7 @@ _TINY_RECORDS: dict = {}
 @pytest.fixture
 def tiny_record(ray_session):
     """``f(name)``: the record of ``name``'s tiny run (seed 1, one Ray task at a time), run once per
-    test session: the registry contract's worker-count test and the claim-wiring tests of
+    test session: the registry contract, the cluster test's one-node side and the claim-wiring tests of
     ``tests/experiments`` share it instead of running the same tiny experiment twice."""
     import copy
 

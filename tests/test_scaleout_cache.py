@@ -7,6 +7,8 @@ gets an audit hook that refuses to open a file under another node's (or the driv
 if that disk were not there. The records must equal a single-node run's: the one-node tiny record the
 contract suite made on the shared Ray in this session (``tiny_record`` in conftest), or, for a
 method whose contract test did not run, one made here on a fresh local Ray with a fresh cache.
+The cluster's two worker nodes run every method on at least two worker processes while the one-node
+record ran on one, so the comparison is also the registry contract's worker-count invariance.
 A record that depends on what earlier experiments left in a worker or the driver differs here:
 that is a finding (two were found and fixed this way, see below), not noise to isolate away.
 """
@@ -174,5 +176,6 @@ def _cache_of(_item: int) -> str:
 def test_tiny_run_on_nodes_with_their_own_caches_equals_one_node(name, single_node, cluster_without_shared_disk):
     record = experiments.run(name, size="tiny", seed=1)
     assert record["env"]["ray_nodes"] == 3
+    assert record["env"]["worker_pids"] >= 2, "the work ran in more than one Ray worker process"
     assert name in single_node, f"{name}: no one-node record (its test_tiny_run_on_one_node failed in this run)"
     assert record_numbers(record) == single_node[name]

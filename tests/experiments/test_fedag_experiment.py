@@ -15,7 +15,7 @@ def test_every_claim_is_measured_at_tiny_size(unmeasured_claims):
 
 
 def test_communication_is_counted(ray_session):
-    # worker-count invariance is the registry contract's test
+    # worker-count invariance is the cluster test's (tests/test_scaleout_cache.py)
     one = experiments.run("fedag", size="tiny", seed=3, overrides=SMALL, workers=2)
     assert one["env"]["tasks"] >= 2
     m, b = one["metrics"], one["baselines"]

@@ -280,15 +280,12 @@ def test_ray_evaluator_gives_identical_results(ray_session):
     assert np.array_equal(local.x, remote.x) and local.value == remote.value and local.evals == remote.evals
 
 
-def test_experiment_tiny_runs_and_is_worker_count_invariant(ray_session):
-    from rayml import experiments, runtime
-
-    r1 = experiments.run("multinoulli-scg", size="tiny", seed=0, workers=1)
-    r2 = experiments.run("multinoulli-scg", size="tiny", seed=0, workers=2)
-    assert r1["metrics"] == r2["metrics"] and r1["tables"] == r2["tables"]
+def test_experiment_tiny_run_measures_ratios_and_judges_every_claim(tiny_record):
+    # worker-count invariance is the cluster test's (tests/test_scaleout_cache.py, same shared tiny record)
+    r1 = tiny_record("multinoulli-scg")
     assert {c["text"][:20] for c in r1["claims"]} and all(c["holds"] in (True, False) for c in r1["claims"])
     assert 0 < r1["metrics"]["mean_ratio"] <= 1 + 1e-9
-    assert runtime.stats()["tasks"] >= 2
+    assert r1["env"]["tasks"] >= 2
 
 
 def test_greedy_trap_plants_opt_and_traps_greedy():

@@ -265,7 +265,7 @@ def test_ray_gradient_is_put_in_the_object_store_once(ray_session):
 
 
 def test_experiment_tiny_run_counts_rounds_in_and_out_of_the_papers_regime(tiny_record):
-    # worker-count invariance is the registry contract's test (same shared tiny record)
+    # worker-count invariance is the cluster test's (tests/test_scaleout_cache.py, same shared tiny record)
     a = tiny_record("parallel-sampling")
     assert a["env"]["tasks"] >= 2
     assert {c["text"] for c in a["claims"]} and all(isinstance(c["holds"], bool) for c in a["claims"])
