@@ -340,5 +340,90 @@ def sft_examples(items: Sequence[_tasks.Item], rng: np.random.Generator) -> list
     return out
 
 
-__all__ += ["encode_state_pairs", "TEXT", "text_critic_prompt", "text_refine_prompt", "text_extract",
+def train_agents(reference: TransformerLM, tok, pairs: StatePairs, *, beta: float = 0.5, lr: float = 1e-4,
+                 steps: int = 30, batch_size: int = 16, seed: int = 0, single_agent: bool = False,
+                 trainer: Callable | None = None) -> tuple[TransformerLM, TransformerLM, int]:
+    """DPSDP's training step (Algorithm 1, practical version): per-turn DPO against ``reference``.
+
+    Two agents (the default): the actor trained by DPO on ``D_0 u D_2``, the critic on ``D_1``,
+    the ``steps`` optimizer steps split between them in proportion to their pairs (the actor with
+    ``seed``, the critic with ``seed + 1``); ``single_agent=True``: the paper's ablation, one model
+    on ``D_0 u D_1 u D_2`` for both roles for all ``steps``. A role without pairs (or without
+    steps) stays at the reference. ``trainer(token_pairs, steps, seed)`` replaces the full
+    fine-tuning DPO run (``rayml.alignment.dpo.train_dpo`` at ``beta``, ``lr``, ``batch_size``,
+    length-grouped batches), e.g. by a LoRA one.
+
+    Returns ``(actor, critic, steps_used)`` (the same model twice for the single agent).
+    """
+    from rayml.alignment import dpo
+
+    if not isinstance(pairs, StatePairs):
+        raise TypeError(f"pairs must be StatePairs (collect_pairs' result), got {type(pairs).__name__}")
+    for name, v in (("steps", steps), ("batch_size", batch_size)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    for name, v in (("beta", beta), ("lr", lr)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise ValueError(f"{name} must be a number > 0, got {v!r}")
+
+    def full(tp, n, s):
+        cfg = dpo.DPOConfig(beta=float(beta), lr=float(lr), steps=max(1, n), batch_size=int(batch_size),
+                            length_grouped=True)
+        return dpo.train_dpo(reference, tp, cfg, seed=s, reference=reference, pad_id=tok.pad_id).model
+
+    train = trainer or full
+    actor_pairs = encode_state_pairs(pairs.d0 + pairs.d2, tok)
+    critic_pairs = encode_state_pairs(pairs.d1, tok)
+    if single_agent:
+        both = actor_pairs + critic_pairs
+        if not both:
+            return reference, reference, 0
+        m = train(both, steps, seed)
+        return m, m, steps
+    n_a, n_c = len(actor_pairs), len(critic_pairs)
+    if n_a + n_c == 0:
+        return reference, reference, 0
+    steps_a = int(round(steps * n_a / (n_a + n_c)))
+    steps_c = steps - steps_a
+    actor = train(actor_pairs, steps_a, seed) if n_a and steps_a else reference
+    critic = train(critic_pairs, steps_c, seed + 1) if n_c and steps_c else reference
+    return actor, critic, (steps_a if n_a and steps_a else 0) + (steps_c if n_c and steps_c else 0)
+
+
+def own_answer_examples(items: Sequence[_tasks.Item], answers: Sequence[str],
+                        rng: np.random.Generator) -> tuple[list[tuple[str, str]], dict]:
+    """The critic's and the refining actor's warm-up on the policy's own answers (the paper
+    distils a stronger model's critiques of the policy's answers; here the verifier's oracle).
+
+    ``answers[i]`` is an answer the policy itself gave to ``items[i]`` (sampled). The correct and
+    the wrong answers are balanced: the larger group is subsampled (without replacement) to the
+    smaller's size, so the critic sees as many ``"ok"`` as ``"x<k>"`` targets; when one group is
+    empty every answer is kept. Per kept answer: the critique ``(critic_prompt, oracle_feedback)``
+    and the refinement ``(refine_prompt, truth)`` (after ``"ok"`` the truth is the answer itself).
+
+    Returns ``(examples, counts)`` with ``counts = {"ok", "wrong", "kept_per_group"}``.
+
+    Examples:
+        >>> it = _tasks.make_items("add", 1, 0, digits=3)[0]
+        >>> ex, n = own_answer_examples([it, it, it], [it.answer, "0", "1"], np.random.default_rng(0))
+        >>> n, sorted(t for _, t in ex if not t.isdigit() or t == "ok")
+        ({'ok': 1, 'wrong': 2, 'kept_per_group': 1}, ['ok', 'x0'])
+    """
+    if len(items) != len(answers):
+        raise ValueError(f"items and answers must have the same length, got {len(items)} and {len(answers)}")
+    ok = [(it, a) for it, a in zip(items, answers) if _tasks.score(it, a) == 1.0]
+    wrong = [(it, a) for it, a in zip(items, answers) if _tasks.score(it, a) != 1.0]
+    n = min(len(ok), len(wrong))
+    counts = {"ok": len(ok), "wrong": len(wrong), "kept_per_group": n}
+    if n:
+        ok = [ok[i] for i in sorted(rng.choice(len(ok), n, replace=False))]
+        wrong = [wrong[i] for i in sorted(rng.choice(len(wrong), n, replace=False))]
+    out = []
+    for it, a in ok + wrong:
+        fb = oracle_feedback(it.answer, a)
+        out += [(critic_prompt(it.prompt, a), fb), (refine_prompt(it.prompt, a, fb), it.answer)]
+    return out, counts
+
+
+__all__ += ["train_agents", "own_answer_examples", "encode_state_pairs", "TEXT", "text_critic_prompt", "text_refine_prompt", "text_extract",
             "text_feedback"]

@@ -37,22 +37,24 @@ _REAL = dict(train_questions=4, tune_questions=4, chunk=4, n_candidates=4, mc_ro
              batch_size=4, lr_grid=[5e-3], beta_grid=[0.03, 0.1, 0.3], test_per_level=2, turns=5, seeds=5,
              lora_rank=8, collect_temperature=0.7)
 _COMMON = dict(model="base", id_kind="lookup", id_levels=[4, 8], ood_kind="add", ood_levels=[1, 2], lora_rank=0,
-               sft_replay=1500, collect_temperature=1.0)
+               sft_replay=0, collect_temperature=1.0, train_digits=[3, 4], ood_digits=[2, 5], answer_digits=[2, 3, 4, 5],
+               sft_items=4000, sft_steps=600, sft_lr=1e-3, critic_items=1000, critic_samples=4, critic_steps=600,
+               turns=5, tune_extend=0)
 SIZES = {
-    "tiny": dict(_COMMON, train_digits=[3, 4], ood_tasks=["reverse"], sft_items=8, sft_steps=2, sft_lr=1e-3,
-                 sft_replay=6, train_questions=8, tune_questions=4, chunk=4, n_candidates=2, mc_rollouts=1,
-                 dpo_steps=2, batch_size=4, lr_grid=[1e-5], beta_grid=[0.1], test_per_level=3, turns=3, seeds=2,
+    "tiny": dict(_COMMON, answer_digits=[2, 3, 4], ood_digits=[2], sft_items=8, sft_steps=2, critic_items=8,
+                 critic_samples=2, critic_steps=2, train_questions=8, tune_questions=4, chunk=4, n_candidates=2,
+                 mc_rollouts=1, dpo_steps=2, batch_size=4, lr_grid=[1e-5], beta_grid=[0.1], test_per_level=3, turns=3,
+                 seeds=2,
                  real=dict(train_questions=4, tune_questions=2, chunk=4, n_candidates=2, dpo_steps=1, batch_size=2,
                            test_per_level=1, turns=2, seeds=2, lora_rank=2, id_levels=[2], ood_levels=[1])),
-    "quick": dict(_COMMON, train_digits=[3, 4], ood_tasks=["reverse", "sort"], sft_items=1500, sft_steps=900,
-                  sft_lr=1e-3, train_questions=128, tune_questions=64, chunk=32, n_candidates=4, mc_rollouts=2,
-                  dpo_steps=30, batch_size=16, lr_grid=[1e-5, 3e-5, 1e-4, 3e-4],
-                  beta_grid=[0.001, 0.003, 0.01, 0.03, 0.1, 0.5, 2.0, 8.0], test_per_level=40, turns=5, seeds=6,
+    # a preview (issue 35: at most 90 s on an idle 2-core machine): 5 replicates of 64 training questions, a
+    # 3-point beta grid at the full size's middle learning rate
+    "quick": dict(_COMMON, train_questions=64, tune_questions=48, chunk=32, n_candidates=4, mc_rollouts=2,
+                  dpo_steps=30, batch_size=16, lr_grid=[1e-4], beta_grid=[0.1, 0.5, 2.0], test_per_level=25, seeds=5,
                   real=dict(_REAL)),
-    "full": dict(_COMMON, train_digits=[3, 4], ood_tasks=["reverse", "sort", "copy"], sft_items=1500, sft_steps=900,
-                 sft_lr=1e-3, train_questions=1024, tune_questions=128, chunk=32, n_candidates=8, mc_rollouts=4,
-                 dpo_steps=200, batch_size=16, lr_grid=[1e-5, 3e-5, 1e-4, 3e-4],
-                 beta_grid=[0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0], test_per_level=250, turns=5, seeds=10,
+    "full": dict(_COMMON, train_questions=1024, tune_questions=128, chunk=64, n_candidates=8, mc_rollouts=4,
+                 dpo_steps=200, batch_size=16, lr_grid=[3e-5, 1e-4, 3e-4], beta_grid=[0.01, 0.1, 0.5, 2.0, 8.0],
+                 test_per_level=100, seeds=10, tune_extend=1,
                  real=dict(_REAL, train_questions=128, tune_questions=32, chunk=16, mc_rollouts=2, dpo_steps=40,
                            lr_grid=[3e-4, 1e-3, 3e-3], beta_grid=[0.03, 0.1, 0.3, 1.0], test_per_level=40,
                            seeds=8)),
@@ -73,7 +75,6 @@ def _real(config) -> bool:
 
 def _check(config: Mapping[str, Any]) -> None:
     from rayml.alignment.preference import _check_levels
-    from rayml.llm import tasks
 
     if not isinstance(config, Mapping):
         raise TypeError(f"config must be a mapping, got {type(config).__name__}")
@@ -87,9 +88,17 @@ def _check(config: Mapping[str, Any]) -> None:
         _check_levels(config["train_digits"])
     except ValueError as e:
         raise ValueError(f"train_digits: {e}") from None
-    ood = config["ood_tasks"]
-    if not isinstance(ood, (list, tuple)) or not ood or any(t not in tasks.TASKS or t == "add" for t in ood):
-        raise ValueError(f"ood_tasks must be a non-empty list of substrate tasks other than 'add', got {ood!r}")
+    for key in ("ood_digits", "answer_digits"):
+        try:
+            _check_levels(config[key])
+        except ValueError as e:
+            raise ValueError(f"{key}: {e}") from None
+    if set(config["ood_digits"]) & set(config["train_digits"]):
+        raise ValueError(f"ood_digits must differ from train_digits (out of distribution), got {config['ood_digits']!r}")
+    if config["critic_steps"] and not set(config["train_digits"]) | set(config["ood_digits"]) <= set(
+            config["answer_digits"]):
+        raise ValueError(f"answer_digits must hold train_digits and ood_digits (the warm-up teaches their first "
+                         f"answers), got {config['answer_digits']!r}")
     for key in ("id_kind", "ood_kind"):
         if config[key] not in TEXT_KINDS:
             raise ValueError(f"{key} must be one of {TEXT_KINDS}, got {config[key]!r}")
@@ -100,12 +109,12 @@ def _check(config: Mapping[str, Any]) -> None:
         if not isinstance(lv, (list, tuple)) or not lv or any(
                 isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 9 for v in lv):
             raise ValueError(f"{key} must be a non-empty list of integers in 1..9, got {lv!r}")
-    for key in ("sft_items", "sft_steps", "train_questions", "tune_questions", "chunk", "n_candidates",
+    for key in ("sft_items", "sft_steps", "critic_items", "critic_samples", "train_questions", "tune_questions", "chunk", "n_candidates",
                 "mc_rollouts", "dpo_steps", "batch_size", "test_per_level", "turns", "seeds"):
         v = config[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{key} must be a positive integer, got {v!r}")
-    for key in ("lora_rank", "sft_replay"):
+    for key in ("lora_rank", "sft_replay", "critic_steps", "tune_extend"):
         v = config[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ValueError(f"{key} must be an integer >= 0, got {v!r}")
@@ -161,15 +170,13 @@ def _train_items(config, n: int, split: str, seed: int) -> list:
 def _test_items(config, seed: int) -> dict:
     """A replicate's held-out questions: in distribution and out of distribution."""
     from rayml.alignment import text_tasks as tt
-    from rayml.llm import tasks
 
     n = int(config["test_per_level"])
     if _real(config):
         return {"id": tt.eval_items(n, kind=config["id_kind"], levels=config["id_levels"], seed=seed),
                 "ood": tt.eval_items(n, kind=config["ood_kind"], levels=config["ood_levels"], seed=seed + 1)}
-    rng = np.random.default_rng([seed, 1])
     return {"id": _items(config["train_digits"], n, "test", seed),
-            "ood": [it for t in config["ood_tasks"] for it in tasks.make_items(t, n, rng, split="test")]}
+            "ood": _items(config["ood_digits"], n, "test", seed + 1)}
 
 
 def _state(model) -> dict:
@@ -226,14 +233,65 @@ def _reference(config, sft):
 # ------------------------------------------------------------------------------------------
 # Ray work items
 
+def _own_warmup(config, seed: int) -> dict:
+    """The two-stage warm-up (issue 42): stage 1 teaches first answers of ``answer_digits``
+    additions (the actor's skill, out-of-distribution lengths included, as the paper's base model
+    answers every benchmark); stage 2 warms the critic and the refining actor on the stage-1
+    policy's own sampled answers to ``critic_items`` questions of ``train_digits`` lengths only
+    (``critic_samples`` each at temperature 1, correct and wrong balanced:
+    ``rayml.alignment.dpsdp.own_answer_examples``), with the first answers mixed in again."""
+    import copy
+
+    from rayml.alignment import dpo, dpsdp as dp
+
+    base, tok = _base()
+    rng = np.random.default_rng(seed)
+    digits = list(config["answer_digits"])
+    first = [(it.prompt, it.answer) for it in _items(digits, max(1, config["sft_items"] // len(digits)), "train",
+                                                     rng.integers(2**31))]
+
+    def sft(model, ex, steps):
+        return dpo.sft(model, [tok.encode(p, bos=True) for p, _ in ex], [tok.encode(a) + [tok.eos_id] for _, a in ex],
+                       steps=int(steps), batch_size=32, lr=float(config["sft_lr"]), seed=int(rng.integers(2**31)))
+
+    keys = {k: config[k] for k in ("answer_digits", "sft_items", "sft_steps", "sft_lr")}
+    path = _recipe_path({"stage": "first answers", **keys}, seed)
+    if path.exists():  # stage 1 is shared by every stage 2 of the same first-answer recipe
+        model = _load(dict(np.load(path)))
+    else:
+        model = sft(copy.deepcopy(base), first, config["sft_steps"])
+        _save(path, _state(model))
+    rng = np.random.default_rng([seed, 2])  # stage 2's draws do not depend on whether stage 1 was cached
+    k = int(config["critic_samples"])
+    qs = _items(config["train_digits"], max(1, config["critic_items"] // len(config["train_digits"])), "train",
+                rng.integers(2**31))
+    with torch_no_grad():
+        outs = dp._gen(model, tok, [it.prompt for it in qs for _ in range(k)], dp.SUBSTRATE.answer_tokens, 1.0,
+                       int(rng.integers(2**31)))
+    own, counts = dp.own_answer_examples([it for it in qs for _ in range(k)], outs, rng)
+    model = sft(model.train(), own + first[:len(own) // 2], config["critic_steps"])
+    return {"state": _state(model), "own_answers": counts}
+
+
+def torch_no_grad():
+    """``torch.no_grad()`` (imported when used: the module loads without torch)."""
+    import torch
+
+    return torch.no_grad()
+
+
 def sft_task(item: tuple, shared: Mapping[str, Any]) -> dict:
-    """The supervised warm-up of the reference system (both roles, one model)."""
+    """The supervised warm-up of the reference system (both roles, one model): the two-stage
+    warm-up on the policy's own answers when the recipe has ``critic_steps`` (``_own_warmup``),
+    else the oracle's near-miss recipe that selective-dpo shares (``sft_examples``)."""
     import copy
 
     from rayml.alignment import dpo, dpsdp as dp
     from rayml.llm import tasks
 
     config, seed = shared["config"], item[1]
+    if config.get("critic_steps"):
+        return _own_warmup(config, seed)
     base, tok = _base()
     rng = np.random.default_rng(seed)
     train = _items(config["train_digits"], max(1, config["sft_items"] // len(config["train_digits"])), "train",
@@ -265,39 +323,25 @@ def collect_task(item: tuple, shared: Mapping[str, Any]) -> dict:
 
 
 def _train_system(system, data, config, sft, beta, lr, seed):
-    """Two agents (actor on D0 u D2, critic on D1) or one agent on everything, same total steps;
-    full fine-tuning (``lora_rank=0``) or a LoRA adapter per agent, against the frozen reference."""
+    """Two agents (actor on D0 u D2, critic on D1) or one agent on everything, same total steps
+    (``rayml.alignment.dpsdp.train_agents``); full fine-tuning (``lora_rank=0``) or a LoRA adapter
+    per agent, against the frozen reference."""
     from rayml.alignment import dpo, dpsdp as dp
 
     _, tok = _base(config["model"])
     ref = _reference(config, sft)
-    total = int(config["dpo_steps"])
-    actor_pairs = dp.encode_state_pairs(data["d0"] + data["d2"], tok)
-    critic_pairs = dp.encode_state_pairs(data["d1"], tok)
     rank = int(config["lora_rank"])
 
-    def train(pairs, steps, s):
+    def lora(pairs, steps, s):
         cfg = dpo.DPOConfig(beta=float(beta), lr=float(lr), steps=max(1, steps),
                             batch_size=int(config["batch_size"]), length_grouped=True)
-        if not rank:
-            return dpo.train_dpo(ref, pairs, cfg, seed=s, reference=ref, pad_id=tok.pad_id).model
         trained = dpo.train_dpo(lora_view(ref, rank, s), pairs, cfg, seed=s, reference=ref, pad_id=tok.pad_id).model
         return lora_view(ref, rank, s, adapters=trained)  # drop the trainer's full copy of the frozen weights
 
-    if system == "single_agent":
-        both = actor_pairs + critic_pairs
-        if not both:
-            return ref, ref, 0
-        m = train(both, total, seed)
-        return m, m, total
-    n_a, n_c = len(actor_pairs), len(critic_pairs)
-    if n_a + n_c == 0:
-        return ref, ref, 0
-    steps_a = int(round(total * n_a / (n_a + n_c)))
-    steps_c = total - steps_a
-    actor = train(actor_pairs, steps_a, seed) if n_a and steps_a else ref
-    critic = train(critic_pairs, steps_c, seed + 1) if n_c and steps_c else ref
-    return actor, critic, (steps_a if n_a and steps_a else 0) + (steps_c if n_c and steps_c else 0)
+    return dp.train_agents(ref, tok, dp.StatePairs(list(data["d0"]), list(data["d1"]), list(data["d2"]), {}),
+                           beta=float(beta), lr=float(lr), steps=int(config["dpo_steps"]),
+                           batch_size=int(config["batch_size"]), seed=int(seed),
+                           single_agent=system == "single_agent", trainer=lora if rank else None)
 
 
 def system_task(item: tuple, shared: Mapping[str, Any]) -> dict:
@@ -324,18 +368,35 @@ def system_task(item: tuple, shared: Mapping[str, Any]) -> dict:
 # the run
 
 def _cache_path(config, seed) -> Path:
-    from rayml.llm.checkpoint import file_sha256
-    from rayml.llm import WEIGHTS_DIR
-
     keys = {k: config[k] for k in ("train_digits", "sft_items", "sft_steps", "sft_lr")}
     if config.get("sft_replay", 0):  # absent or 0: the recipe (and cache) selective-dpo shares
         keys["sft_replay"] = int(config["sft_replay"])
-    blob = json.dumps({"recipe": keys, "seed": seed, "base": file_sha256(WEIGHTS_DIR / "base" / "model.safetensors")},
-                      sort_keys=True)
+    if config.get("critic_steps"):  # the warm-up on the policy's own answers (issue 42)
+        keys.update({k: config[k] for k in OWN_WARMUP_KEYS})
+    return _recipe_path(keys, seed)
+
+
+def _recipe_path(keys: Mapping[str, Any], seed: int) -> Path:
+    """The cache file of a warm-up recipe ``keys`` (with the seed and the base checkpoint's sha256)."""
+    from rayml.llm.checkpoint import file_sha256
+    from rayml.llm import WEIGHTS_DIR
+
+    blob = json.dumps({"recipe": dict(keys), "seed": seed,
+                       "base": file_sha256(WEIGHTS_DIR / "base" / "model.safetensors")}, sort_keys=True)
     root = Path(os.environ.get("RAYML_CACHE", Path.home() / ".cache" / "rayml"))
     return root / "alignment" / f"dpsdp-sft-{hashlib.sha256(blob.encode()).hexdigest()[:16]}.npz"
 
 
+def _save(path: Path, state: Mapping[str, np.ndarray]) -> None:
+    """Write ``state`` to ``path`` atomically (a temporary file, then ``os.replace``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}.npz")
+    np.savez(tmp, **state)
+    os.replace(tmp, path)
+
+
+# the settings of the warm-up on the policy's own answers (``_own_warmup``; absent: the near-miss recipe)
+OWN_WARMUP_KEYS = ("answer_digits", "critic_items", "critic_samples", "critic_steps")
 WARMUP_SEED = 0  # one warm-up per recipe, shared by every run (and by selective-dpo)
 
 
@@ -346,14 +407,22 @@ def sft_state(config: Mapping[str, Any], seed: int = WARMUP_SEED) -> dict:
     if path.exists():
         with np.load(path) as z:
             return {k: z[k] for k in z.files}
-    keys = ("train_digits", "sft_items", "sft_steps", "sft_lr", "sft_replay")
-    state = runtime.pmap(sft_task, [("sft", seed)], shared={"config": {k: config[k] for k in keys if k in config}},
-                         desc="SFT warm-up")[0]["state"]
+    keys = ("train_digits", "sft_items", "sft_steps", "sft_lr", "sft_replay") + OWN_WARMUP_KEYS
+    out = runtime.pmap(sft_task, [("sft", seed)], shared={"config": {k: config[k] for k in keys if k in config}},
+                       desc="SFT warm-up")[0]
+    state = out["state"]
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez(tmp, **state)
-    os.replace(tmp, path)
+    if "own_answers" in out:  # the critic's warm-up data, for the record (``warmup_info``)
+        path.with_suffix(".json").write_text(json.dumps({"own_answers": out["own_answers"]}, sort_keys=True))
+    _save(path, state)
     return state
+
+
+def warmup_info(config: Mapping[str, Any], seed: int = WARMUP_SEED) -> dict:
+    """What the cached warm-up of ``config``'s recipe recorded about its data (the own answers'
+    ``ok`` / ``wrong`` counts and the number kept per group); ``{}`` when nothing was recorded."""
+    path = _cache_path(config, seed).with_suffix(".json")
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def collect(config: Mapping[str, Any], sft, questions: Mapping[Any, list], seed: int) -> dict:

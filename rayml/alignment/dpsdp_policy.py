@@ -50,9 +50,11 @@ FORMAT = "rayml.dpsdp-policy/1"
 DEFAULT_BETA = 2.0
 DEFAULT_LR = 1e-4
 # the settings a policy depends on (the cache key); grids, test sizes and seeds count do not enter
-RECIPE_KEYS = ("model", "train_digits", "sft_items", "sft_steps", "sft_lr", "sft_replay", "train_questions", "chunk",
-               "n_candidates", "mc_rollouts", "dpo_steps", "batch_size", "collect_temperature", "lora_rank")
-_SFT_KEYS = ("model", "train_digits", "sft_items", "sft_steps", "sft_lr", "sft_replay")  # the warm-up's recipe
+RECIPE_KEYS = ("model", "train_digits", "sft_items", "sft_steps", "sft_lr", "sft_replay", "answer_digits",
+               "critic_items", "critic_samples", "critic_steps", "train_questions", "chunk", "n_candidates",
+               "mc_rollouts", "dpo_steps", "batch_size", "collect_temperature", "lora_rank")
+_SFT_KEYS = ("model", "train_digits", "sft_items", "sft_steps", "sft_lr", "sft_replay", "answer_digits",
+             "critic_items", "critic_samples", "critic_steps")  # the warm-up's recipe
 _SYSTEMS = ("dpsdp", "reference")
 
 

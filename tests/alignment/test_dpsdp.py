@@ -176,3 +176,33 @@ def test_smollm2_refinement_and_collection_are_deterministic():
     for state, chosen, rejected in p.d0:
         assert tt.score(items[0], dp.text_extract(chosen)) == 1.0
         assert tt.score(items[0], dp.text_extract(rejected)) == 0.0
+
+
+def test_the_critic_warms_up_on_the_policys_own_answers_balanced():
+    items = tasks.make_items("add", 10, 4, split="train", digits=3)
+    answers = [it.answer if i < 3 else it.answer[::-1] + "9" for i, it in enumerate(items)]  # 3 right, 7 wrong
+    ex, counts = dp.own_answer_examples(items, answers, np.random.default_rng(0))
+    assert counts == {"ok": 3, "wrong": 7, "kept_per_group": 3}
+    critiques, refinements = ex[0::2], ex[1::2]
+    assert sum(t == "ok" for _, t in critiques) == 3 and sum(t != "ok" for _, t in critiques) == 3
+    given = dict(zip(answers, items))
+    for (state, fb), (rstate, target) in zip(critiques, refinements):
+        it = next(i for i in items if state.startswith(i.prompt))
+        shown = state[len(it.prompt):-len("|c:")]
+        assert shown in given  # an answer the policy gave, not a synthetic near miss
+        assert fb == dp.oracle_feedback(it.answer, shown)
+        assert (rstate, target) == (dp.refine_prompt(it.prompt, shown, fb), it.answer)
+    with pytest.raises(ValueError, match="same length"):
+        dp.own_answer_examples(items, answers[:2], np.random.default_rng(0))
+
+
+def test_out_of_distribution_is_other_addition_lengths_under_the_same_protocol():
+    from rayml.alignment import dpsdp_pipeline as P
+
+    cfg = dict(P.SIZES["quick"])
+    ev = P._test_items(cfg, 3)
+    assert all(it.task == "add" for s in ev for it in ev[s])  # the same task and protocol, other lengths
+    width = {s: {max(len(str(it.meta["a"])), len(str(it.meta["b"]))) for it in ev[s]} for s in ev}
+    assert width["id"] <= set(cfg["train_digits"]) and width["ood"] <= set(cfg["ood_digits"])
+    assert not set(cfg["ood_digits"]) & set(cfg["train_digits"])
+    assert set(cfg["ood_digits"]) <= set(cfg["answer_digits"])  # the warm-up taught their first answers

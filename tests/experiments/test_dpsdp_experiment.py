@@ -13,21 +13,52 @@ def test_every_claim_is_measured_at_tiny_size(unmeasured_claims):
     assert unmeasured_claims("dpsdp") == []
 
 
+def _tune(scores):
+    """evidence.tune as the experiment calls it, on a fixed score table (no model involved)."""
+    from rayml import evidence
+
+    betas = sorted({b for b, _ in scores})
+    lrs = sorted({lr for _, lr in scores})
+    return evidence.tune(lambda items: [scores[(st["beta"], st["lr"])] for _, st in items],
+                         {"dpsdp": {"beta": betas, "lr": lrs}}, lower_is_better=False, tie_break="middle")["dpsdp"]
+
+
 def test_ties_go_to_the_middle_of_the_tied_settings():
     flat = {(b, 1e-4): 0.5 for b in (0.001, 0.003, 0.01, 0.03, 0.1)}
-    assert E._choose(flat) == (0.01, 1e-4)
-    assert E._choose({**flat, (0.5, 1e-4): 0.6}) == (0.5, 1e-4)  # a strict best wins, edge or not
-    assert E._choose({(0.1, 1e-4): 0.4, (0.3, 1e-4): 0.7, (1.0, 1e-4): 0.7}) == (0.3, 1e-4)  # lower middle
+    assert _tune(flat).setting == {"beta": 0.01, "lr": 1e-4}
+    assert _tune({**flat, (0.5, 1e-4): 0.6}).setting == {"beta": 0.5, "lr": 1e-4}  # a strict best wins, edge or not
+    c = _tune({(0.1, 1e-4): 0.4, (0.3, 1e-4): 0.7, (1.0, 1e-4): 0.7})
+    assert c.setting == {"beta": 0.3, "lr": 1e-4}  # the lower middle of an even number
 
 
 def test_edge_and_flat_flags():
-    cfg = {"beta_grid": [0.01, 0.1, 1.0], "lr_grid": [1e-4]}
-    tuned = [{"system": "dpsdp", "beta": b, "lr": 1e-4, "id": {"maj_turnT": v}} for b, v in
-             ((0.01, 0.5), (0.1, 0.5), (1.0, 0.5))]
-    f = E._tuning_flags(cfg, tuned, {"dpsdp": (0.1, 1e-4)})["dpsdp"]
-    assert f == {"beta_at_edge": False, "lr_at_edge": False, "flat_grid": True, "flat_beta_at_chosen_lr": True,
-                 "tied_best": 3}
-    assert E._tuning_flags(cfg, tuned, {"dpsdp": (0.01, 1e-4)})["dpsdp"]["beta_at_edge"]
+    f = E._tuning_flags({"dpsdp": _tune({(0.01, 1e-4): 0.5, (0.1, 1e-4): 0.5, (1.0, 1e-4): 0.5})})["dpsdp"]
+    assert f == {"edges": {}, "extended": {}, "flat_grid": True, "tied_best": 3}
+    f = E._tuning_flags({"dpsdp": _tune({(0.01, 1e-4): 0.6, (0.1, 1e-4): 0.5, (1.0, 1e-4): 0.5})})["dpsdp"]
+    assert f["edges"] == {"beta": "low"} and not f["flat_grid"] and f["tied_best"] == 1
+
+
+def test_the_paper_claims_are_gated_on_the_reference_loop_keeping_its_answers():
+    from rayml.results import evaluate_claims
+
+    gate, *paper = E.CLAIMS
+    assert gate.kind == "sanity" and "turn-2" in gate.text and gate.compare == -0.02
+    assert all(c.kind == "paper" and c.gates == (gate.text,) for c in paper)
+    # the single agent is the paper's ablation: a comparison claim, never a control
+    assert not any(ctl.name == "single_agent" for c in paper for ctl in c.controls)
+    assert any(c.compare == "baselines.single_agent.id.maj_turnT" for c in paper)
+    # a reference loop that loses 3 points at turn 2 makes every paper claim incomplete
+    rows = [{"system": s, "split": sp, "seed": k, "metric": m, "value": v} for k in range(5)
+            for s in ("dpsdp", "sft", "single_agent", "none") for sp in ("id", "ood")
+            for m, v in (("maj", 0.5 + 0.1 * (s == "dpsdp")), ("maj_gain", 0.1 * (s == "dpsdp")))]
+    blk = {"id": {"maj_turnT": 0.5, "turn2_minus_turn1": -0.03}, "ood": {"maj_turnT": 0.5}, "maj_gain_id": 0.0}
+    record = {"metrics": {"id": {"maj_turnT": 0.6}, "ood": {"maj_turnT": 0.6}, "maj_gain_id": 0.1},
+              "baselines": {"sft": blk, "single_agent": blk}, "tables": {"seeds": rows}}
+    out = evaluate_claims(record, E.CLAIMS)
+    assert out[0]["holds"] is False
+    assert [c["status"] for c in out[1:]] == ["incomplete"] * 4
+    blk["id"]["turn2_minus_turn1"] = -0.01
+    assert [c["status"] for c in evaluate_claims(record, E.CLAIMS)[1:]] == ["holds"] * 4
 
 
 def test_the_lora_view_shares_the_frozen_weights_and_matches_add_lora():
@@ -48,7 +79,8 @@ def test_the_lora_view_shares_the_frozen_weights_and_matches_add_lora():
 
 
 @pytest.mark.parametrize("key,value,match", [
-    ("model", "gpt2", "model"), ("ood_tasks", ["add"], "ood_tasks"), ("ood_tasks", [], "ood_tasks"),
+    ("model", "gpt2", "model"), ("ood_digits", [3], "ood_digits"), ("ood_digits", [], "ood_digits"),
+    ("answer_digits", [3, 4], "answer_digits"), ("critic_steps", -1, "critic_steps"), ("critic_items", 0, "critic_items"),
     ("id_kind", "poem", "id_kind"), ("ood_kind", "lookup", "ood_kind"), ("id_levels", [0], "id_levels"),
     ("seeds", 0, "seeds"), ("n_candidates", 1, "n_candidates"), ("beta_grid", [0.1, 0.1], "beta_grid"),
     ("lr_grid", [-1.0], "lr_grid"), ("lora_rank", -1, "lora_rank"), ("collect_temperature", 0, "collect_temperature"),
