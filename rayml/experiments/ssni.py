@@ -120,7 +120,7 @@ SIZES = {
                  attack_stride=10.0, **_COMMON),
 }
 BENCH_SIZES = {
-    "tiny": dict(images=32, chunk=16, stride=50.0, repeats=2, requests=3),
+    "tiny": dict(images=16, chunk=8, stride=50.0, repeats=1, requests=1),
     "quick": dict(images=256, chunk=32, stride=5.0, repeats=5, requests=10),
     "full": dict(images=2048, chunk=128, stride=1.0, repeats=5, requests=50),
 }
