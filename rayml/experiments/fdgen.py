@@ -43,7 +43,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from rayml import runtime
+from rayml import evidence, runtime
 from rayml.experiments import Experiment, Outcome
 from rayml.results import Claim, Control
 
@@ -248,6 +248,13 @@ def matched_front(rows: list[dict], margin: float = MATCH_MARGIN) -> list[dict]:
     return out
 
 
+def _random_graph(rng: np.random.Generator, n: int, m: int) -> np.ndarray:
+    """``m`` distinct node pairs ``u < v`` drawn uniformly: an Erdos-Renyi G(n, m) edge list (2, m)."""
+    iu = np.triu_indices(n, 1)
+    pick = rng.choice(iu[0].size, size=min(m, iu[0].size), replace=False)
+    return np.stack([iu[0][pick], iu[1][pick]])
+
+
 def run_task(item: tuple, config: Mapping[str, Any]) -> list[dict]:
     """One (case, seed): the real-graph reference, ER, and every method's generated graphs judged."""
     import torch
@@ -279,6 +286,11 @@ def run_task(item: tuple, config: Mapping[str, Any]) -> list[dict]:
                  "dsp_cut": 0.0, "deo_cut": 0.0}
     add("real", real_res, real_bias)
     plain = _generate(g, config, 0.0, gen_seed)
+    # the structure control: uniform random graphs with the plain samples' edge counts (an MMD that this
+    # reference also keeps within the margin cannot tell a structure-preserving generator from noise)
+    er = [_random_graph(np.random.default_rng([gen_seed, k]), n, s_["edges"].shape[1]) for k, s_ in enumerate(plain)]
+    mm_er = ev.structure_mmd(er, g["edges"], n)
+    add("random-graph", {}, {**mm_er, "mmd_mean": float(np.mean(list(mm_er.values())))})
     for method in METHODS:
         smps = {"fdgen": lambda: _generate(g, config, strengths["fdgen"], gen_seed), "plain": lambda: plain,
                 "fairgen-post": lambda: _post(plain, g, strengths["fairgen-post"])}[method]()
@@ -341,7 +353,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     metrics["real_dsp"] = summary("real")["dsp"]
     baselines = {"plain": summary("plain"), "fairgen_post": {**summary("fairgen-post"), "front": front_post,
                                                              "strength": strengths["fairgen-post"]},
-                 "real": summary("real")}
+                 "real": summary("real"), "random_graph": summary("random-graph")}
     wins = {}
     for metric in ("dsp", "deo"):
         for base in ("plain", "fairgen-post"):
@@ -371,10 +383,10 @@ _PAIR = ("case", "seed")
 
 
 def _cut(metric, label):
-    return Claim(text=f"a GCN trained on FDGen graphs has a {label} at least 0.05 below the same GCN trained on the "
-                      "real graph (mean over case x seed; wilcoxon over (case, seed)); the generator without the "
+    return Claim(text=f"a GCN trained on FDGen graphs has a lower {label} than the same GCN trained on the "
+                      "real graph (mean cut over case x seed; wilcoxon over (case, seed)); the generator without the "
                       "fairness terms and FairGen-style post-processing are the controls",
-                 metric=f"metrics.{metric}_cut", compare=0.05, op=">", test="wilcoxon signed-rank over seeds",
+                 metric=f"metrics.{metric}_cut", compare=0.0, op=">", test="wilcoxon signed-rank over seeds",
                  table="runs", a={"method": "fdgen", "metric": f"{metric}_cut"},
                  b={"method": "real", "metric": f"{metric}_cut"}, pair_on=_PAIR, kind="paper", source=_SRC_FAIR,
                  controls=(Control("plain", f"baselines.plain.{metric}_cut",
@@ -397,22 +409,32 @@ def _front(metric, label):
                  source=_SRC_FAIR, tie=1e-9)
 
 
+_BIASED = "sanity: the real graphs are biased (a GCN trained on them has Delta_SP > 0.1)"
+
 CLAIMS = (
-    _cut("dsp", "demographic-parity gap (Delta_SP)"),
-    _cut("deo", "equal-opportunity gap (Delta_EO)"),
-    _front("dsp", "Delta_SP"),
-    _front("deo", "Delta_EO"),
+    # the paper's precondition here: the data carry the bias FDGen removes (else no fairness claim can show)
+    *evidence.gate(
+        Claim(text=_BIASED, metric="metrics.real_dsp", compare=0.1, op=">", kind="sanity"),
+        _cut("dsp", "demographic-parity gap (Delta_SP)"),
+        _cut("deo", "equal-opportunity gap (Delta_EO)"),
+        _front("dsp", "Delta_SP"),
+        _front("deo", "Delta_EO"),
+    ),
     # the tuning rule (select_strength) admits only strengths whose accuracy is within 0.05 of plain's on the
     # tuning graphs, so this is the selection constraint carrying over to the test seeds, not evidence: sanity
     Claim(text="sanity (enforced by the tuning rule): the GCN's test accuracy on FDGen graphs is within 0.05 of its "
                "accuracy on graphs of the same generator without the fairness terms",
           metric="metrics.acc", compare="baselines.plain.acc", op=">", margin=-0.05, kind="sanity"),
-    Claim(text="comparable structure: FDGen's mean structure MMD (degree, clustering, spectral) is within 0.05 of the "
-               "generator without the fairness terms",
-          metric="metrics.mmd_mean", compare="baselines.plain.mmd_mean", op="<", margin=-0.05, kind="paper",
-          source=_SRC_UTIL),
-    Claim(text="sanity: the real graphs are biased (a GCN trained on them has Delta_SP > 0.1)",
-          metric="metrics.real_dsp", compare=0.1, op=">", kind="sanity"),
+    *evidence.gate(
+        # the generator learns the structure at all: its graphs are closer to the real one than random graphs
+        Claim(text="sanity: the generator without the fairness terms reproduces the structure better than uniform "
+                   "random graphs with its edge counts (mean structure MMD)",
+              metric="baselines.plain.mmd_mean", compare="baselines.random_graph.mmd_mean", op="<", kind="sanity"),
+        Claim(text="comparable structure: FDGen's mean structure MMD (degree, clustering, spectral) is within 0.05 of "
+                   "the generator without the fairness terms (control: uniform random graphs in FDGen's place)",
+              metric="metrics.mmd_mean", compare="baselines.plain.mmd_mean", op="<", margin=-0.05, kind="paper",
+              source=_SRC_UTIL, controls=(Control("random_graph", "baselines.random_graph.mmd_mean"),)),
+    ),
 )
 
 
