@@ -130,9 +130,9 @@ SIZES = {
                   **_HF, real=dict(_REAL)),
     "full": dict(base="base", **_TASKS, **_IRT, finetune_steps=700, finetune_rows=8, finetune_row_len=128,
                  finetune_lr=2e-3, finetune_seed=0, finetune_rehearsal=0.3,
-                 gate_items=1000, search_items=500, test_items=1000,
-                 anchors=10, population=40, holdout_models=40, irt_dims=3, pop_size=16, generations=12,
-                 repeats=24, random_merges=8, ta_grid=[0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0], actors=8,
+                 gate_items=1000, search_items=300, test_items=600,
+                 anchors=10, population=24, holdout_models=60, irt_dims=3, pop_size=16, generations=12,
+                 repeats=24, random_merges=6, ta_grid=[0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0], actors=8,
                  num_gpus=0, **_HF,
                  real=dict(_REAL, gate_items=200, search_items=100, test_items=500, anchors=10, population=12,
                            holdout_models=12, pop_size=8, generations=5, repeats=8, random_merges=4,
@@ -590,6 +590,21 @@ def _search(S: dict, config: Mapping[str, Any], pool, r: int, tmp: Path) -> dict
     return out
 
 
+def pairs_needed(per_repeat: Mapping[str, list], acc: Mapping[str, float], est_rows: list, R: int) -> dict:
+    """This run as the pilot of each paper claim's Wilcoxon test (``evidence.power_from_pilot``): how many
+    repeats (held-out merges for the estimators) would detect its measured effect at 80% power."""
+    def need(diffs) -> dict | None:
+        d = np.asarray(diffs, float)
+        return evidence.power_from_pilot(d, test="wilcoxon") if d.size >= 2 and np.any(d != 0) else None
+
+    out = {f"repeats_vs_{m}": need(np.subtract(per_repeat["merge3"], per_repeat[m] if m in per_repeat else [acc[m]] * R)
+                                   - (RANDOM_MARGIN if m == "random_merge" else 0.0))
+           for m in ("better_endpoint", "best_standard_merge", "random_merge", "full_data")}
+    err = {e: np.array([r["value"] for r in est_rows if r["estimator"] == e]) for e in ESTIMATORS}
+    out.update({f"holdout_merges_{e}_vs_mean": need(err["mean"] - err[e]) for e in ("gmp_irt", "mp_irt")})
+    return out
+
+
 def stopped_outcome(S: dict, config: Mapping[str, Any], clock: dict) -> Outcome:
     """The record of a run stopped at a failed gate (``stop_on_failed_gate``: no merge searched, since
     nothing it measured could decide a claim): the gate's numbers, every claimed number ``None``."""
@@ -675,6 +690,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     ratio = {m: float(np.max(np.divide(passes[m], passes["merge3"]))) for m in ("full_data", "random_search")}
     wins = {m: int(sum(a > b for a, b in zip(per_repeat["merge3"], per_repeat[m] if m in per_repeat else
                                               [acc[m]] * R))) for m in (*SELECTED[1:], *FIXED, *BEST)}
+    power = pairs_needed(per_repeat, acc, est_rows, R)
     passed = bool(S["gate"]["passed"])
     decided = nulled({"test": acc, "estimation": {k_: v for k_, v in est_metrics.items() if k_.endswith("_mae")},
                       "winners_curse": gap}, passed)
@@ -697,7 +713,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                    "merge3_repeats_won": wins,
                    "random_merges_test": [[float(v) for v in unev[r].mean(axis=1)] for r in range(R)],
                    "better_endpoint": better, "best_standard_merge": standard, "task_arithmetic": ta,
-                   "test_by_part": by_part,
+                   "test_by_part": by_part, "power": power,
                    "merge3_genomes": [merge3.GenomeSpace("slerp", 2, S["n_layers"]).describe(f["merge3"]["x"])
                                       for f in found]},
         "irt": {"dims": S["fit"].dims, "fit_models": int(S["Y_fit"].shape[0]), "items": int(S["Y_fit"].shape[1]),
