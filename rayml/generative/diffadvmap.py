@@ -70,8 +70,8 @@ __all__ = [
 
 
 def _check_images(x: torch.Tensor, y: torch.Tensor) -> None:
-    if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[1] != 1:
-        raise ValueError(f"x must be a tensor (N, 1, H, W), got {getattr(x, 'shape', type(x))}")
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        raise ValueError(f"x must be a tensor (N, C, H, W), got {getattr(x, 'shape', type(x))}")
     if not isinstance(y, torch.Tensor) or y.shape != (x.shape[0],):
         raise ValueError(f"y must be a tensor of {x.shape[0]} labels, got {getattr(y, 'shape', type(y))}")
     if float(x.min()) < 0 or float(x.max()) > 1:
@@ -131,7 +131,11 @@ def _x0_hat(score: D.ScoreNet, x: torch.Tensor, t: float, sched: D.VPSchedule):
 
 def attack(score: D.ScoreNet, classifier: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: MAPConfig = MAPConfig(),
            *, seed=0, schedule: D.VPSchedule = D.VPSchedule()) -> torch.Tensor:
-    """DiffAdvMAP (the optimise-``x_t`` DDIM posterior sampler above); images in ``[0, 1]`` out."""
+    """DiffAdvMAP (the optimise-``x_t`` DDIM posterior sampler above); images in ``[0, 1]`` out.
+
+    ``score`` is any noise predictor ``eps(x, t)`` on levels ``t`` in ``[0, T_MAX]`` with its
+    ``schedule``; a user's own discrete DDPM (a ``diffusers`` UNet) plugs in through
+    ``rayml.generative.diffusion_adapter.user_prior``."""
     _check_images(x, y)
     g = D._generator(seed)
     x_ref = D.to_model(x)
