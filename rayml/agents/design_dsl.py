@@ -377,6 +377,18 @@ def _rel(a: float, b: float) -> float:
     return abs(a - b) / max(abs(b), 1e-9)
 
 
+def collateral(result: Sequence[Part], target: Sequence[Part], before: Sequence[Part]) -> float:
+    """Collateral edits: the fraction of the prototype's parameters that the instruction leaves
+    alone (equal in ``before`` and ``target``) but ``result`` changed by more than ``SUCCESS_TOL``
+    (or removed) -- targeted control means touching only what was asked for."""
+    pb, pt, pr = model_params(before), model_params(target), model_params(result)
+    fixed = [c for c in pb if c in pt and (abs(pb[c] - pt[c]) < 1e-9)]
+    if not fixed:
+        return 0.0
+    moved = [c not in pr or (_rel(pr[c], pb[c]) > SUCCESS_TOL and abs(pr[c] - pb[c]) >= 1e-6) for c in fixed]
+    return float(np.mean(moved))
+
+
 def evaluate(result: Sequence[Part], target: Sequence[Part], before: Sequence[Part], intent: Mapping,
              *, res: int | None = None, geometry: bool = True) -> dict:
     """Checkable targets of one episode: success (every parameter within ``SUCCESS_TOL`` and the
@@ -406,17 +418,15 @@ def evaluate(result: Sequence[Part], target: Sequence[Part], before: Sequence[Pa
         want = intent["diameter"] / 2
         err = min([_rel(c[3], want) for c in rc[len(key(before)[1]):]] or [1.0])
     out = {"success": float(ok), "param_error": float(min(err, 1.0)), "precise": float(err <= PRECISION_TOL),
-           "holes_ok": float(hole_count(result) == hole_count(target))}
+           "holes_ok": float(hole_count(result) == hole_count(target)), "collateral": collateral(result, target, before)}
     if not geometry:
         return {**out, "iou": math.nan, "volume_error": math.nan, "bbox_error": math.nan, "symmetry_ok": math.nan}
     sym_t = mirror_symmetry(target, res)
     sym_r = mirror_symmetry(result, res)
     bt, br = bbox(target), bbox(result)
     vt = volume(target, res)
-    return {"success": float(ok), "param_error": float(min(err, 1.0)), "precise": float(err <= PRECISION_TOL),
-            "iou": iou(result, target, res), "volume_error": _rel(volume(result, res), vt),
+    return {**out, "iou": iou(result, target, res), "volume_error": _rel(volume(result, res), vt),
             "bbox_error": float(np.abs(br - bt).max() / max(np.abs(bt[1] - bt[0]).max(), 1e-9)),
-            "holes_ok": float(hole_count(result) == hole_count(target)),
             "symmetry_ok": float((sym_r >= 0.97) == (sym_t >= 0.97))}
 
 
@@ -427,4 +437,4 @@ def apply_statements(spec: DomainSpec, model: Sequence[Part], statements: Sequen
     return out, cmds, failed
 
 
-__all__ += ["apply_statements", "label_scores", "PRECISION_TOL"]
+__all__ += ["apply_statements", "label_scores", "PRECISION_TOL", "collateral"]

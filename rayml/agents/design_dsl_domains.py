@@ -26,7 +26,7 @@ import numpy as np
 
 from rayml.agents.design_dsl_kernel import Part
 
-__all__ = ["Domain", "DOMAINS", "DEGREES", "KINDS_OF_INSTRUCTION", "Instruction", "instruction_suite", "corpus",
+__all__ = ["Domain", "DOMAINS", "DEGREES", "KINDS_OF_INSTRUCTION", "PHRASINGS", "Instruction", "instruction_suite", "corpus",
            "target_model"]
 
 # The suite's convention for degree words (relative change). Assumed: one convention for all domains.
@@ -136,17 +136,34 @@ _HOLE = ("Drill a hole of {d} cm diameter through the {comp}.", "Add a {d} cm wi
          "Cut a round hole, diameter {d}, through the center of the {comp}.")
 
 
+# the corpus's phrasings: held out from the test instructions' templates above (the same domain vocabulary of
+# nouns, adjectives, degree words and units, different sentence frames), so a specification derived from the
+# corpus is not fitted to the sentences it is tested on
+_CORPUS = {
+    "absolute": ("The {noun} of the {comp} needs to become {v}.", "Could you change the {noun} on the {comp} to {v}?",
+                 "Let the {comp} have a {noun} of {v} cm.", "We agreed on {v} for the {comp} {noun}."),
+    "percent": ("Please make the {comp} {p}% {adj}.", "We need the {comp} {adj}, by about {p} percent.",
+                "{Verb} the {comp} {noun} {p}% please."),
+    "degree": ("Can the {comp} get {deg} {adj}?", "Make it so the {comp} is {deg} {adj}.",
+               "The {comp} should end up {deg} {adj}."),
+    "hole": ("Put a {d} cm hole through the {comp}.", "The {comp} needs a hole with a diameter of {d} cm.",
+             "Bore a {d} cm diameter opening in the {comp}."),
+}
+PHRASINGS = ("test", "corpus")
+
+
 def _fmt(v: float) -> str:
     return f"{v:g}"
 
 
-def _make(domain: Domain, kind: str, rng: np.random.Generator, uid: str) -> Instruction:
+def _make(domain: Domain, kind: str, rng: np.random.Generator, uid: str, phrasing: str = "test") -> Instruction:
     params = domain.sample(rng)
+    frames = (dict(absolute=_ABS, percent=_PCT, degree=_DEG, hole=_HOLE) if phrasing == "test" else _CORPUS)
     pick = lambda seq: seq[int(rng.integers(len(seq)))]  # noqa: E731
     if kind == "hole":
         comp = pick(sorted(domain.holeable))
         d = float(pick((2, 3, 4, 5, 6, 8)))
-        text = pick(_HOLE).format(d=_fmt(d), comp=pick(domain.component_words[comp]))
+        text = pick(frames["hole"]).format(d=_fmt(d), comp=pick(domain.component_words[comp]))
         return Instruction(uid, domain.name, kind, text, params, {"hole": domain.holeable[comp], "diameter": d})
     attr = pick(domain.attrs)
     comp = pick(domain.component_words[attr.component])
@@ -155,18 +172,18 @@ def _make(domain: Domain, kind: str, rng: np.random.Generator, uid: str) -> Inst
         new = float(np.round(old * rng.uniform(0.7, 1.4), 1))
         if abs(new - old) < 0.1:
             new = old + 1.0
-        text = pick(_ABS).format(noun=pick(attr.nouns), comp=comp, v=_fmt(new))
+        text = pick(frames["absolute"]).format(noun=pick(attr.nouns), comp=comp, v=_fmt(new))
     elif kind == "percent":
         p = float(pick((10, 15, 20, 25, 30, 40, 50)))
         up = bool(rng.integers(2))
         new = old * (1 + p / 100) if up else old * (1 - p / 100)
-        text = pick(_PCT).format(comp=comp, adj=pick(attr.more if up else attr.less), p=_fmt(p),
+        text = pick(frames["percent"]).format(comp=comp, adj=pick(attr.more if up else attr.less), p=_fmt(p),
                                  noun=pick(attr.nouns), Verb="Increase" if up else "Reduce")
     elif kind == "degree":
         word = pick(sorted(DEGREES))
         up = bool(rng.integers(2))
         new = old * (1 + DEGREES[word]) if up else old * (1 - DEGREES[word])
-        text = pick(_DEG).format(comp=comp, deg=word, adj=pick(attr.more if up else attr.less))
+        text = pick(frames["degree"]).format(comp=comp, deg=word, adj=pick(attr.more if up else attr.less))
     else:
         raise ValueError(f"kind must be one of {KINDS_OF_INSTRUCTION}, got {kind!r}")
     return Instruction(uid, domain.name, kind, text, params, {"attr": attr.name, "value": float(new)})
@@ -185,11 +202,15 @@ def target_model(ins: Instruction) -> tuple:
 
 
 def instruction_suite(n_per_cell: int, seed: int, *, domains: Sequence[str] | None = None,
-                      kinds: Sequence[str] = KINDS_OF_INSTRUCTION, prefix: str = "i") -> list[Instruction]:
+                      kinds: Sequence[str] = KINDS_OF_INSTRUCTION, prefix: str = "i",
+                      phrasing: str = "test") -> list[Instruction]:
     """``n_per_cell`` instructions per (domain, kind) cell (hole instructions only where the domain
-    has a holeable component), each drawn from its own spawned seed."""
+    has a holeable component), each drawn from its own spawned seed; ``phrasing`` ``"test"`` (the
+    instruction templates) or ``"corpus"`` (the corpus's held-out sentence frames)."""
     if n_per_cell < 1:
         raise ValueError(f"n_per_cell must be >= 1, got {n_per_cell}")
+    if phrasing not in PHRASINGS:
+        raise ValueError(f"phrasing must be one of {PHRASINGS}, got {phrasing!r}")
     domains = list(domains or DOMAINS)
     for d in domains:
         if d not in DOMAINS:
@@ -203,13 +224,14 @@ def instruction_suite(n_per_cell: int, seed: int, *, domains: Sequence[str] | No
     for c, (d, k) in enumerate(cells):
         for j in range(n_per_cell):
             rng = np.random.default_rng(children[c * n_per_cell + j])
-            out.append(_make(DOMAINS[d], k, rng, f"{prefix}-{d}-{k}-{j}"))
+            out.append(_make(DOMAINS[d], k, rng, f"{prefix}-{d}-{k}-{j}", phrasing))
     return out
 
 
 def corpus(domain: str, n_variants: int, n_edits: int, seed: int) -> dict:
     """The domain corpus of the automated domain specification: ``variants`` (prototype programs
-    with sampled parameters) and ``edits`` (instruction text, model before, model after)."""
+    with sampled parameters) and ``edits`` (instruction text, model before, model after), the edit
+    texts in the corpus's own sentence frames (held out from the test instructions' templates)."""
     if domain not in DOMAINS:
         raise ValueError(f"domain: unknown {domain!r}")
     dom = DOMAINS[domain]
@@ -217,6 +239,6 @@ def corpus(domain: str, n_variants: int, n_edits: int, seed: int) -> dict:
     variants = [dom.build(dom.sample(rng)) for _ in range(n_variants)]
     edits = []
     for ins in instruction_suite(max(1, n_edits // len(KINDS_OF_INSTRUCTION)), seed + 1_000_003,
-                                 domains=[domain], prefix="corpus"):
+                                 domains=[domain], prefix="corpus", phrasing="corpus"):
         edits.append({"text": ins.text, "before": dom.build(ins.params), "after": target_model(ins)})
     return {"domain": domain, "variants": variants, "edits": edits}

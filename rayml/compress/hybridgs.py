@@ -97,6 +97,10 @@ class HybridGSConfig:
         lambda_dssim: the D-SSIM weight of the loss (0.2).
         rq_lambda: the robust quantiser's ridge ``lambda`` (1e-2).
         position_latent_lr: LQM latent learning rate (code: 1e-6).
+        scale_point: the iteration at which positions become ``BD_p``-bit integers (``t_1``); ``None``
+            takes the paper's proportion (7 500 of 70 000). A short schedule scaled in proportion
+            quantises (and so freezes) positions after a few dozen iterations, before they settle;
+            the experiment sets it in steps (see ``rayml.experiments.hybridgs``).
     """
 
     steps: int = 300
@@ -125,6 +129,7 @@ class HybridGSConfig:
     lr_color_decoder: float = 0.025
     lr_rotation_decoder: float = 0.015
     warm_start_steps: int = 200
+    scale_point: int | None = None
 
     def __post_init__(self):
         ints = {"steps": (self.steps, 20), "position_bits": (self.position_bits, 2),
@@ -150,6 +155,11 @@ class HybridGSConfig:
             raise ValueError(f"compression_ratio must be > 0, got {self.compression_ratio!r}")
         if not 0.0 <= self.prune_percent < 1.0:
             raise ValueError(f"prune_percent must be in [0, 1), got {self.prune_percent!r}")
+        if self.scale_point is not None:
+            sp_, first = self.scale_point, int(round(_SCHEDULE["prune_from"] * self.steps / PAPER_ITERS)) - 1
+            if isinstance(sp_, bool) or not isinstance(sp_, int) or not 2 <= sp_ < first:
+                raise ValueError(f"scale_point must be an integer in [2, {first}) (before the rate-control decision "
+                                 f"at T_p - 1 of {self.steps} steps), got {sp_!r}")
 
     @property
     def feature_bits(self) -> dict:
@@ -157,11 +167,12 @@ class HybridGSConfig:
                 "rotation": self.rotation_bits}
 
     def schedule(self) -> dict:
-        """The paper's iteration marks scaled from 70 000 to ``steps`` (intervals at least 1)."""
+        """The paper's iteration marks scaled from 70 000 to ``steps`` (intervals at least 1); the
+        scale point ``scale_point`` when it is set."""
         s = {k: int(round(v * self.steps / PAPER_ITERS)) for k, v in _SCHEDULE.items()}
         for k in ("unique_interval", "prune_interval", "bd_interval"):
             s[k] = max(1, s[k])
-        s["scale_point"] = max(2, s["scale_point"])
+        s["scale_point"] = max(2, s["scale_point"]) if self.scale_point is None else int(self.scale_point)
         return s
 
 
@@ -564,7 +575,7 @@ class _Trainer:
         cfg, s = self.cfg, self.sched
         n = self._params()["color"].shape[0]
         p_bit = bits_per_primitive(cfg.position_bits, self.bits, cfg.color_latent_dim, cfg.rotation_latent_dim)
-        self.rc = {"n_at_decision": n, "p_bit": p_bit,
+        self.rc = {"n_at_decision": n, "p_bit": p_bit, "compression_ratio": float(cfg.compression_ratio),
                    "predicted_bytes_at_decision": predicted_bytes(n, p_bit, cfg.compression_ratio)}
         if cfg.rate_control == 1:
             steps = (s["prune_until"] - s["prune_from"]) // s["prune_interval"] + 1
@@ -635,10 +646,17 @@ class _Trainer:
                 self.snapshot("HR", it)
 
 
-def fit_hybridgs(views: np.ndarray, cams, init: dict, configs, *, seed: int, top_snapshot: bool = False) -> list[dict]:
+def fit_hybridgs(views: np.ndarray, cams, init: dict, configs, *, seed: int, top_snapshot: bool = False,
+                 estimate_ratio=None) -> list[dict]:
     """Train HybridGS once up to the rate-control decision (``T_p - 1``) and from there once per
     config of ``configs`` (which may differ only in ``rate_control`` / ``target_bytes``); the
     shared prefix is the same training each config would do alone.
+
+    ``estimate_ratio``: ``None`` (the configs' ``compression_ratio``, the paper's constant ``L``) or
+    a function of the uncontrolled ``T_top`` sample (``CompactGaussians``) returning the codec's
+    lossless ratio ``L`` on it (``codec.lossless_ratio``), which then replaces ``L`` in Eq. 8 for
+    every rate-controlled config -- the per-scene estimate the paper names for a codec other than
+    G-PCC (the decision is taken on that very sample, so this costs one encode).
 
     Returns the snapshots, each ``{"config": i, "label", "step", "data": CompactGaussians,
     "rate_control": {...}}`` -- ``HR`` and ``LR`` for ``rate_control=0``, ``RC`` otherwise, and with
@@ -656,10 +674,17 @@ def fit_hybridgs(views: np.ndarray, cams, init: dict, configs, *, seed: int, top
     branch = trainer.sched["prune_from"] - 1
     trainer.run(0, branch)
     out = []
-    if top_snapshot:
+    if top_snapshot or estimate_ratio is not None:
         top = copy.deepcopy(trainer)
         top._uniqueness()
-        out.append({"config": 0, **top.snapshot("Ttop", branch)})
+        snap = top.snapshot("Ttop", branch)
+        if top_snapshot:
+            out.append({"config": 0, **snap})
+        if estimate_ratio is not None:
+            ratio = float(estimate_ratio(snap["data"]))
+            if not ratio > 0 or not math.isfinite(ratio):
+                raise ValueError(f"estimate_ratio must return a finite L > 0, got {ratio!r}")
+            configs = [replace(c, compression_ratio=ratio) if c.rate_control else c for c in configs]
     for i, cfg in enumerate(configs):
         t = copy.deepcopy(trainer)
         t.cfg = cfg

@@ -13,8 +13,9 @@ harmonics of degree ``<= 3``. Rendering (the 3DGS paper's Eq. 2-5):
 - front-to-back compositing over Gaussians sorted by depth,
   ``C = sum_i c_i alpha_i prod_{j<i} (1 - alpha_j) + T_final * background``.
 
-``render`` evaluates every (Gaussian, pixel) pair densely -- no tiles, no early termination --
-which is exact and differentiable and fast enough for a few thousand Gaussians at 32-64 px.
+``render`` evaluates every (Gaussian, pixel) pair densely -- no early termination -- in pixel tiles
+of at most ``max_elements`` pairs, which is exact and differentiable, fast enough for a few thousand
+Gaussians at 32-64 px, and bounded in memory for a real scene (``rayml.compress.ply`` loads one).
 ``render_reference`` is an independent float64 per-pixel loop of the same model, for tests.
 ``ssim`` / ``psnr`` are the image metrics (SSIM with an 11x11 Gaussian window, sigma 1.5).
 """
@@ -216,15 +217,37 @@ def _project(g: Gaussians, cam: Camera):
     return torch.stack([u, v], -1), conic, z, sh_to_color(g.sh, dirs)
 
 
-def render(g: Gaussians, cam: Camera, background=(0.0, 0.0, 0.0), *, return_weights: bool = False):
+def _composite(mean2, conic, z, color, opac, px, bg):
+    """Front-to-back compositing of depth-sorted Gaussians at the pixels ``px`` ``(P, 2)``: the
+    colours ``(P, 3)`` and the blending weights summed over these pixels ``(N,)``."""
+    d = px[None, :, :] - mean2[:, None, :]  # (N, P, 2)
+    power = -0.5 * (conic[:, None, 0, 0] * d[..., 0] ** 2 + conic[:, None, 1, 1] * d[..., 1] ** 2
+                    + (conic[:, None, 0, 1] + conic[:, None, 1, 0]) * d[..., 0] * d[..., 1])
+    alpha = torch.clamp_max(opac[:, None] * torch.exp(torch.clamp_max(power, 0.0)), ALPHA_MAX)
+    keep = (power <= 0) & (alpha >= ALPHA_MIN) & (z[:, None] > NEAR)
+    alpha = torch.where(keep, alpha, torch.zeros_like(alpha))
+    one_minus = 1.0 - alpha
+    trans = torch.cumprod(torch.cat([torch.ones_like(one_minus[:1]), one_minus[:-1]], 0), 0)  # exclusive
+    w = alpha * trans  # (N, P)
+    return w.T @ color + (trans[-1] * one_minus[-1])[:, None] * bg, w.sum(1)
+
+
+def render(g: Gaussians, cam: Camera, background=(0.0, 0.0, 0.0), *, return_weights: bool = False,
+           max_elements: int = 1 << 22):
     """Render ``g`` from ``cam``: an ``(H, W, 3)`` image (differentiable in every parameter).
 
     With ``return_weights`` also the per-Gaussian blending weights summed over pixels,
     ``sum_pixels alpha_i T_i`` (``(N,)``), which LightGaussian's global significance accumulates.
+    ``max_elements`` bounds the (Gaussian, pixel) pairs evaluated at once: the pixels are taken in
+    tiles of ``max_elements // N`` (at least one), so memory does not grow with Gaussians x pixels;
+    with gradients on, each tile is recomputed in the backward pass (``torch.utils.checkpoint``).
+    Tiling does not change the result (compositing is per pixel).
     """
     if not isinstance(g, Gaussians):
         raise TypeError(f"g must be Gaussians, got {type(g).__name__}")
     _check_camera(cam)
+    if isinstance(max_elements, bool) or not isinstance(max_elements, int) or max_elements < 1:
+        raise ValueError(f"max_elements must be a positive integer, got {max_elements!r}")
     dt = g.means.dtype
     bg = torch.as_tensor(background, dtype=dt)
     if bg.shape != (3,):
@@ -239,21 +262,24 @@ def render(g: Gaussians, cam: Camera, background=(0.0, 0.0, 0.0), *, return_weig
     opac = torch.sigmoid(g.opacity_logits)[order]
     ys, xs = torch.meshgrid(torch.arange(H, dtype=dt) + 0.5, torch.arange(W, dtype=dt) + 0.5, indexing="ij")
     px = torch.stack([xs.reshape(-1), ys.reshape(-1)], -1)  # (P, 2)
-    d = px[None, :, :] - mean2[:, None, :]  # (N, P, 2)
-    power = -0.5 * (conic[:, None, 0, 0] * d[..., 0] ** 2 + conic[:, None, 1, 1] * d[..., 1] ** 2
-                    + (conic[:, None, 0, 1] + conic[:, None, 1, 0]) * d[..., 0] * d[..., 1])
-    alpha = torch.clamp_max(opac[:, None] * torch.exp(torch.clamp_max(power, 0.0)), ALPHA_MAX)
-    keep = (power <= 0) & (alpha >= ALPHA_MIN) & (z[:, None] > NEAR)
-    alpha = torch.where(keep, alpha, torch.zeros_like(alpha))
-    one_minus = 1.0 - alpha
-    trans = torch.cumprod(torch.cat([torch.ones_like(one_minus[:1]), one_minus[:-1]], 0), 0)  # exclusive
-    w = alpha * trans  # (N, P)
-    img = w.T @ color + (trans[-1] * one_minus[-1])[:, None] * bg
+    tile = max(1, max_elements // g.n)
+    if tile >= len(px):
+        img, wsum = _composite(mean2, conic, z, color, opac, px, bg)
+    else:
+        from torch.utils.checkpoint import checkpoint
+
+        parts = []
+        for i in range(0, len(px), tile):
+            args = (mean2, conic, z, color, opac, px[i:i + tile], bg)
+            parts.append(checkpoint(_composite, *args, use_reentrant=False) if torch.is_grad_enabled()
+                         else _composite(*args))
+        img = torch.cat([c for c, _ in parts], 0)
+        wsum = torch.stack([w for _, w in parts], 0).sum(0)
     img = img.reshape(H, W, 3)
     if not return_weights:
         return img
     weights = torch.zeros(g.n, dtype=dt)
-    weights[order] = w.sum(1)
+    weights[order] = wsum
     return img, weights
 
 

@@ -131,17 +131,42 @@ def test_compiler_propagates_and_oracle_solves_every_instruction(specs):
     assert dd.compile_statements(gen, table, [("ADJUST", "nope", "TO 1"), ("ADJUST", "top.w", "+bogus")]) == []
 
 
-def test_evaluate_scores_partial_edits():
+def _leg_height_edit():
     ins = dom.Instruction("u", "table", "absolute", "Set the height of the legs to 77.",
                           {"length": 120, "width": 70, "top_t": 4, "leg_h": 70, "leg_r": 3},
                           {"attr": "leg_h", "value": 77.0})
-    before = dom.DOMAINS["table"].build(ins.params)
-    target = dom.target_model(ins)
+    return ins, dom.DOMAINS["table"].build(ins.params), dom.target_model(ins)
+
+
+def test_evaluate_scores_partial_edits():
+    ins, before, target = _leg_height_edit()
     one_leg, _ = k.apply_program(before, ["SET leg_fl.h = 77"])
     s = dd.evaluate(one_leg, target, before, ins.intent)
     assert s["success"] == 0.0 and 0 < s["param_error"] < 0.1 and s["iou"] < 1
     s = dd.evaluate(target, target, before, ins.intent)
     assert s["success"] == s["precise"] == s["holes_ok"] == s["symmetry_ok"] == 1.0
+
+
+def test_collateral_edits_count_the_parameters_left_alone_that_changed():
+    ins, before, target = _leg_height_edit()
+    assert dd.collateral(target, target, before) == 0.0 == dd.evaluate(target, target, before, ins.intent,
+                                                                        geometry=False)["collateral"]
+    fixed = [c for c, v in k.model_params(before).items() if abs(v - k.model_params(target)[c]) < 1e-9]
+    stray, _ = k.apply_program(target, ["SET top.w = 90"])  # the width was not asked for
+    assert dd.collateral(stray, target, before) == pytest.approx(1 / len(fixed))
+    assert dd.evaluate(stray, target, before, ins.intent)["collateral"] == pytest.approx(1 / len(fixed))
+
+
+def test_corpus_is_phrased_in_frames_held_out_from_the_test_instructions():
+    import re
+
+    frames = [t for ts in (dom._ABS, dom._PCT, dom._DEG, dom._HOLE) for t in ts]
+    patterns = [re.compile("^" + re.sub(r"\\\{[A-Za-z]+\\\}", ".+", re.escape(t)) + "$") for t in frames]
+    assert all(any(p.match(i.text) for p in patterns) for i in dom.instruction_suite(1, 3))
+    edits = dom.corpus("table", 4, 40, 5)["edits"]
+    assert edits and not any(p.match(e["text"]) for e in edits for p in patterns)
+    with pytest.raises(ValueError, match="phrasing"):
+        dom.instruction_suite(1, 0, phrasing="paraphrase")
 
 
 # --- models --------------------------------------------------------------------------------------

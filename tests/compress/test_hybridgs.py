@@ -267,3 +267,33 @@ def test_training_bad_input():
         hg.fit_hybridgs(views, cams, init, [{"steps": 20}], seed=0)
     with pytest.raises(ValueError, match="points"):
         hg.init_from_points(np.zeros((3, 3)), np.zeros((3, 3)))
+
+
+def test_rate_control_uses_the_codecs_estimated_ratio_not_the_constant():
+    """Eq. 8's L is the codec's: estimated on the T_top sample by a Draco encode (G-PCC's 1.3 overshoots
+    Draco's rate by 15-20 %)."""
+    torch.set_num_threads(1)
+    cams, views, init = _tiny_scene()
+    base = hg.HybridGSConfig(steps=20, position_bits=10, sh_degree=1, hidden_dim=8, warm_start_steps=5)
+    full = hg.predicted_bytes(40, hg.bits_per_primitive(10, base.feature_bits, 3, 2), 1.3)
+    configs = [replace(base, rate_control=1, target_bytes=0.4 * full)]
+    out = hg.fit_hybridgs(views, cams, init, configs, seed=3, top_snapshot=True, estimate_ratio=codec.lossless_ratio)
+    top, rc = out[0]["data"], out[-1]
+    L = codec.lossless_ratio(top)
+    assert L == pytest.approx(top.raw_bytes() / codec.payload_bytes(top)) and L != 1.3
+    assert rc["rate_control"]["compression_ratio"] == pytest.approx(L)
+    assert rc["rate_control"]["target_n"] == math.floor(0.4 * full / (top.p_bit() / 8 / L))
+    with pytest.raises(ValueError, match="estimate_ratio"):
+        hg.fit_hybridgs(views, cams, init, configs, seed=3, estimate_ratio=lambda d: 0.0)
+    with pytest.raises(ValueError, match="at least one primitive"):
+        codec.lossless_ratio(replace(top, positions=top.positions[:0],
+                                     features={k: v[:0] for k, v in top.features.items()}))
+
+
+def test_scale_point_is_set_in_steps_and_checked():
+    cfg = hg.HybridGSConfig(steps=210, scale_point=90)
+    assert cfg.schedule()["scale_point"] == 90 < cfg.schedule()["prune_from"]
+    assert hg.HybridGSConfig(steps=210).schedule()["scale_point"] == 22  # the paper's 7 500 / 70 000
+    for bad in (1, 200, 2.5):
+        with pytest.raises(ValueError, match="scale_point"):
+            hg.HybridGSConfig(steps=210, scale_point=bad)
