@@ -42,7 +42,7 @@ from typing import Any, Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
-from rayml.results import Claim, tie_mask
+from rayml.results import TESTS, Claim, _one_sided_p, tie_mask
 
 __all__ = [
     "paired_counts",
@@ -82,11 +82,17 @@ def paired_counts(a: Sequence[float], b: Sequence[float], *, tie: float | tuple[
 
 def per_case(rows: Sequence[Mapping], *, a: Mapping[str, Any], b: Mapping[str, Any], by: Sequence[str] = ("case",),
              pair_on: Sequence[str] = ("seed",), value: str = "value",
-             tie: float | tuple[float, float] | None = None, lower_is_better: bool = True) -> list[dict]:
+             tie: float | tuple[float, float] | None = None, lower_is_better: bool = True,
+             test: str | None = None) -> list[dict]:
     """The per-case table of a paired comparison: for each distinct value of the ``by`` columns,
     the rows matching filter ``a`` paired with those matching filter ``b`` on ``pair_on``, with
     their wins, losses, ties (``paired_counts``), the number of pairs and the median of ``a``
-    and ``b``. Tidy rows, ready for a record's ``tables``."""
+    and ``b``. With ``test`` (one of ``rayml.results.TESTS``) each row also carries ``p_value``:
+    the one-sided paired test that ``a`` is better, ties under ``tie`` dropped first, exactly as a
+    ``Claim`` with that test computes it (a per-case p is a description, not a claim: a claim over
+    cases is declared once, over all pairs). Tidy rows, ready for a record's ``tables``."""
+    if test is not None and test not in TESTS:
+        raise ValueError(f"test must be one of {TESTS}, got {test!r}")
     def select(flt):
         out: dict = {}
         for r in rows:
@@ -100,9 +106,12 @@ def per_case(rows: Sequence[Mapping], *, a: Mapping[str, Any], b: Mapping[str, A
         keys = sorted(set(xa[case]) & set(xb[case]), key=repr)
         va, vb = np.array([xa[case][k] for k in keys]), np.array([xb[case][k] for k in keys])
         counts = paired_counts(va, vb, tie=tie, lower_is_better=lower_is_better)
-        table.append({**dict(zip(by, case)), **counts, "pairs": len(keys),
-                      "median_a": float(np.median(va)) if keys else float("nan"),
-                      "median_b": float(np.median(vb)) if keys else float("nan")})
+        row = {**dict(zip(by, case)), **counts, "pairs": len(keys),
+               "median_a": float(np.median(va)) if keys else float("nan"),
+               "median_b": float(np.median(vb)) if keys else float("nan")}
+        if test is not None:
+            row["p_value"] = _one_sided_p(va, vb, not lower_is_better, test, tie) if keys else 1.0
+        table.append(row)
     return table
 
 

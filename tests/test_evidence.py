@@ -36,6 +36,18 @@ def test_per_case_tables_pair_within_each_case():
     table = evidence.per_case(rows, a={"method": "ours"}, b={"method": "base"}, tie=1e-6)
     assert [(r["case"], r["wins"], r["losses"], r["ties"], r["pairs"]) for r in table] == [
         ("x", 0, 0, 4, 4), ("y", 0, 4, 0, 4)]
+    # with a test each case carries the claim's one-sided p: y loses every pair, 8 wins of 8 give 1/256
+    rows += [{"case": "z", "method": m, "seed": s, "value": v} for s in range(8)
+             for m, v in (("ours", s), ("base", s + 1.0))]
+    tested = {r["case"]: r for r in evidence.per_case(rows, a={"method": "ours"}, b={"method": "base"}, tie=1e-6,
+                                                      test="paired sign test over seeds")}
+    assert tested["y"]["p_value"] == 1.0 and tested["z"]["p_value"] == pytest.approx(1 / 256)
+    assert tested["x"]["p_value"] == 1.0  # every pair a tie: nothing left to test
+    wil = {r["case"]: r for r in evidence.per_case(rows, a={"method": "ours"}, b={"method": "base"},
+                                                   test="wilcoxon signed-rank over seeds")}
+    assert wil["z"]["p_value"] == pytest.approx(stats.wilcoxon(np.full(8, -1.0), alternative="less").pvalue)
+    with pytest.raises(ValueError, match="test must be"):
+        evidence.per_case(rows, a={"method": "ours"}, b={"method": "base"}, test="t-test")
 
 
 # --- tuning -------------------------------------------------------------------------------------
