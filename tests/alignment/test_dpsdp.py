@@ -3,6 +3,8 @@ for a seed, data collection ranked by Q, and bad input."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -206,3 +208,29 @@ def test_out_of_distribution_is_other_addition_lengths_under_the_same_protocol()
     assert width["id"] <= set(cfg["train_digits"]) and width["ood"] <= set(cfg["ood_digits"])
     assert not set(cfg["ood_digits"]) & set(cfg["train_digits"])
     assert set(cfg["ood_digits"]) <= set(cfg["answer_digits"])  # the warm-up taught their first answers
+
+
+def test_train_agents_splits_the_steps_by_pairs_and_the_single_agent_takes_both_roles(base):
+    model, tok = base
+    d0 = [("317+845=", "2611", "2511")] * 3
+    d1 = [("317+845=2511|c:", "x1", "ok")]
+    pairs = dp.StatePairs(d0, d1, [], {})
+    seen = []
+
+    def trainer(tp, steps, seed):  # records what DPO would be run on; returns a distinct model
+        seen.append((len(tp), steps, seed))
+        return copy.deepcopy(model)
+
+    actor, critic, used = dp.train_agents(model, tok, pairs, steps=8, seed=5, trainer=trainer)
+    assert seen == [(3, 6, 5), (1, 2, 6)] and used == 8 and actor is not critic
+    seen.clear()
+    one, same, used = dp.train_agents(model, tok, pairs, steps=8, seed=5, single_agent=True, trainer=trainer)
+    assert seen == [(4, 8, 5)] and one is same and used == 8
+    ref_a, ref_c, used = dp.train_agents(model, tok, dp.StatePairs([], [], [], {}), steps=8)
+    assert ref_a is model and ref_c is model and used == 0  # no pairs: both roles stay at the reference
+    trained, _, _ = dp.train_agents(model, tok, dp.StatePairs(d0, [], [], {}), steps=2, batch_size=2, lr=1e-3)
+    assert any(not torch.equal(p, q) for p, q in zip(trained.parameters(), model.parameters()))
+    with pytest.raises(ValueError, match="steps"):
+        dp.train_agents(model, tok, pairs, steps=0)
+    with pytest.raises(TypeError, match="pairs"):
+        dp.train_agents(model, tok, d0)
