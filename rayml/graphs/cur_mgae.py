@@ -22,8 +22,10 @@ read it through the abstract, the ICLR reviews and secondary notes):
 
 Baselines with the same encoder and budget: random edge masking (S2GAE-style: ``split_ratio = 0``),
 a shuffled curriculum (the control: Cur-MGAE's schedule on its difficulty scores permuted over the
-edges, so the pace and pool are the same but the order ignores structure) and feature masking (GraphMAE-style: a learnable mask token replaces the features of a fraction of
-nodes; a one-layer GCN decoder reconstructs them under the scaled cosine error).
+edges, so the pace and pool are the same but the order ignores structure; its traces measure its
+masks on the true scores) and feature masking (GraphMAE-style: a learnable mask token replaces the
+features of a fraction of nodes; a one-layer GCN decoder reconstructs them under the scaled cosine
+error).
 
 Schedule (the review's fixes; assumed, not read in the paper text): ``warmup`` epochs of random
 edge masking first (an untrained model's difficulties are near-uniform and order nothing); the
@@ -216,15 +218,16 @@ def pretrain(x: np.ndarray, train_edges: np.ndarray, cfg: MGAEConfig, seed: int)
     opt = torch.optim.Adam(params, lr=cfg.lr)
     budget = int(round(cfg.mask_ratio * E))
     S = np.zeros(E)
-    difficulty = np.full(E, 0.5)
+    difficulty = order = np.full(E, 0.5)
     masked_trace, diff_trace, pool_trace, random_trace, first = [], [], [], [], None
     ctrl = np.random.default_rng([int(seed), 1])
     for epoch in range(cfg.epochs):
         curriculum = cfg.method in ("cur-mgae", "shuffled-curriculum") and epoch >= cfg.warmup
         if curriculum and (epoch - cfg.warmup) % cfg.measure_every == 0:
             difficulty = heldout_difficulty(enc, dec, X, edges, cfg.folds, rng)
-            if cfg.method == "shuffled-curriculum":  # the control: the same scores, assigned to random edges
-                difficulty = difficulty[ctrl.permutation(E)]
+            # the schedule's scores; the shuffled control assigns the same scores to random edges (its
+            # traces below still measure the masks on the true scores)
+            order = difficulty[ctrl.permutation(E)] if cfg.method == "shuffled-curriculum" else difficulty
             first = difficulty.copy() if first is None else first
         if cfg.method == "feature-mask":
             nodes = rng.permutation(n)[: int(round(cfg.mask_ratio * n))]
@@ -239,8 +242,8 @@ def pretrain(x: np.ndarray, train_edges: np.ndarray, cfg: MGAEConfig, seed: int)
         else:
             if curriculum:
                 # the pace admits the edges at or below the quantile (d <= lambda: the hardest one at q = 1)
-                lam = float(np.quantile(difficulty, pace_quantile(epoch, cfg.epochs, cfg.warmup, cfg.lambda0))) + 1e-9
-                S = self_paced_weights(difficulty, S, lam, cfg.mu)
+                lam = float(np.quantile(order, pace_quantile(epoch, cfg.epochs, cfg.warmup, cfg.lambda0))) + 1e-9
+                S = self_paced_weights(order, S, lam, cfg.mu)
                 pool_trace.append(float((S > 0).mean()))
                 mask = curriculum_mask(rng, S, budget, cfg.split_ratio)
                 masked_trace.append(float(difficulty[mask].mean()))
