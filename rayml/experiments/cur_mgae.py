@@ -52,9 +52,10 @@ SIZES = {
     "quick": dict(n=400, classes=10, degree=8.0, feat_dim=32, feat_signal=0.7, homophily=[0.3, 0.5, 0.7],
                   epochs=60, warmup=12, hidden=32, layers=2, mask_grid=[0.3, 0.4, 0.5], seeds=6, tuning_graphs=1,
                   measure_every=6, probe_frac=0.2),
-    "full": dict(n=3000, classes=10, degree=10.0, feat_dim=64, feat_signal=0.7, homophily=[0.3, 0.4, 0.5, 0.6, 0.7],
-                 epochs=300, warmup=30, hidden=128, layers=2, mask_grid=[0.2, 0.3, 0.4, 0.5, 0.6], seeds=10,
-                 tuning_graphs=2, measure_every=2, probe_frac=0.2),
+    # full: scaled from quick's per-run cost (~ n x epochs x hidden) to about 20 min on 2 idle cores; not yet measured
+    "full": dict(n=1000, classes=10, degree=10.0, feat_dim=64, feat_signal=0.7, homophily=[0.3, 0.4, 0.5, 0.6, 0.7],
+                 epochs=150, warmup=25, hidden=64, layers=2, mask_grid=[0.2, 0.3, 0.4, 0.5, 0.6], seeds=10,
+                 tuning_graphs=2, measure_every=3, probe_frac=0.2),
 }
 
 

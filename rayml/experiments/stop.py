@@ -36,9 +36,11 @@ SIZES = {
     "quick": dict(nodes=40, steps_per_day=24, days=21, train_days=12, val_days=2, shift_day=17, seq=12, horizon=12,
                   epochs=8, batch=32, dim=16, lr_grid=[1e-3, 2e-3, 4e-3, 8e-3], seeds=6, envs=3,
                   tune_seeds=1, rewire=0.3),
-    "full": dict(nodes=200, steps_per_day=96, days=56, train_days=35, val_days=7, shift_day=49, seq=12, horizon=12,
-                 epochs=100, batch=64, dim=64, lr_grid=[2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2], seeds=10,
-                 envs=3, tune_seeds=3, rewire=0.3),
+    # full: estimated from quick's per-step cost (STOP's step ~ batch x envs x nodes x width^2) to about 15 min
+    # on 2 idle cores; not yet measured
+    "full": dict(nodes=80, steps_per_day=24, days=35, train_days=21, val_days=4, shift_day=28, seq=12, horizon=12,
+                 epochs=40, batch=32, dim=16, lr_grid=[5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2], seeds=10,
+                 envs=3, tune_seeds=2, rewire=0.3),
 }
 
 
