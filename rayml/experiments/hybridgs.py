@@ -38,6 +38,7 @@ PAPER = ("HybridGS: High-Efficiency Gaussian Splatting Data Compression using Du
 METHOD = "hybridgs"
 HR_FRACTION = 0.53  # the paper's HR point keeps 53 % of the primitives (p6)
 COMPARABLE_DB = 1.0  # "comparable" PSNR: within 1 dB of the learned codec at the same bytes
+FASTER = 2.0  # "evidently faster": at least 2x the learned codec's speed at encoding and at decoding
 CONVERGED_DB = 0.5  # vanilla 3DGS counts as converged when step_ratio x its iterations gain less than this
 
 # step_ratio: HybridGS's iterations per vanilla iteration (the paper: 70 000 against vanilla 3DGS's 30 000, 7:3);
@@ -360,13 +361,14 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     exact = [v for v in _value(rows, metric="roundtrip_exact")]
 
     def joint(method, gap, enc, dec):
-        """Per (scene, rate): the smaller of the encode and decode speed-ups over the learned codec
-        where the PSNR is comparable (gap >= -1 dB), else 0 (fast but not comparable)."""
-        out = {k: (min(enc[k], dec[k]) if gap[k] >= -COMPARABLE_DB else 0.0) for k in gap if k in enc and k in dec}
-        for (case, s), v in out.items():
+        """The share of (scene, rate) pairs where the method is both comparable (PSNR within 1 dB
+        of the learned codec's at the same bytes) and at least 2x faster at encoding and decoding;
+        per pair the smaller speed-up (0 where not comparable) goes to the timing table."""
+        both = {k: (min(enc[k], dec[k]) if gap[k] >= -COMPARABLE_DB else 0.0) for k in gap if k in enc and k in dec}
+        for (case, s), v in both.items():
             timing.append({"case": case, "seed": s, "method": method, "point": "joint",
                            "metric": "speedup_at_comparable_psnr", "value": float(v)})
-        return med(out.values())
+        return float(np.mean([v >= FASTER for v in both.values()])) if both else float("nan")
 
     hr_gap = {(c, int(s.split("/")[0])): v for (c, s), v in gaps["hybridgs"].items() if s.endswith("/HR")}
     joints = {m: joint(m, gaps[m], speed[(m, "encode_s")], speed[(m, "decode_s")]) for m in ("hybridgs", "uniform")}
@@ -397,7 +399,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         "targets_below_uncontrolled": float(np.mean(below)) if below else 0.0,
         "equal_rate_mismatch": med(_value(rows, method="learned", metric="abs_rate_mismatch")),
         "timings": {
-            "speedup_at_comparable_psnr": joints["hybridgs"],
+            "share_faster_at_comparable_psnr": joints["hybridgs"],
             "encode_s": med(tget("hybridgs", "HR", "encode_s").values()),
             "decode_s": med(tget("hybridgs", "HR", "decode_s").values()),
             "encode_speedup_vs_learned": med(speed[("hybridgs", "encode_s")].values()),
@@ -416,7 +418,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                     "bytes_hr": mean_over("uniform", "HR", "bytes"),
                     "psnr_gap_vs_learned": paired("psnr_gap_vs_learned", "uniform", gaps["uniform"]),
                     "psnr_drop_vs_vanilla": paired("psnr_drop_vs_vanilla", "uniform", drop["uniform"]),
-                    "timings": {"speedup_at_comparable_psnr": joints["uniform"],
+                    "timings": {"share_faster_at_comparable_psnr": joints["uniform"],
                                 "encode_speedup_vs_learned": med(speed[("uniform", "encode_s")].values()),
                                 "decode_speedup_vs_learned": med(speed[("uniform", "decode_s")].values())}},
         "raw": {"psnr": mean_over("raw", "full", "psnr"), "bytes": mean_over("raw", "full", "bytes"),
@@ -425,7 +427,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         "vanilla": {"psnr": mean_over("vanilla", "float", "psnr"), "ssim": mean_over("vanilla", "float", "ssim"),
                     "psnr_at_hybrid_steps": mean_over("vanilla_long", "float", "psnr")},
         "learned_on_compact": {"bytes_hr": mean_over("learned_on_compact", "HR", "bytes"),
-                               "timings": {"speedup_at_comparable_psnr": joints["learned_on_compact"],
+                               "timings": {"share_faster_at_comparable_psnr": joints["learned_on_compact"],
                                            "encode_speedup_vs_learned": med(speed[("learned_on_compact",
                                                                                    "encode_s")].values()),
                                            "decode_speedup_vs_learned": med(speed[("learned_on_compact",
@@ -462,14 +464,15 @@ _RC_ACTS = Claim(
     text="every rate-control target lies below the uncontrolled T_top stream (the controllers have bytes to remove)",
     metric="metrics.targets_below_uncontrolled", compare=1.0, op=">=", kind="sanity")
 _JOINT = Claim(
-    text=f"comparable quality, evidently faster: the median over (scene, HR/LR rate) of min(encode, decode) CPU-time "
-         f"speed-up over the learned-entropy codec at the same bytes, counted 0 where HybridGS's PSNR is more than "
-         f"{COMPARABLE_DB:g} dB below the learned codec's, is >= 2",
-    metric="metrics.timings.speedup_at_comparable_psnr", compare=2.0, op=">=", source=SOURCE_RD + "; " + SOURCE_SPEED,
+    text=f"comparable quality, evidently faster: in at least half of the (scene, HR/LR rate) pairs HybridGS's PSNR is "
+         f"within {COMPARABLE_DB:g} dB of the learned-entropy codec's at the same bytes and it encodes and decodes at "
+         f"least {FASTER:g}x faster (process CPU time)",
+    metric="metrics.timings.share_faster_at_comparable_psnr", compare=0.5, op=">=",
+    source=SOURCE_RD + "; " + SOURCE_SPEED,
     controls=(Control("uniform quantisation of the raw attributes, same Draco codec, same bytes",
-                      "baselines.uniform.timings.speedup_at_comparable_psnr"),
+                      "baselines.uniform.timings.share_faster_at_comparable_psnr"),
               Control("learned coder on HybridGS's own compact data (HR)",
-                      "baselines.learned_on_compact.timings.speedup_at_comparable_psnr")))
+                      "baselines.learned_on_compact.timings.share_faster_at_comparable_psnr")))
 _M1_VS_M2 = Claim(
     text="rate control Method 1 (pruning) lands nearer the target than Method 2 (bit depth): |payload - B| / B, "
          "paired over (scene, seed, target); L of Eq. 8 estimated per scene",
