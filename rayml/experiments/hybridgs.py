@@ -587,7 +587,7 @@ def plots(record: Mapping) -> dict:
     ax3.plot(lim, lim, "k--", lw=1, label="target")
     ax3.set_xlabel("target B (KiB)")
     ax3.set_ylabel("real payload (KiB)")
-    ax3.set_title("rate control (L = 1.3)")
+    ax3.set_title("rate control (L of Eq. 8 " + ("estimated per scene)" if record["config"].get("estimate_L") else "= 1.3)"))
     ax3.legend(fontsize=7)
     fig3.tight_layout()
     return {"rate_distortion": fig, "coding_time": fig2, "rate_control": fig3}
