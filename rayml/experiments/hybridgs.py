@@ -2,12 +2,16 @@
 learned-entropy coding, with the paper's rate control.
 
 Each (scene kind, scene seed) is one Ray task: ray-cast views of a procedural scene, a vanilla
-3DGS fit (the raw data) and a HybridGS fit from the same SfM-like points with the same number of
-iterations, branching at the rate-control decision into the rate-control grid: the fixed schedule
-(the paper's HR and LR points, plus the uncontrolled T_top sample at the branch), Method 1
-(pruning) and Method 2 (bit depth) at every target ``B = f * N_0 P_bit / (8 L)`` for ``f`` in
-``targets`` (``L = 1.3``, the paper's). Every HybridGS sample is coded with Draco (``codec``),
-decoded, checked bit-exact against the quantised data and rendered on held-out views.
+3DGS fit of ``steps`` iterations (the raw data), the same fit with HybridGS's iterations (the
+convergence gate), and a HybridGS fit from the same SfM-like points with ``step_ratio`` times
+vanilla's iterations (the paper's 70 000 against 30 000, 7:3), positions quantised at
+``scale_point``, branching at the rate-control decision into the rate-control grid: the fixed
+schedule (the paper's HR and LR points, plus the uncontrolled T_top sample at the branch), Method 1
+(pruning) and Method 2 (bit depth) at every target ``B = f * N_0 P_bit / (8 * 1.3)`` for ``f`` in
+``targets``, the controllers predicting rates with Eq. 8's ``L`` estimated from a Draco encode of
+T_top (``estimate_L``; the paper's G-PCC constant 1.3 otherwise). Every HybridGS sample is coded
+with Draco (``codec``), decoded, checked bit-exact against the quantised data and rendered on
+held-out views.
 
 Against the HR and LR samples, at equal rate (the same byte count):
 - ``learned``: the learned-entropy ("implicit") codec on the vanilla Gaussians (``entropy``), its
@@ -18,7 +22,8 @@ Against the HR and LR samples, at equal rate (the same byte count):
 And the reference points: ``raw`` (the vanilla attributes, float32, Draco, positions at 16 bit) and
 ``learned_on_compact`` (the learned coder on HybridGS's own integer data, lossless: a control that
 separates the standard codec's speed from the compact data's). Coding times are the median of
-``repeats`` runs after a warm-up, single-threaded, serial, I/O excluded (as the paper's Table 2).
+``repeats`` runs after a warm-up, in process CPU time, single-threaded, serial, I/O excluded (as the
+paper's Table 2).
 """
 
 from __future__ import annotations
