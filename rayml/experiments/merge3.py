@@ -334,8 +334,15 @@ def _mixed_genomes(seed: int, n: int, n_layers: int) -> list[tuple[str, list]]:
 
 
 def _worker_cap(n: int) -> int:
+    """Evaluator actors to start: ``n``, at most the enclosing ``max_workers`` limit and the connected
+    Ray's CPUs (each actor takes one: on a 2-CPU machine the full size's 8 actors left 6 pending and the
+    pool waited on them until its timeout)."""
+    import ray
+
     cap = runtime.worker_limit()
-    return max(1, min(int(n), cap)) if cap else max(1, int(n))
+    n = max(1, min(int(n), cap)) if cap else max(1, int(n))
+    cpus = int(ray.cluster_resources().get("CPU", 0)) if ray.is_initialized() else 0
+    return min(n, cpus) if cpus >= 1 else n
 
 
 def _is_real(config: Mapping[str, Any]) -> bool:

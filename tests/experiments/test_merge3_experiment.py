@@ -95,6 +95,13 @@ def test_a_bad_target_is_refused_naming_it():
         exp._check(dict(exp.SIZES["tiny"], target=3))
 
 
+def test_the_evaluator_pool_is_capped_at_the_cpus_ray_has(ray_session):
+    import ray
+
+    cpus = int(ray.cluster_resources()["CPU"])
+    assert exp._worker_cap(8) == min(8, cpus) and exp._worker_cap(1) == 1
+
+
 def test_task_arithmetic_grid_must_hold_the_usual_lambda():
     with pytest.raises(ValueError, match="ta_grid"):
         exp._check(dict(exp.SIZES["tiny"], ta_grid=[0.5, 0.75]))
