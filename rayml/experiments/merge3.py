@@ -9,9 +9,12 @@ math in Japanese). The shipped base (``rayml.llm.pretrained("base")``) adds 3-di
 * endpoint A is fine-tuned on ``task_a`` = ``add_long`` (4-digit addition): the "math" specialist;
 * endpoint B on ``task_b`` = ``add_letters`` (3-digit addition whose operands' digits are written
   as the letters ``rayml.llm.tasks.LETTER_DIGITS``): the "language" specialist;
-* the target is ``target`` = ``add_long_letters`` (4-digit addition asked in letters), the cross
-  task; the search set (``search_items``, the "full" fitness data) and the test set
-  (``test_items``) are disjoint draws of it.
+* the target ``target`` (``TARGET``) mixes the cross task ``add_long_letters`` (4-digit addition
+  asked in letters, half the items, never trained) with each endpoint's own task (0.3 ``add_long``,
+  0.2 ``add_letters``), so that the endpoints score non-zero and differently on it, as a math and a
+  language model do on math asked in that language (on the cross task alone every reference model
+  scored 0 and the IRT abilities were identical: issue 40); the search set (``search_items``, the
+  "full" fitness data) and the test set (``test_items``) are disjoint draws of it.
 
 Endpoints are fine-tuned with ``rayml.llm.training.fine_tune`` on their task with a
 ``finetune_rehearsal`` share of the base's own 3-digit ``add`` (so both stay fine-tunes of one
@@ -20,8 +23,9 @@ tasks (cached per node under
 ``~/.cache/rayml/merge3/endpoints/<hash>/``, keyed by the base's weights and the recipe, and
 travelling as ``CheckpointBlob`` bytes, never as paths).
 
-**The gate** (``GATE``, fixed in code before any merge runs): endpoint A >= 0.8 on ``task_a``,
-endpoint B >= 0.8 on ``task_b``, the base <= 0.2 on both, each on ``gate_items`` held-out items.
+**The gates** (``GATE``, ``gate_numbers``, fixed in code before any merge runs): endpoint A >= 0.8 on
+``task_a``, endpoint B >= 0.8 on ``task_b``, the base <= 0.2 on both, each on ``gate_items`` held-out
+items; and each endpoint >= 0.05 on the target's search set, the two disagreeing on >= 0.1 of it.
 When it fails the run goes on (its numbers are kept under ``metrics.ungated``) but every number a
 paper claim reads (``metrics.decided``) is ``None``, so no paper claim holds, and the sanity claim
 "the endpoint gate passed" fails.
@@ -52,7 +56,7 @@ control that says whether the evolution matters: a claim that random merges also
 not discriminating).
 
 **Units of the paired tests.** A "vs" claim pairs MERGE^3's test accuracy with the baseline's over
-the ``repeats`` independent search repeats (a sign test; a baseline with no search seed enters
+the ``repeats`` independent search repeats (a one-sided Wilcoxon signed-rank test; a baseline with no search seed enters
 every repeat with its one value). The repeats share the two endpoints (one fine-tune each) and the
 test items, so the tests are conditional on them; the items of one repeat share one merge and are
 never counted as independent draws. Every generation runs on a ``ResilientActorPool`` of ``MergeEvaluator``
