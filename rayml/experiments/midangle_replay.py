@@ -181,12 +181,20 @@ SRC_MID = ("abstract: 'mid-angle sampling, which selects examples with moderate 
 PROTO_TIE = 1e-9  # accuracies on the same test set: equal counts are ties
 
 
-def _proto(rule: str) -> Claim:
-    return Claim(text=f"the authors' protocol: a mid-angle buffer keeps task 1 better than a {rule}-angle buffer "
-                      "(task-1 accuracy after task 2, paired over seeds)",
-                 metric="metrics.protocol.mid", compare=f"metrics.protocol.{rule}", op=">",
-                 test="paired sign test over seeds", table="protocol", a={"method": "mid", "metric": "task1_accuracy"},
-                 b={"method": rule, "metric": "task1_accuracy"}, tie=PROTO_TIE, source=SRC_MID)
+def _proto_control(rule: str) -> Control:
+    return Control(f"{rule}-angle buffer", f"metrics.protocol.{rule}", a={"method": rule, "metric": "task1_accuracy"})
+
+
+# One claim for the abstract's sentence, against the replay method it says mid-angle sampling
+# enhances (a random buffer of the same size); the small- and large-angle buffers are controls run
+# through the same claim: if either also beats random replay, mid-angle selection is not what helps.
+MID_VS_RANDOM = Claim(text="the authors' protocol: a mid-angle buffer keeps task 1 better than a random buffer of the "
+                           "same size (task-1 accuracy after task 2, paired over seeds)",
+                      metric="metrics.protocol.mid", compare="metrics.protocol.random", op=">",
+                      test="paired sign test over seeds", table="protocol",
+                      a={"method": "mid", "metric": "task1_accuracy"},
+                      b={"method": "random", "metric": "task1_accuracy"}, tie=PROTO_TIE, source=SRC_MID,
+                      controls=(_proto_control("small"), _proto_control("large")))
 
 
 PROTO_GATE = Claim(text="the authors' protocol: task 2 without a buffer forgets task 1 (accuracy after task 2 below "
@@ -200,7 +208,7 @@ REPLAY_GATE = Claim(text="the authors' protocol: a random buffer keeps task 1 be
                     compare="metrics.protocol.none", op=">", kind="sanity", test="paired sign test over seeds",
                     table="protocol", a={"method": "random", "metric": "task1_accuracy"},
                     b={"method": "none", "metric": "task1_accuracy"}, tie=PROTO_TIE)
-_GATED = evidence.gate(REPLAY_GATE, _proto("small"), _proto("large"))
+_GATED = evidence.gate(REPLAY_GATE, MID_VS_RANDOM)
 
 CLAIMS = (
     Claim(text="task 1 is learned before task 2 (test error <= 0.05 at every angle)",
