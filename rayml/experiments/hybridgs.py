@@ -439,6 +439,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                                                                                    "decode_s")].values())}},
         "no_rate_control": {"abs_rate_error": paired("abs_rate_error", "none", rc["none"])},
     }
+    m1_gain = [rc["M2"][k] - rc["M1"][k] for k in rc["M1"] if k in rc["M2"]]
     budget = {"iterations_vanilla": int(config["steps"]), "iterations_hybridgs": hybrid_steps(config),
               "step_ratio": float(config["step_ratio"]),
               "scale_point": _hybrid_config(config).schedule()["scale_point"],
@@ -446,6 +447,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
               "initial_gaussians": int(config["points"]),
               "equal_rate": "learned and uniform coded to the HybridGS HR / LR byte counts",
               "test_scenes": len(cases), "tasks": len(tune_items) + len(test_items),
+              # pairs a one-sided sign test needs (80 % power) at this run's Method 1 vs Method 2 differences
+              "power_m1_vs_m2": evidence.power_from_pilot(m1_gain, tie=1e-9) if m1_gain else None,
               "tuning": {"learned_variant_grid": ["factorised", "context"], "scores_psnr": mean_scores,
                          "chosen": "context" if context else "factorised",
                          "seeds": "SeedSequence([seed, 1]) scenes, apart from the test scenes ([seed, 0])"},
