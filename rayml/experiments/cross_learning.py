@@ -48,10 +48,17 @@ SOURCE_C = ("abstract (Schneider & Zimmert, the algorithm analysed): 'nearly tig
             "independent of the number of contexts'")
 TAIL_BOUND = math.sqrt(math.log(100) / math.log(2))   # sqrt(log(1/delta)) at delta = 0.01 over delta = 0.5
 EXPONENT_TOL = 0.1
-EXTEND = 4
+EXTEND = 2
+TUNE_TIE = (0.0, 0.1)   # q95 tuning scores within 10% of the best are tied (10 tuning runs: noise-level)
+
+
+def nearest_stated_rate(setting: Mapping[str, Any]) -> float:
+    """Tie-break key of the tuning: among tied ``eta_scale`` values the one nearest (in log) to 1, the
+    stated rate, wins (a flat score curve then stays at the paper's rate instead of the grid's edge)."""
+    return abs(math.log(float(setting["eta_scale"])))
 GAMMA0_FLOOR = 1e-12   # "gamma = 0": a floor that keeps 1 / fhat finite where fhat underflows to 0
 
-_GRID = [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
+_GRID = [0.5, 1.0, 2.0, 4.0, 8.0]
 SIZES = {
     "tiny": dict(horizons=[150, 300], tune_horizon=150, runs=8, chunk_runs=4, tune_runs=4, contexts=[2, 16, 256],
                  context_actions=4, eta_grid=_GRID, instance_seed=0, q=95, tail_runs=16, tail_chunk=8, tail_horizon=300),
@@ -123,16 +130,17 @@ def _learners(kind: str = "contextual") -> tuple[str, ...]:
     return (METHOD, "known-distribution", "per-context-exp3")
 
 
-def _tune(config, seed, sizes, T_tune, q):
+def _tune(config, tune_seeds, sizes, T_tune, q):
     """``rayml.evidence.tune`` of every (contexts C, learner)'s ``eta_scale`` on tuning seeds
-    (``SeedSequence([seed, 1, j])`` per C, shared by its learners and grid points), scored by the
+    (``tune_seeds[j]`` for the j-th largest C, from ``evidence.split_seeds``: apart from the test
+    seeds; shared by the C's learners and grid points), scored by the
     q-th percentile regret at ``tune_horizon`` (``eta_scale`` multiplies ``sqrt(1 / T)``, so it
     carries over to the other horizons): every learner of the horizon and tail studies at the most
     contexts, cross-learning and per-context EXP3 at each smaller C of the context study. Returns
     the choices and the pilot's paired differences (per-context EXP3 minus cross-learning at the
     most contexts, at the chosen scales)."""
     many = sizes[-1]
-    seed_of = {c: runtime.seeds(np.random.SeedSequence([seed, 1, j]), 1)[0] for j, c in enumerate(reversed(sizes))}
+    seed_of = {c: tune_seeds[j] for j, c in enumerate(reversed(sizes))}
     finals: dict = {}
 
     def evaluate(items):
@@ -146,7 +154,8 @@ def _tune(config, seed, sizes, T_tune, q):
     axis = {"eta_scale": [float(g) for g in config["eta_grid"]]}
     grids = {("contextual", many, m): axis for m in (*_learners(), GAMMA0)}
     grids.update({("contextual", c, m): axis for c in sizes[:-1] for m in (METHOD, "per-context-exp3")})
-    choices = evidence.tune(evaluate, grids, paper={"eta_scale": 1.0}, extend=EXTEND, limits={"eta_scale": (1e-3, 1e4)})
+    choices = evidence.tune(evaluate, grids, paper={"eta_scale": 1.0}, extend=EXTEND, limits={"eta_scale": (1e-3, 1e4)},
+                            tie=TUNE_TIE, tie_break=nearest_stated_rate)
     pick = lambda m: finals[(("contextual", many, m), choices[("contextual", many, m)].setting["eta_scale"])]  # noqa: E731
     return choices, pick("per-context-exp3") - pick(METHOD)
 
@@ -156,13 +165,13 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     _validate(config)
     n_chunks = int(config["runs"]) // int(config["chunk_runs"])
     per, q = int(config["chunk_runs"]), float(config["q"])
-    chunk_seeds = runtime.seeds(seed, n_chunks)
+    sizes = sorted(int(c) for c in config["contexts"])
+    chunk_seeds, tune_seeds = evidence.split_seeds(seed, n_chunks, len(sizes))
     horizons = sorted(int(h) for h in config["horizons"])
     T_max = horizons[-1]
-    sizes = sorted(int(c) for c in config["contexts"])
     many = sizes[-1]
     envs = [("contextual", many)]
-    choices, pilot = _tune(config, seed, sizes, int(config["tune_horizon"]), q)
+    choices, pilot = _tune(config, tune_seeds, sizes, int(config["tune_horizon"]), q)
     chosen = {k: c.setting["eta_scale"] for k, c in choices.items()}
 
     items = [("horizon", kind, size, m, h, chosen[(kind, size, m)], i, per, s) for kind, size in envs
@@ -240,6 +249,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         block["exponent_gap_to_known"] = abs(block["exponent_contextual"] - known_exp)
     K_c = int(config["context_actions"])
     metrics["epoch_length_at_T_max"] = int(math.ceil(math.sqrt(K_c * T_max)))
+    metrics["eta_on_edge_count"] = sum(bool(c.edges) for c in choices.values())
     budget = {"rounds": horizons, "runs_per_setting": int(config["runs"]), "tail_runs": int(config["tail_runs"]),
               "tasks": len(items), "percentile": q, "tune_horizon": int(config["tune_horizon"]),
               "tuning": {"/".join(map(str, k)): c.summary() for k, c in choices.items()}, "tuning_runs": int(config["tune_runs"]),
@@ -275,6 +285,10 @@ CLAIMS = evidence.gate(
           a={"study": "contexts", "method": METHOD, "context_level": "most"},
           b={"study": "contexts", "method": "per-context-exp3", "context_level": "most"}, pair_on=("run",),
           source=SOURCE_C),
+) + (
+    Claim(text="tuning: no learner's eta_scale lies on an edge of its grid {0.5 .. 8} (extended up to twice), ties within "
+               "10% broken towards the stated rate 1",
+          metric="metrics.eta_on_edge_count", compare=0, op="<=", kind="sanity"),
 )
 
 

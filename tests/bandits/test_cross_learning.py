@@ -203,7 +203,7 @@ def test_growth_exponent_of_exact_power_laws():
 
 def test_experiment_tiny_is_identical_with_1_and_2_workers(ray_session):
     from rayml import runtime
-    from rayml.experiments.cross_learning import EXPERIMENT, SIZES
+    from rayml.experiments.cross_learning import EXPERIMENT, EXTEND, SIZES
 
     cfg = dict(SIZES["tiny"])
     with runtime.max_workers(1):
@@ -218,7 +218,7 @@ def test_experiment_tiny_is_identical_with_1_and_2_workers(ray_session):
     assert min(SIZES["quick"]["eta_grid"]) <= 0.5 and max(SIZES["quick"]["eta_grid"]) >= 8  # issue 37's grid
     for problem, choice in tuning.items():
         assert choice["paper_inside"] is True, problem
-        assert choice["on_edge"] == {} or len(choice["extended"].get("eta_scale", [])) == 4, problem
+        assert choice["on_edge"] == {} or len(choice["extended"].get("eta_scale", [])) == EXTEND, problem
     assert set(one.metrics["eta_scale"]) == {f"C={c}" for c in cfg["contexts"]}   # tuned per number of contexts
     assert one.metrics["tail"]["runs"] == cfg["tail_runs"] and "q99_over_median" in one.baselines["cross-learning-gamma0"]
     with pytest.raises(ValueError, match="horizons"):
@@ -302,3 +302,17 @@ def test_online_cross_learner_rejects_bad_input_naming_the_argument():
     with pytest.raises(ValueError, match="n_actions"):
         cl.CrossLearner(3, 1)
 
+
+
+def test_tuning_ties_go_to_the_stated_rate_and_a_flat_curve_leaves_no_edge():
+    from rayml import evidence
+    from rayml.experiments.cross_learning import EXTEND, TUNE_TIE, nearest_stated_rate
+
+    flat = lambda items: [10.0 - 0.01 * s["eta_scale"] for _, s in items]  # noqa: E731  tiny gain towards the top
+    choice = evidence.tune(flat, {"p": {"eta_scale": [0.5, 1.0, 2.0, 4.0, 8.0]}}, paper={"eta_scale": 1.0},
+                           extend=EXTEND, tie=TUNE_TIE, tie_break=nearest_stated_rate)["p"]
+    assert choice.setting["eta_scale"] == 1.0 and choice.edges == {}
+    steep = lambda items: [100.0 / s["eta_scale"] for _, s in items]  # noqa: E731  keeps improving: extended
+    choice = evidence.tune(steep, {"p": {"eta_scale": [0.5, 1.0, 2.0, 4.0, 8.0]}}, paper={"eta_scale": 1.0},
+                           extend=EXTEND, tie=TUNE_TIE, tie_break=nearest_stated_rate)["p"]
+    assert choice.setting["eta_scale"] == 8.0 * 2 ** EXTEND and choice.edges == {"eta_scale": "high"}
