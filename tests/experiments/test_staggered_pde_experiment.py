@@ -119,3 +119,11 @@ def test_closed_basin_trajectories_have_walls():
     traj = exp.simulate_task(("test", 0, "bumps", 2, 5, "closed"), dict(exp.SIZES["tiny"]))
     assert traj.shape == (3, 3, 8, 8)
     assert np.all(traj[:, 1, :, -1] == 0) and np.all(traj[:, 2, -1] == 0)
+
+
+def test_the_closed_basin_is_scored_on_eta_like_the_periodic_setting():
+    # the first full run scored (and tuned) the closed basin on the transport NRMSE: persistence read 1.0
+    assert exp._score_key("closed") == exp._score_key("swe") == "nrmse_eta" and exp._score_key("ins") == "nrmse_vel"
+    traj = np.stack([exp.simulate_task(("test", i, "bumps", 1, 5 + i, "closed"), dict(exp.SIZES["tiny"]))
+                     for i in range(2)])
+    assert 0 < exp._persistence({"test": traj}, "closed") < 1
