@@ -50,14 +50,14 @@ Examples:
 
 from __future__ import annotations
 
-import copy
-import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from rayml.training import EarlyStopping
 
 __all__ = [
     "DATASETS",
@@ -233,7 +233,7 @@ def _tensors(d: dict, idx) -> tuple:
 
 def _train(model, loss_fn, train_idx, val_idx, data, cfg_lr, epochs, patience, batch, gen):
     opt = torch.optim.Adam(model.parameters(), lr=cfg_lr)
-    best, best_state, bad = math.inf, copy.deepcopy(model.state_dict()), 0
+    stopper = EarlyStopping(model, patience)
     val = _tensors(data, val_idx)
     for _ in range(epochs):
         perm = train_idx[torch.randperm(len(train_idx), generator=gen).numpy()]
@@ -245,14 +245,9 @@ def _train(model, loss_fn, train_idx, val_idx, data, cfg_lr, epochs, patience, b
             opt.step()
         with torch.no_grad():
             v = float(loss_fn(model, *val))
-        if v < best:
-            best, best_state, bad = v, copy.deepcopy(model.state_dict()), 0
-        else:
-            bad += 1
-            if bad >= patience:
-                break
-    model.load_state_dict(best_state)
-    return model
+        if stopper.step(v, model):
+            break
+    return stopper.restore(model)
 
 
 def fit_nuisances(data: dict, train_idx, val_idx, cfg: TrainConfig = TrainConfig(), *, seed: int = 0) -> Nuisances:
@@ -443,7 +438,7 @@ def fit_repnet(data: dict, nu: Nuisances, K: int, train_idx, val_idx, support, c
     pairs = pair_nuisances(nu, X, Z)
     Xv, Zv, Av, _ = _tensors(data, np.asarray(val_idx))
     val_pairs = pair_nuisances(nu, Xv, Zv)
-    best, best_state, bad = math.inf, copy.deepcopy(rep.state_dict()), 0
+    stopper = EarlyStopping(rep, cfg.rep_patience)
     for _ in range(cfg.rep_epochs):
         perm = torch.randperm(len(train_idx), generator=gen)
         for s in range(0, len(perm), cfg.batch):
@@ -458,13 +453,9 @@ def fit_repnet(data: dict, nu: Nuisances, K: int, train_idx, val_idx, support, c
         with torch.no_grad():
             bounds = _bounds_for(rep, val_pairs, Zv, Av, support, False, cfg.min_level_share)[0]
             v = float((bounds[:, 1] - bounds[:, 0]).mean())
-        if v < best:
-            best, best_state, bad = v, copy.deepcopy(rep.state_dict()), 0
-        else:
-            bad += 1
-            if bad >= cfg.rep_patience:
-                break
-    rep.load_state_dict(best_state)
+        if stopper.step(v, rep):
+            break
+    stopper.restore(rep)
     rep.eval()
     if not allow_one_level:
         with torch.no_grad():

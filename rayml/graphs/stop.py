@@ -42,6 +42,7 @@ from torch import nn
 
 from rayml.graphs.message_passing import spmm
 from rayml.graphs.stop_data import neighbour_gain, rewire, road_graph, simulate_traffic, windows
+from rayml.training import EarlyStopping
 
 __all__ = ["road_graph", "rewire", "simulate_traffic", "windows", "neighbour_gain", "Backbone",
            "ContextAwareUnit", "STOP", "GWNetLike", "STConfig", "train_forecaster", "predict", "METHODS"]
@@ -285,7 +286,7 @@ def train_forecaster(X: np.ndarray, Y: np.ndarray, edges: np.ndarray, cfg: STCon
     model = _model(cfg, X.shape[1], Y.shape[1], tod_size, n_nodes)
     dif = _diffusion_edges(edges, n)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    best, best_state, since = float("inf"), None, 0
+    stopper = EarlyStopping(model, cfg.patience, keep_initial=False)
     for _ in range(cfg.epochs):
         model.train()
         order = rng.permutation(X.shape[0])
@@ -302,14 +303,9 @@ def train_forecaster(X: np.ndarray, Y: np.ndarray, edges: np.ndarray, cfg: STCon
             opt.step()
         if val is not None:
             mae = float(np.abs(predict(model, val[0], edges, scale) - val[1]).mean())
-            if mae < best:
-                best, best_state, since = mae, copy.deepcopy(model.state_dict()), 0
-            else:
-                since += 1
-                if since >= cfg.patience:
-                    break
-    if best_state is not None:
-        model.load_state_dict(best_state)
+            if stopper.step(mae, model):
+                break
+    stopper.restore(model)
     model.eval()
     return model
 
