@@ -12,12 +12,13 @@ def test_claims_are_paired_at_equal_bits_with_controls():
 
     paper = [c for c in E.CLAIMS if c.kind == "paper"]
     gates = [c for c in E.CLAIMS if c.kind == "sanity"]
-    assert len(paper) == 8 and len(gates) == 2
+    assert len(paper) == 8 and len(gates) == 4
     kmeans = [c for c in paper if c.b["method"] == "kmeans"]
     assert [c.a["bits"] for c in kmeans] == [3, 4] and all(c.a["metric"] == "nll_gap" for c in kmeans)
     for c in paper:
         assert c.source.startswith("abstract:")
-        assert (c in kmeans) != bool(c.gates)  # the GPTQ claims wait for the comparator to work
+        # the GPTQ claims wait for the comparator to work and for the paper's setting (cheap tables)
+        assert len(c.gates) == (0 if c in kmeans else 2)
         if c in kmeans:
             continue
         assert c.test and c.a["method"] == E.METHOD and c.b["method"] == E.COMPARATOR == "gptq-grouped"
@@ -56,3 +57,14 @@ def test_ganq_damps_only_an_ill_conditioned_hessian():
         E._quantizer(E.METHOD, 2, cfg, history)("layer", W, H)
         assert (history["_damped"]["layer"]["percdamp"] > 0) == damped
         assert (E.condition_number(H) > E.COND_LIMIT) == damped
+
+
+def test_the_substrate_is_not_the_papers_setting_and_smollm2_is():
+    """A per-row table costs 16 2^N / n bits a weight: 1.0 / 2.0 on the substrate's 128-wide rows (its GPTQ
+    claims are gated off), 0.22 / 0.44 on SmolLM2's 576-wide ones (under the 0.5-bit limit)."""
+    from rayml.experiments import ganq as E
+
+    for b, base, smol in ((3, 1.0, 16 * 8 / 576), (4, 2.0, 16 * 16 / 576)):
+        assert E.bits_per_weight(E.METHOD, b, 128) - b == pytest.approx(base)
+        assert E.bits_per_weight(E.METHOD, b, 576) - b == pytest.approx(smol)
+        assert base >= E.TABLE_OVERHEAD_LIMIT > smol
