@@ -27,9 +27,20 @@ The paper's objects, measured along a gradient-descent run on the exponential (o
   ``(eps, delta)``-KKT point), with ``lambda`` from a non-negative least-squares fit that charges
   slack constraints (``kkt_residual``).
 
-Assumed (the full text was not reachable): the risk threshold after which the margin is tracked is
-a parameter (default ``L < 1/n``, the homogeneous threshold of Lyu & Li; the paper's threshold is
-smaller by a factor set by the non-homogeneity); steps are loss-scaled, ``eta_t = eta / L(theta_t)``
+- **The non-homogeneity-dependent threshold and the induced margin** (``euler_defect``,
+  ``induced_correction``, ``induced_margin``). With ``p(rho) = sum_k c_k rho^k`` (degree below
+  ``M``) bounding the Euler defect ``|<grad f(theta; x), theta> - M f(theta; x)| <= p(||theta||)``
+  on the data, and ``Q(rho) = sum_k c_k rho^k / (M - k)`` (so that ``M Q - rho Q' = p``), the
+  induced margin is ``gamma_a(theta) = (log(1 / (n L(theta))) - Q(||theta||)) / ||theta||^M`` and
+  the threshold is ``L(theta) < exp(-Q(||theta||)) / n`` (``gamma_a > 0``). Under gradient flow
+  ``d log(log(1/(nL)) - Q) / dt >= M d log ||theta|| / dt`` once ``gamma_a > 0`` (from ``<theta, -grad L>
+  >= L (M log(1/(nL)) - p)`` and Cauchy-Schwarz), so ``gamma_a`` never decreases after the
+  threshold; for a homogeneous net ``p = Q = 0`` and it is the smoothed margin with Lyu & Li's
+  ``1/n`` threshold. Derived here in the abstract's terms (the paper's own constants were not
+  reachable): assumed, declared on the page.
+
+Assumed (the full text was not reachable): the form of ``p``, ``Q`` and ``gamma_a`` above (derived,
+not read); the homogeneous threshold ``L < 1/n`` is kept as the contrast; steps are loss-scaled, ``eta_t = eta / L(theta_t)``
 (Lyu & Li's experimental schedule, so the asymptotic regime is reached in thousands of steps),
 taken as ``eta grad log L`` so the step does not underflow, with each step's length capped at
 ``max_step_norm ||theta||`` (the residual net's ``M = 3`` makes uncapped loss-scaled steps blow up in
@@ -63,6 +74,9 @@ __all__ = [
     "normalized_margin",
     "smoothed_margin",
     "homogenized_margin",
+    "euler_defect",
+    "induced_correction",
+    "induced_margin",
     "kkt_residual",
     "TrackerConfig",
     "track_gd",
@@ -70,6 +84,16 @@ __all__ = [
 ]
 
 NETWORKS = ("relu", "silu", "residual-silu", "tanh")
+
+
+def _silu_kappa() -> float:
+    """``sup_z z^2 s(z) (1 - s(z))`` (s: the logistic function): SiLU's Euler defect ``silu'(z) z - silu(z)``."""
+    z = np.linspace(0.0, 10.0, 200001)
+    s = 1.0 / (1.0 + np.exp(-z))
+    return float(np.max(z * z * s * (1.0 - s))) * (1 + 1e-9)
+
+
+_SILU_KAPPA = _silu_kappa()
 
 
 class TwoLayer(torch.nn.Module):
@@ -98,6 +122,13 @@ class TwoLayer(torch.nn.Module):
             h = torch.tanh(z)
         return h @ self.a
 
+    def euler_defect(self, X: torch.Tensor) -> tuple[float, ...]:
+        """``(c_0, c_1)``: ``|<grad f, theta> - 2 f| = |sum_j a_j (act'(z_j) z_j - act(z_j))| <= kappa
+        sum_j |a_j| <= kappa sqrt(width) ||theta||`` with ``kappa = sup_z |act'(z) z - act(z)|`` (0 for ReLU,
+        ``max z^2 s(z)(1 - s(z))`` for SiLU, 1 for tanh); ``X`` does not enter."""
+        kappa = {"relu": 0.0, "silu": _SILU_KAPPA, "tanh": 1.0}[self.act]
+        return (0.0, kappa * math.sqrt(self.a.numel()))
+
 
 class ResidualBlock(torch.nn.Module):
     """``f(x) = v . (x + W2 SiLU(W1 x))``: a residual block with a SiLU activation, ``M = 3``."""
@@ -116,6 +147,13 @@ class ResidualBlock(torch.nn.Module):
         if homogenized:  # the degree-3 path only; SiLU(r z) / r -> ReLU(z)
             return (torch.relu(z) @ self.W2.T) @ self.v
         return (X + torch.nn.functional.silu(z) @ self.W2.T) @ self.v
+
+    def euler_defect(self, X: torch.Tensor) -> tuple[float, ...]:
+        """``(c_0, c_1, c_2)``: ``<grad f, theta> - 3 f = -2 v . x + v . W2 g(z)`` with ``g(z) = z^2 s(z)(1 - s(z))``
+        elementwise, so ``|.| <= 2 max_i ||x_i|| ||theta|| + (kappa sqrt(width) / 2) ||theta||^2``
+        (``||v|| ||W2|| <= ||theta||^2 / 2``)."""
+        xmax = float(torch.linalg.vector_norm(X, dim=1).max())
+        return (0.0, 2.0 * xmax, 0.5 * _SILU_KAPPA * math.sqrt(self.W1.shape[0]))
 
 
 def make_network(name: str, d: int, width: int, *, seed: int = 0, scale: float = 0.1) -> torch.nn.Module:
@@ -185,6 +223,39 @@ def homogenized_margin(net, X, y) -> torch.Tensor:
     """``min_i y_i f_H(theta; x_i) / ||theta||^M`` of the homogenised network."""
     _check_data(X, y)
     return (y * net(X, homogenized=True)).min() / _norm(net) ** net.order
+
+
+def euler_defect(net, X: torch.Tensor) -> tuple[float, ...]:
+    """The coefficients ``(c_0, ..., c_{M-1})`` of ``p(rho) = sum_k c_k rho^k`` bounding the Euler defect
+    ``|<grad f(theta; x), theta> - M f(theta; x)|`` for every ``theta`` and every row ``x`` of ``X``
+    (the paper's near-homogeneity); the library's networks know theirs (``net.euler_defect``)."""
+    if not hasattr(net, "euler_defect"):
+        raise ValueError(f"net ({type(net).__name__}) has no euler_defect(X): pass the coefficients of its "
+                         "Euler-defect polynomial (defect=(c_0, ..., c_{M-1})) to track_gd")
+    return tuple(float(c) for c in net.euler_defect(X))
+
+
+def _check_defect(defect, order: int) -> tuple[float, ...]:
+    c = tuple(float(x) for x in defect)
+    if not c or len(c) > order or any(not (math.isfinite(x) and x >= 0) for x in c):
+        raise ValueError(f"defect must hold 1 to M={order} finite coefficients >= 0 (degree below M), got {defect!r}")
+    return c
+
+
+def induced_correction(defect, order: int, rho: float) -> float:
+    """``Q(rho) = sum_k c_k rho^k / (M - k)``: the smallest polynomial of this form with ``M Q - rho Q' = p``."""
+    c = _check_defect(defect, order)
+    return float(sum(ck * rho ** k / (order - k) for k, ck in enumerate(c)))
+
+
+@torch.no_grad()
+def induced_margin(net, X, y, defect) -> torch.Tensor:
+    """``(log(1 / (n L_exp(theta))) - Q(||theta||)) / ||theta||^M``: positive past the paper's threshold, and
+    non-decreasing after it under gradient flow (module docstring)."""
+    _check_data(X, y)
+    rho = float(_norm(net))
+    q = y * net(X)
+    return (-torch.logsumexp(-q, 0) - induced_correction(defect, net.order, rho)) / rho ** net.order
 
 
 def kkt_residual(net, X, y, *, slack_weight: float = 1.0) -> dict:
@@ -304,16 +375,21 @@ def _tracked(net: torch.nn.Module, X: torch.Tensor, order: int | None) -> torch.
 
 
 def track_gd(net: torch.nn.Module, X: torch.Tensor, y: torch.Tensor, config: TrackerConfig = TrackerConfig(), *,
-             order: int | None = None) -> list[dict]:
+             order: int | None = None, defect=None) -> list[dict]:
     """Run GD on ``net`` and record, at log-spaced checkpoints: step, risk, ``||theta||``, the
     normalised / smoothed / homogenised margins, the unit direction, the cosine with the previous
     checkpoint's direction and (every ``kkt_every``-th checkpoint) the KKT residual. ``net`` is trained in place.
 
     ``net``: a network of ``make_network`` or any module mapping ``n`` inputs to ``n`` scores (an
     ``nn.Sequential``, say), then with ``order`` (its homogeneity order ``M``) given; a module
-    without a homogenised form reports its margin as its homogenised margin."""
+    without a homogenised form reports its margin as its homogenised margin. ``defect``: the
+    coefficients of its Euler-defect polynomial (``euler_defect``; the library's networks know
+    theirs); without them the induced margin (``induced_margin``) is ``nan``."""
     _check_data(X, y)
+    if defect is None and hasattr(net, "euler_defect"):
+        defect = euler_defect(net, X)
     net = _tracked(net, X, order)
+    defect = _check_defect(defect, net.order) if defect is not None else None
     marks = sorted(set(np.unique(np.geomspace(1, config.steps, config.checkpoints).astype(int)).tolist()) | {0})
     params = list(net.parameters())
     out: list[dict] = []
@@ -327,6 +403,7 @@ def track_gd(net: torch.nn.Module, X: torch.Tensor, y: torch.Tensor, config: Tra
             row = {"step": t, "log_risk": lr_, "norm": float(theta.norm()),
                    "margin": float(normalized_margin(net, X, y)), "smoothed_margin": float(smoothed_margin(net, X, y)),
                    "homogenized_margin": float(homogenized_margin(net, X, y)),
+                   "induced_margin": float(induced_margin(net, X, y, defect)) if defect is not None else math.nan,
                    "cos_prev": float(direction @ prev_dir) if prev_dir is not None else math.nan,
                    "direction": direction.tolist()}
             k = marks.index(t)
@@ -356,12 +433,17 @@ def track_gd(net: torch.nn.Module, X: torch.Tensor, y: torch.Tensor, config: Tra
 
 def near_monotonicity(values, start: int = 0) -> dict:
     """How monotone a sequence is from index ``start``: its gain ``v[-1] - v[0]``, its largest drop
-    below its running maximum, and that drop relative to the sequence's range (``rel_drop`` 0:
-    non-decreasing; 1: it ends at its minimum after its maximum, e.g. decreasing)."""
+    below its running maximum, that drop relative to the sequence's range (``rel_drop`` 0:
+    non-decreasing; 1: it ends at its minimum after its maximum, e.g. decreasing) and the largest
+    drop relative to the value it fell from, ``max_t (max_{s<=t} v_s - v_t) / |max_{s<=t} v_s|``
+    (``value_drop``: 0.05 means the sequence fell 5% below its running maximum)."""
     v = np.asarray(values, dtype=float)[start:]
     if v.size < 2 or not np.all(np.isfinite(v)):
-        return {"gain": math.nan, "max_drop": math.nan, "rel_drop": math.nan}
+        return {"gain": math.nan, "max_drop": math.nan, "rel_drop": math.nan, "value_drop": math.nan}
     running = np.maximum.accumulate(v)
     drop = float(np.max(running - v))
     span = float(v.max() - v.min())
-    return {"gain": float(v[-1] - v[0]), "max_drop": drop, "rel_drop": drop / span if span > 0 else 0.0}
+    scale = np.abs(running)
+    value_drop = float(np.max(np.where(scale > 0, (running - v) / np.where(scale > 0, scale, 1.0), 0.0)))
+    return {"gain": float(v[-1] - v[0]), "max_drop": drop, "rel_drop": drop / span if span > 0 else 0.0,
+            "value_drop": value_drop}

@@ -127,3 +127,58 @@ def test_track_gd_accepts_a_plain_sequential_with_its_order_and_says_what_is_mis
     assert rows[-1]["margin"] == pytest.approx(rows[-1]["homogenized_margin"])
     with pytest.raises(ValueError, match="scores"):
         ib.track_gd(torch.nn.Linear(3, 2), X, y, ib.TrackerConfig(steps=5, checkpoints=3), order=1)
+
+
+@pytest.mark.parametrize("name", ib.NETWORKS)
+def test_euler_defect_polynomial_bounds_the_defect_at_every_scale(name):
+    X, _ = _data(n=8, d=3, seed=5)
+    net = ib.make_network(name, 3, 6, seed=2, scale=0.7)
+    coeffs = ib.euler_defect(net, X)
+    params = list(net.parameters())
+    for r in (0.3, 3.0, 30.0):
+        with torch.no_grad():
+            for p in params:
+                p.mul_(r)
+        rho = float(torch.sqrt(sum((p.detach() ** 2).sum() for p in params)))
+        bound = sum(c * rho ** k for k, c in enumerate(coeffs))
+        for i in range(X.shape[0]):
+            f = net(X[i:i + 1])[0]
+            grads = torch.autograd.grad(f, params)
+            defect = float(sum((g * p).sum() for g, p in zip(grads, params)) - net.order * f.detach())
+            assert abs(defect) <= bound + 1e-9 * max(1.0, abs(float(f)))
+    if name == "relu":
+        assert coeffs == (0.0, 0.0)  # homogeneous: no defect, Q = 0
+
+
+def test_induced_correction_solves_its_equation_and_induced_margin_reduces_to_smoothed_for_relu():
+    c, M = (0.5, 2.0, 0.25), 3
+    rho, h = 1.7, 1e-6
+    Q = lambda r: ib.induced_correction(c, M, r)  # noqa: E731
+    dQ = (Q(rho + h) - Q(rho - h)) / (2 * h)
+    assert M * Q(rho) - rho * dQ == pytest.approx(sum(ck * rho ** k for k, ck in enumerate(c)), rel=1e-6)
+    X, y = _data()
+    net = ib.make_network("relu", 3, 5, seed=3)
+    assert float(ib.induced_margin(net, X, y, (0.0, 0.0))) == pytest.approx(float(ib.smoothed_margin(net, X, y)))
+    with pytest.raises(ValueError, match="defect"):
+        ib.induced_correction((1.0, 1.0, 1.0), 2, 1.0)  # degree 2 is not below M = 2
+
+
+def test_induced_margin_does_not_fall_after_the_threshold_on_a_residual_net():
+    g = torch.Generator().manual_seed(7)
+    X = torch.randn(10, 3, generator=g, dtype=torch.float64)
+    w = torch.randn(3, generator=g, dtype=torch.float64)
+    y = torch.sign(X @ w)
+    X = X + 2.0 * y[:, None] * w / w.norm()
+    net = ib.make_network("residual-silu", 3, 4, seed=1, scale=0.05)
+    rows = ib.track_gd(net, X, y, ib.TrackerConfig(steps=3000, lr=0.05, checkpoints=40, kkt_every=100,
+                                                   max_step_norm=0.002))
+    induced = [r["induced_margin"] for r in rows]
+    past = [i for i, v in enumerate(induced) if v > 0]
+    assert past, "the threshold is reached"
+    assert ib.near_monotonicity(induced, past[0])["value_drop"] <= 1e-3
+
+
+def test_value_drop_is_relative_to_the_value():
+    m = ib.near_monotonicity([1.0, 2.0, 1.9, 2.5])
+    assert m["value_drop"] == pytest.approx(0.05)  # fell 0.1 below 2.0
+    assert m["rel_drop"] == pytest.approx(0.1 / 1.5)
