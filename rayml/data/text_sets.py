@@ -40,7 +40,8 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = ["FAMILIES", "MIN_CHARS", "MAJORITY_SIZE", "TEST_PER_CLASS", "MAX_MAJORITY", "TextSet",
-           "stdlib_docstrings", "embeddings_path", "docstring_embeddings", "available", "imbalanced_text"]
+           "stdlib_docstrings", "embeddings_path", "docstring_embeddings", "available", "imbalanced_text",
+           "rare_vs_others_text"]
 
 FAMILIES: dict[str, tuple[str, ...]] = {
     "gui": ("tkinter", "idlelib", "turtle", "turtledemo"),
@@ -251,3 +252,64 @@ def imbalanced_text(E: np.ndarray, y: np.ndarray, seed: int, *, n_majority: int 
                       y_noisy=np.where(flip, other, y_pool), X_test=np.asarray(E[test], dtype=np.float64),
                       y_test=y[test], n_classes=C,
                       minority=tuple(int(c) for c in range(C) if c not in majority))
+
+
+def rare_vs_others_text(E: np.ndarray, y: np.ndarray, seed: int, *, n_rare: int = 3, rare_size: int = 100,
+                        noise: float = 0.0, test_per_class: int = TEST_PER_CLASS):
+    """LabelBench's kind of imbalance: a few rare classes and one large merged "others" class.
+
+    Per seed, ``n_rare`` families (drawn among those with at least ``rare_size + test_per_class``
+    texts) are the rare classes ``0 .. n_rare - 1`` with ``rare_size`` pool texts each; every text of
+    every other family is merged into class ``n_rare`` ("others"). The test set holds
+    ``test_per_class`` texts of each of the ``n_rare + 1`` classes (clean, balanced; the "others"
+    ones drawn from the merged families), kept out of the pool. With the stdlib docstrings (6366
+    texts) the pool has about 5800 texts, about 1:55 per rare class.
+
+    ``noise``: a class-conditional flip, fixed per text: ``round(noise * rare_size)`` texts of each
+    rare class are labelled "others" and as many "others" texts are labelled that rare class, so
+    every rare class's observed labels are ``noise`` wrong and a flipped "others" text never
+    outnumbers the true members of a rare class (a uniform flip of the large class would: at 10%
+    about 180 wrong labels per rare class against 100 true ones).
+    """
+    from rayml.data.active_learning import ActiveData
+
+    E, y = np.asarray(E), np.asarray(y)
+    if E.ndim != 2 or y.ndim != 1 or E.shape[0] != y.size:
+        raise ValueError(f"E must be (n, d) and y (n,), got {E.shape} and {y.shape}")
+    for name, v in (("n_rare", n_rare), ("rare_size", rare_size), ("test_per_class", test_per_class)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    if not 0 <= noise < 0.5:
+        raise ValueError(f"noise must be in [0, 0.5), got {noise!r}")
+    counts = np.bincount(y)
+    eligible = np.flatnonzero(counts >= rare_size + test_per_class)
+    if n_rare >= counts.size or eligible.size < n_rare:
+        raise ValueError(f"n_rare must leave at least one family to merge and have {n_rare} families with "
+                         f"{rare_size + test_per_class} texts, got n_rare={n_rare} ({eligible.size} eligible)")
+    rng = np.random.default_rng(seed)
+    rare = np.sort(rng.choice(eligible, size=n_rare, replace=False))
+    test, pool, labels = [], [], []
+    for k, fam in enumerate(rare):
+        idx = rng.permutation(np.flatnonzero(y == fam))
+        test.append(idx[:test_per_class])
+        pool.append(idx[test_per_class:test_per_class + rare_size])
+        labels.append(np.full(rare_size, k))
+    rest = rng.permutation(np.flatnonzero(~np.isin(y, rare)))
+    test.append(rest[:test_per_class])
+    pool.append(rest[test_per_class:])
+    labels.append(np.full(rest.size - test_per_class, n_rare))
+    pool, y_pool = np.concatenate(pool), np.concatenate(labels)
+    y_test = np.concatenate([np.full(t.size, k) for k, t in enumerate(test)])
+    test = np.concatenate(test)
+    y_noisy = y_pool.copy()
+    m = int(round(noise * rare_size))
+    if m:
+        others = rng.permutation(np.flatnonzero(y_pool == n_rare))
+        for k in range(n_rare):
+            members = rng.choice(np.flatnonzero(y_pool == k), size=m, replace=False)
+            y_noisy[members] = n_rare
+            y_noisy[others[k * m:(k + 1) * m]] = k
+    order = np.argsort(pool, kind="stable")
+    return ActiveData(X_pool=np.asarray(E[pool[order]], dtype=np.float64), y_true=y_pool[order].astype(np.int64),
+                      y_noisy=y_noisy[order].astype(np.int64), X_test=np.asarray(E[test], dtype=np.float64),
+                      y_test=y_test.astype(np.int64), n_classes=n_rare + 1, minority=tuple(range(n_rare)))

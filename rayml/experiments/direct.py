@@ -1,34 +1,36 @@
 """DIRECT reproduction: active learning on imbalanced, noisy data against seven baselines.
 
-Two data sets (``dataset``): ``digits`` (default) and ``docstrings``, the all-MiniLM-L6-v2 sentence
-embeddings (frozen, 384-d) of the Python standard library's docstrings labelled by one of twelve
-module families (``rayml.data.text_sets``: two majority families of 500 pool texts drawn per seed
-among the five largest, the other ten at 25 each, 1:20; 30 clean test texts per family), with the
-same head, noise levels, budget, tuning and claims (``--set dataset=docstrings``).
+Data sets (``dataset``):
 
-Digits pool: ``load_digits`` with 1-pixel nudges, ``n_majority`` majority classes and the other classes
-kept at ``minority_fraction`` (about 1:20), with 0%, 10% and 20% of the pool's labels flipped to
-another class (fixed per example: the annotator repeats its mistake). Model: a class-balanced
-logistic head on the frozen pixel features, retrained every round. Every strategy (DIRECT and
-random, confidence, margin, entropy, coreset, BADGE, GALAXY) starts from the same random labelled
-set per seed, labels the same ``batch`` per round for the same number of rounds, and has its head's
-``C`` tuned on the same grid on tuning seeds kept apart from the test seeds (by the mean balanced
-accuracy over the rounds; quick: 0.01 ... 100, four decades, so that no strategy's choice is pinned to a
-grid edge by a narrow grid; ``metrics.C_at_grid_edge`` counts the choices that still are). Rounds run in
-lock-step through Ray: each round is one ``pmap`` over every (strategy, noise, seed) run, a task
-retraining, scoring and selecting the next batch.
+- ``docstrings-rare`` (quick and full): LabelBench's kind of imbalance on the all-MiniLM-L6-v2
+  sentence embeddings (frozen, 384-d) of the Python standard library's docstrings
+  (``rayml.data.text_sets.rare_vs_others_text``): per seed 3 rare families of 100 pool texts and
+  every other family merged into one large "others" class (a pool of about 5500, about 1:52 per
+  rare class), 30 clean test texts per class. Label noise is a class-conditional flip fixed per
+  text (``noise`` of each rare class's labels say "others" and as many "others" texts carry that
+  rare class), so flipped "others" texts never outnumber a rare class's true members.
+- ``docstrings``: the same embeddings, two majority families of 500 texts and ten of 25 (1:20),
+  a uniform flip; ``digits``: ``load_digits`` with 1-pixel nudges, two majority classes and eight
+  kept at 5%, a uniform flip (the earlier settings; ``tiny`` runs digits, which needs no encoder).
+
+Model: a class-balanced logistic head on the frozen features, retrained every round. Every
+strategy (DIRECT and random, confidence, margin, entropy, coreset, BADGE, GALAXY) starts from the
+same random labelled set per seed, labels the same ``batch`` per round for the same number of
+rounds, and has its head's ``C`` tuned on the same grid (extended once past an edge) on tuning
+seeds kept apart from the test seeds, by the mean balanced accuracy over the rounds
+(``rayml.evidence.tune``). The batch is at least ``2 * C * B1 * 3`` (C classes, ``B1`` parallel
+annotators) so that DIRECT's interval search runs at least three annotation rounds per class:
+quick ``B1 = 1``, batch 40; full the authors' ``B1 = 20``, batch 480. Rounds run in lock-step
+through Ray: each round is one ``pmap`` over every (strategy, noise, seed) run.
 
 Measured: balanced accuracy (clean, balanced test set) against labels used, minority-class labels
 collected, and the label saving at equal accuracy: with ``L_m(a)`` the labels strategy ``m`` needs
 (mean curve over seeds, linear interpolation between rounds) to reach accuracy ``a``, the saving of
 DIRECT against baseline ``b`` is ``1 - L_direct(a_b) / L_b(a_b)`` at ``a_b`` = ``b``'s final
-accuracy. The paper reports savings over 60% against the best baseline and over 80% against random;
-the headline numbers are the median over the three noise levels (no single level decides). The best
-baseline (per noise level) is chosen on the tuning seeds, not on the test seeds it is compared on.
-
-The noise levels are drawn from the same data seed (the same pool, start set and test set, only the flipped
-labels differ), so the (noise, seed) runs are not independent: the paired claims pair one value per data
-seed, the mean over the noise levels (table ``by_seed``), not the noise x seed pairs.
+accuracy. The paper reports savings over 60% against the best baseline and over 80% against random
+on imbalanced data: those claims are read at the clean level; the noise ("while maintaining
+robustness to label noise") is reported apart, at the highest noise level. The best baseline (per
+noise level) is chosen on the tuning seeds, not on the test seeds it is compared on.
 """
 
 from __future__ import annotations
@@ -38,10 +40,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from rayml import runtime
+from rayml import evidence, runtime
 from rayml.data import active_learning as al
 from rayml.data import text_sets
-from rayml.evidence import on_edge
 from rayml.experiments import Experiment, Outcome
 from rayml.results import Claim, Control
 
@@ -49,19 +50,25 @@ PAPER = "Improved Algorithm for Deep Active Learning under Imbalance via Optimal
 METHOD = "direct"
 ABSTRACT_RANDOM = "abstract: 'DIRECT reduces annotation costs by ... over 80% versus random sampling'"
 ABSTRACT_SOTA = "abstract: 'DIRECT reduces annotation costs by over 60% compared to state-of-the-art active learning methods'"
-DATASETS = ("digits", "docstrings")
+DATASETS = ("digits", "docstrings", "docstrings-rare")
+_TEXT = ("docstrings", "docstrings-rare")
 
 SIZES = {
     "tiny": dict(noise=[0.0, 0.2], seeds=2, tuning_seeds=1, C_grid=[1.0], initial=20, batch=20, rounds=2,
                  n_annotators=1, min_budget_per_class=60, n_majority=2, minority_fraction=0.05,
-                 strategies=list(al.STRATEGIES), dataset="digits"),
-    "quick": dict(noise=[0.0, 0.1, 0.2], seeds=8, tuning_seeds=2, C_grid=[0.01, 0.1, 1.0, 10.0, 100.0], initial=20, batch=40,
+                 n_rare=3, rare_size=100, strategies=list(al.STRATEGIES), dataset="digits"),
+    # quick and full: LabelBench's kind of imbalance (3 rare docstring families of 100 pool texts, every other
+    # family merged into "others", about 1:52), a class-conditional flip; batch >= 2 * C * B1 * 3 so that DIRECT's
+    # interval search has at least 3 annotation rounds per class (C = 4: 24 labels per batch for B1 = 1, 480 for 20)
+    "quick": dict(noise=[0.0, 0.1], seeds=8, tuning_seeds=2, C_grid=[0.1, 1.0, 10.0], initial=20, batch=40,
                   rounds=8, n_annotators=1, min_budget_per_class=60, n_majority=2, minority_fraction=0.05,
-                  strategies=list(al.STRATEGIES), dataset="digits"),
-    "full": dict(noise=[0.0, 0.1, 0.2], seeds=32, tuning_seeds=4, C_grid=[0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0],
-                 initial=20, batch=40, rounds=15, n_annotators=2, min_budget_per_class=60, n_majority=2,
-                 minority_fraction=0.05, strategies=list(al.STRATEGIES), dataset="digits"),
+                  n_rare=3, rare_size=100, strategies=list(al.STRATEGIES), dataset="docstrings-rare"),
+    "full": dict(noise=[0.0, 0.1], seeds=16, tuning_seeds=3, C_grid=[0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0],
+                 initial=20, batch=480, rounds=4, n_annotators=20, min_budget_per_class=60, n_majority=2,
+                 minority_fraction=0.05, n_rare=3, rare_size=100, strategies=list(al.STRATEGIES),
+                 dataset="docstrings-rare"),
 }
+PAPER_B1 = 20  # LabelBench configs/strategy/direct_sampling.json
 
 
 def _validate(config: Mapping[str, Any]) -> None:
@@ -78,7 +85,7 @@ def _validate(config: Mapping[str, Any]) -> None:
     if dataset not in DATASETS:
         raise ValueError(f"dataset must be one of {DATASETS}, got {dataset!r}")
     most = 9 if dataset == "digits" else text_sets.MAX_MAJORITY
-    if config["n_majority"] > most:
+    if dataset != "docstrings-rare" and config["n_majority"] > most:
         raise ValueError(f"n_majority must be at most {most} for dataset {dataset!r}, got {config['n_majority']}")
     grid = config["C_grid"]
     if not isinstance(grid, list) or not grid or any(not isinstance(c, (int, float)) or c <= 0 for c in grid):
@@ -90,19 +97,28 @@ def _validate(config: Mapping[str, Any]) -> None:
             or any(s not in al.STRATEGIES for s in strategies) or len(set(strategies)) != len(strategies)):
         raise ValueError(f"strategies must list distinct names of {al.STRATEGIES}, including 'direct' and "
                          f"'random', got {strategies!r}")
-    if dataset == "docstrings":
+    for key in ("n_rare", "rare_size"):
+        v = config.get(key, 1)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{key} must be a positive integer, got {v!r}")
+    if dataset in _TEXT:
         text_sets.available()  # one line naming what to install, before any work
 
 
 def _data(case: tuple, shared: Mapping[str, Any]) -> al.ActiveData:
     data_seed, noise = case
-    key = (shared["dataset"], data_seed, noise, shared["n_majority"], shared["minority_fraction"])
+    key = (shared["dataset"], data_seed, noise, shared["n_majority"], shared["minority_fraction"],
+           shared.get("n_rare"), shared.get("rare_size"))
     cache = _data.__dict__.setdefault("cache", {})
     if key not in cache:
         cache.clear()
         if shared["dataset"] == "digits":
             cache[key] = al.imbalanced_digits(data_seed, n_majority=shared["n_majority"],
                                               minority_fraction=shared["minority_fraction"], noise=noise)
+        elif shared["dataset"] == "docstrings-rare":
+            E, y = shared["text"]
+            cache[key] = text_sets.rare_vs_others_text(E, y, data_seed, n_rare=int(shared["n_rare"]),
+                                                       rare_size=int(shared["rare_size"]), noise=noise)
         else:
             E, y = shared["text"]
             cache[key] = text_sets.imbalanced_text(E, y, data_seed, n_majority=shared["n_majority"],
@@ -126,6 +142,7 @@ def _lockstep(runs: list[tuple], config: Mapping[str, Any], desc: str, text=None
     ``(E, y)`` of the docstrings set, sent to the tasks through the object store."""
     shared = {k: config[k] for k in ("initial", "batch", "rounds", "n_annotators", "min_budget_per_class",
                                      "n_majority", "minority_fraction", "dataset")}
+    shared.update({k: config.get(k) for k in ("n_rare", "rare_size")})
     shared["text"] = text
     shared["start"] = [(s, seed, C) for s, seed, C, _ in runs]
     states = [None] * len(runs)
@@ -178,7 +195,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     grid = [float(c) for c in config["C_grid"]]
 
     text, data_info = None, {"name": config["dataset"]}
-    if config["dataset"] == "docstrings":
+    if config["dataset"] in _TEXT:
         from rayml.data import minilm
 
         E, y, ts = text_sets.docstring_embeddings()
@@ -186,27 +203,33 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         data_info.update(texts=len(ts.texts), families=list(ts.families), corpus_sha256=ts.fingerprint,
                          encoder=f"{minilm.PACKAGE}=={minilm.VERSION}", encoder_sha256=minilm.SAFETENSORS_SHA256,
                          python=".".join(map(str, sys.version_info[:3])))
-    tune_runs = [(s, sd, C, (sd, nz)) for s in strategies for nz in noises for C in grid for sd in tune_seeds]
-    tuned = _lockstep(tune_runs, config, "direct tuning", text) if len(grid) > 1 else []
-    chosen = {}
-    for s in strategies:
-        for nz in noises:
-            if len(grid) == 1:
-                chosen[(s, nz)] = grid[0]
-                continue
-            scores = [np.mean([_auc(st) for st, r in zip(tuned, tune_runs) if r[0] == s and r[3][1] == nz
-                               and r[2] == C]) for C in grid]
-            chosen[(s, nz)] = grid[int(np.argmax(scores))]
+    tuned: dict = {}  # (strategy, noise, C) -> the tuning seeds' final states
+
+    def evaluate(items):
+        """Mean balanced accuracy over the rounds on the tuning seeds, one lock-step run per item."""
+        runs = [(p[0], sd, float(st["C"]), (sd, p[1])) for p, st in items for sd in tune_seeds]
+        states = _lockstep(runs, config, "direct tuning", text)
+        for (strat, _, C, (_, nz)), state in zip(runs, states):
+            tuned.setdefault((strat, nz, C), []).append(state)
+        return [float(np.mean([_auc(x) for x in tuned[(p[0], p[1], float(st["C"]))]])) for p, st in items]
+
+    if len(grid) > 1:
+        # every strategy on the same C grid (sklearn's default C = 1 inside), extended once past an edge
+        choices = evidence.tune(evaluate, {(s_, nz): {"C": grid} for s_ in strategies for nz in noises},
+                                lower_is_better=False, extend=1, limits={"C": (1e-4, 1e4)})
+        chosen = {k: float(c.setting["C"]) for k, c in choices.items()}
+        tuning_table = evidence.tuning_rows(choices, keys=("method", "noise"), metric="mean_auc_tuning_seeds")
+    else:
+        choices, chosen, tuning_table = {}, {(s_, nz): grid[0] for s_ in strategies for nz in noises}, []
     # the best baseline is chosen on the tuning seeds too (at each strategy's chosen C), never on the test
     # seeds: a maximum over seven baselines taken on the test seeds would be biased upwards
     tune_auc: dict = {}
     tune_final: dict = {}
-    for s in strategies:
-        for nz in noises:
-            sts = [st for st, r in zip(tuned, tune_runs) if r[0] == s and r[3][1] == nz and r[2] == chosen[(s, nz)]]
-            if sts:
-                tune_auc[(s, nz)] = float(np.mean([_auc(st) for st in sts]))
-                tune_final[(s, nz)] = float(np.mean([st.curve[-1]["balanced_accuracy"] for st in sts]))
+    for (s_, nz), C in chosen.items():
+        sts = tuned.get((s_, nz, C), [])
+        if sts:
+            tune_auc[(s_, nz)] = float(np.mean([_auc(st) for st in sts]))
+            tune_final[(s_, nz)] = float(np.mean([st.curve[-1]["balanced_accuracy"] for st in sts]))
     selected_on = "tuning seeds" if tune_auc else "test seeds (a single C: no tuning runs)"
 
     test_runs = [(s, sd, chosen[(s, nz)], (sd, nz)) for s in strategies for nz in noises for sd in test_seeds]
@@ -214,6 +237,21 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     probe = _data((test_seeds[0], noises[0]), {**config, "text": text})
     data_info.update(pool=int(probe.y_true.size), test=int(probe.y_test.size), classes=int(probe.n_classes),
                      minority_pool=int(np.isin(probe.y_true, probe.minority).sum()))
+    # the label noise as it lands (first test seed): wrong labels in all, and the share of wrong labels among
+    # the texts labelled as a minority class (what misleads a rare class's threshold)
+    noisy_info = {}
+    for nz in noises:
+        d = _data((test_seeds[0], nz), {**config, "text": text})
+        as_minor = np.isin(d.y_noisy, d.minority)
+        noisy_info[f"noise={nz:g}"] = {"wrong_labels": int((d.y_noisy != d.y_true).sum()),
+                                       "wrong_share_of_minority_labelled": float(np.mean(d.y_noisy[as_minor]
+                                                                                        != d.y_true[as_minor]))}
+    data_info["label_noise"] = noisy_info
+    clean, noisy = min(noises), max(noises)
+
+    def level(nz):
+        return "clean" if nz == clean else "noisy" if nz == noisy else "mid"
+
     budget_labels = int(config["initial"]) + int(config["batch"]) * int(config["rounds"])
 
     per: dict = {}
@@ -224,7 +262,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         final = st.curve[-1]
         for metric, value in (("auc", _auc(st)), ("final_accuracy", final["balanced_accuracy"]),
                               ("minority_labels", final["minority_labels"]), ("labels_used", len(st.labeled))):
-            run_rows.append({"method": s, "noise": nz, "seed": i, "metric": metric, "value": float(value)})
+            run_rows.append({"method": s, "noise": nz, "level": level(nz), "seed": i, "metric": metric,
+                             "value": float(value)})
     labels = np.array([p["labels"] for p in states[0].curve], dtype=float)
     mean_curve = {}
     for (s, nz), sts in per.items():
@@ -270,11 +309,17 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         summary[m] = {
             "saving_vs_random_median": _median([e[0] for e in entries.values()]),
             "saving_vs_best_other_median": _median([e[1] for e in entries.values()]) if pool else None,
+            "saving_vs_random_clean": entries[clean][0],
+            "saving_vs_best_other_clean": entries[clean][1],
+            "saving_vs_random_noisy": entries[noisy][0],
+            "saving_vs_best_other_noisy": entries[noisy][1],
             "saving_vs_random": {f"noise={nz:g}": e[0] for nz, e in entries.items()},
             "saving_vs_best_other": {f"noise={nz:g}": e[1] for nz, e in entries.items()},
             "best_other": {f"noise={nz:g}": e[2] for nz, e in entries.items()},
             "auc": float(np.mean(list(aucs.values()))),
             "auc_by_noise": {f"noise={nz:g}": v for nz, v in aucs.items()},
+            "auc_clean": aucs[clean], "auc_noisy": aucs[noisy],
+            "minority_labels_clean": float(np.mean([st.curve[-1]["minority_labels"] for st in per[(m, clean)]])),
             "final_accuracy": float(np.mean([st.curve[-1]["balanced_accuracy"] for nz in noises for st in per[(m, nz)]])),
             "minority_labels": float(np.mean([st.curve[-1]["minority_labels"] for nz in noises for st in per[(m, nz)]])),
             "labels_used": float(np.mean([len(st.labeled) for nz in noises for st in per[(m, nz)]])),
@@ -291,76 +336,59 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         best_rows += [{**r, "method": "best-baseline", "source": b} for r in run_rows
                       if r["method"] == b and r["noise"] == nz]
     run_rows += best_rows
-    # one value per data seed (mean over noise levels): the noise levels share a seed's pool, start set and test
-    # set, so pairing on (noise, seed) would count each seed up to len(noise) times (pseudo-replication)
-    by_seed_rows = []
-    for m in list(strategies) + ["best-baseline"]:
-        for metric in ("auc", "final_accuracy", "minority_labels"):
-            for i in range(n_test):
-                vals = [r["value"] for r in run_rows if r["method"] == m and r["metric"] == metric and r["seed"] == i]
-                by_seed_rows.append({"method": m, "seed": i, "metric": metric, "value": float(np.mean(vals)),
-                                     "noise_levels": len(vals)})
     violations = sum(1 for st in states if len(st.labeled) != budget_labels)
-    edge = sum(1 for c in chosen.values() if on_edge(c, grid))
+    edge = sum(1 for c in choices.values() if c.edges)
     metrics = {**summary["direct"], "budget_violations": violations, "C_at_grid_edge": edge,
                "C_choices": len(chosen),
                "best_baseline_by_noise": best_by_noise, "best_selected_on": selected_on,
                "labels_budget": budget_labels, "data": data_info}
     baselines = {s.replace("-", "_"): summary[s] for s in baselines_run}
     best_auc = [np.mean([r["value"] for r in best_rows if r["noise"] == nz and r["metric"] == "auc"]) for nz in noises]
-    baselines["best_baseline"] = {"auc": float(np.mean(best_auc))}
+    baselines["best_baseline"] = {"auc": float(np.mean(best_auc)), "auc_clean": float(best_auc[noises.index(clean)]),
+                                  "auc_noisy": float(best_auc[noises.index(noisy)])}
     budget = {"labels_per_run": budget_labels, "initial": int(config["initial"]), "batch": int(config["batch"]),
-              "rounds": int(config["rounds"]), "runs": len(test_runs), "tuning_runs": len(tune_runs) if len(grid) > 1 else 0,
-              "tuning": f"head C on {grid} by mean balanced accuracy over rounds on {n_tune} tuning seeds "
-                        "(apart from the test seeds), per strategy and noise level; the best baseline (by AUC, and "
+              "rounds": int(config["rounds"]), "runs": len(test_runs),
+              "tuning_runs": sum(len(v) for v in tuned.values()),
+              "tuning": f"head C on {grid} (extended once past an edge) by mean balanced accuracy over rounds on "
+                        f"{n_tune} tuning seeds (apart from the test seeds), per strategy and noise level (rayml.evidence.tune); "
+                        "the best baseline (by AUC, and "
                         f"by final accuracy for the label savings) chosen on the {selected_on}",
               "direct": {"n_annotators": int(config["n_annotators"]),
                          "min_budget_per_class": int(config["min_budget_per_class"])}}
-    tables = {"runs": run_rows, "by_seed": by_seed_rows, "curves": curve_rows, "savings": saving_rows,
-              "tuning": [{"method": s, "noise": nz, "metric": "chosen_C", "value": c} for (s, nz), c in chosen.items()]}
+    tables = {"runs": run_rows, "curves": curve_rows, "savings": saving_rows,
+              "tuning": tuning_table or [{"method": s, "noise": nz, "metric": "chosen_C", "value": c}
+                                         for (s, nz), c in chosen.items()]}
     return Outcome(metrics=metrics, baselines=baselines, tables=tables, budget=budget)
 
 
-def _paired(text, metric, compare, b_method, *, source, value_metric="auc", kind="paper", controls=()):
-    return Claim(text=text, metric=metric, compare=compare, op=">", test="paired sign test over seeds",
-                 table="by_seed", a={"method": "direct", "metric": value_metric},
-                 b={"method": b_method, "metric": value_metric}, pair_on=("seed",), source=source, kind=kind,
-                 controls=controls)
-
-
 _STRONG = ("confidence", "margin", "entropy", "coreset", "badge", "galaxy")
+SRC_NOISE = "abstract: 'DIRECT reduces annotation costs ... while maintaining robustness to label noise'"
 
+# One claim per part of the abstract's sentence, at the clean level (the imbalance alone); the noise part apart,
+# at the highest noise level of the class-conditional flip. Savings are the paper's own statement (over 80% /
+# 60%); the paired AUC test is the noise part's (the paper states no number for it).
 CLAIMS = (
-    Claim(text="DIRECT reaches random sampling's final balanced accuracy with >= 80% fewer labels "
-               "(median over noise levels)",
-          metric="metrics.saving_vs_random_median", compare=0.8, op=">=", source=ABSTRACT_RANDOM,
-          controls=tuple(Control(b, f"baselines.{b}.saving_vs_random_median") for b in _STRONG)),
-    Claim(text="DIRECT reaches the best baseline's final balanced accuracy with >= 60% fewer labels "
-               "(median over noise levels)",
-          metric="metrics.saving_vs_best_other_median", compare=0.6, op=">=", source=ABSTRACT_SOTA,
-          controls=tuple(Control(b, f"baselines.{b}.saving_vs_best_other_median") for b in _STRONG)),
-    _paired("DIRECT's balanced accuracy over the rounds beats the best baseline's (paired over data seeds, mean over noise levels)",
-            "metrics.auc", "baselines.best_baseline.auc", "best-baseline",
-            source="abstract: 'reduces annotation costs ... compared to state-of-the-art active learning methods'"),
-    _paired("DIRECT's balanced accuracy over the rounds beats GALAXY's (paired over data seeds, mean over noise levels)",
-            "metrics.auc", "baselines.galaxy.auc", "galaxy",
-            source="abstract: 'reduces annotation costs by over 60% compared to state-of-the-art active learning "
-                   "methods' (GALAXY, the earlier imbalance-aware method in LabelBench, is one of them)"),
-    # The two claims against random sampling name the other strategies as controls: if they beat random
-    # sampling too, the claim says nothing about DIRECT in particular (status "not discriminating").
-    _paired("DIRECT's balanced accuracy over the rounds beats random sampling's (paired over data seeds, mean over noise levels; "
-            "controls: the other strategies against random)",
-            "metrics.auc", "baselines.random.auc", "random", source=ABSTRACT_RANDOM,
-            controls=tuple(Control(b, f"baselines.{b}.auc", a={"method": b, "metric": "auc"}) for b in _STRONG)),
-    _paired("DIRECT collects more minority-class labels than random sampling (paired over data seeds, mean over noise levels; "
-            "controls: the other strategies against random)",
-            "metrics.minority_labels", "baselines.random.minority_labels", "random", value_metric="minority_labels",
-            source="abstract: 'active learning offers a fundamental fix by strategically collecting balanced, "
-                   "informative labeled examples' (said of active learning in general)",
-            controls=tuple(Control(b, f"baselines.{b}.minority_labels", a={"method": b, "metric": "minority_labels"})
-                           for b in _STRONG)),
+    Claim(text="without label noise DIRECT reaches random sampling's final balanced accuracy with >= 80% fewer labels",
+          metric="metrics.saving_vs_random_clean", compare=0.8, op=">=", source=ABSTRACT_RANDOM,
+          controls=tuple(Control(b, f"baselines.{b}.saving_vs_random_clean") for b in _STRONG)),
+    Claim(text="without label noise DIRECT reaches the best baseline's final balanced accuracy with >= 60% fewer "
+               "labels (the best baseline chosen on the tuning seeds)",
+          metric="metrics.saving_vs_best_other_clean", compare=0.6, op=">=", source=ABSTRACT_SOTA,
+          controls=tuple(Control(b, f"baselines.{b}.saving_vs_best_other_clean") for b in _STRONG)),
+    Claim(text="under class-conditional label noise (the highest level) DIRECT's balanced accuracy over the rounds "
+               "beats the best baseline's (paired over data seeds)",
+          metric="metrics.auc_noisy", compare="baselines.best_baseline.auc_noisy", op=">",
+          test="paired sign test over seeds", table="runs",
+          a={"method": "direct", "metric": "auc", "level": "noisy"},
+          b={"method": "best-baseline", "metric": "auc", "level": "noisy"}, pair_on=("seed",), source=SRC_NOISE),
     Claim(text="every run used exactly the recorded label budget", metric="metrics.budget_violations",
           compare=0.0, op="<=", kind="sanity"),
+    # said of active learning in general in the abstract, not of DIRECT: a sanity check of the setting
+    Claim(text="without label noise DIRECT collects more minority-class labels than random sampling (paired over data "
+               "seeds)", metric="metrics.minority_labels_clean", compare="baselines.random.minority_labels_clean", op=">",
+          kind="sanity", test="paired sign test over seeds", table="runs",
+          a={"method": "direct", "metric": "minority_labels", "level": "clean"},
+          b={"method": "random", "metric": "minority_labels", "level": "clean"}, pair_on=("seed",)),
 )
 
 

