@@ -15,8 +15,9 @@
   such run, the unlabelled example nearest a cut edge (adjacent labelled examples of different
   labels) is queried, else a random one.
 
-Details taken from LabelBench (``strategy_impl/*.py``); assumed: ties in the top-k scores are broken
-by pool index (stable sort); GALAXY's fallback is "nearest to any cut edge" (the authors' scan
+Details taken from LabelBench (``strategy_impl/*.py``); assumed: exact ties in the top-k scores are
+broken at random (a head that has seen one class gives every example the same score; a trained
+network's softmax would not tie); GALAXY's fallback is "nearest to any cut edge" (the authors' scan
 takes the nearest unlabelled neighbour of a 0-1 or 1-0 edge, ties left to right).
 """
 
@@ -46,8 +47,14 @@ def uncertainty_scores(probs, kind: str) -> np.ndarray:
     raise ValueError(f"kind must be 'confidence', 'margin' or 'entropy', got {kind!r}")
 
 
-def top_uncertain(scores: np.ndarray, unlabeled: np.ndarray, budget: int) -> np.ndarray:
-    """The ``budget`` unlabelled indices of largest score (ties by index)."""
+def top_uncertain(scores: np.ndarray, unlabeled: np.ndarray, budget: int,
+                  rng: np.random.Generator | None = None) -> np.ndarray:
+    """The ``budget`` unlabelled indices of largest score; exact ties by index, or in a random order
+    when ``rng`` is given (a head that has seen one class scores every example the same: by index it
+    would query one end of the pool, round after round)."""
+    unlabeled = np.asarray(unlabeled)
+    if rng is not None:
+        unlabeled = unlabeled[rng.permutation(unlabeled.size)]
     order = unlabeled[np.argsort(-scores[unlabeled], kind="stable")]
     return order[:budget]
 
@@ -159,7 +166,7 @@ def select_baseline(name: str, probs: np.ndarray, emb: np.ndarray, labeled_idx: 
     if name == "random":
         return rng.choice(unl, size=budget, replace=False)
     if name in ("confidence", "margin", "entropy"):
-        return top_uncertain(uncertainty_scores(probs, name), unl, budget)
+        return top_uncertain(uncertainty_scores(probs, name), unl, budget, rng)
     if name == "coreset":
         return coreset(emb, taken, budget)
     if name == "badge":

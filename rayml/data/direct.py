@@ -281,7 +281,11 @@ def direct_select(probs, labeled_idx, labels, budget: int, annotate: Annotator, 
     taken = np.zeros(n, dtype=bool)  # labelled or queried in this batch
     taken[labeled_idx] = True
     margins = margin_scores(p)
-    orders = [np.argsort(-margins[:, k], kind="stable") for k in range(C)]
+    # exact ties in the margins (a head that has seen one class) in a random order, not by pool index
+    # (assumed; a trained network's margins do not tie): by index every class's line would start at one
+    # end of the pool
+    tie = rng.permutation(n)
+    orders = [tie[np.argsort(-margins[tie, k], kind="stable")] for k in range(C)]
     freq = np.bincount(labels.astype(np.int64), minlength=C)
     rank = np.argsort(-freq, kind="stable")  # most frequent first
 

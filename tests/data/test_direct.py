@@ -182,6 +182,14 @@ def test_uncertainty_baselines_match_brute_force():
         np.testing.assert_array_equal(ab.top_uncertain(ab.uncertainty_scores(p, kind), unl, 7), brute)
 
 
+def test_exact_ties_in_uncertainty_are_broken_at_random_not_by_index():
+    # a head that has seen one class scores every example the same: by index it would query one end of the pool
+    scores, unl = np.zeros(100), np.arange(100)
+    picks = [set(ab.top_uncertain(scores, unl, 10, np.random.default_rng(s)).tolist()) for s in range(3)]
+    assert picks[0] != picks[1] and any(max(p) > 50 for p in picks)
+    assert list(ab.top_uncertain(scores, unl, 3)) == [0, 1, 2]  # without rng: by index
+
+
 def test_coreset_picks_the_farthest_point_then_the_next_farthest():
     emb = np.array([[0.0], [1.0], [10.0], [4.0], [6.0]])
     lab = np.array([True, False, False, False, False])
