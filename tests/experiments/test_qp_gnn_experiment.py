@@ -52,3 +52,27 @@ def test_foldable_pairs_are_foldable_wl_equivalent_and_differ():
         assert not qg.is_unfoldable(a) and not qg.is_unfoldable(b) and qg.wl_indistinguishable(a, b)
         gap = qi.solve_miqp_enumerate(b).obj - qi.solve_miqp_enumerate(a).obj
         assert gap >= 0.5 - 1e-9
+
+
+def test_learning_rates_are_tuned_by_evidence_tune_on_separate_seeds_with_the_paper_value_inside(tiny_record):
+    """Issue 39: the hand-rolled lr grid (one seed per lr, no edge check) is replaced by evidence.tune."""
+    from rayml.experiments import qp_gnn as exp
+
+    budget = tiny_record("qp-gnn")["config"]["budget"]
+    choices = budget["tuning_choices"]
+    assert set(choices) == {f"{t}/{c}" for t in exp.TARGETS for c in ("qp-gnn", "lp-gnn")}
+    assert all(ch["paper_inside"] for ch in choices.values())
+    assert {f"{k}": ch["setting"]["lr"] for k, ch in choices.items()} == budget["tuned_lr"]
+    for size in ("quick", "full"):
+        cfg = exp.SIZES[size]
+        assert min(cfg["lr_grid"]) <= exp.PAPER_LR <= max(cfg["lr_grid"]) and cfg["extend"] >= 1
+
+
+def test_bad_tuning_settings_are_refused():
+    import pytest
+
+    from rayml.experiments import qp_gnn as exp
+
+    for key, bad in (("tune_seeds", 0), ("extend", -1), ("lr_grid", [3e-4, 5.0]), ("lr_grid", [])):
+        with pytest.raises(ValueError, match=key):
+            exp._check({**exp.SIZES["tiny"], key: bad})
