@@ -21,7 +21,9 @@ Tuning (``rayml.evidence.tune``): each method's one hyperparameter on a grid of 
 (learning rate for the networks, with the assumed paper setting 0.01 inside; ``alpha`` for label
 propagation, with Zhou et al.'s 0.99 inside; ``C`` for logistic regression) by mean validation
 accuracy over tuning GONs (``tune_seeds`` per dataset) whose seeds are kept apart from the test
-seeds (``split_seeds``); a choice on a grid edge is extended ``extend`` times.
+seeds (``split_seeds``); equal validation accuracies tie, and the tied setting nearest the default
+(the paper's lr, Zhou et al.'s alpha, ``C = 1``, on a log scale) wins; a choice on a grid edge is
+extended ``extend`` times.
 
 Claims: N2GON against the strongest baseline (the one with the highest mean test accuracy, chosen
 after the runs, the choice least favourable to N2GON), paired Wilcoxon over (dataset, seed) with
@@ -53,6 +55,7 @@ DATASETS = ("digits", "molecules")
 PAPER_LR = 0.01  # assumed: the paper's learning rate was not reachable
 PAPER_ALPHA = 0.99  # Zhou et al. (2004)'s setting
 TIE = 1e-9  # equal accuracies are ties
+DEFAULTS = {"lr": PAPER_LR, "alpha": PAPER_ALPHA, "C": 1.0}  # a tuning tie goes to the setting nearest these
 
 _NET = dict(hidden=16, lam=1.0, eval_every=5, degree=6.0, homophily=0.8)
 SIZES = {
@@ -71,6 +74,14 @@ _GRID = {"lr": "lr_grid", "alpha": "alpha_grid", "C": "C_grid"}
 
 def _axis(method: str) -> str:
     return "alpha" if method == "label-prop" else "C" if method == "logreg" else "lr"
+
+
+def _nearest_default(setting: Mapping[str, float]) -> float:
+    """Tie-break key of ``tune``: a tied setting's log-distance to its axis's default (the paper's lr,
+    Zhou et al.'s alpha, ``C = 1``), so equal validation accuracies (steps of 1 / n_val) pick the
+    default rather than the grid's first (lowest) value."""
+    (axis, value), = setting.items()
+    return abs(float(np.log(value / DEFAULTS[axis])))
 
 
 def _int(config, key, lo):
@@ -172,7 +183,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     grids = {m: {_axis(m): [float(v) for v in config[_GRID[_axis(m)]]]} for m in RUNS}
     paper = {**{m: {"lr": PAPER_LR} for m in NETWORKS}, "label-prop": {"alpha": PAPER_ALPHA}}
     choices = tune(evaluate, grids, lower_is_better=False, paper=paper, extend=int(config["extend"]),
-                   limits={"lr": (1e-4, 0.5), "alpha": (0.01, 0.999), "C": (1e-4, 1e4)})
+                   limits={"lr": (1e-4, 0.5), "alpha": (0.01, 0.999), "C": (1e-4, 1e4)}, tie=TIE,
+                   tie_break=_nearest_default)
     best = {m: choices[m].setting[_axis(m)] for m in RUNS}
     gons = _gon_seeds(test_seed, datasets, n_seeds)
     items = [("main", d, m, best[m], k, *gons[(d, k)]) for d in datasets for k in range(n_seeds) for m in RUNS]
@@ -211,7 +223,9 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
               "tuning": {m: choices[m].summary() for m in RUNS},
               "tuning_rule": f"each method's one hyperparameter on a grid of {len(config['lr_grid'])} values by mean "
                              f"validation accuracy over {n_tune} tuning GON(s) per dataset, seeds apart from the "
-                             f"test seeds (split_seeds); paper values inside: lr {PAPER_LR}, alpha {PAPER_ALPHA}",
+                             f"test seeds (split_seeds); paper values inside: lr {PAPER_LR}, alpha {PAPER_ALPHA}; "
+                             f"equal validation accuracies tie, the tied setting nearest {DEFAULTS} (log scale) "
+                             "wins",
               "labels_per_class": int(config["labels_per_class"]), "lam": float(config["lam"]),
               "label_must_links": "none (no baseline could use them)",
               "inter_edges": f"planted from the labels: degree {config['degree']}, homophily {config['homophily']}"}

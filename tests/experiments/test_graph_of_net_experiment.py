@@ -26,3 +26,20 @@ def test_paper_setting_is_inside_every_tuning_grid():
         assert exp.PAPER_LR in exp.SIZES[size]["lr_grid"]
         assert exp.PAPER_ALPHA in exp.SIZES[size]["alpha_grid"]
     assert all(c.source for c in exp.CLAIMS if c.kind == "paper")
+
+
+def test_tuning_ties_go_to_the_default_not_to_the_grid_edge():
+    """Equal validation accuracies (steps of 1 / n_val) used to pick the grid's lowest value, an edge
+    (quick's GCN: 0.975 at every lr, 0.003 chosen); now the tied setting nearest the default wins."""
+    from rayml.evidence import tune
+    from rayml.experiments import graph_of_net as exp
+
+    grids = {"gcn": {"lr": [0.003, 0.01, 0.03]}, "logreg": {"C": [0.1, 1.0, 10.0]},
+             "label-prop": {"alpha": [0.5, 0.9, 0.99]}}
+    flat = tune(lambda items: [0.975] * len(items), grids, lower_is_better=False, tie=exp.TIE,
+                tie_break=exp._nearest_default)
+    assert flat["gcn"].setting == {"lr": 0.01} and not flat["gcn"].edges
+    assert flat["logreg"].setting == {"C": 1.0} and flat["label-prop"].setting == {"alpha": 0.99}
+    best = tune(lambda items: [1.0 if s.get("lr") == 0.03 else 0.9 for _, s in items], {"gcn": grids["gcn"]},
+                lower_is_better=False, tie=exp.TIE, tie_break=exp._nearest_default)
+    assert best["gcn"].setting == {"lr": 0.03}  # a strictly better score still wins
