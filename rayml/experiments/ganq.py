@@ -91,7 +91,7 @@ from rayml.results import Claim, Control
 
 __all__ = ["EXPERIMENT", "SIZES", "BENCH_SIZES", "METHODS", "REAL_MODELS", "GPU_SHAPES", "run", "bench",
            "gpu_bench", "heldout_batches", "text_batches", "score_batches", "calibration_rows", "quantize_task",
-           "bits_per_weight", "group_size_for"]
+           "bits_per_weight", "group_size_for", "keep_sink_intact"]
 
 PAPER = "GANQ: GPU-Adaptive Non-Uniform Quantization for Large Language Models (Zhao & Yuan), ICML 2025"
 METHOD = "ganq"
@@ -109,8 +109,10 @@ HELDOUT_SEED = 7_100_019   # held-out items (test split)
 LAYER_SEED = 7_200_011     # the packed text on which the substrate's layer-wise output errors are measured
 TEXT_SEED = 7_300_013      # English windows (real models): calibration and held-out draws
 
-# sink_positions: calibration windows start after the attention sink (position 0 left out of every
-# calibrated method's H; issue 40: GPTQ's error on SmolLM2's sink token was 10-20x RTN's)
+# sink_positions: the attention sink is protected for every method (issue 40: GPTQ's error on SmolLM2's sink
+# token was 10-20x RTN's): calibration windows start after it (position 0 left out of every calibrated
+# method's H and of the layer errors) and it runs at full precision in the evaluation (IntactKV:
+# keep_sink_intact), so its keys and values are the fp32 model's
 _COMMON = dict(model="base", bits=[3, 4], row_len=512, iterations=10, variants=[], sink_positions=1)
 # a real model: English text; quick quantizes two middle blocks of SmolLM2's 30
 REAL_QUICK = dict(blocks=[14, 15], calib_rows=8, row_len=512, heldout_texts=24, text_len=128)
@@ -335,6 +337,31 @@ def _quantizer(method: str, bits: int, config: Mapping, history: dict):
     return quantize
 
 
+def keep_sink_intact(blocks: Mapping[int, torch.nn.Module], names: Sequence[str], state: Mapping[str, torch.Tensor],
+                     positions: int) -> list:
+    """IntactKV-style sink protection (issue 40): the first ``positions`` tokens of every sequence go
+    through each quantized layer of ``names`` with its full-precision weight ``state[name + ".weight"]``.
+
+    A causal model's first tokens depend on nothing after them, so their hidden states, and the keys
+    and values every later token attends to, are then exactly the fp32 model's (IntactKV keeps the
+    sink's KV cache at full precision); every later token runs the quantized weights. Returns the hook
+    handles (``positions == 0``: none)."""
+    handles = []
+    if positions <= 0:
+        return handles
+    for name in names:
+        _, b, rest = name.split(".", 2)
+        weight = state[name + ".weight"]
+
+        def hook(module, inputs, output, weight=weight):
+            out = output.clone()
+            out[:, :positions] = torch.nn.functional.linear(inputs[0][:, :positions], weight.to(out.dtype))
+            return out
+
+        handles.append(blocks[int(b)].get_submodule(rest).register_forward_hook(hook))
+    return handles
+
+
 @torch.no_grad()
 def quantize_task(item: tuple, shared: Mapping) -> dict:
     """One Ray task: ``item = (seed index, method, bits)``: rebuild the blocks from the first quantized
@@ -363,6 +390,7 @@ def quantize_task(item: tuple, shared: Mapping) -> dict:
             mod = blocks[int(b)].get_submodule(rest)
             mod.weight.copy_(quantize(name, mod.weight.detach(), None).to(mod.weight.dtype))
     evals = shared["eval"][s]
+    keep_sink_intact(blocks, names, shared["state"], int(config["sink_positions"]))
 
     def logits_of(i, batch):
         h = evals["x"][i]
@@ -436,8 +464,9 @@ def _prepare_seed(model, tok, card: Mapping, config: Mapping, s: int, start: int
     hook = model.layers[start].register_forward_pre_hook(lambda mod, args: entry.append(args[0].detach().clone()))
     try:
         finals = []
+        sink = int(config["sink_positions"])  # kept at full precision (IntactKV): out of the layer errors too
         if real:  # the held-out windows are also the layer-error inputs
-            layer_h = collect_hessians(model, batches, names,
+            layer_h = collect_hessians(model, batches, names, skip_positions=sink,
                                        forward=lambda m, b: finals.append(m(b["ids"], return_hidden=True)))
         else:
             finals = [model(b["ids"], return_hidden=True) for b in batches]
@@ -445,7 +474,7 @@ def _prepare_seed(model, tok, card: Mapping, config: Mapping, s: int, start: int
         if not real:
             rows = calibration_rows(tok, weights, seed=s, rows=int(config["heldout_rows"]),
                                     row_len=int(config["row_len"]), stream=LAYER_SEED)
-            layer_h = collect_hessians(model, [rows], names)
+            layer_h = collect_hessians(model, [rows], names, skip_positions=sink)
         # calibration: only the blocks before ``start`` (the fp32 prefix every method shares)
         x = model.embed_tokens(calib)
         rope: dict = {}

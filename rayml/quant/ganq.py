@@ -199,7 +199,7 @@ def linear_layers(model: nn.Module, names: Sequence[str] | None = None) -> dict[
 
 @torch.no_grad()
 def collect_hessians(model: nn.Module, batches: Iterable, names: Sequence[str] | None = None,
-                     *, forward=None) -> dict[str, torch.Tensor]:
+                     *, forward=None, skip_positions: int = 0) -> dict[str, torch.Tensor]:
     """``H = X X^T / tokens`` (float64) of every chosen ``nn.Linear``'s input, from forward hooks.
 
     Args:
@@ -208,6 +208,8 @@ def collect_hessians(model: nn.Module, batches: Iterable, names: Sequence[str] |
             ``model(batch)``).
         names: the linear layers to calibrate (default: all ``nn.Linear``).
         forward: how to run one batch.
+        skip_positions: the first positions of every ``(batch, sequence, features)`` input left out
+            of ``H`` (an attention sink kept at full precision, as ``quantize_sequential``'s).
 
     Raises:
         ValueError: no calibration batch (or no token) reached a layer.
@@ -220,7 +222,10 @@ def collect_hessians(model: nn.Module, batches: Iterable, names: Sequence[str] |
 
     def hook(name):
         def fn(module, inputs, output):
-            x = inputs[0].detach().reshape(-1, module.in_features).to(_DTYPE).cpu()
+            x = inputs[0].detach()
+            if skip_positions and x.dim() == 3:
+                x = x[:, skip_positions:]
+            x = x.reshape(-1, module.in_features).to(_DTYPE).cpu()
             sums[name] += x.T @ x
             counts[name] += x.shape[0]
         return fn

@@ -68,3 +68,35 @@ def test_the_substrate_is_not_the_papers_setting_and_smollm2_is():
         assert E.bits_per_weight(E.METHOD, b, 128) - b == pytest.approx(base)
         assert E.bits_per_weight(E.METHOD, b, 576) - b == pytest.approx(smol)
         assert base >= E.TABLE_OVERHEAD_LIMIT > smol
+
+
+def test_keep_sink_intact_runs_the_first_token_at_full_precision():
+    """IntactKV-style protection: with every linear layer of a block replaced by a crude quantization, the
+    first token's output equals the fp32 block's exactly (so its keys and values do too), and the later
+    tokens still see the quantized weights; with 0 positions nothing changes."""
+    import torch
+
+    import rayml.llm
+    from rayml.experiments import ganq as E
+
+    lm = rayml.llm.pretrained("base")
+    mcfg = lm.model.config.to_dict()
+    names = E._layer_names([0])
+    state = {k: v.detach().clone() for k, v in lm.model.state_dict().items()}
+    blocks, _, _ = E._suffix_from({"model_config": mcfg, "start": 0, "state": state})
+    x = torch.randn(2, 9, mcfg["d_model"], generator=torch.Generator().manual_seed(0))
+    rope: dict = {}
+    with torch.no_grad():
+        ref = E._run_block(blocks[0], x, rope, mcfg)
+        for name in names:
+            w = blocks[0].get_submodule(name.split(".", 2)[2]).weight
+            w.copy_(torch.round(w * 4) / 4)  # a coarse grid: every token's output moves
+        plain = E._run_block(blocks[0], x, rope, mcfg)
+        handles = E.keep_sink_intact(blocks, names, state, 1)
+        kept = E._run_block(blocks[0], x, rope, mcfg)
+    for h in handles:
+        h.remove()
+    assert E.keep_sink_intact(blocks, names, state, 0) == []
+    assert not torch.allclose(plain[:, 0], ref[:, 0], atol=1e-4)
+    assert torch.allclose(kept[:, 0], ref[:, 0], atol=1e-5)
+    assert torch.allclose(kept[:, 1:], plain[:, 1:], atol=1e-1) and not torch.allclose(kept[:, 1:], ref[:, 1:], atol=1e-4)

@@ -500,6 +500,8 @@ def test_sink_positions_leave_a_planted_sink_out_of_h_and_protect_the_other_toke
         W_hat = ganq.quantize_weight(W, H, ganq.GANQConfig(bits=2, iterations=3)).quant.dequantize()
         errors[skip] = float(ganq.objective(W, W_hat, rest).sum())  # error on the non-sink tokens
     assert errors[1] < errors[0]
+    skipped = ganq.collect_hessians(block, [x0], names=["self_attn.q_proj"], skip_positions=1)["self_attn.q_proj"]
+    torch.testing.assert_close(skipped, rest, rtol=1e-10, atol=1e-12)  # the held-out H leaves the sink out too
     with pytest.raises(ValueError, match="skip_positions"):
         ganq.quantize_sequential([block], x0, lambda b, x: b(x), lambda n, W, H: W, skip_positions=9)
 
