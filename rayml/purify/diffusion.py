@@ -57,6 +57,7 @@ __all__ = [
     "ScoreNet",
     "DiffusionConfig",
     "digits_split",
+    "check_images",
     "to_model",
     "to_image",
     "score",
@@ -390,17 +391,21 @@ def cache_dir() -> Path:
     return cache_root() / "purify"
 
 
-def train_score_model(config: DiffusionConfig = DiffusionConfig(), *, log: Callable | None = None) -> tuple[ScoreNet, dict]:
-    """Denoising score matching (epsilon prediction, ``t ~ U(0, T_MAX]``) on the digits training split.
+def train_score_model(config: DiffusionConfig = DiffusionConfig(), *, log: Callable | None = None,
+                      images: torch.Tensor | None = None) -> tuple[ScoreNet, dict]:
+    """Denoising score matching (epsilon prediction, ``t ~ U(0, T_MAX]``) on the digits training split,
+    or on ``images`` (a float ``(N, C, H, W)`` tensor in ``[0, 1]``, even H and W) when given.
 
-    Returns the EMA model (eval mode) and a card (config, seconds, final loss).
+    Returns the EMA model (eval mode) and a card (config, seconds, final loss; for ``images`` their
+    shape and sha256).
     """
+    if images is not None:
+        images = check_images(images)
     torch.manual_seed(config.seed)
-    xtr, _, _, _ = digits_split()
-    x = to_model(xtr)
+    x = to_model(digits_split()[0] if images is None else images)
     sched = config.schedule
-    model = ScoreNet(1, config.width)
-    ema = ScoreNet(1, config.width)
+    model = ScoreNet(x.shape[1], config.width)
+    ema = ScoreNet(x.shape[1], config.width)
     ema.load_state_dict(model.state_dict())
     opt = torch.optim.Adam(model.parameters(), lr=config.lr)
     lr_at = lambda k: config.lr * 0.5 * (1 + math.cos(math.pi * k / config.iterations))  # noqa: E731
@@ -427,7 +432,28 @@ def train_score_model(config: DiffusionConfig = DiffusionConfig(), *, log: Calla
     ema.eval()
     card = {"kind": "score", "config": asdict(config), "hash": config_hash("score", config),
             "train_seconds": time.perf_counter() - t0, "final_loss": float(np.mean(losses[-200:]))}
+    if images is not None:
+        card["data"] = {"images": list(images.shape),
+                        "sha256": hashlib.sha256(images.detach().cpu().numpy().tobytes()).hexdigest()}
     return ema, card
+
+
+def check_images(images) -> torch.Tensor:
+    """``images`` as a float32 ``(N, C, H, W)`` tensor in ``[0, 1]`` with even H and W (what ``ScoreNet``
+    takes), or a ``ValueError`` / ``TypeError`` naming ``images``."""
+    if isinstance(images, np.ndarray):
+        images = torch.from_numpy(np.ascontiguousarray(images))
+    if not isinstance(images, torch.Tensor):
+        raise TypeError(f"images must be a torch.Tensor or numpy array, got {type(images).__name__}")
+    if images.ndim != 4 or images.shape[0] < 1 or images.shape[1] < 1:
+        raise ValueError(f"images must have shape (N, C, H, W) with N, C >= 1, got {tuple(images.shape)}")
+    h, w = images.shape[-2:]
+    if h % 2 or w % 2 or h < 2 or w < 2:
+        raise ValueError(f"images must have even height and width, got {h}x{w}")
+    images = images.detach().to(torch.float32)
+    if not torch.isfinite(images).all() or images.min() < 0 or images.max() > 1:
+        raise ValueError("images must be finite and in [0, 1]")
+    return images
 
 
 def save_model(model: nn.Module, card: dict, path: Path) -> None:

@@ -13,9 +13,10 @@ tmlr-group/SSNI). Diffusion-based purification (DiffPure, GDMP) injects noise to
 3. A reweighting function turns the norm into the sample's level ``t(x)`` (``sample_levels``):
    SSNI-N (sigmoid): ``t(x) = round(sigmoid((||EPS(x)|| - mu_ref) / tau) * (t* + b))``;
    SSNI-L (linear): ``t(x) = (||EPS(x)|| - min) * t* / (max - min) + b`` with ``min``/``max``
-   of the reference norms (a fixed clean reference set, never the batch being purified, so
-   a sample's level does not depend on which batch it lands in). Both increase with the norm: inputs farther from the
-   data (adversarial) get more noise, clean inputs less.
+   over the reference norms and the batch being purified (the paper, per the research notes;
+   ``SSNIConfig.linear_range="reference"`` keeps the reference set's only, batch-independent).
+   Both increase with the norm: inputs farther from the data (adversarial) get more noise, clean
+   inputs less.
 4. Purify each input at its own level (``purify`` with ``ssni=...``): DiffPure or GDMP with the
    per-sample ``t`` (the reverse process follows each sample's own schedule).
 
@@ -43,10 +44,11 @@ from rayml.purify import diffusion
 from rayml.purify.diffusion import T_MAX, VPSchedule
 
 __all__ = ["SSNIConfig", "ReferenceStats", "score_norms", "reference_stats", "sample_levels",
-           "PurifyConfig", "purify", "METHODS", "VARIANTS"]
+           "PurifyConfig", "purify", "fit_score_model", "METHODS", "VARIANTS"]
 
 METHODS = ("diffpure", "gdmp")
 VARIANTS = ("N", "L")
+LINEAR_RANGES = ("reference+batch", "reference")
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,10 @@ class SSNIConfig:
         bias: the bias ``b`` (paper: 5).
         tau: the sigmoid temperature, in reference standard deviations (SSNI-N only).
         eps_steps: ``K``, the levels ``1..K`` averaged in the score norm (paper: 20).
+        linear_range: SSNI-L's ``min`` / ``max``: ``"reference+batch"`` (the paper, per the research
+            notes: over the reference norms and the batch being purified, so the batch's largest norm
+            gets at most ``t* + b``) or ``"reference"`` (the reference set only: a sample's level does
+            not depend on its batch, but norms above the reference max extrapolate past ``t* + b``).
     """
 
     variant: str = "N"
@@ -66,6 +72,7 @@ class SSNIConfig:
     bias: float = 5.0
     tau: float = 1.0
     eps_steps: int = 20
+    linear_range: str = "reference+batch"
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
@@ -78,6 +85,8 @@ class SSNIConfig:
             raise ValueError(f"tau must be > 0, got {self.tau!r}")
         if not isinstance(self.eps_steps, int) or isinstance(self.eps_steps, bool) or not 1 <= self.eps_steps <= 200:
             raise ValueError(f"eps_steps must be an integer in [1, 200], got {self.eps_steps!r}")
+        if self.linear_range not in LINEAR_RANGES:
+            raise ValueError(f"linear_range must be one of {LINEAR_RANGES}, got {self.linear_range!r}")
 
 
 @dataclass(frozen=True)
@@ -128,17 +137,21 @@ def sample_levels(norms: torch.Tensor, ref: ReferenceStats, cfg: SSNIConfig, *,
                   straight_through: bool = False) -> torch.Tensor:
     """The reweighting function: per-sample levels ``t(x)`` from score norms (SSNI-N or SSNI-L).
 
-    Rounded to whole steps and clipped to ``[0, 1000]``. Each level depends only on its own norm
-    and the fixed reference statistics ``ref`` (SSNI-L's ``min``/``max`` are the reference set's),
-    so it does not depend on the other samples of the batch. With ``straight_through`` the rounding
-    passes gradients unchanged (an adaptive attack that differentiates through ``t(x)``).
+    Rounded to whole steps and clipped to ``[0, 1000]``. SSNI-N's level depends only on its own norm
+    and the reference statistics ``ref``; SSNI-L's ``min`` / ``max`` are taken over the reference norms
+    and the batch (``cfg.linear_range="reference+batch"``, the paper) or the reference set only
+    (``"reference"``: batch-independent levels). With ``straight_through`` the rounding passes
+    gradients unchanged (an adaptive attack that differentiates through ``t(x)``, the batch's
+    extremes included).
     """
     if cfg.variant == "N":
         w = torch.sigmoid((norms - ref.mean) / (cfg.tau * max(ref.std, 1e-12)))
         t = w * (cfg.t_star + cfg.bias)
     else:
-        # the reference set's extremes only: a sample's level never depends on its batch-mates
-        t = (norms - ref.min) * cfg.t_star / max(ref.max - ref.min, 1e-12) + cfg.bias
+        lo, hi = torch.as_tensor(ref.min).to(norms), torch.as_tensor(ref.max).to(norms)
+        if cfg.linear_range == "reference+batch":
+            lo, hi = torch.minimum(lo, norms.min()), torch.maximum(hi, norms.max())
+        t = (norms - lo) * cfg.t_star / (hi - lo).clamp_min(1e-12) + cfg.bias
     t = t.clamp(0.0, T_MAX)
     rounded = torch.round(t)
     return t + (rounded - t).detach() if straight_through else rounded.detach()
@@ -202,3 +215,31 @@ def purify(model: diffusion.ScoreNet, images: torch.Tensor, cfg: PurifyConfig = 
         out = diffusion.gdmp(model, images, t, stride=step, seed=g, guide_radius=cfg.guide_radius,
                              guide_scale=cfg.guide_scale)
     return out, t.detach()
+
+
+def fit_score_model(images, *, iterations: int = 4000, width: int = 16, batch: int = 128, lr: float = 2e-3,
+                    seed: int = 0) -> tuple[diffusion.ScoreNet, dict]:
+    """Train the score network SSNI needs on the user's own clean images (issue 40).
+
+    SSNI takes a pre-trained score network (the paper: a CIFAR-10 / ImageNet diffusion model); this
+    fits rayml's small VP-SDE ``ScoreNet`` by denoising score matching (``diffusion.train_score_model``)
+    to ``images``, a float ``(N, C, H, W)`` tensor or array in ``[0, 1]`` with even H and W. Use the
+    result with ``reference_stats`` (on clean images held apart from the training ones, or the same)
+    and ``purify``; wrap a pretrained ``diffusers`` UNet instead with ``rayml.purify.adapters``.
+
+    Returns ``(model, card)``: the EMA model with frozen parameters, and its training card (config,
+    seconds, final loss, the images' shape and sha256).
+
+    Examples:
+        >>> import torch
+        >>> from rayml.purify import ssni
+        >>> x = torch.rand(32, 1, 4, 4)
+        >>> model, card = ssni.fit_score_model(x, iterations=5, batch=8)
+        >>> card["data"]["images"]
+        [32, 1, 4, 4]
+    """
+    config = diffusion.DiffusionConfig(width=width, iterations=iterations, batch=batch, lr=lr, seed=seed)
+    model, card = diffusion.train_score_model(config, images=diffusion.check_images(images))
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model, card

@@ -83,7 +83,7 @@ def test_sigmoid_reweighting_by_hand():
 
 
 def test_linear_reweighting_by_hand_uses_the_reference_extremes_only():
-    cfg = S.SSNIConfig("L", t_star=100, bias=5)
+    cfg = S.SSNIConfig("L", t_star=100, bias=5, linear_range="reference")
     t = S.sample_levels(torch.tensor([40.0, 80.0, 120.0]), REF, cfg)
     assert t.tolist() == [5.0, 55.0, 105.0]
     # a norm beyond the reference max gets a level past t* + b; it does not rescale its batch-mate
@@ -93,7 +93,7 @@ def test_linear_reweighting_by_hand_uses_the_reference_extremes_only():
 
 @pytest.mark.parametrize("variant", ["N", "L"])
 def test_a_samples_level_does_not_depend_on_its_batch(variant):
-    cfg = S.SSNIConfig(variant, t_star=100, bias=5)
+    cfg = S.SSNIConfig(variant, t_star=100, bias=5, linear_range="reference")
     probe = torch.tensor([70.0])
     alone = S.sample_levels(probe, REF, cfg)
     for mates in (torch.tensor([10.0, 300.0]), torch.tensor([65.0]), torch.tensor([1000.0, 0.0, 90.0])):
@@ -165,3 +165,55 @@ def test_gradients_reach_the_input_through_ssni(model, digits):
 def test_bad_arguments_are_rejected(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def _two_level_images(n: int, seed: int) -> torch.Tensor:
+    """A planted data set the user might bring: 4x4 images, left half dark, right half bright."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.zeros(n, 1, 4, 4)
+    x[..., 2:] = 1.0
+    return (x + 0.03 * torch.randn(x.shape, generator=g)).clamp(0, 1)
+
+
+def test_fit_score_model_learns_the_users_own_images():
+    """A score network fitted on the user's images (not digits) gives them a smaller score norm than
+    uniform noise of the same shape, is deterministic per seed, and its card names the data."""
+    x = _two_level_images(64, 0)
+    model, card = S.fit_score_model(x, iterations=150, batch=32, seed=1)
+    again, _ = S.fit_score_model(x, iterations=150, batch=32, seed=1)
+    assert card["data"]["images"] == [64, 1, 4, 4] and len(card["data"]["sha256"]) == 64
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
+    held_out, noise = _two_level_images(32, 2), torch.rand(32, 1, 4, 4, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        clean_norm = S.score_norms(model, held_out, seed=0)
+        noise_norm = S.score_norms(model, noise, seed=0)
+    assert clean_norm.median() < noise_norm.median()
+    ref = S.reference_stats(model, held_out, seed=0)
+    out, t = S.purify(model, noise[:4], S.PurifyConfig("diffpure", stride=50.0), ssni=S.SSNIConfig("N"), ref=ref,
+                      seed=0)
+    assert out.shape == (4, 1, 4, 4) and (t > 0).all()
+
+
+@pytest.mark.parametrize("images, match", [(torch.rand(4, 4, 4), "shape"), (torch.rand(4, 1, 3, 4), "even"),
+                                           (torch.rand(4, 1, 4, 4) * 2, r"\[0, 1\]"), ([[0.5]], "images must be")])
+def test_fit_score_model_rejects_bad_images(images, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        S.fit_score_model(images, iterations=1)
+
+
+def test_linear_reweighting_takes_min_and_max_over_reference_and_batch_by_default():
+    """The paper's SSNI-L (issue 40): min / max over the reference norms and the batch, so a batch of
+    attacked inputs whose norms lie far above the reference max gets levels up to t* + b, not the
+    376-397 the reference-only range extrapolated to."""
+    cfg = S.SSNIConfig("L", t_star=100, bias=5)
+    assert cfg.linear_range == "reference+batch"
+    norms = torch.tensor([300.0, 200.0, 50.0])          # REF: min 40, max 120
+    t = S.sample_levels(norms, REF, cfg)
+    assert t.tolist() == [105.0, round(160 * 100 / 260 + 5), round(10 * 100 / 260 + 5)]
+    within = S.sample_levels(torch.tensor([50.0, 100.0]), REF, cfg)   # inside the reference range
+    assert torch.equal(within, S.sample_levels(torch.tensor([50.0, 100.0]), REF,
+                                               S.SSNIConfig("L", t_star=100, bias=5, linear_range="reference")))
+    old = S.sample_levels(norms, REF, S.SSNIConfig("L", t_star=100, bias=5, linear_range="reference"))
+    assert old[0] > 300  # the reference-only range sends the attacked norm past t* + b
+    with pytest.raises(ValueError, match="linear_range"):
+        S.SSNIConfig("L", linear_range="batch")
