@@ -57,7 +57,7 @@ SIZES = {
                   timing_repeats=3, ism_max_d=40, sweep_torus=[2, 8], sweep_so=[3, 5]),
     # the evidence, sized to 30 minutes on 2 idle cores (the authors' 20000+ steps at width 512 would take hours)
     "full": dict(_BASE, torus_d=4, sphere_d=3, so_n=4, unitary_n=3, seeds=6, tune_seeds=2, steps=2000, batch=128,
-                 hidden=128, layers=3, sample_steps=200, n_train=20000, n_eval=1000, lr_grid=[5e-4, 2e-3, 8e-3],
+                 hidden=128, layers=3, sample_steps=200, n_train=20000, n_eval=500, lr_grid=[5e-4, 2e-3, 8e-3],
                  lr_extend=1, sweep_torus=[2, 8, 32], sweep_so=[3, 5, 8], timing_so=[3, 8, 16, 24, 32],
                  timing_unitary=[2, 6, 12, 24, 32], timing_repeats=3, ism_max_d=300),
 }
