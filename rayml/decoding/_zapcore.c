@@ -1311,6 +1311,209 @@ static PyTypeObject EngineType = {
     .tp_methods = eng_methods,
 };
 
+/* ---- the per-state setup of a first visit (matcher.CompiledGrammar.terminal_info), issue 44 ----
+ *   horizon_classes(trans int32[S, 256], accept uint8[S], rounds, out int64[S]) -> classes: the Moore
+ *       partition refinement of CompiledGrammar.horizon_classes (byte classes of identical columns,
+ *       then at most `rounds` rounds, stopping when a round splits no class); class ids are in order
+ *       of first appearance (the Python engine's are in sorted-row order: the same partition)
+ *   literal_rest(trans, accept, s) -> (rest bytes, a) or None: matcher._literal_rest
+ *   count_cut(in_ids, in_key, all_words, close_n, close_ends, close_end_at, need, room, out) -> (a, b):
+ *       matcher._CountBase._compute's bits into out; a, b the slice of its closing-quote nodes */
+
+static uint64_t hmix(uint64_t h, uint64_t x) {
+    h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    return h * 0xff51afd7ed558ccdULL;
+}
+
+/* one representative byte per set of bytes with identical transition columns (regex.byte_class_columns) */
+static int byte_reps(const int32_t *trans, Py_ssize_t S, int *reps) {
+    uint64_t hc[256];
+    int k = 0;
+    for (int b = 0; b < 256; b++) {
+        uint64_t h = 1469598103934665603ULL;
+        for (Py_ssize_t s = 0; s < S; s++) h = hmix(h, (uint64_t)(uint32_t)trans[s * 256 + b]);
+        hc[b] = h;
+        int dup = 0;
+        for (int j = 0; j < k && !dup; j++) {
+            int r = reps[j];
+            if (hc[r] != h) continue;
+            Py_ssize_t s = 0;
+            while (s < S && trans[s * 256 + b] == trans[s * 256 + r]) s++;
+            dup = s == S;
+        }
+        if (!dup) reps[k++] = b;
+    }
+    return k;
+}
+
+static PyObject *py_horizon_classes(PyObject *self, PyObject *args) {
+    PyObject *o_trans, *o_acc, *o_out;
+    int rounds;
+    if (!PyArg_ParseTuple(args, "OOiO", &o_trans, &o_acc, &rounds, &o_out)) return NULL;
+    Py_buffer bt, ba, bo;
+    if (get_ro(o_trans, &bt, 4, "trans") < 0) return NULL;
+    if (get_ro(o_acc, &ba, 1, "accept") < 0) { PyBuffer_Release(&bt); return NULL; }
+    if (get_rw(o_out, &bo, 8, "out") < 0) { PyBuffer_Release(&bt); PyBuffer_Release(&ba); return NULL; }
+    Py_ssize_t S = bt.len / 1024;
+    PyObject *ret = NULL;
+    int64_t *cls = bo.buf, *nw = NULL;
+    Py_ssize_t *table = NULL;
+    uint64_t *hs = NULL;
+    if (bt.len != S * 1024 || ba.len != S || bo.len != S * 8) {
+        PyErr_SetString(PyExc_ValueError, "trans must be int32[S, 256], accept uint8[S] and out int64[S]");
+        goto done;
+    }
+    const int32_t *trans = bt.buf;
+    const uint8_t *acc = ba.buf;
+    int reps[256];
+    int k = byte_reps(trans, S, reps);
+    Py_ssize_t cap = 16;
+    while (cap < 2 * S) cap <<= 1;
+    nw = malloc((S ? S : 1) * sizeof(int64_t));
+    table = malloc(cap * sizeof(Py_ssize_t));
+    hs = malloc((S ? S : 1) * sizeof(uint64_t));
+    if (!nw || !table || !hs) { PyErr_NoMemory(); goto done; }
+    int seen[2] = {0, 0};
+    for (Py_ssize_t s = 0; s < S; s++) { cls[s] = acc[s] ? 1 : 0; seen[cls[s]] = 1; }
+    Py_ssize_t n_cls = seen[0] + seen[1];
+    for (int r = 0; r < rounds; r++) {
+        for (Py_ssize_t j = 0; j < cap; j++) table[j] = -1;
+        Py_ssize_t n_new = 0;
+        for (Py_ssize_t s = 0; s < S; s++) {
+            const int32_t *row = trans + s * 256;
+            uint64_t h = hmix(7, (uint64_t)cls[s]);
+            for (int j = 0; j < k; j++) {
+                int32_t x = row[reps[j]];
+                h = hmix(h, x < 0 ? (uint64_t)-1 : (uint64_t)cls[x]);
+            }
+            hs[s] = h;
+            Py_ssize_t pos = (Py_ssize_t)(h & (uint64_t)(cap - 1));
+            for (;;) {
+                Py_ssize_t q = table[pos];
+                if (q < 0) { table[pos] = s; nw[s] = n_new++; break; }
+                if (hs[q] == h && cls[q] == cls[s]) {
+                    const int32_t *rq = trans + q * 256;
+                    int j = 0;
+                    for (; j < k; j++) {
+                        int32_t x = row[reps[j]], y = rq[reps[j]];
+                        if ((x < 0 ? -1 : cls[x]) != (y < 0 ? -1 : cls[y])) break;
+                    }
+                    if (j == k) { nw[s] = nw[q]; break; }
+                }
+                pos = (pos + 1) & (cap - 1);
+            }
+        }
+        memcpy(cls, nw, S * sizeof(int64_t));
+        if (n_new == n_cls) break;  /* no class split: the partition is stable */
+        n_cls = n_new;
+    }
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    free(nw); free(table); free(hs);
+    PyBuffer_Release(&bt); PyBuffer_Release(&ba); PyBuffer_Release(&bo);
+    return ret;
+}
+
+static PyObject *py_literal_rest(PyObject *self, PyObject *args) {
+    PyObject *o_trans, *o_acc;
+    Py_ssize_t s;
+    if (!PyArg_ParseTuple(args, "OOn", &o_trans, &o_acc, &s)) return NULL;
+    Py_buffer bt, ba;
+    if (get_ro(o_trans, &bt, 4, "trans") < 0) return NULL;
+    if (get_ro(o_acc, &ba, 1, "accept") < 0) { PyBuffer_Release(&bt); return NULL; }
+    Py_ssize_t S = bt.len / 1024;
+    PyObject *ret = NULL;
+    if (bt.len != S * 1024 || ba.len != S || s < 0 || s >= S) {
+        PyErr_SetString(PyExc_ValueError, "trans must be int32[S, 256], accept uint8[S] and s in [0, S)");
+        goto done;
+    }
+    const int32_t *trans = bt.buf;
+    const uint8_t *acc = ba.buf;
+    char out[1024];
+    int n = 0, ok = 1;
+    while (!acc[s]) {
+        const int32_t *row = trans + s * 256;
+        int b = -1, live = 0;
+        for (int c = 0; c < 256 && live < 2; c++)
+            if (row[c] >= 0) { live++; b = c; }
+        if (live != 1 || n >= 1024) { ok = 0; break; }
+        out[n++] = (char)b;
+        s = row[b];
+    }
+    if (ok && n) {
+        const int32_t *row = trans + s * 256;
+        for (int c = 0; c < 256; c++) if (row[c] >= 0) { ok = 0; break; }  /* has_out */
+    }
+    if (ok && n) ret = Py_BuildValue("(y#n)", out, (Py_ssize_t)n, s);
+    else { ret = Py_None; Py_INCREF(ret); }
+done:
+    PyBuffer_Release(&bt); PyBuffer_Release(&ba);
+    return ret;
+}
+
+/* first index in the sorted a[0:n] with a[i] > x (right) or a[i] >= x (left) */
+static Py_ssize_t bsearch64(const int64_t *a, Py_ssize_t n, int64_t x, int right) {
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (right ? a[mid] <= x : a[mid] < x) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+static PyObject *py_count_cut(PyObject *self, PyObject *args) {
+    PyObject *o[7];
+    long long need, room;
+    if (!PyArg_ParseTuple(args, "OOOOOOLLO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &need, &room, &o[6]))
+        return NULL;
+    static const char *names[7] = {"in_ids", "in_key", "all_words", "close_n", "close_ends", "close_end_at", "out"};
+    static const Py_ssize_t sizes[7] = {8, 8, 4, 8, 8, 8, 4};
+    Py_buffer b[7];
+    int got = 0;
+    PyObject *ret = NULL;
+    for (; got < 7; got++)
+        if ((got == 6 ? get_rw(o[got], &b[got], 4, names[got]) : get_ro(o[got], &b[got], sizes[got], names[got])) < 0)
+            goto done;
+    const int64_t *ids = b[0].buf, *key = b[1].buf, *cn = b[3].buf, *ce = b[4].buf, *cat = b[5].buf;
+    const uint32_t *all = b[2].buf;
+    uint32_t *out = b[6].buf;
+    Py_ssize_t n = b[0].len / 8, nw = b[6].len / 4, n_close = b[3].len / 8;
+    if (b[1].len != b[0].len || b[2].len != b[6].len || b[5].len / 8 != n_close + 1) {
+        PyErr_SetString(PyExc_ValueError, "count_cut: in_ids / in_key, all_words / out or close_n / close_end_at "
+                                          "differ in length");
+        goto done;
+    }
+    Py_ssize_t cut = bsearch64(key, n, 2 * (int64_t)room, 1);
+    int bad = 0;
+    if (n - cut < cut) {  /* clear the few excluded bits */
+        memcpy(out, all, nw * 4);
+        for (Py_ssize_t j = cut; j < n; j++) {
+            int64_t id = ids[j];
+            if (id < 0 || (id >> 5) >= nw) { bad = 1; break; }
+            out[id >> 5] &= ~((uint32_t)1 << (id & 31));
+        }
+    } else {
+        memset(out, 0, nw * 4);
+        for (Py_ssize_t j = 0; j < cut; j++) {
+            int64_t id = ids[j];
+            if (id < 0 || (id >> 5) >= nw) { bad = 1; break; }
+            out[id >> 5] |= (uint32_t)1 << (id & 31);
+        }
+    }
+    Py_ssize_t lo = bsearch64(cn, n_close, (int64_t)need, 0), hi = bsearch64(cn, n_close, (int64_t)room, 1);
+    for (int64_t j = hi > lo ? cat[lo] : 0; !bad && hi > lo && j < cat[hi]; j++) {
+        int64_t id = ce[j];
+        if (id < 0 || (id >> 5) >= nw) { bad = 1; break; }
+        out[id >> 5] |= (uint32_t)1 << (id & 31);
+    }
+    if (bad) { PyErr_SetString(PyExc_ValueError, "count_cut: ids must be token ids in [0, 32 * len(out))"); goto done; }
+    ret = Py_BuildValue("(nn)", lo, hi);
+done:
+    for (int j = 0; j < got; j++) PyBuffer_Release(&b[j]);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
     {"trie", py_trie, METH_VARARGS, "Copy the sorted vocabulary trie into a capsule."},
     {"walk", py_walk, METH_VARARGS, "Walk the trie through a DFA: inside tokens into words, exits returned."},
@@ -1320,6 +1523,9 @@ static PyMethodDef methods[] = {
     {"clear_bits", py_clear_bits, METH_VARARGS, "Clear the bits of int64 token ids in uint32 words."},
     {"or_into", py_or_into, METH_VARARGS, "out = the OR of a sequence of packed uint32 arrays."},
     {"fill_rows", py_fill_rows, METH_VARARGS, "Copy packed mask words into rows of an int32 bitmask."},
+    {"horizon_classes", py_horizon_classes, METH_VARARGS, "Moore refinement of a DFA's states (horizon classes)."},
+    {"literal_rest", py_literal_rest, METH_VARARGS, "The one string a DFA accepts from a state, or None."},
+    {"count_cut", py_count_cut, METH_VARARGS, "A counted walk's bits for (need, room), and its closing slice."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -577,7 +577,7 @@ class _CountBase:
             ends_n = hi - lo
             nodes.append((p_, m, ends_n))
         self.close_ends = np.concatenate(ends) if ends else np.zeros(0, np.int64)
-        self.close_end_at = np.cumsum([0] + [e for _, _, e in nodes])
+        self.close_end_at = np.cumsum([0] + [e for _, _, e in nodes]).astype(np.int64)
         ml, clo, chi = index.max_len, index.t_child_lo, index.t_child_hi
         self.close_nodes = [(p_, m) if p_ < ml and chi[p_][m] > clo[p_][m] else None for p_, m, _ in nodes]
         if closing:
@@ -599,6 +599,11 @@ class _CountBase:
         return _TerminalInfo(words, {final: nodes} if nodes else {})
 
     def _compute(self, need: int, room: int):
+        if self.native:  # the cut, the bits and the closing slice in one C call
+            words = np.empty(self.index.n_words, np.uint32)
+            a, b = _native.core.count_cut(self.in_ids, self.in_key, self.all_words, self.close_n, self.close_ends,
+                                          self.close_end_at, int(need), int(room), words)
+            return words, [x for x in self.close_nodes[a:b] if x is not None]
         cut = int(np.searchsorted(self.in_key, 2 * room, side="right"))
         idx = self.index
         if len(self.in_ids) - cut < cut:  # clear the few excluded bits
@@ -665,6 +670,11 @@ class CompiledGrammar:
         whole class (Assumed: kbnf keys its regex cache on the exact DFA state; this coarsening is
         ours and exact for tokens no longer than the horizon, which all are)."""
         cls = self._classes.get(t)
+        if cls is None and self.native:  # the same refinement in C (class ids in first-appearance order)
+            dfa = self.grammar.terminals[t]
+            cls = np.empty(dfa.trans.shape[0], np.int64)
+            _native.core.horizon_classes(dfa.trans, _native._u8(dfa.accept), int(self.index.max_len), cls)
+            self._classes[t] = cls
         if cls is None:
             from rayml.decoding.regex import _row_ids, byte_class_columns
 
@@ -720,13 +730,17 @@ class CompiledGrammar:
             return info
         dfa = self.grammar.terminals[t]
         idx = self.index
-        if dfa.counter is not None and dfa.counter.split(s, dfa.n_states) is not None:
-            info = self._counted_info(t, dfa, *dfa.counter.split(s, dfa.n_states))
+        split = dfa.counter.split(s, dfa.n_states) if dfa.counter is not None else None
+        if split is not None:
+            info = self._counted_info(t, dfa, *split)
         else:
-            single = self._single.get(t)
-            if single is None:
-                single = self._single[t] = _SingleOut(dfa)
-            lit = _literal_rest(dfa, s, single)
+            if self.native:  # _literal_rest in C
+                lit = _native.core.literal_rest(dfa.trans, _native._u8(dfa.accept), int(s))
+            else:
+                single = self._single.get(t)
+                if single is None:
+                    single = self._single[t] = _SingleOut(dfa)
+                lit = _literal_rest(dfa, s, single)
             if lit is not None:  # a single string remains: no vocabulary walk needed
                 rest, a = lit
                 if self.native:

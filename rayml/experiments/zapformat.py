@@ -70,10 +70,12 @@ BENCH_SIZES = {
                   peers=["xgrammar", "llguidance", "outlines-core", "formatron"], suite_seed=1, clock="thread",
                   # outlines-core indexes each schema's regex over the whole vocabulary: about 100 s a
                   # schema on Tekken 131k, hours for the suite on a shared 2-core machine
-                  skip={"outlines-core": ["tekken-131k"]}),
+                  skip={"outlines-core": ["tekken-131k"]},
+                  vllm=dict(batch=8, max_tokens=96, rounds=3)),  # zapformat_vllm: skipped without the vLLM venv
     "full": dict(vocabs=["mistral-32k", "tekken-131k"], schemas=60, queries=4, max_tokens=300, budget=60,
                  peers=["xgrammar", "llguidance", "outlines-core", "formatron"], suite_seed=1, clock="thread",
-                 skip={"outlines-core": ["tekken-131k"]}),  # as at quick: hours on Tekken 131k
+                 skip={"outlines-core": ["tekken-131k"]},  # as at quick: hours on Tekken 131k
+                 vllm=dict(batch=8, max_tokens=96, rounds=6)),
 }
 
 # ------------------------------------------------------------------------------------------
@@ -720,9 +722,16 @@ def bench(config: Mapping[str, Any], seed: int) -> Outcome:
                "identical_to_reference": float(np.mean([o["rayml"].get("identical_to_reference", float("nan"))
                                                         for o in per_vocab.values()]))}
     print(bench_table(metrics, load, config.get("clock", "thread")))
+    from rayml.experiments.zapformat_vllm import run_vllm
+
+    vllm = run_vllm(config)  # after the mask bench, alone on the machine's share of CPU
+    tables = {}
+    if vllm.get("rows"):
+        tables["vllm"] = [{k: v for k, v in r.items() if k != "texts"} for r in vllm.pop("rows")]
+    metrics["vllm"] = vllm
     timing_rows = [r for r in rows if r["metric"].endswith("_s") or r["metric"] == "peak_kib"]
     other_rows = [r for r in rows if not (r["metric"].endswith("_s") or r["metric"] == "peak_kib")]
-    return Outcome(metrics=metrics, baselines={}, tables={"engines": other_rows, "timing": timing_rows},
+    return Outcome(metrics=metrics, baselines={}, tables={"engines": other_rows, "timing": timing_rows, **tables},
                    budget={"schemas": n, "vocabs": list(config["vocabs"]), "max_tokens": int(config["max_tokens"]),
                            "queries per schema": int(config["queries"]), "clock": config.get("clock", "thread")})
 

@@ -192,3 +192,29 @@ def test_precomputed_string_walks_equal_pure_walks_and_survive_clear_cache():
     kept = dict(index._count_pre)
     index.clear_cache()
     assert index._count_pre == kept and all(not b._infos for b in kept.values())
+
+
+def _same_partition(a, b) -> bool:
+    pairs = set(zip(a.tolist(), b.tolist()))
+    return len(pairs) == len(set(a.tolist())) == len(set(b.tolist()))
+
+
+@needs_core
+def test_compiled_state_setup_equals_pure():
+    """The per-state setup of a first visit in C (issue 44) on every terminal of a few bench schemas:
+    horizon classes (the same partition as the numpy refinement) and the single-string check
+    (``_literal_rest``); the bound cuts of counted walks are checked in the test above."""
+    from rayml.decoding.matcher import _literal_rest
+
+    vocab, index = zf.vocab_and_index("mistral-32k")
+    for k in (0, 7, 13, 20):
+        g = schema_grammar(zf.BENCH_SUITE[k])
+        py, c = compile_grammar(g, index, MatcherConfig(native=False)), compile_grammar(g, index)
+        for t, dfa in enumerate(g.terminals):
+            if dfa.n_states > 400:
+                continue  # the long bounded strings: counted walks, not horizon classes
+            assert _same_partition(py.horizon_classes(t), c.horizon_classes(t)), (k, t)
+            for s in range(dfa.n_states):
+                assert native.core.literal_rest(dfa.trans, native._u8(dfa.accept), s) == _literal_rest(dfa, s), (k, t, s)
+    with pytest.raises(ValueError, match="s in"):
+        native.core.literal_rest(dfa.trans, native._u8(dfa.accept), dfa.n_states)
