@@ -401,10 +401,23 @@ OWN_WARMUP_KEYS = ("answer_digits", "critic_items", "critic_samples", "critic_st
 WARMUP_SEED = 0  # one warm-up per recipe, shared by every run (and by selective-dpo)
 
 
+# the quick and full sizes' warm-up ships inside rayml (state, own-answer counts and a card): a first
+# run does not train it; used only when its file name (recipe, seed and base weights) matches
+SHIPPED_WARMUPS = Path(__file__).resolve().parent / "weights"
+
+
+def _warmup_file(config: Mapping[str, Any], seed: int) -> Path:
+    """The warm-up of ``config``'s recipe shipped inside rayml if one ships, else its cache path."""
+    cached = _cache_path(config, seed)
+    ship = SHIPPED_WARMUPS / cached.name
+    return ship if ship.exists() else cached
+
+
 def sft_state(config: Mapping[str, Any], seed: int = WARMUP_SEED) -> dict:
     """The refinement SFT warm-up of the shipped base for ``config``'s recipe (``train_digits``,
-    ``sft_items``, ``sft_steps``, ``sft_lr``): cached on the driver, else trained as one Ray task."""
-    path = _cache_path(config, seed)
+    ``sft_items``, ``sft_steps``, ``sft_lr``): shipped inside rayml (``SHIPPED_WARMUPS``) or cached on
+    the driver, else trained as one Ray task."""
+    path = _warmup_file(config, seed)
     if path.exists():
         with np.load(path) as z:
             return {k: z[k] for k in z.files}
@@ -422,7 +435,7 @@ def sft_state(config: Mapping[str, Any], seed: int = WARMUP_SEED) -> dict:
 def warmup_info(config: Mapping[str, Any], seed: int = WARMUP_SEED) -> dict:
     """What the cached warm-up of ``config``'s recipe recorded about its data (the own answers'
     ``ok`` / ``wrong`` counts and the number kept per group); ``{}`` when nothing was recorded."""
-    path = _cache_path(config, seed).with_suffix(".json")
+    path = _warmup_file(config, seed).with_suffix(".json")
     return json.loads(path.read_text()) if path.exists() else {}
 
 

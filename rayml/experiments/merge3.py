@@ -168,17 +168,35 @@ def base_dir(name: str) -> Path:
     return training.cache_dir(training.get_config(name), 0)
 
 
+def endpoint_key(base_sha256: str, task: str, config: Mapping[str, Any]) -> str:
+    """The 16-hex key of the endpoint fine-tuned on ``task`` from the base whose weights hash to
+    ``base_sha256`` with ``config``'s recipe (``_FT``): any change to the base or the recipe changes it."""
+    recipe = {"base_sha256": base_sha256, "task": task, **{k: config[k] for k in _FT}}
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def endpoint_dir(base_sha256: str, task: str, config: Mapping[str, Any]) -> Path:
     """This node's cache directory of the endpoint fine-tuned on ``task`` from the base whose weights
     hash to ``base_sha256`` (keyed by the base and the recipe)."""
-    recipe = {"base_sha256": base_sha256, "task": task, **{k: config[k] for k in _FT}}
-    key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
-    return _cache_root() / "endpoints" / key
+    return _cache_root() / "endpoints" / endpoint_key(base_sha256, task, config)
+
+
+# the quick and full sizes' two endpoints ship inside rayml (with their cards), so a first run does
+# not fine-tune them; a shipped endpoint is used only when its key (base weights + recipe) matches
+SHIPPED_ENDPOINTS = Path(__file__).resolve().parent.parent / "merging" / "weights" / "merge3-endpoints"
+
+
+def shipped_endpoint_dir(base_sha256: str, task: str, config: Mapping[str, Any]) -> Path | None:
+    """The shipped checkpoint of this endpoint (same key as ``endpoint_dir``), or None if none ships."""
+    from rayml.llm.checkpoint import CARD_FILE
+
+    d = SHIPPED_ENDPOINTS / endpoint_key(base_sha256, task, config)
+    return d if (d / CARD_FILE).exists() and (d / "model.safetensors").exists() else None
 
 
 def finetune_endpoint(task: str, shared: Mapping[str, Any]):
     """pmap task: fine-tune the base (``shared["base"]``, a ``CheckpointBlob``) on ``task``, or find it
-    in this node's cache; returns the endpoint as a ``CheckpointBlob`` (bytes through the object
+    shipped inside rayml (``SHIPPED_ENDPOINTS``) or in this node's cache; returns the endpoint as a ``CheckpointBlob`` (bytes through the object
     store: a path in one node's cache means nothing on another node)."""
     import torch
 
@@ -186,6 +204,9 @@ def finetune_endpoint(task: str, shared: Mapping[str, Any]):
     from rayml.llm.checkpoint import CARD_FILE, load_checkpoint, read_blob, save_checkpoint
 
     base = shared["base"]
+    ship = shipped_endpoint_dir(base.digest, task, shared)
+    if ship is not None:
+        return read_blob(ship)
     out = endpoint_dir(base.digest, task, shared)
     if (out / CARD_FILE).exists():
         return read_blob(out)

@@ -97,3 +97,27 @@ def test_a_real_model_needs_lora():
     with pytest.raises(ValueError, match="lora_rank"):
         E._check(config)
     E._check(dict(E.SIZES["quick"], model="smollm2-135m"))
+
+
+@pytest.mark.parametrize("size", ["quick", "full"])
+def test_the_quick_and_full_warm_up_ships_with_a_card_that_matches_its_state(size):
+    import hashlib
+    import json
+
+    from rayml.alignment import dpsdp_pipeline as D
+
+    path = D._warmup_file(D.SIZES[size], D.WARMUP_SEED)
+    assert path.parent == D.SHIPPED_WARMUPS, f"no shipped warm-up for {size}: run scripts/ship_checkpoints.py"
+    card = json.loads(path.with_name(path.stem + ".card.json").read_text())
+    assert card["sha256"][path.name] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert {"command", "seed", "data", "training_seconds", "scores"} <= set(card)
+    assert D.warmup_info(D.SIZES[size]) == card["scores"]
+
+
+def test_a_changed_warm_up_recipe_does_not_use_the_shipped_file(tmp_path, monkeypatch):
+    from rayml.alignment import dpsdp_pipeline as D
+
+    monkeypatch.setenv("RAYML_CACHE", str(tmp_path))
+    changed = dict(D.SIZES["quick"], sft_steps=D.SIZES["quick"]["sft_steps"] + 1)
+    assert D._warmup_file(changed, D.WARMUP_SEED).parent == tmp_path / "alignment"
+    assert D.warmup_info(changed) == {}

@@ -148,3 +148,42 @@ def test_a_run_stopped_at_the_gate_records_it_and_decides_nothing():
     assert all(c["status"] == "incomplete" for c in evaluated if c["kind"] == "paper")
     assert all(c["status"] in ("fails", "incomplete") for c in evaluated)
     assert exp.plots(record)["merge3"] is not None
+
+
+def _base_sha(cfg) -> str:
+    from rayml.llm.checkpoint import file_sha256
+
+    return file_sha256(exp.base_dir(str(cfg["base"])) / "model.safetensors")
+
+
+@pytest.mark.parametrize("size", ["quick", "full"])
+def test_the_quick_and_full_endpoints_ship_with_a_card_that_matches_their_weights(size):
+    import json
+
+    from rayml.llm.checkpoint import file_sha256
+
+    cfg = exp.SIZES[size]
+    base_sha = _base_sha(cfg)
+    for task in (cfg["task_a"], cfg["task_b"]):
+        d = exp.shipped_endpoint_dir(base_sha, task, cfg)
+        assert d is not None, f"no shipped endpoint for {size}/{task}: run scripts/ship_checkpoints.py"
+        card = json.loads((d / "card.json").read_text())
+        assert card["sha256"]["model.safetensors"] == file_sha256(d / "model.safetensors")
+        assert card["base_sha256"] == base_sha and card["task"] == task
+        assert card["recipe"] == {k: cfg[k] for k in exp._FT}
+        assert {"command", "seed", "data", "training_seconds", "scores"} <= set(card)
+
+
+def test_a_shipped_endpoint_is_used_without_training_and_a_changed_recipe_is_not(tmp_path, monkeypatch):
+    from rayml.llm.checkpoint import read_blob
+
+    monkeypatch.setenv("RAYML_CACHE", str(tmp_path))  # an empty cache: only the shipped file can answer
+    cfg = exp.SIZES["quick"]
+    base_sha = _base_sha(cfg)
+    base = read_blob(exp.base_dir(str(cfg["base"])))
+    shared = {**{k: cfg[k] for k in exp._FT}, "base": base}
+    blob = exp.finetune_endpoint(cfg["task_a"], shared)
+    assert blob.digest == read_blob(exp.shipped_endpoint_dir(base_sha, cfg["task_a"], cfg)).digest
+    assert not any(tmp_path.iterdir())  # nothing was trained or cached
+    assert exp.shipped_endpoint_dir(base_sha, cfg["task_a"], dict(cfg, finetune_steps=cfg["finetune_steps"] + 1)) is None
+    assert exp.shipped_endpoint_dir("0" * 64, cfg["task_a"], cfg) is None
