@@ -547,6 +547,9 @@ typedef struct {
     int32_t *itab;           /* intern table of set ids (open addressing, -1 empty) */
     int64_t itab_cap;
     Map leo, tok, exits;
+    Map sims;                /* (chart, trie node) -> offset in sim_pool of the memoised simulation */
+    int64_t *sim_pool;       /* per memoised simulation: its length, then its token ids */
+    int64_t sim_n, sim_cap;
     /* scratch of one closure */
     ItemVec work, found;
     Item *hs;                /* hash set of the closure's items */
@@ -574,7 +577,7 @@ static void engine_dealloc(Engine *e) {
     free(e->trans); free(e->acc); free(e->has_out); free(e->n_states);
     if (e->sets) for (int32_t i = 0; i < e->n_sets; i++) eset_free(e->sets[i]);
     free(e->sets); free(e->itab);
-    free(e->leo.slots); free(e->tok.slots); free(e->exits.slots);
+    free(e->leo.slots); free(e->tok.slots); free(e->exits.slots); free(e->sims.slots); free(e->sim_pool);
     free(e->work.a); free(e->found.a); free(e->hs); free(e->hs_stamp); free(e->pred_stamp); free(e->done);
     Py_TYPE(e)->tp_free((PyObject *)e);
 }
@@ -688,7 +691,7 @@ static int engine_init(Engine *e, PyObject *args, PyObject *kw) {
     e->hs_stamp = calloc(e->hs_cap, sizeof(uint32_t));
     e->pred_stamp = calloc(e->n_nt + 1, sizeof(uint32_t));
     if (!e->sets || !e->itab || !e->hs || !e->hs_stamp || !e->pred_stamp || map_init(&e->leo) < 0
-        || map_init(&e->tok) < 0 || map_init(&e->exits) < 0) {
+        || map_init(&e->tok) < 0 || map_init(&e->exits) < 0 || map_init(&e->sims) < 0) {
         PyErr_NoMemory();
         return -1;
     }
@@ -1215,18 +1218,26 @@ static PyObject *eng_chart_key(Engine *e, PyObject *args) {
  * (depth p) whose bytes after the first p are accepted from set c: a depth-first walk of the trie
  * that steps the chart once per node, only into children whose byte the chart allows (a rejected
  * prefix drops its subtree: the rejected-prefix cache). */
-static PyObject *eng_simulate(Engine *e, PyObject *args) {
-    long long c; PyObject *cap; int g0;
-    if (!PyArg_ParseTuple(args, "LOi", &c, &cap, &g0)) return NULL;
-    if (check_id(e, c) < 0) return NULL;
-    Trie *t = get_trie(cap);
-    if (!t) return NULL;
-    if (g0 < 0 || g0 >= t->n_nodes) { PyErr_SetString(PyExc_ValueError, "trie node out of range"); return NULL; }
-    int64_t cap_st = 256, top = 0, n_sim = 0, n_ids = 0, cap_ids = 256;
+/* append v to the growable int64 array (*a, *n, *cap); -1 when out of memory */
+static int i64_push(int64_t **a, int64_t *n, int64_t *cap, int64_t v) {
+    if (*n == *cap) {
+        int64_t c = *cap ? 2 * *cap : 256;
+        int64_t *na = realloc(*a, sizeof(int64_t) * c);
+        if (!na) return -1;
+        *a = na; *cap = c;
+    }
+    (*a)[(*n)++] = v;
+    return 0;
+}
+
+/* the trie walk below node g0 from chart c (CompiledGrammar._simulate): the token ids found are
+ * appended to (*ids, *n_ids, *cap_ids), the bytes stepped added to *n_sim; -1 with an exception set */
+static int sim_run(Engine *e, Trie *t, int64_t c, int32_t g0, int64_t **ids, int64_t *n_ids, int64_t *cap_ids,
+                   int64_t *n_sim) {
+    int64_t cap_st = 256, top = 0;
     int64_t *stk = malloc(sizeof(int64_t) * 2 * cap_st);
-    int64_t *ids = malloc(sizeof(int64_t) * cap_ids);
-    PyObject *ret = NULL;
-    if (!stk || !ids) { PyErr_NoMemory(); goto done; }
+    int rc = -1;
+    if (!stk) { PyErr_NoMemory(); return -1; }
     stk[0] = c; stk[1] = g0; top = 1;
     while (top) {
         top--;
@@ -1241,17 +1252,11 @@ static PyObject *eng_simulate(Engine *e, PyObject *args) {
             Py_ssize_t next = t->tok_end[ch];
             if (fb[t->node_byte[ch]]) {
                 int64_t c2 = step(e, cs, t->node_byte[ch]);
-                n_sim++;
+                (*n_sim)++;
                 if (c2 == -2) goto done;
                 if (c2 >= 0) {
-                    for (Py_ssize_t k = j; k < next && t->lens[k] == d + 1; k++) {
-                        if (n_ids == cap_ids) {
-                            int64_t *ni = realloc(ids, sizeof(int64_t) * 2 * cap_ids);
-                            if (!ni) { PyErr_NoMemory(); goto done; }
-                            ids = ni; cap_ids *= 2;
-                        }
-                        ids[n_ids++] = t->order[k];
-                    }
+                    for (Py_ssize_t k = j; k < next && t->lens[k] == d + 1; k++)
+                        if (i64_push(ids, n_ids, cap_ids, t->order[k]) < 0) { PyErr_NoMemory(); goto done; }
                     if (top == cap_st) {
                         int64_t *ns = realloc(stk, sizeof(int64_t) * 4 * cap_st);
                         if (!ns) { PyErr_NoMemory(); goto done; }
@@ -1263,17 +1268,74 @@ static PyObject *eng_simulate(Engine *e, PyObject *args) {
             j = next;
         }
     }
-    ret = Py_BuildValue("(Ly#)", (long long)n_sim, (char *)ids, (Py_ssize_t)(n_ids * 8));
+    rc = 0;
 done:
     free(stk);
+    return rc;
+}
+
+static PyObject *eng_simulate(Engine *e, PyObject *args) {
+    long long c; PyObject *cap; int g0;
+    if (!PyArg_ParseTuple(args, "LOi", &c, &cap, &g0)) return NULL;
+    if (check_id(e, c) < 0) return NULL;
+    Trie *t = get_trie(cap);
+    if (!t) return NULL;
+    if (g0 < 0 || g0 >= t->n_nodes) { PyErr_SetString(PyExc_ValueError, "trie node out of range"); return NULL; }
+    int64_t n_sim = 0, n_ids = 0, cap_ids = 0, *ids = NULL;
+    PyObject *ret = NULL;
+    if (sim_run(e, t, c, g0, &ids, &n_ids, &cap_ids, &n_sim) == 0)
+        ret = Py_BuildValue("(Ly#)", (long long)n_sim, ids ? (char *)ids : "", (Py_ssize_t)(n_ids * 8));
     free(ids);
+    return ret;
+}
+
+/* exits_into(c, trie, nodes int64[k] preorder ids, words uint32[W]) -> bytes stepped: the tokens
+ * under each node accepted from chart c (simulate), OR-ed into words; each (c, node) walk is
+ * memoised in the engine (the Python engine's exit cache, unbounded here like the other memos) */
+static PyObject *eng_exits_into(Engine *e, PyObject *args) {
+    long long c; PyObject *cap, *o_nodes, *o_words;
+    if (!PyArg_ParseTuple(args, "LOOO", &c, &cap, &o_nodes, &o_words)) return NULL;
+    if (check_id(e, c) < 0) return NULL;
+    Trie *t = get_trie(cap);
+    if (!t) return NULL;
+    Py_buffer bn, bw;
+    if (get_ro(o_nodes, &bn, 8, "nodes") < 0) return NULL;
+    if (get_rw(o_words, &bw, 4, "words") < 0) { PyBuffer_Release(&bn); return NULL; }
+    const int64_t *nodes = bn.buf;
+    uint32_t *words = bw.buf;
+    Py_ssize_t k = bn.len / 8, nw = bw.len / 4;
+    int64_t n_sim = 0;
+    PyObject *ret = NULL;
+    for (Py_ssize_t q = 0; q < k; q++) {
+        int64_t g = nodes[q];
+        if (g < 0 || g >= t->n_nodes) { PyErr_SetString(PyExc_ValueError, "trie node out of range"); goto done; }
+        int64_t *hit = map_find(&e->sims, c, g), off;
+        if (hit) off = *hit;
+        else {
+            off = e->sim_n;
+            if (i64_push(&e->sim_pool, &e->sim_n, &e->sim_cap, 0) < 0) { PyErr_NoMemory(); goto done; }
+            if (sim_run(e, t, c, (int32_t)g, &e->sim_pool, &e->sim_n, &e->sim_cap, &n_sim) < 0) {
+                e->sim_n = off;
+                goto done;
+            }
+            e->sim_pool[off] = e->sim_n - off - 1;
+            if (map_put(&e->sims, c, g, off) < 0) { PyErr_NoMemory(); goto done; }
+        }
+        const int64_t *ids = e->sim_pool + off + 1;
+        for (int64_t j = 0, n = e->sim_pool[off]; j < n; j++)
+            if ((ids[j] >> 5) < nw) words[ids[j] >> 5] |= (uint32_t)1 << (ids[j] & 31);
+    }
+    ret = PyLong_FromLongLong((long long)n_sim);
+done:
+    PyBuffer_Release(&bn); PyBuffer_Release(&bw);
     return ret;
 }
 
 /* stats(): interned sets, closures built, and the bytes the engine holds (sets, tables, memos) */
 static PyObject *eng_stats(Engine *e, PyObject *noargs) {
     long long bytes = sizeof(Engine) + sizeof(ESet *) * (long long)e->cap_sets + 4LL * e->itab_cap
-                      + (long long)sizeof(MapSlot) * (e->leo.cap + e->tok.cap + e->exits.cap)
+                      + (long long)sizeof(MapSlot) * (e->leo.cap + e->tok.cap + e->exits.cap + e->sims.cap)
+                      + 8LL * e->sim_cap
                       + (long long)sizeof(Item) * (e->work.cap + e->found.cap + e->hs_cap) + 4LL * e->hs_cap;
     for (int32_t i = 0; i < e->n_sets; i++) {
         ESet *s = e->sets[i];
@@ -1295,6 +1357,7 @@ static PyMethodDef eng_methods[] = {
     {"shape", (PyCFunction)eng_shape, METH_VARARGS, "(live items, Earley sets) of the chart."},
     {"chart_key", (PyCFunction)eng_chart_key, METH_VARARGS, "The chart's content, column by column."},
     {"simulate", (PyCFunction)eng_simulate, METH_VARARGS, "simulate(id, trie, node) -> (bytes stepped, ids)."},
+    {"exits_into", (PyCFunction)eng_exits_into, METH_VARARGS, "exits_into(id, trie, nodes, words) -> bytes stepped (memoised)."},
     {"stats", (PyCFunction)eng_stats, METH_NOARGS, "Interned sets and closures built."},
     {NULL, NULL, 0, NULL},
 };

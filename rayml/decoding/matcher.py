@@ -539,11 +539,12 @@ def _combine(dense: list, sparse: list, extra: list, n_words: int, native: bool 
 
 
 class _TerminalInfo:
-    __slots__ = ("inside", "exits")
+    __slots__ = ("inside", "exits", "pre")
 
     def __init__(self, inside, exits):
         self.inside = inside  # uint32 packed words
         self.exits = exits  # {a: [(depth p, trie node)]}: the DFA accepts in state a after p bytes
+        self.pre = None  # compiled core: {a: int64 preorder ids of those trie nodes}, made on first use
 
 
 class _CountBase:
@@ -659,6 +660,8 @@ class CompiledGrammar:
         self.n_ids = index.vocab_size
         self.token_bytes = vocab.tokens
         self.fast_accept = self.engine._e.accept_token if isinstance(self.engine, NativeEarleyEngine) else None
+        # the C engine's exit charts called directly (-1: none), for the contribution keys and exits
+        self._exit_c = self.engine._e.exit_chart if self.fast_accept is not None else None
         self.n_plain, self.special = vocab.size, vocab.special | frozenset(vocab.eos_ids)
 
     # -- per (terminal, state) precomputation ---------------------------------------------
@@ -811,6 +814,8 @@ class CompiledGrammar:
         self.stats["simulated_bytes"] += n_sim
 
     def _exit_top(self, chart, t: int, s: int, a: int):
+        if self._exit_c is not None:
+            return self._exit_c(chart, t, s, a)
         x = self.engine.exit_chart(chart, t, s, a)
         return None if x is None else self.engine.top(x)
 
@@ -818,11 +823,16 @@ class CompiledGrammar:
         """The tokens that leave terminal ``t`` (state ``s``) inside them: for each exit, the
         trie below its nodes simulated from the exit chart (``_simulate``), through the exit
         cache when ``cached``; appended as packed words, (word, bits) pairs or token ids."""
-        cfg, engine, idx = self.config, self.engine, self.index
+        cfg, engine, idx, exit_c = self.config, self.engine, self.index, self._exit_c
         for a, nodes in info.exits.items():
-            x = engine.exit_chart(chart, t, s, a)
-            if x is None:
-                continue
+            if exit_c is not None:
+                x = exit_c(chart, t, s, a)
+                if x < 0:
+                    continue
+            else:
+                x = engine.exit_chart(chart, t, s, a)
+                if x is None:
+                    continue
             if not cached:
                 for p_, node in nodes:
                     self._simulate(x, p_, node, extra)
@@ -834,10 +844,10 @@ class CompiledGrammar:
                 if got is None:
                     found: list = []
                     self._simulate(x, p_, node, found)
-                    got = np.concatenate(found) if found else _NONE
+                    got = found[0] if len(found) == 1 else np.concatenate(found) if found else _NONE
                     if got.size >= 512:  # many tokens: keep them packed
                         got = (idx.pack(got, self.native),)
-                    elif got.size:  # few: as (word, bits) pairs to OR in
+                    elif got.size and not self.native:  # few: as (word, bits) pairs to OR in
                         got = _sparse(got)
                     self.exit_cache[nkey] = got
                     if len(self.exit_cache) > cfg.cache_size:
@@ -850,6 +860,24 @@ class CompiledGrammar:
                         dense.append(got[0])
                     else:
                         sparse.append(got)
+                elif got.size:  # compiled core: few token ids, their bits set in C when combined
+                    extra.append(got)
+
+    def _exits_words(self, chart, t: int, s: int, info, words: np.ndarray) -> None:
+        """``_exits_into`` on the compiled core: for each exit of terminal ``t`` in state ``s``, the
+        trie below its nodes simulated from the exit chart, OR-ed into ``words`` by one C call
+        (``Engine.exits_into``, whose memo per (exit chart, node) is the exit cache here)."""
+        idx = self.index
+        pre = info.pre
+        if pre is None:
+            _native.trie_of(idx)
+            pre = info.pre = {a: np.array([idx._native_pre[p_][m] for p_, m in nodes], np.int64)
+                              for a, nodes in info.exits.items()}
+        e, trie = self.engine._e, idx._native_trie
+        for a, nodes in pre.items():
+            x = e.exit_chart(chart, t, s, a)
+            if x >= 0:
+                self.stats["simulated_bytes"] += e.exits_into(x, trie, nodes, words)
 
     def compute_mask(self, chart) -> np.ndarray:
         """The packed uint32 mask words of the tokens allowed after ``chart``."""
@@ -876,6 +904,7 @@ class CompiledGrammar:
         sparse: list = []  # (word indices, bits) pairs
         extra: list = []
         contrib = cfg.memo and key is not None
+        exit_c = self._exit_c
         for (t, s) in engine.scan_keys(chart):
             info = self.terminal_info(t, s)
             if not info.exits:
@@ -888,9 +917,16 @@ class CompiledGrammar:
             # state-aware cache of one terminal state's contribution (inside tokens and every
             # exit's tokens): keyed by its terminal info and the exit charts' (interned) top sets,
             # so it hits wherever those agree, e.g. at every count of a long bounded string
-            ckey = (info,) + tuple(self._exit_top(chart, t, s, a) for a in info.exits)
+            ckey = ((info,) + tuple(exit_c(chart, t, s, a) for a in info.exits) if exit_c is not None
+                    else (info,) + tuple(self._exit_top(chart, t, s, a) for a in info.exits))
             got = self.contrib_cache.get(ckey)
-            if got is None:
+            if got is None and exit_c is not None:  # compiled core: the exits' walks OR-ed in by C
+                got = info.inside.copy()
+                self._exits_words(chart, t, s, info, got)
+                self.contrib_cache[ckey] = got
+                if len(self.contrib_cache) > cfg.cache_size:
+                    self.contrib_cache.popitem(last=False)
+            elif got is None:
                 d2, s2, e2 = [info.inside], [], []
                 self._exits_into(chart, t, s, info, True, d2, s2, e2)
                 got = _combine(d2, s2, e2, idx.n_words, self.native)
