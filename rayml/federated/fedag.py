@@ -71,6 +71,8 @@ __all__ = [
     "flat_params",
     "set_flat_params",
     "num_params",
+    "frozen_head",
+    "adapt",
     "adapter_logits",
     "contrastive_adapter_loss",
     "kd_loss",
@@ -219,25 +221,60 @@ def num_params(module: nn.Module) -> int:
 
 # ------------------------------------------------------------------------------------------ losses
 
-def adapter_logits(adapter: nn.Module, feats: torch.Tensor, text: torch.Tensor, scale: float) -> torch.Tensor:
-    """CLIP logits through an adapter: ``scale * normalize(a(f) * f) @ text.T``.
+def frozen_head(weight, bias=None) -> nn.Linear:
+    """The backbone's frozen last layer ``h -> W h + b`` (``weight`` ``(d_out, d_in)``) as a module
+    without trainable parameters: the map from the hidden features an adapter re-weights to the
+    embedding space of the class texts."""
+    w = torch.as_tensor(np.array(weight, dtype=np.float32))
+    if w.ndim != 2:
+        raise ValueError(f"weight must be a (d_out, d_in) matrix, got shape {tuple(w.shape)}")
+    head = nn.Linear(w.shape[1], w.shape[0], bias=bias is not None)
+    with torch.no_grad():
+        head.weight.copy_(w)
+        if bias is not None:
+            b = torch.as_tensor(np.array(bias, dtype=np.float32))
+            if b.shape != (w.shape[0],):
+                raise ValueError(f"bias must have shape ({w.shape[0]},), got {tuple(b.shape)}")
+            head.bias.copy_(b)
+    head.requires_grad_(False)
+    return head
+
+
+def adapt(adapter: nn.Module, feats: torch.Tensor, head: nn.Module | None = None) -> torch.Tensor:
+    """The adapted, normalised image embedding.
+
+    Without ``head`` (FedCLIP's form): ``normalize(a(f) * f)`` on the embedding ``f`` itself. With
+    ``head`` (rayml's, issue 43): the adapter re-weights the backbone's frozen *hidden* features
+    ``h`` and the frozen last layer maps them to the embedding, ``normalize(head(d * a(h) * h))``;
+    ``d = h.shape[1]`` makes uniform weights (``a = 1/d``) the identity, so an adapter starts near
+    the zero-shot backbone. Assumed: the paper's adapter acts on CLIP's output embedding, whose 512+
+    dimensions carry what the 32-d embedding of the digits backbone has lost (review, issue 43).
+    """
+    if head is None:
+        return F.normalize(adapter(feats) * feats, dim=-1)
+    return F.normalize(head(feats.shape[1] * adapter(feats) * feats), dim=-1)
+
+
+def adapter_logits(adapter: nn.Module, feats: torch.Tensor, text: torch.Tensor, scale: float,
+                   head: nn.Module | None = None) -> torch.Tensor:
+    """CLIP logits through an adapter: ``scale * adapt(adapter, f, head) @ text.T``.
 
     Args:
         adapter: an ``AttentionAdapter`` (or any map ``f -> weights`` of ``f``'s shape).
-        feats: ``(n, d)`` frozen image features.
-        text: ``(C, d)`` normalised class text embeddings.
+        feats: ``(n, d)`` frozen image features (the hidden features when ``head`` is given).
+        text: ``(C, d_text)`` normalised class text embeddings.
         scale: the logit scale.
+        head: the frozen last layer (``frozen_head``), or ``None`` (features are embeddings).
     """
-    adapted = F.normalize(adapter(feats) * feats, dim=-1)
-    return scale * adapted @ text.T
+    return scale * adapt(adapter, feats, head) @ text.T
 
 
 def contrastive_adapter_loss(adapter: nn.Module, feats: torch.Tensor, labels: torch.Tensor,
-                             text: torch.Tensor, scale: float) -> torch.Tensor:
+                             text: torch.Tensor, scale: float, head: nn.Module | None = None) -> torch.Tensor:
     """CLIP's symmetric in-batch InfoNCE between adapted image features and their captions' text
     embeddings (``text[labels]``), as the authors' adapter training and FedCLIP do. Captions of
     the same class in one batch count as negatives, as there."""
-    img = F.normalize(adapter(feats) * feats, dim=-1)
+    img = adapt(adapter, feats, head)
     txt = text[labels]
     logits = scale * img @ txt.T
     target = torch.arange(feats.shape[0])
@@ -319,7 +356,8 @@ def _batches(n: int, batch_size: int, gen: torch.Generator):
 
 def train_adapter(adapter: nn.Module, feats: torch.Tensor, labels: torch.Tensor, text: torch.Tensor, scale: float,
                   *, epochs: int, lr: float, batch_size: int, gen: torch.Generator,
-                  prox_mu: float = 0.0, anchor: Sequence[torch.Tensor] | None = None) -> nn.Module:
+                  prox_mu: float = 0.0, anchor: Sequence[torch.Tensor] | None = None,
+                  head: nn.Module | None = None) -> nn.Module:
     """Fit an adapter with ``contrastive_adapter_loss`` (Adam); with ``prox_mu > 0`` adds FedProx's
     ``mu / 2 ||w - w_anchor||^2`` (Li et al., MLSys 2020, Eq. 2). Used for the adapters'
     initialisation on synthetic data and for the baselines' local training."""
@@ -329,7 +367,7 @@ def train_adapter(adapter: nn.Module, feats: torch.Tensor, labels: torch.Tensor,
         for idx in _batches(feats.shape[0], batch_size, gen):
             if idx.numel() < 2:
                 continue
-            loss = contrastive_adapter_loss(adapter, feats[idx], labels[idx], text, scale)
+            loss = contrastive_adapter_loss(adapter, feats[idx], labels[idx], text, scale, head)
             if prox_mu > 0 and anchor is not None:
                 loss = loss + 0.5 * prox_mu * sum(((p - a) ** 2).sum() for p, a in zip(adapter.parameters(), anchor))
             opt.zero_grad()
@@ -363,13 +401,14 @@ def client_round(client: ClientNet, pixels: torch.Tensor, labels: torch.Tensor, 
     domain. Returns the scores ``(n_syn,)``; ``client`` is trained in place."""
     train_client(client, pixels, labels, epochs=epochs, lr=lr, batch_size=batch_size, gen=gen)
     with torch.no_grad():
-        protos = class_prototypes(client.features(pixels), labels)
+        protos = class_prototypes(client.features(pixels), labels, int(client.head.out_features))
         return quality_scores(client.features(syn_pixels), syn_labels, protos)
 
 
 def server_update(adapters: Sequence[nn.Module], attention: nn.Module, clients: Sequence[ClientNet],
                   syn: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], quality: Sequence[torch.Tensor],
-                  text: torch.Tensor, scale: float, cfg: FedAGConfig, gen: torch.Generator) -> dict:
+                  text: torch.Tensor, scale: float, cfg: FedAGConfig, gen: torch.Generator,
+                  head: nn.Module | None = None) -> dict:
     """FedAG's server update (Algorithm 1, server side), ``cfg.interact_epochs`` epochs over the
     synthetic data, one batch of every domain per step (the domains' loaders zipped):
 
@@ -386,6 +425,7 @@ def server_update(adapters: Sequence[nn.Module], attention: nn.Module, clients: 
         text, scale: class text embeddings and logit scale.
         cfg: the schedule (``interact_epochs``, ``lr_server``, ``temperature``, ``alpha``, ``lam``).
         gen: the generator of the batch order.
+        head: the backbone's frozen last layer when the features are hidden ones (``adapt``).
 
     Returns:
         ``{"loss_kd": [...], "loss_cross": [...], "loss_client": [...]}`` per step.
@@ -410,7 +450,7 @@ def server_update(adapters: Sequence[nn.Module], attention: nn.Module, clients: 
                 q = quality[i][idx]
                 with torch.no_grad():
                     teacher = clients[i](pixels)
-                logits_all = torch.stack([adapter_logits(a, feats, text, scale) for a in adapters])
+                logits_all = torch.stack([adapter_logits(a, feats, text, scale, head) for a in adapters])
                 loss_kd = loss_kd + in_domain_adapter_loss(logits_all[i], teacher, q, labels, cfg.temperature,
                                                            cfg.alpha)
                 att = attention_weights(logits_all, attention)
@@ -425,7 +465,7 @@ def server_update(adapters: Sequence[nn.Module], attention: nn.Module, clients: 
                 feats, pixels, labels = syn[i][0][idx], syn[i][1][idx], syn[i][2][idx]
                 clients[i].train()
                 with torch.no_grad():
-                    teacher = adapter_logits(adapters[i], feats, text, scale)
+                    teacher = adapter_logits(adapters[i], feats, text, scale, head)
                 loss_c = loss_c + in_domain_client_loss(clients[i](pixels), teacher, quality[i][idx], labels,
                                                         cfg.temperature, cfg.alpha)
             opt_c.zero_grad()
@@ -465,15 +505,16 @@ def fedavg(vectors: Sequence, weights: Sequence[float] | None = None) -> np.ndar
 
 # --------------------------------------------------------------------------------------- inference
 
-def one2one_logits(adapter: nn.Module, feats: torch.Tensor, text: torch.Tensor, scale: float) -> torch.Tensor:
+def one2one_logits(adapter: nn.Module, feats: torch.Tensor, text: torch.Tensor, scale: float,
+                   head: nn.Module | None = None) -> torch.Tensor:
     """In-domain inference: the domain's own adapter."""
     with torch.no_grad():
-        return adapter_logits(adapter, feats, text, scale)
+        return adapter_logits(adapter, feats, text, scale, head)
 
 
 def one2all_logits(adapters: Sequence[nn.Module], attention: nn.Module, feats: torch.Tensor, text: torch.Tensor,
-                   scale: float) -> torch.Tensor:
+                   scale: float, head: nn.Module | None = None) -> torch.Tensor:
     """Inference on any domain: the attention-weighted mixture of every adapter's logits."""
     with torch.no_grad():
-        logits_all = torch.stack([adapter_logits(a, feats, text, scale) for a in adapters])
+        logits_all = torch.stack([adapter_logits(a, feats, text, scale, head) for a in adapters])
         return (logits_all * attention_weights(logits_all, attention)).sum(0)

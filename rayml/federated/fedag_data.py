@@ -7,12 +7,19 @@ Diffusion from the domain's description; "the number of synthetic data for each 
 equals 10% of the real domain data"). Nothing may be downloaded here, so the domains are built from
 ``sklearn.datasets.load_digits`` (8x8 grey digits in [0, 1]):
 
-* ``rotated``: each image rotated by a random angle of 30-60 degrees either way;
+* ``rotated``: each image rotated by a random angle of 20-40 degrees either way;
 * ``inverted``: ``1 - x``;
-* ``noised``: Gaussian pixel noise (std 0.35), clipped;
+* ``noised``: Gaussian pixel noise (std 0.45), clipped;
 * ``intensity``: the grey-level analogue of a colour shift, ``x -> b + c x`` with
-  ``b, c ~ U(0.40, 0.50)`` (a bright, low-contrast image);
-* ``blurred``: a Gaussian blur (sigma 1) with the contrast raised 1.6x, clipped.
+  ``b ~ U(0.2, 0.3)``, ``c ~ U(0.5, 0.7)`` (a brighter, lower-contrast image);
+* ``blurred``: a Gaussian blur (sigma 1) with the contrast raised 1.6x, clipped;
+* ``shifted``: the digit moved ``SHIFT`` = 2 pixels left or right (a framing change).
+
+The experiment (issue 43) leaves ``inverted`` out: the adapters re-weight features with positive
+weights and cannot undo it (every method stayed below chance); each domain it uses leaves the
+zero-shot backbone between 0.3 and 0.7 (measured on all 1797 digits: rotated 0.42, noised 0.49,
+intensity about 0.5-0.6, blurred 0.59, shifted 0.44; the rotation, noise and intensity ranges were
+narrowed from those of earlier versions, which left the backbone at 0.15-0.24 on two of them).
 
 The 1797 digits are split at random (per seed, stratified) into a server pool and one disjoint
 pool per domain; each domain's pool is transformed and split into the silo's training data and
@@ -32,7 +39,9 @@ import numpy as np
 
 __all__ = ["DOMAINS", "DomainData", "Federation", "apply_domain", "build_federation"]
 
-DOMAINS = ("rotated", "inverted", "noised", "intensity", "blurred")
+SHIFT = 2
+
+DOMAINS = ("rotated", "inverted", "noised", "intensity", "blurred", "shifted")
 
 
 def apply_domain(name: str, pixels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -46,19 +55,23 @@ def apply_domain(name: str, pixels: np.ndarray, rng: np.random.Generator) -> np.
         raise ValueError(f"pixels must have shape (n, 64), got {x.shape}")
     n = x.shape[0]
     if name == "rotated":
-        angles = rng.uniform(30.0, 60.0, n) * rng.choice([-1.0, 1.0], n)
+        angles = rng.uniform(20.0, 40.0, n) * rng.choice([-1.0, 1.0], n)
         out = np.stack([ndimage.rotate(im, a, reshape=False, order=1, mode="constant")
                         for im, a in zip(x.reshape(n, 8, 8), angles)]).reshape(n, 64) if n else x
     elif name == "inverted":
         out = 1.0 - x
     elif name == "noised":
-        out = x + rng.normal(0.0, 0.35, x.shape)
+        out = x + rng.normal(0.0, 0.45, x.shape)
     elif name == "intensity":
-        b = rng.uniform(0.40, 0.50, (n, 1))
-        c = rng.uniform(0.40, 0.50, (n, 1))
+        b = rng.uniform(0.2, 0.3, (n, 1))
+        c = rng.uniform(0.5, 0.7, (n, 1))
         out = b + c * x
-    else:  # blurred
+    elif name == "blurred":
         out = 1.6 * ndimage.gaussian_filter(x.reshape(n, 8, 8), (0, 1.0, 1.0)).reshape(n, 64) if n else x
+    else:  # shifted: moved SHIFT pixels left or right, zeros shifted in
+        steps = np.stack([np.zeros(n), rng.choice([-SHIFT, SHIFT], n)], axis=1)
+        out = np.stack([ndimage.shift(im, st, order=0, mode="constant", cval=0.0)
+                        for im, st in zip(x.reshape(n, 8, 8), steps)]).reshape(n, 64) if n else x
     return np.clip(out, 0.0, 1.0).astype(np.float32)
 
 

@@ -1,5 +1,8 @@
 """A FedAG silo: one domain's real data, the frozen backbone, and the silo's models between rounds.
 
+The adapters act on the backbone's frozen hidden features (``hidden_features``) through its frozen
+last layer (``head_of``; ``rayml.federated.fedag.adapt``).
+
 The experiment wraps ``Silo`` in ``ray.remote`` (one actor per domain): the data and the backbone's
 features of it stay loaded in the actor, only parameters and scores travel (through the object
 store). The class itself imports no Ray, so the tests drive it in-process too.
@@ -30,13 +33,38 @@ import torch
 
 from rayml.federated import fedag
 
-__all__ = ["Silo", "backbone_features"]
+__all__ = ["Silo", "backbone_features", "hidden_features", "head_of"]
 
 
 def backbone_features(encoder, pixels: np.ndarray) -> torch.Tensor:
-    """The frozen backbone's normalised image features of ``(n, 64)`` pixels (no gradient)."""
+    """The frozen backbone's normalised image embeddings of a batch of images (no gradient)."""
     with torch.no_grad():
         return encoder.image_features(torch.as_tensor(np.array(pixels, dtype=np.float32)))
+
+
+def _tower(encoder):
+    tower = getattr(encoder, "image_tower", None)
+    if not isinstance(tower, torch.nn.Sequential) or not isinstance(tower[-1], torch.nn.Linear):
+        raise TypeError("encoder must have an image_tower nn.Sequential ending in an nn.Linear (the frozen head), "
+                        f"got {type(tower).__name__}")
+    return tower
+
+
+def hidden_features(encoder, pixels: np.ndarray) -> torch.Tensor:
+    """The frozen backbone's hidden image features (the input of its last layer; 128-d for the
+    digits CLIP) of a batch of images shaped as the encoder takes them (no gradient). The adapters
+    re-weight these (``fedag.adapt``)."""
+    tower = _tower(encoder)
+    x = torch.as_tensor(np.array(pixels, dtype=np.float32))
+    with torch.no_grad():
+        return tower[:-1](x.reshape(x.shape[0], -1) if isinstance(tower[0], torch.nn.Linear) else x)
+
+
+def head_of(encoder) -> torch.nn.Linear:
+    """The backbone's frozen last layer (``fedag.frozen_head``): hidden features -> embedding."""
+    last = _tower(encoder)[-1]
+    return fedag.frozen_head(last.weight.detach().numpy(),
+                             None if last.bias is None else last.bias.detach().numpy())
 
 
 class Silo:
@@ -47,15 +75,16 @@ class Silo:
         torch.set_num_threads(1)
         self.domain = domain
         self.encoder = encoder
+        self.head = head_of(encoder)
         self.text = torch.as_tensor(np.array(text, dtype=np.float32))
         self.scale = float(scale)
         self._data = {}
         for seed, (tx, ty, sx, sy) in data.items():
             self._data[int(seed)] = {
-                "x": torch.as_tensor(np.array(tx, dtype=np.float32)),
+                "x": torch.as_tensor(np.array(tx, dtype=np.float32).reshape(len(tx), -1)),
                 "y": torch.as_tensor(np.array(ty, dtype=np.int64)),
-                "f": backbone_features(encoder, tx),
-                "sx": torch.as_tensor(np.array(sx, dtype=np.float32)),
+                "f": hidden_features(encoder, tx),
+                "sx": torch.as_tensor(np.array(sx, dtype=np.float32).reshape(len(sx), -1)),
                 "sy": torch.as_tensor(np.array(sy, dtype=np.int64)),
             }
         self._state: dict = {}
@@ -78,14 +107,15 @@ class Silo:
             anchor = [p.detach().clone() for p in adapter.parameters()]
             fedag.train_adapter(adapter, d["f"], d["y"], self.text, self.scale, epochs=int(r["epochs"]),
                                 lr=float(r["lr"]), batch_size=int(r["batch_size"]), gen=gen,
-                                prox_mu=float(r["mu"]), anchor=anchor)
+                                prox_mu=float(r["mu"]), anchor=anchor, head=self.head)
             out = fedag.flat_params(adapter)
             self._state[r["key"]] = out
             return {"params": out}
         if r["kind"] == "fedag":
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(int(r["init_seed"]))
-                client = fedag.ClientNet(hidden=int(r["hidden"]))
+                client = fedag.ClientNet(in_dim=int(d["x"].shape[1]), hidden=int(r["hidden"]),
+                                         n_classes=int(self.text.shape[0]))
             if r["key"] in self._state:
                 own = self._state[r["key"]]
                 merged = own if r["server_params"] is None else fedag.momentum_merge(own, r["server_params"],

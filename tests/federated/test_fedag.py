@@ -11,7 +11,8 @@ import torch
 
 from rayml.federated import fedag
 from rayml.federated import fedag_data as fd
-from rayml.federated.fedag_silo import Silo
+from rayml.federated import fedag_fit
+from rayml.federated.fedag_silo import Silo, head_of, hidden_features
 
 
 def _np_softmax(z):
@@ -126,6 +127,53 @@ def test_a_uniform_adapter_gives_the_zero_shot_logits():
     assert torch.allclose(fedag.adapter_logits(ad, f, text, 7.0), 7.0 * f @ text.T, atol=1e-6)
 
 
+def test_a_uniform_adapter_on_hidden_features_gives_the_zero_shot_logits():
+    """Issue 43: the adapter re-weights the frozen hidden features before the frozen last layer;
+    uniform weights (1 / d each, scaled by d) are the backbone itself, so training starts at
+    zero-shot, and the head's weights never train."""
+    enc = _TinyEncoder(7)
+    head = head_of(enc)
+    ad = fedag.AttentionAdapter(7)
+    with torch.no_grad():
+        ad.net[2].weight.zero_()
+        ad.net[2].bias.zero_()
+    x = torch.rand(6, 64)
+    h = hidden_features(enc, x)
+    text = torch.as_tensor(enc.class_embeddings())
+    with torch.no_grad():
+        want = 4.0 * enc.image_features(x) @ text.T
+    assert torch.allclose(fedag.adapter_logits(ad, h, text, 4.0, head), want, atol=1e-5)
+    assert not any(p.requires_grad for p in head.parameters())
+    with pytest.raises(ValueError, match="weight"):
+        fedag.frozen_head(np.zeros(3))
+
+
+def test_fit_fedag_on_user_silos_is_deterministic_and_predicts():
+    """The federation driver outside the experiment: two silos of the user's data, in-process."""
+    g = np.random.default_rng(3)
+    silos = {d: (g.random((24, 64)).astype(np.float32), g.integers(0, 3, 24)) for d in ("a", "b")}
+    syn = {d: (g.random((16, 64)).astype(np.float32), g.integers(0, 3, 16)) for d in ("a", "b")}
+    cfg = fedag.FedAGConfig(rounds=2, local_epochs=1, batch_size=8, adapter_init_epochs=1, interact_epochs=1,
+                            client_hidden=8)
+    one = fedag_fit.fit_fedag(silos, syn, _TinyEncoder(6), cfg, seed=1, use_ray=False)
+    two = fedag_fit.fit_fedag(silos, syn, _TinyEncoder(6), cfg, seed=1, use_ray=False)
+    x = g.random((5, 64)).astype(np.float32)
+    assert np.array_equal(one.logits(x).numpy(), two.logits(x).numpy())
+    assert one.predict(x, domain="a").shape == (5,) and set(one.predict(x)) <= {0, 1, 2}
+    with pytest.raises(ValueError, match="domain"):
+        one.predict(x, domain="c")
+    with pytest.raises(ValueError, match="silos and synthetic"):
+        fedag_fit.fit_fedag(silos, {"a": syn["a"]}, _TinyEncoder(6), cfg, use_ray=False)
+
+
+def test_shifted_domain_moves_the_digit_sideways():
+    x = np.zeros((1, 64), dtype=np.float32)
+    x[0, 3 * 8 + 3] = 1.0
+    out = fd.apply_domain("shifted", x, np.random.default_rng(0)).reshape(8, 8)
+    r, c = np.argwhere(out == 1.0)[0]
+    assert out.sum() == 1.0 and r == 3 and abs(c - 3) == fd.SHIFT == 2
+
+
 def test_one2all_is_the_attention_mixture_and_one2one_the_own_adapter():
     torch.manual_seed(1)
     ads = [fedag.AttentionAdapter(4) for _ in range(3)]
@@ -155,8 +203,8 @@ def test_a_fedavg_round_by_hand_through_the_silos_and_the_server_task():
 
     g = np.random.default_rng(0)
     dim, n = 4, 6
-    text = np.eye(3, dim, dtype=np.float32)
     enc = _TinyEncoder(dim)
+    text = np.eye(3, enc.out_dim, dtype=np.float32)
     ad = fedag.AttentionAdapter(dim)
     w0 = fedag.flat_params(ad)
     uploads, silos = [], []
@@ -169,8 +217,9 @@ def test_a_fedavg_round_by_hand_through_the_silos_and_the_server_task():
         up = silo.run_round([req])[0]["params"]
         # one full-batch Adam step by hand: the first Adam step moves every weight by lr * sign(grad)
         ref = fedag.set_flat_params(fedag.AttentionAdapter(dim), w0)
-        feats = enc.image_features(torch.as_tensor(x))
-        loss = fedag.contrastive_adapter_loss(ref, feats, torch.as_tensor(y), torch.as_tensor(text), 5.0)
+        feats = hidden_features(enc, x)
+        loss = fedag.contrastive_adapter_loss(ref, feats, torch.as_tensor(y), torch.as_tensor(text), 5.0,
+                                              head_of(enc))
         loss.backward()
         grad = torch.cat([p.grad.reshape(-1) for p in ref.parameters()]).numpy()
         step = np.where(grad != 0, 0.05 * np.sign(grad) * np.abs(grad) / (np.abs(grad) + 1e-8), 0.0)
@@ -179,21 +228,33 @@ def test_a_fedavg_round_by_hand_through_the_silos_and_the_server_task():
         silos.append(silo)
     config = {"rounds": 1, "local_epochs": 1, "batch_size": n, "init_epochs": 0, "interact_epochs": 0,
               "temperature": 1.0, "alpha": 0.5, "lam": 0.1, "momentum": 0.9, "client_hidden": 8}
-    shared = {"text": text, "scale": 5.0, "config": config, "syn": {}, "test": {}}
+    head = head_of(enc)
+    shared = {"text": text, "scale": 5.0, "config": config, "syn": {}, "test": {}, "feature_dim": dim,
+              "head": (head.weight.numpy(), head.bias.numpy())}
     run = {"method": "fedavg", "lr": 0.05, "train": ["d0", "d1"], "data_seed": 0}
     out = server_task({"run": run, "round": 0, "state": {}, "uploads": uploads, "gen_seed": 1}, shared)
     assert np.allclose(out["state"]["global"], (uploads[0]["params"] + uploads[1]["params"]) / 2, atol=1e-7)
     assert all(np.array_equal(d, out["state"]["global"]) for d in out["down"])
 
 
-class _TinyEncoder:
-    """A fixed linear 'backbone' for the silo tests (64 pixels -> ``dim`` normalised features)."""
+class _TinyEncoder(torch.nn.Module):
+    """A fixed small 'backbone' for the silo tests: 64 pixels -> ReLU hidden layer of ``dim`` (the
+    features the adapters re-weight) -> its last layer to ``out_dim`` (normalised embeddings)."""
 
-    def __init__(self, dim):
-        self.w = torch.as_tensor(np.random.default_rng(5).normal(size=(64, dim)).astype(np.float32))
+    def __init__(self, dim, out_dim=5, n_classes=3):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(5)
+            self.image_tower = torch.nn.Sequential(torch.nn.Linear(64, dim), torch.nn.ReLU(),
+                                                   torch.nn.Linear(dim, out_dim))
+            self._text = torch.nn.functional.normalize(torch.randn(n_classes, out_dim), dim=1)
+        self.out_dim = out_dim
 
     def image_features(self, pixels):
-        return torch.nn.functional.normalize(pixels.reshape(pixels.shape[0], 64) @ self.w, dim=-1)
+        return torch.nn.functional.normalize(self.image_tower(pixels.reshape(pixels.shape[0], 64)), dim=-1)
+
+    def class_embeddings(self):
+        return self._text.numpy()
 
 
 # ------------------------------------------------------------------------- server update, silos
@@ -237,7 +298,7 @@ def test_silo_results_do_not_depend_on_what_else_it_serves():
     g = np.random.default_rng(2)
     x, y = g.random((30, 64)).astype(np.float32), g.integers(0, 10, 30)
     sx, sy = g.random((12, 64)).astype(np.float32), g.integers(0, 10, 12)
-    text = np.eye(10, 6, dtype=np.float32)
+    text = np.eye(10, 5, dtype=np.float32)
     fa = {"kind": "fedag", "key": "a", "seed": 0, "server_params": None, "momentum": 0.9, "init_seed": 7,
           "epochs": 2, "lr": 1e-2, "batch_size": 8, "gen_seed": 11, "hidden": 8}
     ad = {"kind": "adapter", "key": "b", "seed": 0, "params": fedag.flat_params(fedag.AttentionAdapter(6)),
