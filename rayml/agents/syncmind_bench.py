@@ -90,7 +90,7 @@ def replace_function(source: str, qualname: str, new_text: str) -> str:
 # Running a repository's tests in a subprocess
 
 RUNNER = r'''
-import importlib.util, json, os, sys, traceback
+import importlib.util, json, os, sys, traceback, unittest
 root = os.getcwd()
 sys.path.insert(0, root)
 results, logs = {}, []
@@ -107,7 +107,7 @@ for path in sys.argv[1:]:
         continue
     for attr in sorted(vars(mod)):
         fn = getattr(mod, attr)
-        if attr.startswith("test_") and callable(fn):
+        if attr.startswith("test_") and callable(fn) and not isinstance(fn, type):
             key = path + "::" + attr
             try:
                 fn()
@@ -115,6 +115,14 @@ for path in sys.argv[1:]:
             except BaseException:
                 results[key] = "failed"
                 logs.append("FAILED " + key + "\n" + traceback.format_exc(limit=8))
+        elif isinstance(fn, type) and issubclass(fn, unittest.TestCase) and fn.__module__ == name:
+            for case in unittest.defaultTestLoader.loadTestsFromTestCase(fn):
+                key = path + "::" + attr + "." + case._testMethodName
+                res = unittest.TestResult()
+                case.run(res)
+                bad = res.failures + res.errors
+                results[key] = "passed" if not bad else "failed"
+                logs.extend("FAILED " + key + "\n" + text for _, text in bad)
 print(json.dumps({"results": results, "log": "\n".join(logs)}))
 '''
 

@@ -7,6 +7,7 @@ import pytest
 from rayml.agents import syncmind as sm
 from rayml.agents import syncmind_agents as sa
 from rayml.agents import syncmind_bench as sb
+from rayml.agents import syncmind_releases as rel
 from rayml.agents import syncmind_repos as sr
 
 
@@ -401,3 +402,68 @@ def test_smollm_picker_cached_prefix_matches_a_plain_forward():
     assert picker.pick(system, user, "Option (", list("abc"), random.Random(0), shared=sl._log_part(log)) == want
     prefix, _ = picker._cached_prefix(system, sl._log_part(log))
     assert ids[:len(prefix)] == prefix and len(prefix) > 20
+
+
+# ------------------------------------------------------------------ real release histories (issue 43)
+
+_TC_TEST = """import unittest
+from tinypkg.core import scale
+
+
+class ScaleTest(unittest.TestCase):
+    def test_double(self):
+        self.assertEqual(scale(2), 4)
+
+    def test_zero(self):
+        self.assertEqual(scale(0), 0)
+
+
+def test_plain():
+    assert scale(1) == 2
+"""
+
+
+def test_runner_runs_unittest_testcases():
+    """Real packages' tests are unittest classes: the runner runs each method (it ran only
+    module-level test functions before)."""
+    files = {"tinypkg/__init__.py": "", "tinypkg/core.py": "def scale(x):\n    return x + 2\n",
+             "tests/__init__.py": "", "tests/test_core.py": _TC_TEST}
+    res = sb.run_tests(files, ["tests/test_core.py"])
+    assert res["results"] == {"tests/test_core.py::ScaleTest.test_double": "passed",
+                              "tests/test_core.py::ScaleTest.test_zero": "failed",
+                              "tests/test_core.py::test_plain": "failed"}
+    assert "ScaleTest.test_zero" in res["log"] and "AssertionError" in res["log"]
+
+
+def _sdist(root, version, body):
+    import io
+    import tarfile
+
+    path = root / f"tinypkg-{version}.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in {"tinypkg/__init__.py": "", "tinypkg/core.py": body, "tests/__init__.py": "",
+                           "tests/test_core.py": _TC_TEST.replace("def test_plain():\n    assert scale(1) == 2\n", ""),
+                           "setup.py": "raise SystemExit"}.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"tinypkg-{version}/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_release_repository_from_cached_sdists_gives_fail_to_pass_scenarios(tmp_path):
+    """Consecutive releases (cached sdists: nothing is downloaded) become one commit each; the
+    older release's version of a changed function fails the newest tests: a scenario."""
+    _sdist(tmp_path, "1.0", "def scale(x):\n    return x + x + 1\n")
+    _sdist(tmp_path, "1.1", "def scale(x):\n    return 2 * x\n")
+    spec = {"module": "tinypkg", "tests": "tests", "exclude": []}
+    repo = rel.release_repository("tinypkg", ["1.0", "1.1"], spec=spec, cache_dir=tmp_path)
+    assert repo["kind"] == "release" and [c["message"] for c in repo["commits"]] == [
+        "tinypkg 1.0 (release)", "tinypkg 1.1 (release)"]
+    assert "setup.py" not in repo["commits"][0]["files"]
+    (sc,) = sb.construct_scenarios(repo)
+    assert sc["qualname"] == "scale" and sc["source_kind"] == "release" and "x + x + 1" in sc["stale_source"]
+    with pytest.raises(ValueError, match="versions"):
+        rel.release_repository("tinypkg", ["1.0"], spec=spec, cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="package"):
+        rel.release_repository("not a name", ["1.0", "1.1"], spec=spec, cache_dir=tmp_path)

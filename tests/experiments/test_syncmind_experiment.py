@@ -56,7 +56,8 @@ def test_every_claim_is_measured_at_tiny_size(ray_session):
 def test_bad_settings_are_refused_before_any_work():
     from rayml.experiments import syncmind as exp
 
-    for key, value in (("model", "gpt-4o"), ("lm_scenarios", 0), ("p_ask", 1.5), ("gen_repos", 0)):
+    for key, value in (("model", "gpt-4o"), ("lm_scenarios", 0), ("p_ask", 1.5), ("gen_repos", 0),
+                       ("releases", ["numpy"])):
         with pytest.raises(ValueError, match=key):
             exp.run({**exp.SIZES["tiny"], key: value}, 0)
 
@@ -81,7 +82,8 @@ def test_lm_episodes_share_one_seed_per_scenario():
 def test_price_needs_questions_at_the_priced_settings():
     from rayml.experiments import syncmind as exp
 
-    per = {"default": {"sr": 1.0, "asr": 0.3}, "ask50": {"sr": 0.0, "asr": 0.0}, "ask200": {"sr": 0.0, "asr": 0.0}}
+    per = {"default": {"sr": 1.0, "asr": 0.3}, "turns50": {"sr": 1.0, "asr": 0.3}, "budget3000": {"sr": 1.0, "asr": 0.3},
+           "ask50": {"sr": 0.0, "asr": 0.0}, "ask200": {"sr": 0.0, "asr": 0.0}}
     assert exp._price(per, [{"asks": 0}, {"asks": 0}])["ask_adaptation"] is None
     out = exp._price({**per, "ask50": {"sr": 0.5, "asr": 0.1}}, [{"asks": 2}, {"asks": 0}])
     assert out["questions"] == 2 and abs(out["ask_adaptation"] - 0.1) < 1e-12 and out["sr_spread"] == 1.0
