@@ -23,6 +23,10 @@
  *       rest OR-ed into words, and the trie node of rest when longer tokens start with it
  *   set_bits(words, ids) / clear_bits(words, ids): OR in / clear the bits of int64 token ids.
  *   fill_rows(bitmask, rows, words_list): copy packed words into bitmask rows (the batch fill).
+ *   horizon_classes / literal_rest / count_cut: the per-state setup of a first visit (below).
+ *   Engine: the Earley engine over integer state ids (native_earley.py), with simulate (the trie
+ *       walk below an exit node) and exits_into (those walks, memoised per (chart, node), OR-ed
+ *       into a mask).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -6,8 +6,10 @@ precomputation (kbnf's eager regex cache; ``TokenIndex.walk`` and the counted wa
 length-bounded strings, ``TokenIndex.walk_counted``) and the bitmask fill (setting token bits,
 copying rows of a batch). The trie is scanned in sorted-token order with a per-depth stack of DFA
 states, jumping past the subtree of a rejected prefix (the paper's rejected-prefix cache applied to
-the whole vocabulary walk). The Earley engine, its pruning and the chart-keyed caches stay in
-Python (``earley``, ``matcher``).
+the whole vocabulary walk). The Earley engine runs in C too (``native_earley``: ``core.Engine``,
+with the memoised walks below a terminal's exits, ``Engine.exits_into``), and so does the per-state
+setup of a first visit (``core.horizon_classes``, ``core.literal_rest``, ``core.count_cut``, used
+by ``matcher.CompiledGrammar``); the mask orchestration and its caches stay in Python (``matcher``).
 
 When the extension was not built (no C compiler at install time), importing ``rayml.decoding``
 prints one warning line and every grammar runs on the pure-Python engine, which is also the

@@ -727,7 +727,8 @@ def bench(config: Mapping[str, Any], seed: int) -> Outcome:
     vllm = run_vllm(config)  # after the mask bench, alone on the machine's share of CPU
     tables = {}
     if vllm.get("rows"):
-        tables["vllm"] = [{k: v for k, v in r.items() if k != "texts"} for r in vllm.pop("rows")]
+        tables["vllm"] = [{k: float("nan") if v is None else v for k, v in r.items() if k != "texts"}
+                          for r in vllm.pop("rows")]
     metrics["vllm"] = vllm
     timing_rows = [r for r in rows if r["metric"].endswith("_s") or r["metric"] == "peak_kib"]
     other_rows = [r for r in rows if not (r["metric"].endswith("_s") or r["metric"] == "peak_kib")]
