@@ -16,7 +16,7 @@ Data sets (``dataset``):
 Model: a class-balanced logistic head on the frozen features, retrained every round. Every
 strategy (DIRECT and random, confidence, margin, entropy, coreset, BADGE, GALAXY) starts from the
 same random labelled set per seed, labels the same ``batch`` per round for the same number of
-rounds, and has its head's ``C`` tuned on the same grid (extended once past an edge) on tuning
+rounds, and has its head's ``C`` tuned on the same grid (extended up to twice past an edge) on tuning
 seeds kept apart from the test seeds, by the mean balanced accuracy over the rounds
 (``rayml.evidence.tune``). The batch is at least ``2 * C * B1 * 3`` (C classes, ``B1`` parallel
 annotators) so that DIRECT's interval search runs at least three annotation rounds per class:
