@@ -96,6 +96,9 @@ class DPOConfig:
         order: ``"random"`` (a fresh permutation per epoch) or ``"sequential"`` (the given order,
             repeated: a curriculum).
         length_grouped: in random order, batch pairs of similar length together.
+        nll_weight: weight ``alpha`` of a chosen-response NLL anchor added to the DPO loss (RPO: Pang et al.,
+            "Iterative Reasoning Preference Optimization", NeurIPS 2024, Eq. 1: ``L_DPO + alpha * NLL(chosen) /
+            |chosen|``); 0 (the default) is plain DPO.
     """
 
     beta: float = 0.1
@@ -108,6 +111,7 @@ class DPOConfig:
     warmup: int = 0
     order: str = "random"
     length_grouped: bool = False
+    nll_weight: float = 0.0
 
     def __post_init__(self):
         if not (isinstance(self.beta, (int, float)) and self.beta > 0 and math.isfinite(self.beta)):
@@ -126,6 +130,8 @@ class DPOConfig:
             raise ValueError(f"order must be one of {ORDERS}, got {self.order!r}")
         if self.weight_decay < 0 or self.grad_clip < 0:
             raise ValueError("weight_decay and grad_clip must be >= 0")
+        if not (isinstance(self.nll_weight, (int, float)) and math.isfinite(self.nll_weight) and self.nll_weight >= 0):
+            raise ValueError(f"nll_weight must be a finite number >= 0, got {self.nll_weight!r}")
 
     def to_dict(self) -> dict:
         """Plain dict (JSON-able)."""
@@ -384,6 +390,9 @@ def train_dpo(policy: TransformerLM, pairs: Sequence[TokenPair], config: DPOConf
         with torch.no_grad():
             rc, rr = pair_logps(reference, batch, pad_id=pad_id)
         per, cr, rj = dpo_loss(pc, pr, rc, rr, beta=config.beta, label_smoothing=config.label_smoothing)
+        if config.nll_weight:  # RPO's anchor: the chosen response's per-token NLL
+            n_tok = torch.as_tensor([len(p.chosen) for p in batch], dtype=pc.dtype)
+            per = per - config.nll_weight * pc / n_tok
         if weights is not None:
             w = torch.as_tensor(weights[idx], dtype=per.dtype)
             loss = (per * w).sum() / len(batch)

@@ -171,3 +171,21 @@ def test_bad_input_is_rejected_with_the_argument_named():
         dpo.train_dpo(model, _pairs(4), {"beta": 0.1})
     with pytest.raises(ValueError, match="rank"):
         dpo.add_lora(model, 0)
+
+
+def test_the_nll_anchor_adds_the_chosen_per_token_nll_and_raises_the_chosen_log_prob():
+    model = _model(8)
+    pairs = _pairs(8, seed=6)
+    pc = [_logp_float64(model, p.prompt, p.chosen) for p in pairs]
+    # first step's loss: DPO's log 2 (policy = reference) plus alpha times the mean per-token NLL of chosen
+    cfg = dpo.DPOConfig(beta=0.5, lr=1e-2, steps=1, batch_size=8, nll_weight=0.7)
+    res = dpo.train_dpo(model, pairs, cfg, seed=0)
+    want = math.log(2) - 0.7 * np.mean([lp / len(p.chosen) for lp, p in zip(pc, pairs)])
+    assert res.losses[0] == pytest.approx(want, rel=1e-5)
+    plain = dpo.train_dpo(model, pairs, dpo.DPOConfig(beta=0.5, lr=1e-2, steps=20, batch_size=8), seed=0)
+    anchored = dpo.train_dpo(model, pairs, dpo.DPOConfig(beta=0.5, lr=1e-2, steps=20, batch_size=8, nll_weight=1.0),
+                             seed=0)
+    chosen = lambda m: float(dpo.pair_logps(m, pairs)[0].sum())  # noqa: E731
+    assert chosen(anchored.model) > chosen(plain.model)
+    with pytest.raises(ValueError, match="nll_weight"):
+        dpo.DPOConfig(nll_weight=-1.0)
