@@ -336,12 +336,19 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         best_rows += [{**r, "method": "best-baseline", "source": b} for r in run_rows
                       if r["method"] == b and r["noise"] == nz]
     run_rows += best_rows
+    # a pilot power estimate of the noise claim's paired sign test (DIRECT - best baseline, AUC at the highest level)
+    def _auc_by_seed(method):
+        return {r["seed"]: r["value"] for r in run_rows if r["method"] == method and r["metric"] == "auc"
+                and r["level"] == "noisy"}
+    a_by, b_by = _auc_by_seed("direct"), _auc_by_seed("best-baseline")
+    diffs = np.array([a_by[i] - b_by[i] for i in sorted(a_by) if i in b_by])
+    power = evidence.power_from_pilot(diffs, test="sign") if diffs.size >= 2 else None
     violations = sum(1 for st in states if len(st.labeled) != budget_labels)
     edge = sum(1 for c in choices.values() if c.edges)
     metrics = {**summary["direct"], "budget_violations": violations, "C_at_grid_edge": edge,
                "C_choices": len(chosen),
                "best_baseline_by_noise": best_by_noise, "best_selected_on": selected_on,
-               "labels_budget": budget_labels, "data": data_info}
+               "labels_budget": budget_labels, "data": data_info, "power_noisy_vs_best": power}
     baselines = {s.replace("-", "_"): summary[s] for s in baselines_run}
     best_auc = [np.mean([r["value"] for r in best_rows if r["noise"] == nz and r["metric"] == "auc"]) for nz in noises]
     baselines["best_baseline"] = {"auc": float(np.mean(best_auc)), "auc_clean": float(best_auc[noises.index(clean)]),
