@@ -96,9 +96,9 @@ class DPOConfig:
         order: ``"random"`` (a fresh permutation per epoch) or ``"sequential"`` (the given order,
             repeated: a curriculum).
         length_grouped: in random order, batch pairs of similar length together.
-        nll_weight: weight ``alpha`` of a chosen-response NLL anchor added to the DPO loss (RPO: Pang et al.,
-            "Iterative Reasoning Preference Optimization", NeurIPS 2024, Eq. 1: ``L_DPO + alpha * NLL(chosen) /
-            |chosen|``); 0 (the default) is plain DPO.
+        nll_weight: weight ``alpha`` of a chosen-response NLL anchor added to the DPO loss, after RPO (Pang
+            et al., "Iterative Reasoning Preference Optimization", NeurIPS 2024): ``L_DPO + alpha * NLL(chosen) /
+            |chosen|`` (assumed: normalised by the chosen response's tokens); 0 (the default) is plain DPO.
     """
 
     beta: float = 0.1

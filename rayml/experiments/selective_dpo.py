@@ -74,8 +74,11 @@ REAL_MODELS = ("smollm2-135m",)
 _REAL = dict(levels=[2, 4, 8], capacities=["lora2", "lora16"], lora_layers=4, lr_lora=1e-3, ref_seeds=2, ref_steps=12,
              evals=2, steps=12, batch_size=4, n_pairs=48, fractions=[0.25, 0.5, 0.75], test_seeds=3, tune_seeds=1,
              eval_per_level=5, beta_grid=[0.01, 0.1], lr_scale_grid=[1])
-_COMMON = dict(model="base", task="lookup", lora_layers=0, levels=[3, 4, 5], noise=0.1, evals=4, lr_full=1e-5, lr_lora=1e-4,
-               beta_ref=0.1, reweight_temperature=1.0, beta_grid=[0.003, 0.01, 0.1], lr_scale_grid=[0.1, 0.3, 1, 3])
+# issue 42: at lr 1e-5 (full) / 1e-4 (LoRA) DPO never moved the SFT policy (the gate failed); at 1e-4 full fine-tuning
+# plain DPO on near-miss pairs collapses it (0.367 -> 0.000), so every run adds RPO's chosen-NLL anchor (``nll_weight``)
+_COMMON = dict(model="base", task="lookup", lora_layers=0, levels=[3, 4, 5], noise=0.1, evals=4, lr_full=1e-4, lr_lora=1e-3,
+               nll_weight=1.0, beta_ref=0.1, reweight_temperature=1.0, beta_grid=[0.003, 0.01, 0.1],
+               lr_scale_grid=[0.3, 1, 3], extend=0)
 SIZES = {
     "tiny": dict(_COMMON, train_digits=[3, 4], sft_items=8, sft_steps=2, sft_lr=1e-3, n_pairs=16, capacities=["lora1"], ref_seeds=2, ref_steps=2, steps=2,
                  batch_size=4, fractions=[0.5], test_seeds=2, tune_seeds=1, eval_per_level=3, evals=2,
@@ -87,9 +90,10 @@ SIZES = {
     "quick": dict(_COMMON, **_WARM, n_pairs=96, capacities=["lora2", "full"], ref_seeds=2, ref_steps=8, steps=8,
                   batch_size=12, fractions=[0.5, 0.75], test_seeds=2, tune_seeds=1, eval_per_level=16, evals=2,
                   beta_grid=[0.01, 0.1], lr_scale_grid=[1], real=dict(_REAL)),
-    "full": dict(_COMMON, **_WARM, n_pairs=1024, capacities=["lora1", "lora4", "lora16", "full"], ref_seeds=3,
-                 ref_steps=120, steps=120, batch_size=16, fractions=[0.25, 0.5, 0.75, 1.0], test_seeds=8,
-                 tune_seeds=2, eval_per_level=100, evals=5, beta_grid=[0.01, 0.05, 0.1, 0.5],
+    # the review's setting (full fine-tuning at lr 1e-4 for 150 steps, with the anchor), sized to about 15 minutes
+    # of 2 idle cores (about 13 CPU-s per 150-step run): 8 reference runs, 36 tuning runs, 60 test runs
+    "full": dict(_COMMON, **_WARM, n_pairs=512, capacities=["lora8", "full"], ref_seeds=2, ref_steps=100, steps=150,
+                 batch_size=16, fractions=[0.5, 0.75], test_seeds=6, tune_seeds=1, eval_per_level=40, evals=4, extend=1,
                  real=dict(_REAL, n_pairs=256, ref_seeds=3, ref_steps=32, steps=32, batch_size=8, test_seeds=6,
                            eval_per_level=40, lora_layers=8, beta_grid=[0.01, 0.1], lr_scale_grid=[0.3, 1, 3, 10],
                            capacities=["lora2", "lora8", "lora32"])),
@@ -139,12 +143,14 @@ def _check(config: Mapping[str, Any]) -> None:
     for key in ("lr_full", "lr_lora", "beta_ref", "reweight_temperature", "sft_lr"):
         if not isinstance(config[key], (int, float)) or not config[key] > 0:
             raise ValueError(f"{key} must be a number > 0, got {config[key]!r}")
+    if isinstance(config["extend"], bool) or not isinstance(config["extend"], int) or config["extend"] < 0:
+        raise ValueError(f"extend must be an integer >= 0, got {config['extend']!r}")
     k = config["lora_layers"]
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
         raise ValueError(f"lora_layers must be an integer >= 0 (0: every block), got {k!r}")
     if k and k > len(_base(config["model"])[0].layers):
         raise ValueError(f"lora_layers ({k}) exceeds the model's {len(_base(config['model'])[0].layers)} blocks")
-    DPOConfig(beta=config["beta_ref"], steps=config["steps"], batch_size=config["batch_size"])
+    DPOConfig(beta=config["beta_ref"], steps=config["steps"], batch_size=config["batch_size"], nll_weight=config["nll_weight"])
 
 
 def _capacity(name: str):
@@ -280,7 +286,7 @@ def _dpo_config(config, capacity: str, beta: float, steps: int, scale: float = 1
 
     lr = (config["lr_full"] if _capacity(capacity) == 0 else config["lr_lora"]) * float(scale)
     return DPOConfig(beta=float(beta), lr=float(lr), steps=int(steps), batch_size=int(config["batch_size"]),
-                     length_grouped=True)
+                     length_grouped=True, nll_weight=float(config["nll_weight"]))
 
 
 def _accuracy(model, items, tok) -> np.ndarray:
@@ -418,11 +424,36 @@ def _agreement(per_split, level, noisy, length, rand, rng, draws: int = 20) -> d
     return res
 
 
-def _choose(scores: Mapping[tuple, float]) -> tuple:
-    """The tuned ``(beta, lr scale)``: the highest mean tuning accuracy; ties go to the beta nearest the
-    paper's 0.01, then to the learning-rate scale nearest 1 (the default rate), then to the smaller."""
-    return max(sorted(scores), key=lambda bg: (scores[bg], -abs(np.log(bg[0] / PAPER_BETA)), -abs(np.log(bg[1])),
-                                               -bg[1]))
+def _tie_key(setting: Mapping[str, float]) -> tuple:
+    """Among settings tied on tuning accuracy: the beta nearest the paper's 0.01, then the learning-rate
+    scale nearest 1 (the default rate), then the smaller (``rayml.evidence.tune``'s ``tie_break``)."""
+    return (abs(np.log(setting["beta"] / PAPER_BETA)), abs(np.log(setting["lr_scale"])), setting["lr_scale"])
+
+
+def _tune(config, caps, methods, tune_seeds, shared) -> tuple[dict, list, dict]:
+    """Every method's ``(beta, lr scale)`` by mean tuning accuracy at the first capacity, on the same grid
+    (``rayml.evidence.tune``; a choice on an edge extends its axis ``extend`` times). Returns
+    ``({method: (beta, scale)}, tuning runs, {method: GridChoice})``."""
+    from rayml.evidence import tune
+
+    fractions = dict(methods)
+    runs: list = []
+
+    def evaluate(items):
+        jobs = [("tune", caps[0], m, fractions[m], float(st["beta"]), float(st["lr_scale"]), s, tune_seeds[s])
+                for m, st in items for s in range(int(config["tune_seeds"]))]
+        out = runtime.pmap(train_task, jobs, shared=shared, chunk_size=1, desc="tuning")
+        runs.extend(out)
+        k = int(config["tune_seeds"])
+        return [float(np.mean([o["accuracy"] for o in out[i * k:(i + 1) * k]])) for i in range(len(items))]
+
+    grids = {m: {"beta": [float(b) for b in config["beta_grid"]], "lr_scale": [float(g) for g in config["lr_scale_grid"]]}
+             for m, _f in methods}
+    choices = tune(evaluate, grids, lower_is_better=False, paper={"beta": PAPER_BETA, "lr_scale": 1.0},
+                   extend=int(config["extend"]), limits={"beta": (1e-4, 10.0), "lr_scale": (0.01, 30.0)},
+                   tie_break=_tie_key)
+    best = {m: (float(c.setting["beta"]), float(c.setting["lr_scale"])) for m, c in choices.items()}
+    return best, runs, choices
 
 
 def run(config: Mapping[str, Any], seed: int) -> Outcome:
@@ -484,16 +515,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     # 2. tuning: each method's (beta, lr scale) on the tuning seeds, first capacity
     methods = [("dpo", 1.0), ("selective", PAPER_FRACTION), ("random", PAPER_FRACTION), ("reweight", 1.0)]
     tune_seeds = runtime.seeds(ss[1], int(config["tune_seeds"]))
-    grid = [(float(b), float(g)) for b in config["beta_grid"] for g in config["lr_scale_grid"]]
-    tune_items = [("tune", caps[0], m, f, b, g, s, tune_seeds[s]) for m, f in methods
-                  for b, g in grid for s in range(int(config["tune_seeds"]))]
-    # 3. test runs (settings filled after tuning)
-    tuned = runtime.pmap(train_task, tune_items, shared=shared, chunk_size=1, desc="tuning")
-    best = {}
-    for m, _f in methods:
-        scores = {bg: np.mean([t["accuracy"] for t in tuned if t["method"] == m and (t["beta"], t["lr_scale"]) == bg])
-                  for bg in grid}
-        best[m] = _choose(scores)
+    best, tuned, choices = _tune(config, caps, methods, tune_seeds, shared)
+    # 3. test runs at the tuned settings
     test_seeds = runtime.seeds(ss[2], int(config["test_seeds"]))
     test_items = []
     for c in caps:
@@ -507,14 +530,15 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     test_items.append(("base",))
     out = runtime.pmap(_dispatch, test_items, shared=shared, chunk_size=1, desc="test runs")
     base = out.pop()
-    return _summarize(config, caps, out, base, tuned, best, agreement, random_scorer, length_scorer, order_rows)
+    return _summarize(config, caps, out, base, tuned, best, agreement, random_scorer, length_scorer, order_rows, choices)
 
 
 def _dispatch(item, shared):
     return base_task(item, shared) if item[0] == "base" else train_task(item, shared)
 
 
-def _summarize(config, caps, out, base, tuned, best, agreement, random_scorer, length_scorer, order_rows) -> Outcome:
+def _summarize(config, caps, out, base, tuned, best, agreement, random_scorer, length_scorer, order_rows,
+               choices=None) -> Outcome:
     best_beta = {m: float(best[m][0]) for m in best}
     best_scale = {m: float(best[m][1]) for m in best}
     def name(r):
@@ -594,8 +618,13 @@ def _summarize(config, caps, out, base, tuned, best, agreement, random_scorer, l
                          "seeds": int(config["tune_seeds"]), "capacity": caps[0],
                          "chosen": {m: {"beta": best_beta[m], "lr_scale": best_scale[m]} for m in best},
                          "lr": {"full": float(config["lr_full"]), "lora": float(config["lr_lora"])},
-                         "rule": "highest mean tuning accuracy; ties to the beta nearest the paper's 0.01, "
-                                 "then the learning-rate scale nearest 1 (the default), then the smaller"},
+                         "rule": "highest mean tuning accuracy (rayml.evidence.tune); ties to the beta nearest the "
+                                 "paper's 0.01, then the learning-rate scale nearest 1 (the default), then the smaller",
+                         "extend": int(config["extend"]),
+                         "choices": {m: {"setting": c.setting, "score": c.score, "on_edge": c.edges,
+                                         "paper_inside": c.paper_inside, "extended": c.extended}
+                                     for m, c in (choices or {}).items()}},
+              "nll_weight": float(config["nll_weight"]),
               "test_seeds": int(config["test_seeds"]),
               "note": "every method: the same optimizer steps x pairs per step (selection repeats its subset)"}
     return Outcome(metrics=metrics, baselines=baselines,

@@ -39,16 +39,25 @@ def test_agreement_beyond_the_planted_structure_can_fail_and_can_hold():
 
 
 def test_the_tie_rule_prefers_the_paper_beta_and_the_default_learning_rate_on_flat_scores():
-    from rayml.experiments.selective_dpo import SIZES, _choose
+    from rayml.evidence import tune
+    from rayml.experiments.selective_dpo import SIZES, _tie_key
+
+    def choose(scores):
+        grid = {"beta": sorted({b for b, _ in scores}), "lr_scale": sorted({g for _, g in scores})}
+        ev = lambda items: [scores.get((st["beta"], st["lr_scale"]), -1.0) for _, st in items]  # noqa: E731
+        c = tune(ev, {"m": grid}, lower_is_better=False, tie_break=_tie_key)["m"]
+        return c.setting["beta"], c.setting["lr_scale"]
 
     flat = {(b, g): 0.35 for b in (0.003, 0.01, 0.1) for g in (0.1, 0.3, 1.0, 3.0)}
-    assert _choose(flat) == (0.01, 1.0)
-    assert _choose({**flat, (0.1, 0.3): 0.36}) == (0.1, 0.3)          # a better score wins
-    assert _choose({(0.01, 0.3): 0.2, (0.01, 3.0): 0.2}) == (0.01, 3.0)  # 3 is nearer 1 than 0.3 (log scale)
-    assert _choose({(0.003, 1.0): 0.2, (0.1, 1.0): 0.2}) == (0.003, 1.0)  # 0.003 is nearer 0.01 than 0.1
+    assert choose(flat) == (0.01, 1.0)
+    assert choose({**flat, (0.1, 0.3): 0.36}) == (0.1, 0.3)          # a better score wins
+    assert choose({(0.01, 0.3): 0.2, (0.01, 3.0): 0.2}) == (0.01, 3.0)  # 3 is nearer 1 than 0.3 (log scale)
+    assert choose({(0.003, 1.0): 0.2, (0.1, 1.0): 0.2}) == (0.003, 1.0)  # 0.003 is nearer 0.01 than 0.1
     quick, full = SIZES["quick"], SIZES["full"]
     assert 1 in quick["lr_scale_grid"] and 0.01 in quick["beta_grid"]  # quick: a preview at the default rate
-    assert 1 in full["lr_scale_grid"] and min(full["lr_scale_grid"]) < 0.3 and 0.01 in full["beta_grid"]
+    # full: the paper's beta and the default rate inside the grid, and an edge choice extends it once
+    assert min(full["lr_scale_grid"]) < 1 < max(full["lr_scale_grid"]) and full["extend"] >= 1
+    assert min(full["beta_grid"]) < 0.01 < max(full["beta_grid"])
     assert 0.01 in quick["real"]["beta_grid"]
 
 
