@@ -133,7 +133,9 @@ def make_task(task: str, n_demos: int, n_queries: int, seed: int, tok) -> tuple[
         shown = [shown[i] for i in rng.permutation(n_demos)]
         demos = [Demo(tok.encode(f"[{keys[i]}:"), tok.encode(vals[i]), tok.encode("]\n")) for i in shown]
         asked = rng.choice(n_keys, size=min(n_queries, n_keys), replace=False)
-        queries = [(tok.encode(f"?{keys[i]}:"), tok.encode(vals[i])) for i in asked]
+        # queries in the demonstrations' own format (as in-context learning asks: issue 42's review found
+        # that ``?key:`` queries read rows the replayed demonstrations never weigh)
+        queries = [(tok.encode(f"[{keys[i]}:"), tok.encode(vals[i])) for i in asked]
         return demos, queries
     if task in ("retrieve", "classify"):
         keys = [KEY_WORDS[i] for i in rng.choice(len(KEY_WORDS), size=n_demos, replace=False)]

@@ -67,6 +67,10 @@ def test_redundant_task_repeats_each_pair_and_asks_shown_keys():
     assert len(set(pairs)) == 16 // emloc.REPEATS and all(pairs.count(p) == emloc.REPEATS for p in set(pairs))
     answers = {a for _, a in pairs}
     assert len(q) == 16 // emloc.REPEATS and all(tuple(a) in answers for _, a in q)
+    # a query is asked in the demonstrations' own format: its prompt is the prompt of the demonstrations
+    # that answer it (issue 42: ``?key:`` queries read rows the replayed demonstrations never weigh)
+    shown = dict(pairs)
+    assert all(shown[tuple(p)] == tuple(a) for p, a in q)
 
 
 def test_kl_claims_are_ours_and_the_paper_claims_are_gated():
