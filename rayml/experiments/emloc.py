@@ -18,7 +18,9 @@ Tasks (many shots; demonstrations and queries are built from a seed):
 * ``redundant``: the retrieve format where each distinct key-value pair is shown ``REPEATS`` times
   (shuffled): the context carries every fact several times, so it can be compressed without loss
   (issue 42: with one unique pair per demonstration, pruning keeps accuracy at about the kept
-  ratio, and no method can show the paper's effect). This is the substrate's setting.
+  ratio, and no method can show the paper's effect). Its queries are asked in the demonstrations'
+  own format (``[bako:``), as in-context learning asks, so the replayed demonstrations that EMLoC's
+  JS constraint watches stand for the queries. This is the substrate's setting.
 * ``iris``: many-shot classification of scikit-learn's shipped iris measurements
   (``Input: 5.1 3.5 1.4 0.2`` -> `` setosa``); queries are held-out flowers, in the demonstrations'
   format. Meant for a model with in-context learning (SmolLM2: full context 0.67 over 3 seeds with
