@@ -90,6 +90,13 @@ def _definitions(files: Mapping[str, str]) -> dict:
     return out
 
 
+@functools.lru_cache(maxsize=256)
+def _module_tree(text: str) -> ast.Module:
+    """``ast.parse(text)``, memoised: localisation re-reads the same test file once per failing test
+    and again at every refill (a real release breaks dozens of tests in one file). Read-only use."""
+    return ast.parse(text)
+
+
 def localise(log: str, files: Mapping[str, str]) -> list[tuple[str, str]]:
     """Suspects ``(path, qualname)`` ranked from the failing tests' tracebacks and the test code.
 
@@ -115,7 +122,7 @@ def localise(log: str, files: Mapping[str, str]) -> list[tuple[str, str]]:
         if not text:
             continue
         try:
-            tree = ast.parse(text)
+            tree = _module_tree(text)
         except SyntaxError:
             continue
         for node in tree.body:
