@@ -25,7 +25,7 @@ ADAPTERS = ("rayml.actors", "rayml.llm.hf", "rayml.llm.backends", "rayml.llm.smo
             "rayml.agents.syncmind_llm",  # SyncMind's SmolLM2 agent: only with `--set model=smollm2-135m`
             "rayml.merging.hf_endpoints",  # MERGE^3's Hugging Face endpoints: only with `--set model=...`
             "rayml.agents.design_dsl_lm",  # its SmolLM2 writer's constrained decoding: only with that model too
-            "rayml.data.minilm",  # DIRECT's text set (--set dataset=docstrings; [text]): only when asked for
+            "rayml.data.minilm",  # DIRECT's text sets (quick and full; [text], checked before work by the run)
             "rayml.purify.adapters")  # pretrained diffusers score models ([diffusion]): only when asked for
 
 

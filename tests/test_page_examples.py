@@ -15,7 +15,7 @@ PAGES = pathlib.Path(__file__).resolve().parents[1] / "docs" / "methods"
 # diffadvmap, manifold-diffusion: 30 s and more each).
 RUNNABLE = ["kl-bandit", "cross-learning", "equal-share", "eig-augment", "multinoulli-scg", "kernel-pde",
             "parallel-sampling", "gdro-sparsity", "implicit-bias", "direct", "emloc", "l2d", "moe-x", "epic",
-            "ganq", "graph-of-net", "poisonedeye", "stop", "cur-mgae", "fdgen", "hybridgs", "design-dsl"]
+            "ganq", "graph-of-net", "poisonedeye", "stop", "cur-mgae", "fdgen", "hybridgs", "design-dsl", "fedag"]
 
 
 @pytest.mark.parametrize("name", RUNNABLE)
