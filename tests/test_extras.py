@@ -26,7 +26,8 @@ ADAPTERS = ("rayml.actors", "rayml.llm.hf", "rayml.llm.backends", "rayml.llm.smo
             "rayml.merging.hf_endpoints",  # MERGE^3's Hugging Face endpoints: only with `--set model=...`
             "rayml.agents.design_dsl_lm",  # its SmolLM2 writer's constrained decoding: only with that model too
             "rayml.data.minilm",  # DIRECT's text sets (quick and full; [text], checked before work by the run)
-            "rayml.purify.adapters")  # pretrained diffusers score models ([diffusion]): only when asked for
+            "rayml.purify.adapters",  # pretrained diffusers score models ([diffusion]): only when asked for
+            "rayml.experiments.zapformat_vllm")  # the bench's vLLM part: a child in the vLLM venv, else one skip line
 
 
 def _source(module: str) -> Path | None:

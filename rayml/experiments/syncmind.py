@@ -410,8 +410,9 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                 subset_rows.append({"agent": a, "setting": s, "metric": m, "value": per[s][m], "n": per[s]["n"]})
     # the performance gap between agents (the abstract's first finding): the language-model agent
     # against the same agent with uniform decisions, on the same scenarios and seeds
-    baselines[_key(LLM_AGENT)]["sr_gap_to_uniform_picker"] = abs(baselines[_key(LLM_AGENT)]["sr"]
-                                                                 - baselines[_key(UNIFORM_AGENT)]["sr"])
+    for a in (LLM_AGENT, VAGUE_AGENT):  # the vague asker: the claim's control
+        baselines[_key(a)]["sr_gap_to_uniform_picker"] = abs(baselines[_key(a)]["sr"]
+                                                             - baselines[_key(UNIFORM_AGENT)]["sr"])
     for r in lm_rows:
         episode_rows.append({"scenario": r["scenario"], "agent": r["agent"], "setting": r["setting"],
                              "metric": "success", "value": float(r["success"]), "asks": r["asks"],
@@ -512,6 +513,7 @@ CLAIMS = (
                "28.18% - 3.33% = 0.2485, at the default budgets (with model=uniform the two are the same agent: "
                "the gap is 0 by construction)" + _LM,
           metric="baselines.lm.sr_gap_to_uniform_picker", compare=0.2485, op=">=", kind="paper",
+          controls=(Control(_VAGUE_LM, "baselines.lm_vague.sr_gap_to_uniform_picker"),),
           source="abstract: 'Besides substantial performance gaps among agents (from Llama-3.1 agents <= 3.33% to "
                  "Claude-3.5-Sonnet >= 28.18%)'"),
     Claim(text="harness (by design: the collaborator hands over the reference fix): the budget-aware agent "

@@ -148,7 +148,8 @@ def sample_levels(norms: torch.Tensor, ref: ReferenceStats, cfg: SSNIConfig, *,
         w = torch.sigmoid((norms - ref.mean) / (cfg.tau * max(ref.std, 1e-12)))
         t = w * (cfg.t_star + cfg.bias)
     else:
-        lo, hi = torch.as_tensor(ref.min).to(norms), torch.as_tensor(ref.max).to(norms)
+        lo = torch.as_tensor(ref.min, dtype=norms.dtype, device=norms.device)
+        hi = torch.as_tensor(ref.max, dtype=norms.dtype, device=norms.device)
         if cfg.linear_range == "reference+batch":
             lo, hi = torch.minimum(lo, norms.min()), torch.maximum(hi, norms.max())
         t = (norms - lo) * cfg.t_star / (hi - lo).clamp_min(1e-12) + cfg.bias
