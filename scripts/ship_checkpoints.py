@@ -14,7 +14,6 @@ keys still match the sizes. Usage (from the repository root)::
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -25,10 +24,6 @@ import time
 from pathlib import Path
 
 COMMAND = "python scripts/ship_checkpoints.py"
-
-
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _machine() -> dict:
@@ -43,7 +38,7 @@ def ship_merge3(machine: dict) -> list[Path]:
     from rayml import runtime
     from rayml.experiments import merge3 as M
     from rayml.llm import training
-    from rayml.llm.checkpoint import load_checkpoint, read_blob
+    from rayml.llm.checkpoint import file_sha256, load_checkpoint, read_blob
 
     config = M.SIZES["quick"]
     assert all(config[k] == M.SIZES["full"][k] for k in M._FT + ("base", "task_a", "task_b")), \
@@ -71,7 +66,7 @@ def ship_merge3(machine: dict) -> list[Path]:
                     scores=training.evaluate_tasks(model, tok, n_items=200, tasks=[task, "add"]),
                     scores_note="exact match on 200 held-out test items per task (greedy)")
         (dst / "card.json").write_text(json.dumps(card, indent=1, sort_keys=True) + "\n")
-        assert _sha(dst / "model.safetensors") == card["sha256"]["model.safetensors"]
+        assert file_sha256(dst / "model.safetensors") == card["sha256"]["model.safetensors"]
         out.append(dst)
     return out
 
@@ -79,6 +74,7 @@ def ship_merge3(machine: dict) -> list[Path]:
 def ship_dpsdp(machine: dict) -> list[Path]:
     """Train dpsdp's quick/full SFT warm-up (one Ray task, as the experiment does) and ship it."""
     from rayml.alignment import dpsdp_pipeline as D
+    from rayml.llm.checkpoint import file_sha256
 
     config = D.SIZES["quick"]
     src = D._cache_path(config, D.WARMUP_SEED)
@@ -105,7 +101,7 @@ def ship_dpsdp(machine: dict) -> list[Path]:
             "scores": D.warmup_info(config),
             "scores_note": "the critic's warm-up data (own answers judged ok / wrong); the warm-up's turn-1 and "
                            "turn-2 accuracies are the `sft` baseline of docs/records/dpsdp.json",
-            "sha256": {dst.name: _sha(dst)}}
+            "sha256": {dst.name: file_sha256(dst)}}
     card_path = dst.with_name(dst.stem + ".card.json")
     card_path.write_text(json.dumps(card, indent=1, sort_keys=True) + "\n")
     return out + [card_path]

@@ -101,15 +101,15 @@ def test_a_real_model_needs_lora():
 
 @pytest.mark.parametrize("size", ["quick", "full"])
 def test_the_quick_and_full_warm_up_ships_with_a_card_that_matches_its_state(size):
-    import hashlib
     import json
 
     from rayml.alignment import dpsdp_pipeline as D
+    from rayml.llm.checkpoint import file_sha256
 
     path = D._warmup_file(D.SIZES[size], D.WARMUP_SEED)
     assert path.parent == D.SHIPPED_WARMUPS, f"no shipped warm-up for {size}: run scripts/ship_checkpoints.py"
     card = json.loads(path.with_name(path.stem + ".card.json").read_text())
-    assert card["sha256"][path.name] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert card["sha256"][path.name] == file_sha256(path)
     assert {"command", "seed", "data", "training_seconds", "scores"} <= set(card)
     assert D.warmup_info(D.SIZES[size]) == card["scores"]
 
