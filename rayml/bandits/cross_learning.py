@@ -20,6 +20,13 @@ Learners (all are exponential weights per context, ``pi_t(a | c) ~ exp(-eta Lhat
   ``lhat_t(c, a) = l_t(c, a) 1[A_t = a] / (fhat_t(a) + gamma)``.
 * ``"known-distribution"`` (Balseiro et al. 2019, EXP3 with cross-learning, ``nu`` known): the
   same update with the exact ``f_t(a)`` and no ``gamma``.
+* ``"propensity-weighted"`` (a control, not from either paper; the outside review's "simplest
+  cross-learner"): exponential weights over cross-learned losses whose importance weight is the
+  played context's own propensity, ``lhat_t(c, a) = l_t(c, a) 1[A_t = a] / (pi_t(a | c_t) +
+  gamma)`` for every context ``c``. Unbiased up to ``gamma`` (``A_t`` is drawn from
+  ``pi_t(. | c_t)``), with no epochs and no marginal; its variance grows where ``pi_t(a | c_t)`` is
+  much smaller than the marginal ``f_t(a)`` (contexts whose policies differ), which is what
+  Schneider & Zimmert's estimate of ``f_t`` avoids.
 * ``"per-context-exp3"``: one independent EXP3 per context using only its own feedback
   ``l_t(c_t, A_t) 1[A_t = a] / pi_t(a | c_t)``; its regret grows like ``sqrt(C K T)``.
 * ``"oracle"``: plays the comparator policy; its regret is exactly zero.
@@ -69,7 +76,7 @@ __all__ = [
     "CrossLearner",
 ]
 
-METHODS = ("cross-learning", "known-distribution", "per-context-exp3", "oracle")
+METHODS = ("cross-learning", "known-distribution", "propensity-weighted", "per-context-exp3", "oracle")
 
 
 def _check_int(name: str, value, low: int) -> int:
@@ -379,6 +386,10 @@ def simulate(env: CrossLearningEnv, method: str, runs: int, seed, *, config: Lea
             probs_all = exp_weights(cum, cfg.eta, allowed)  # (R, C, K)
             a = _sample(probs_all[ar, c], uniforms[:, t])
             cross_learned_update(cum, a, table, allowed, estimated_marginal(probs_all, a, env.context_probs))
+        elif method == "propensity-weighted":
+            p = exp_weights(cum[ar, c], cfg.eta, allowed[c])
+            a = _sample(p, uniforms[:, t])
+            cross_learned_update(cum, a, table, allowed, p[ar, a] + cfg.gamma)
         else:  # cross-learning (Schneider & Zimmert)
             a = _sample(exp_weights(cum[ar, c], cfg.eta, allowed[c]), uniforms[:, t])
             if t >= L:  # epoch e >= 1: the contexts of epoch e - 1 estimate f_t at the current policy

@@ -100,6 +100,8 @@ def _reference_run(env, method, contexts, uniforms, cfg):
             a = draw(pis[c], uniforms[t])
             if method == "known-distribution":
                 d = sum(env.context_probs[x] * pis[x][a] for x in range(C))
+            elif method == "propensity-weighted":
+                d = pis[c][a] + cfg.gamma
             else:
                 if t > 0 and t % cfg.epoch_length == 0:
                     prev, cur = cur, []
@@ -113,7 +115,7 @@ def _reference_run(env, method, contexts, uniforms, cfg):
     return regret
 
 
-@pytest.mark.parametrize("method", ["cross-learning", "known-distribution", "per-context-exp3"])
+@pytest.mark.parametrize("method", ["cross-learning", "known-distribution", "propensity-weighted", "per-context-exp3"])
 @pytest.mark.parametrize("kind", ["auction", "sleeping"])
 def test_vectorised_learners_match_a_per_round_loop(method, kind):
     env = cl.first_price_auction(5, 4, 40, 3) if kind == "auction" else cl.sleeping_bandit(3, 40, 3)
