@@ -49,11 +49,11 @@ SIZES = {
                            test_per_level=1, turns=2, seeds=2, lora_rank=2, id_levels=[2], ood_levels=[1])),
     # a preview (issue 35: at most 90 s on an idle 2-core machine): 5 replicates of 64 training questions, a
     # 3-point beta grid at the full size's middle learning rate
-    "quick": dict(_COMMON, train_questions=64, tune_questions=48, chunk=32, n_candidates=4, mc_rollouts=2,
+    "quick": dict(_COMMON, train_questions=64, tune_questions=96, chunk=32, n_candidates=4, mc_rollouts=2,
                   dpo_steps=30, batch_size=16, lr_grid=[1e-4], beta_grid=[0.1, 0.5, 2.0], test_per_level=25, seeds=5,
                   tune_extend=1, real=dict(_REAL, tune_extend=0)),
     # the evidence (at most 30 min on an idle 2-core machine): the issue's 1024 questions and 200 DPO steps
-    "full": dict(_COMMON, train_questions=1024, tune_questions=128, chunk=64, n_candidates=4, mc_rollouts=2,
+    "full": dict(_COMMON, train_questions=1024, tune_questions=384, chunk=64, n_candidates=4, mc_rollouts=2,
                  dpo_steps=200, batch_size=16, lr_grid=[3e-5, 1e-4], beta_grid=[0.1, 0.5, 2.0, 8.0],
                  test_per_level=100, seeds=8, tune_extend=1,
                  real=dict(_REAL, train_questions=128, tune_questions=32, chunk=16, mc_rollouts=2, dpo_steps=40,

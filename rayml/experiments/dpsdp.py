@@ -27,18 +27,25 @@ Steps (Ray tasks through ``rayml.runtime.pmap``):
    each with its own training questions, in chunks; each chunk a task that rolls the reference
    system out at temperature 1, draws ``n_candidates`` actions per state and estimates their Q (the
    critic's by ``mc_rollouts`` refinements of the reference actor);
-2. tuning (``rayml.evidence.tune``, ``tie_break="middle"``): DPSDP with two agents (actor on
-   D0 u D2, critic on D1) and the single-agent ablation (one model on D0 u D1 u D2 for both roles),
-   each on the same ``beta_grid`` x ``lr_grid`` at the same total optimizer steps and pairs per
-   step, on the tuning replicate's pairs, scored by maj@turnT on tuning questions (training split,
-   apart from every test question); ``tune_extend`` extensions past a grid edge that holds a choice;
-3. per test replicate (the independent unit of the paired tests): the reference (SFT) system and
-   both trained systems, greedy refinement over ``turns`` answers on the replicate's own test
-   questions: pass@turn1, majority vote over the answers, pass@turnT; the tables hold per-seed means.
+2. tuning (``rayml.evidence.tune``, ``tie_break=STRONGER_REGULARISATION``): DPSDP with two agents
+   (actor on D0 u D2, critic on D1) and the single-agent ablation (one model on D0 u D1 u D2 for both
+   roles), each on the same ``beta_grid`` x ``lr_grid`` at the same total optimizer steps and pairs
+   per step, on the tuning replicate's pairs, scored by maj@turnT on ``tune_questions`` tuning
+   questions (training split, apart from every test question); settings with equal scores go, for
+   both systems alike, to the stronger regularisation (the largest beta, then the smallest lr: the
+   session-4 review found the single agent's three-way tie broken toward the weaker one);
+   ``tune_extend`` extensions past a grid edge that holds a choice;
+3. per test replicate (the independent unit of the paired tests): the reference (SFT) system, both
+   trained systems at their tuned settings and the single agent at DPSDP's own (beta, lr)
+   (``single_agent_eq``: the ablation at equal settings), greedy refinement over ``turns`` answers on
+   the replicate's own test questions: pass@turn1, majority vote over the answers, pass@turnT; the
+   tables hold per-seed means.
 
 Claims: a sanity claim (the reference loop keeps its answers: SFT turn-2 accuracy at least turn 1's
 minus 2 points, the review's gate) gates the paper claims (``rayml.evidence.gate``); the single
-agent is the paper's ablation, a comparison claim of its own.
+agent is the paper's ablation, a comparison claim of its own, once at each system's tuned setting
+and once at equal settings; the untrained reference (SFT) is a control of both (a do-nothing system
+that beats the single agent as well makes the claim "not discriminating").
 """
 
 from __future__ import annotations
@@ -89,14 +96,32 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         return [r["id"]["maj_turnT"] for r in res]
 
     choices = evidence.tune(evaluate, {s: {"beta": list(config["beta_grid"]), "lr": list(config["lr_grid"])}
-                                       for s in SYSTEMS[1:]}, lower_is_better=False, tie_break="middle",
-                            extend=int(config["tune_extend"]), limits={"lr": (1e-6, 1e-3)})
+                                       for s in SYSTEMS[1:]}, lower_is_better=False,
+                            tie_break=STRONGER_REGULARISATION, extend=int(config["tune_extend"]),
+                            limits={"lr": (1e-6, 1e-3)})
     best = {s: (c.setting["beta"], c.setting["lr"]) for s, c in choices.items()}
     test_items = [(k, "sft", 0.0, 0.0, 0) for k in range(n_seeds)] + [
         (k, s, *best[s], train_test[k] % 2**31) for s in SYSTEMS[1:] for k in range(n_seeds)]
-    out = runtime.pmap(system_task, test_items, shared=shared, chunk_size=1, desc="systems")
+    same = best["single_agent"] == best["dpsdp"]  # then the tuned single agent is the equal-setting one
+    eq_items = [] if same else [(k, "single_agent", *best["dpsdp"], train_test[k] % 2**31) for k in range(n_seeds)]
+    out = runtime.pmap(system_task, test_items + eq_items, shared=shared, chunk_size=1, desc="systems")
+    out = equal_setting_rows(out[:len(test_items)], out[len(test_items):] if eq_items else None)
     info = {} if _real(config) else warmup_info(config)
     return _summarize(config, out, choices, pairs, info)
+
+
+def STRONGER_REGULARISATION(setting: Mapping[str, float]) -> tuple:
+    """``evidence.tune``'s tie-break key for both systems: among settings with equal tuning scores the
+    strongest regularisation wins (the largest DPO beta, then the smallest learning rate)."""
+    return (-float(setting["beta"]), float(setting["lr"]))
+
+
+def equal_setting_rows(out: list, eq: list | None) -> list:
+    """The systems' results with the single agent at DPSDP's (beta, lr) added as ``single_agent_eq``:
+    its own runs ``eq``, or (``None``: tuning gave both systems the same setting) a copy of the tuned
+    single agent's, which is the same run (same setting, pairs and seed)."""
+    src = eq if eq is not None else [r for r in out if r["system"] == "single_agent"]
+    return list(out) + [{**r, "system": "single_agent_eq", "same_as_tuned": eq is None} for r in src]
 
 
 def _tuning_flags(choices) -> dict:
@@ -155,10 +180,14 @@ def _summarize(config, out, choices, pairs, info) -> Outcome:
                "pairs_per_seed": {k: float(np.mean([len(pairs[p][k]) for p in test])) for k in ("d0", "d1", "d2")},
                "q_means": {k: float(np.mean([q[k] for p in test for q in pairs[p]["q"]])) for k in ("q0", "q1", "q2")},
                "power": {"dpsdp_vs_sft_id": _power(seed_rows, "dpsdp", "sft"),
-                         "dpsdp_vs_single_agent_id": _power(seed_rows, "dpsdp", "single_agent")}}
+                         "dpsdp_vs_single_agent_id": _power(seed_rows, "dpsdp", "single_agent"),
+                         "dpsdp_vs_single_agent_eq_id": _power(seed_rows, "dpsdp", "single_agent_eq")}}
+    eq_same = any(r.get("same_as_tuned") for r in out if r["system"] == "single_agent_eq")
     baselines = {"sft": block("sft"),
                  "single_agent": {**block("single_agent"), "beta": best["single_agent"][0],
-                                  "lr": best["single_agent"][1]}}
+                                  "lr": best["single_agent"][1]},
+                 "single_agent_eq": {**block("single_agent_eq"), "beta": best["dpsdp"][0], "lr": best["dpsdp"][1],
+                                     "same_run_as_tuned": bool(eq_same)}}
     steps = sorted({r["steps"] for r in out if r["system"] != "sft"})
     budget = {"dpo_steps_total": int(config["dpo_steps"]), "pairs_per_step": int(config["batch_size"]),
               "steps_used": steps, "trainable": "full" if not config["lora_rank"] else f"lora{config['lora_rank']}",
@@ -171,7 +200,10 @@ def _summarize(config, out, choices, pairs, info) -> Outcome:
                          "flags": _tuning_flags(choices),
                          "questions": int(config["tune_questions"]),
                          "rule": "highest maj@turnT on the tuning replicate (its own seeds: evidence.split_seeds); "
-                                 "ties: the middle of the tied settings (evidence.tune, tie_break='middle')",
+                                 "ties, for both systems alike: the stronger regularisation (largest beta, then "
+                                 "smallest lr; evidence.tune, tie_break=STRONGER_REGULARISATION)",
+                         "equal_setting_ablation": "the single agent also runs at DPSDP's tuned (beta, lr) on every "
+                                                   "test replicate (baselines.single_agent_eq)",
                          "paper_setting": "unknown: neither the abstract nor the digest of the full text we could "
                                           "reach states DPSDP's beta (its learning rates, 2e-7-4e-7, are for 8B models)"},
               "turns": int(config["turns"]), "seeds": n_seeds,
@@ -187,6 +219,22 @@ _TEST = dict(test="wilcoxon signed-rank over seeds", table="seeds", pair_on=("se
 _ABSTRACT_MAJ = ("abstract: 'majority voting over five refinement steps increases first-turn accuracy from 58.2% "
                  "to 63.2%'")
 _ABSTRACT_OOD = "abstract: 'show improvements on both in- and out-of-distribution benchmarks'"
+_ABLATION = "abstract: 'An ablation study further confirms the benefits of multi-agent collaboration'"
+
+
+def _ablation(single: str, setting: str) -> Claim:
+    """The paper's ablation against the single agent ``single`` (the tuned one or the one at DPSDP's
+    setting), with the untrained reference (SFT) as a control: SFT beating the single agent as well
+    makes the claim "not discriminating" (the session-4 review's finding)."""
+    return Claim(text=f"two agents (actor and critic) beat one model in both roles at the same budget (majority "
+                      f"vote, id; {setting})",
+                 metric="metrics.id.maj_turnT", compare=f"baselines.{single}.id.maj_turnT", op=">", **_TEST,
+                 a={"system": "dpsdp", "split": "id", "metric": "maj"},
+                 b={"system": single, "split": "id", "metric": "maj"}, source=_ABLATION,
+                 controls=(Control("sft", "baselines.sft.id.maj_turnT", a={"system": "sft", "split": "id",
+                                                                             "metric": "maj"}),))
+
+
 GATE = Claim(text="the reference (SFT) refinement loop keeps its answers: its turn-2 accuracy is at least its "
                   "turn-1 accuracy minus 2 points (in distribution)",
              metric="baselines.sft.id.turn2_minus_turn1", compare=-0.02, op=">=", kind="sanity")
@@ -209,11 +257,8 @@ CLAIMS = evidence.gate(
           metric="metrics.ood.maj_turnT", compare="baselines.sft.ood.maj_turnT", op=">", **_TEST,
           a={"system": "dpsdp", "split": "ood", "metric": "maj"}, b={"system": "sft", "split": "ood", "metric": "maj"},
           source=_ABSTRACT_OOD),
-    Claim(text="two agents (actor and critic) beat one model in both roles at the same budget (majority vote, id)",
-          metric="metrics.id.maj_turnT", compare="baselines.single_agent.id.maj_turnT", op=">", **_TEST,
-          a={"system": "dpsdp", "split": "id", "metric": "maj"},
-          b={"system": "single_agent", "split": "id", "metric": "maj"},
-          source="abstract: 'An ablation study further confirms the benefits of multi-agent collaboration'"),
+    _ablation("single_agent", "each system at its own tuned (beta, lr)"),
+    _ablation("single_agent_eq", "the single agent at DPSDP's tuned (beta, lr)"),
 )
 
 

@@ -20,20 +20,35 @@ def _tune(scores):
     betas = sorted({b for b, _ in scores})
     lrs = sorted({lr for _, lr in scores})
     return evidence.tune(lambda items: [scores[(st["beta"], st["lr"])] for _, st in items],
-                         {"dpsdp": {"beta": betas, "lr": lrs}}, lower_is_better=False, tie_break="middle")["dpsdp"]
+                         {"dpsdp": {"beta": betas, "lr": lrs}}, lower_is_better=False,
+                         tie_break=E.STRONGER_REGULARISATION)["dpsdp"]
 
 
-def test_ties_go_to_the_middle_of_the_tied_settings():
+def test_ties_go_to_the_stronger_regularisation_for_both_systems():
     flat = {(b, 1e-4): 0.5 for b in (0.001, 0.003, 0.01, 0.03, 0.1)}
-    assert _tune(flat).setting == {"beta": 0.01, "lr": 1e-4}
+    assert _tune(flat).setting == {"beta": 0.1, "lr": 1e-4}  # the largest beta of the tie
     assert _tune({**flat, (0.5, 1e-4): 0.6}).setting == {"beta": 0.5, "lr": 1e-4}  # a strict best wins, edge or not
-    c = _tune({(0.1, 1e-4): 0.4, (0.3, 1e-4): 0.7, (1.0, 1e-4): 0.7})
-    assert c.setting == {"beta": 0.3, "lr": 1e-4}  # the lower middle of an even number
+    # the session-4 review's full-size tie: (2, 3e-5), (2, 1e-4), (8, 1e-4) at 0.633 went to (2, 1e-4) under
+    # tie_break="middle"; now to beta 8, and among equal betas to the smaller lr
+    review = {(b, lr): 0.6 for b in (0.1, 0.5, 2.0, 8.0) for lr in (3e-5, 1e-4)}
+    review.update({(2.0, 3e-5): 0.633, (2.0, 1e-4): 0.633, (8.0, 1e-4): 0.633})
+    assert _tune(review).setting == {"beta": 8.0, "lr": 1e-4}
+    review[(8.0, 1e-4)] = 0.6
+    assert _tune(review).setting == {"beta": 2.0, "lr": 3e-5}
+
+
+def test_the_single_agent_at_dpsdps_setting_is_its_own_run_or_the_tuned_one():
+    out = [{"system": "dpsdp", "phase": 0}, {"system": "single_agent", "phase": 0, "beta": 2.0}]
+    rows = E.equal_setting_rows(out, None)  # tuning gave both systems one setting: the same run
+    assert rows[-1] == {"system": "single_agent_eq", "phase": 0, "beta": 2.0, "same_as_tuned": True}
+    rows = E.equal_setting_rows(out, [{"system": "single_agent", "phase": 0, "beta": 8.0}])
+    assert rows[:2] == out and rows[-1] == {"system": "single_agent_eq", "phase": 0, "beta": 8.0,
+                                            "same_as_tuned": False}
 
 
 def test_edge_and_flat_flags():
     f = E._tuning_flags({"dpsdp": _tune({(0.01, 1e-4): 0.5, (0.1, 1e-4): 0.5, (1.0, 1e-4): 0.5})})["dpsdp"]
-    assert f == {"edges": {}, "extended": {}, "flat_grid": True, "tied_best": 3}
+    assert f == {"edges": {"beta": "high"}, "extended": {}, "flat_grid": True, "tied_best": 3}  # the strongest beta
     f = E._tuning_flags({"dpsdp": _tune({(0.01, 1e-4): 0.6, (0.1, 1e-4): 0.5, (1.0, 1e-4): 0.5})})["dpsdp"]
     assert f["edges"] == {"beta": "low"} and not f["flat_grid"] and f["tied_best"] == 1
 
@@ -46,19 +61,40 @@ def test_the_paper_claims_are_gated_on_the_reference_loop_keeping_its_answers():
     assert all(c.kind == "paper" and c.gates == (gate.text,) for c in paper)
     # the single agent is the paper's ablation: a comparison claim, never a control
     assert not any(ctl.name == "single_agent" for c in paper for ctl in c.controls)
-    assert any(c.compare == "baselines.single_agent.id.maj_turnT" for c in paper)
+    ablations = [c for c in paper if str(c.compare).startswith("baselines.single_agent")]
+    assert [c.compare for c in ablations] == ["baselines.single_agent.id.maj_turnT",
+                                              "baselines.single_agent_eq.id.maj_turnT"]
+    assert all([ctl.name for ctl in c.controls] == ["sft"] for c in ablations)
     # a reference loop that loses 3 points at turn 2 makes every paper claim incomplete
     rows = [{"system": s, "split": sp, "seed": k, "metric": m, "value": v} for k in range(5)
-            for s in ("dpsdp", "sft", "single_agent", "none") for sp in ("id", "ood")
+            for s in ("dpsdp", "sft", "single_agent", "single_agent_eq", "none") for sp in ("id", "ood")
             for m, v in (("maj", 0.5 + 0.1 * (s == "dpsdp")), ("maj_gain", 0.1 * (s == "dpsdp")))]
     blk = {"id": {"maj_turnT": 0.5, "turn2_minus_turn1": -0.03}, "ood": {"maj_turnT": 0.5}, "maj_gain_id": 0.0}
     record = {"metrics": {"id": {"maj_turnT": 0.6}, "ood": {"maj_turnT": 0.6}, "maj_gain_id": 0.1},
-              "baselines": {"sft": blk, "single_agent": blk}, "tables": {"seeds": rows}}
+              "baselines": {"sft": blk, "single_agent": blk, "single_agent_eq": blk}, "tables": {"seeds": rows}}
     out = evaluate_claims(record, E.CLAIMS)
     assert out[0]["holds"] is False
-    assert [c["status"] for c in out[1:]] == ["incomplete"] * 4
+    assert [c["status"] for c in out[1:]] == ["incomplete"] * 5
     blk["id"]["turn2_minus_turn1"] = -0.01
-    assert [c["status"] for c in evaluate_claims(record, E.CLAIMS)[1:]] == ["holds"] * 4
+    assert [c["status"] for c in evaluate_claims(record, E.CLAIMS)[1:]] == ["holds"] * 5
+
+
+def test_an_untrained_reference_that_beats_the_single_agent_too_makes_the_ablation_not_discriminating():
+    from rayml.results import evaluate_claims
+
+    # the review's full record: SFT 0.646 and DPSDP 0.639 both above the single agent's 0.612
+    val = {"dpsdp": 0.64, "sft": 0.65, "single_agent": 0.61, "single_agent_eq": 0.61}
+    rows = [{"system": s, "split": "id", "seed": k, "metric": "maj", "value": v + 0.001 * k}
+            for k in range(8) for s, v in val.items()]
+    blk = {s: {"id": {"maj_turnT": v, "turn2_minus_turn1": 0.0}} for s, v in val.items()}
+    record = {"metrics": {"id": {"maj_turnT": 0.64}}, "baselines": blk, "tables": {"seeds": rows}}
+    ablations = [c for c in E.CLAIMS if str(c.compare).startswith("baselines.single_agent")]
+    out = evaluate_claims(record, [E.GATE, *ablations])
+    assert [c["status"] for c in out[1:]] == ["not discriminating"] * 2
+    for r in rows:  # a reference below the single agent: the same comparison now discriminates
+        r["value"] -= 0.1 * (r["system"] == "sft")
+    blk["sft"]["id"]["maj_turnT"] = 0.55
+    assert [c["status"] for c in evaluate_claims(record, [E.GATE, *ablations])[1:]] == ["holds"] * 2
 
 
 def test_the_lora_view_shares_the_frozen_weights_and_matches_add_lora():
