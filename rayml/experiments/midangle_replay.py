@@ -37,7 +37,7 @@ SIZES = {
                   n_test=500, digits_seeds=6, digits_epochs=3, per_class=10, benign_error=0.1, acute_max=90,
                   obtuse_min=150, digits_rules=["none", "mid", "random"], protocol_seeds=30, protocol_per_class=25,
                   protocol_epochs=3, protocol_lr=0.01),
-    "full": dict(angles=list(range(0, 181, 10)), synthetic_seeds=10, epochs=3000, n_train=100, n_test=1000,
+    "full": dict(angles=list(range(0, 181, 15)), synthetic_seeds=6, epochs=3000, n_train=100, n_test=1000,
                  digits_seeds=50, digits_epochs=5, per_class=10, benign_error=0.1, acute_max=90, obtuse_min=150,
                  digits_rules=["none", *mr.RULES], protocol_seeds=50, protocol_per_class=25, protocol_epochs=3,
                  protocol_lr=0.01),
