@@ -57,10 +57,12 @@ __all__ = [
     "select",
     "select_per_class",
     "k_center",
+    "gm_filter_random",
     "GMMatching",
 ]
 
-METHODS = ("gm-matching", "herding", "random", "easy", "hard", "moderate", "k-center")
+METHODS = ("gm-matching", "herding", "random", "easy", "hard", "moderate", "k-center", "gm-filter-random")
+KEEP = 0.5   # gm-filter-random's default keep share: the geometric median's breakdown point
 
 
 def _check_points(X, name: str = "X") -> np.ndarray:
@@ -182,14 +184,38 @@ def gm_matching(X, k: int, *, normalize: bool = False, init: str = "random", see
     return herding(X, k, geometric_median(X, tol=tol, max_iter=max_iter), normalize=normalize, init=init, seed=seed)
 
 
-def select(X, k: int, method: str = "gm-matching", *, normalize: bool = False, seed=None) -> np.ndarray:
-    """``k`` row indices of ``X`` chosen by ``method`` (one of ``METHODS``), without class labels."""
+def _check_keep(keep) -> float:
+    if isinstance(keep, bool) or not isinstance(keep, (int, float)) or not 0 < keep <= 1:
+        raise ValueError(f"keep must be a share in (0, 1], got {keep!r}")
+    return float(keep)
+
+
+def gm_filter_random(X, k: int, *, keep: float = KEEP, seed=None) -> np.ndarray:
+    """``k`` rows drawn uniformly at random among the ``ceil(keep n)`` rows nearest the geometric
+    median of ``X`` (at least ``k`` of them): a robust filter without the matching (an outside
+    review's baseline, not from the paper). ``keep = 0.5`` (the median's breakdown point) needs no
+    knowledge of the corrupted share; ``keep = 1 - level`` is told it."""
+    X = _check_points(X)
+    n = X.shape[0]
+    k = _check_k(k, n)
+    keep = _check_keep(keep)
+    order = np.argsort(np.linalg.norm(X - geometric_median(X), axis=1), kind="stable")
+    pool = order[:max(k, int(np.ceil(keep * n - 1e-9)))]
+    return _rng(seed).permutation(pool)[:k]
+
+
+def select(X, k: int, method: str = "gm-matching", *, normalize: bool = False, seed=None,
+           keep: float = KEEP) -> np.ndarray:
+    """``k`` row indices of ``X`` chosen by ``method`` (one of ``METHODS``), without class labels;
+    ``keep`` is ``gm-filter-random``'s share of rows nearest the geometric median."""
     X = _check_points(X)
     n = X.shape[0]
     k = _check_k(k, n)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     rng = _rng(seed)
+    if method == "gm-filter-random":
+        return gm_filter_random(X, k, keep=keep, seed=rng)
     if method == "gm-matching":
         return gm_matching(X, k, normalize=normalize, seed=rng)
     if method == "herding":
@@ -238,7 +264,8 @@ def _class_budgets(counts: np.ndarray, k: int) -> np.ndarray:
     return budget
 
 
-def select_per_class(X, y, k: int, method: str = "gm-matching", *, normalize: bool = False, seed=None) -> np.ndarray:
+def select_per_class(X, y, k: int, method: str = "gm-matching", *, normalize: bool = False, seed=None,
+                     keep: float = KEEP) -> np.ndarray:
     """``select`` within each class of ``y`` with ``k`` split evenly over classes; sorted indices."""
     X = _check_points(X)
     y = np.asarray(y)
@@ -253,7 +280,7 @@ def select_per_class(X, y, k: int, method: str = "gm-matching", *, normalize: bo
     out = []
     for c in range(len(classes)):
         rows = np.flatnonzero(inverse == c)
-        out.append(rows[select(X[rows], int(budgets[c]), method, normalize=normalize, seed=rng)])
+        out.append(rows[select(X[rows], int(budgets[c]), method, normalize=normalize, seed=rng, keep=keep)])
     return np.sort(np.concatenate(out))
 
 

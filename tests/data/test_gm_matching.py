@@ -132,10 +132,10 @@ def test_bad_input_is_rejected_with_the_argument_named():
 def test_experiment_cells_are_deterministic_and_bad_configs_fail():
     from rayml.experiments import gm_matching as exp
 
-    config = dict(exp.SIZES["tiny"])
+    config = dict(exp.SIZES["tiny"], embed_dim=4, max_iter=30)   # small: determinism needs no converged fit
     a = exp.robustness_one(("shift", 0.4, 0, 123), config)
     b = exp.robustness_one(("shift", 0.4, 0, 123), config)
-    assert a == b and {r["method"] for r in a} == set(METHODS)
+    assert a == b and {r["method"] for r in a} == {*METHODS, exp.LEVEL_AWARE, exp.FULL_DATA}
     assert exp.convergence_one((0, 9), config) == exp.convergence_one((0, 9), config)
     with pytest.raises(ValueError, match="ks"):
         exp.run({**config, "ks": [0, 5]}, 0)
@@ -182,3 +182,21 @@ def test_shift_and_cluster_corruption_move_the_mean_not_the_geometric_median():
     y2 = np.repeat([0, 1, 2, 3], 100)
     Xl, yl = exp.corrupt(X, y2, "label", 0.25, 4.0, np.random.default_rng(2))
     assert np.array_equal(Xl, X) and (yl != y2).sum() == 100
+
+
+def test_gm_filter_random_draws_only_from_the_share_nearest_the_geometric_median():
+    from rayml.data.gm_matching import gm_filter_random
+
+    rng = np.random.default_rng(0)
+    X = np.vstack([rng.standard_normal((60, 3)), 50.0 + rng.standard_normal((40, 3))])  # 40% far cluster
+    gm = geometric_median(X)
+    order = np.argsort(np.linalg.norm(X - gm, axis=1), kind="stable")
+    for keep in (0.5, 0.6):
+        idx = gm_filter_random(X, 20, keep=keep, seed=1)
+        assert len(set(idx)) == 20 and set(idx) <= set(order[:int(np.ceil(keep * 100))])
+        assert np.all(idx < 60)                                 # no point of the far cluster
+    assert sorted(gm_filter_random(X, 30, keep=0.1, seed=2)) == sorted(order[:30])   # pool never below k
+    assert len(set(gm_filter_random(X, 20, keep=1.0, seed=3))) == 20                    # keep 1: plain random
+    with pytest.raises(ValueError, match="keep"):
+        gm_filter_random(X, 5, keep=0.0)
+    assert select_per_class(X, np.r_[np.zeros(50), np.ones(50)], 10, "gm-filter-random", seed=0, keep=0.5).size == 10

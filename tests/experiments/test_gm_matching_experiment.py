@@ -10,12 +10,13 @@ def test_convergence_controls_include_the_nearest_gm_subset_and_agree_on_the_ful
 
     from rayml.experiments import gm_matching as exp
 
-    config = dict(n_points=60, dim=4, ks=[5, 60], levels=[0.4], conv_shift=10.0)
+    config = dict(n_points=60, dim=4, ks=[5, 60], levels=[0.4], conv_shift=10.0, cauchy_scale=10.0)
     rows = exp.convergence_one((0, 3), config)
     methods = {r["method"] for r in rows}
-    assert methods == {"gm-matching", "herding", "random", "nearest-gm"}
-    for setting in ("clean", "corrupted"):
-        full = [r["value"] for r in rows if r["k"] == 60 and r["setting"] == setting]
+    assert methods == {"gm-matching", "herding", "random", "nearest-gm", "uniform-inliers"}
+    assert {r["setting"] for r in rows} == set(exp.SETTINGS)
+    for setting in exp.SETTINGS:
+        full = [r["value"] for r in rows if r["k"] == 60 and r["setting"] == setting and r["method"] != "uniform-inliers"]
         assert len(full) == 4 and np.allclose(full, full[0])  # every selector's k = n subset is the whole set
     # under the shifted cluster the k nearest the GM are inliers: their mean misses the noisy GM by less
     # than herding to the noisy mean does at small k
@@ -44,6 +45,38 @@ def test_claims_are_one_per_corruption_kind_against_the_strongest_baseline_behin
 
     gated = [c for c in exp.CLAIMS if c.gates]
     assert [c.a["corruption"] for c in gated] == list(exp.CORRUPTIONS)
-    assert all(c.b["method"] == exp.STRONGEST and {k.name for k in c.controls} == set(exp.BASELINES)
+    assert "gm-filter-random" in exp.BASELINES                  # the review's level-agnostic filter (keep 0.5)
+    assert all(c.b["method"] == exp.STRONGEST and {k.name for k in c.controls} == {*exp.BASELINES, exp.LEVEL_AWARE}
                for c in gated)
-    assert all(c.gates == (exp.GATE.text,) for c in gated) and exp.GATE.kind == "sanity"
+    # each kind is gated on its own precondition (label noise no longer passes the gate for shift)
+    assert all(c.gates == (exp.gate_of(c.a["corruption"]).text,) for c in gated)
+    assert all(exp.gate_of(k).kind == "sanity" and exp.gate_of(k).a["corruption"] == k for k in exp.CORRUPTIONS)
+
+
+def test_level_aware_filter_keeps_the_inlier_share_and_the_full_data_row_is_reported():
+    import numpy as np
+
+    from rayml.experiments import gm_matching as exp
+
+    config = dict(exp.SIZES["tiny"], fractions=[0.3], embed_dim=4, max_iter=30)
+    rows = exp.robustness_one(("shift", 0.4, 0, 5), config)
+    acc = {r["method"]: r["value"] for r in rows if r["metric"] == "accuracy"}
+    assert set(acc) == {*exp.METHODS, exp.LEVEL_AWARE, exp.FULL_DATA}
+    assert all(0.0 <= v <= 1.0 for v in acc.values())
+    assert [r["fraction"] for r in rows if r["method"] == exp.FULL_DATA] == [1.0]
+    assert np.isfinite([r["value"] for r in rows if r["metric"] == "centre_distance"]).all()
+
+
+def test_heavy_tailed_outliers_fail_the_size_test_that_a_rate_alone_passes():
+    """Cauchy outliers: herding to the GM keeps an O(1/k)-like slope, but its error at the largest k is far
+    above uniform sampling of the inliers: the size test can fail where the slope test cannot."""
+    import numpy as np
+
+    from rayml.experiments import gm_matching as exp
+
+    config = dict(n_points=300, dim=4, ks=[10, 30, 100], levels=[0.4], conv_shift=10.0, cauchy_scale=10.0)
+    rows = exp.convergence_one((0, 7), config)
+    err = {(r["method"], r["setting"], r["k"]): r["value"] for r in rows}
+    assert err[("gm-matching", "heavy-tailed", 100)] > 10 * err[("uniform-inliers", "heavy-tailed", 100)]
+    assert err[("gm-matching", "corrupted", 100)] < err[("uniform-inliers", "corrupted", 100)]
+    assert np.isfinite(list(err.values())).all()
