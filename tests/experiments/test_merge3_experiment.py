@@ -187,3 +187,74 @@ def test_a_shipped_endpoint_is_used_without_training_and_a_changed_recipe_is_not
     assert not any(tmp_path.iterdir())  # nothing was trained or cached
     assert exp.shipped_endpoint_dir(base_sha, cfg["task_a"], dict(cfg, finetune_steps=cfg["finetune_steps"] + 1)) is None
     assert exp.shipped_endpoint_dir("0" * 64, cfg["task_a"], cfg) is None
+
+
+def test_per_task_grid_must_hold_the_usual_lambda_and_two_values():
+    with pytest.raises(ValueError, match="ta_pt_grid"):
+        exp._check(dict(exp.SIZES["tiny"], ta_pt_grid=[0.5, 0.75]))
+    with pytest.raises(ValueError, match="ta_pt_grid"):
+        exp._check(dict(exp.SIZES["tiny"], ta_pt_grid=[1.0]))
+    for size in exp.SIZES.values():
+        assert min(size["ta_pt_grid"]) < 1.0 < max(size["ta_pt_grid"])
+
+
+class _Pool:
+    """A stand-in for the evaluator pool's ``map`` on a known search-accuracy surface (the tuning logic
+    only: the merges themselves are exercised by the tiny run)."""
+
+    def __init__(self, surface, n):
+        self.surface, self.n, self.asked = surface, n, []
+
+    def map(self, method, jobs):
+        out = []
+        for kind, x, set_name in jobs:
+            assert (method, kind, set_name) == ("answer", "task_arithmetic", "search")
+            self.asked.append(tuple(float(v) for v in x))
+            k = int(round(self.surface(*x) * self.n))
+            out.append(np.array([1.0] * k + [0.0] * (self.n - k)))
+        return out
+
+
+def test_per_task_task_arithmetic_extends_off_an_edge_within_merge3s_budget():
+    # the review's full-size surface: best at lam_B below the grid's lower edge
+    surface = lambda a, b: max(0.0, 0.6 - 0.2 * abs(a - 1.0) - 0.4 * abs(b - 0.35))  # noqa: E731
+    N, cfg = 100, {"ta_pt_grid": [0.5, 1.0, 1.5]}
+    pool = _Pool(surface, N)
+    choice, spent = exp.tune_per_task(pool, cfg, N, budget=100 * N)
+    # (1, 0.5) on the lower edge -> 0.25 (better) -> 0.125 (worse): the choice is off the edge
+    assert choice.setting == {"lam_a": 1.0, "lam_b": 0.25} and choice.extended == {"lam_b": [0.25, 0.125]}
+    assert choice.edges == {} and choice.paper_inside
+    assert spent == len(pool.asked) == len(set(pool.asked))
+    # a budget of 10 merges: the 9-point grid, then one of the 3 extension points; the rest is never chosen
+    pool = _Pool(surface, N)
+    choice, spent = exp.tune_per_task(pool, cfg, N, budget=10 * N + N - 1)
+    assert spent == 10 and len(pool.asked) == 10
+    assert sum(not np.isfinite(v) for _, v in choice.scores) >= 2 and np.isfinite(choice.score)
+
+
+def test_estimator_controls_use_only_the_population_and_the_anchors():
+    rng = np.random.default_rng(0)
+    acc = np.r_[0.0, 0.3, 0.2, rng.uniform(0.05, 0.4, 20)]  # base, endpoints, random merges
+    Y = (rng.random((23, 40)) < acc[:, None]).astype(float)
+    idx, w = np.arange(5), np.full(5, 0.2)
+    out = exp.control_estimates(0.8, Y, idx, w)
+    const = Y[3:].mean()
+    assert out["constant"] == pytest.approx(const)
+    assert out["shrunk_mean"] == pytest.approx(exp.SHRINK * 0.8 + (1 - exp.SHRINK) * const)
+    x, t = Y[:, idx] @ w, Y.mean(1)
+    slope, icpt = np.polyfit(x, t, 1)
+    assert out["calibrated_mean"] == pytest.approx(np.clip(slope * 0.8 + icpt, 0, 1))
+    # a population whose anchor means are all equal: the calibration falls back to the population's level
+    assert exp.control_estimates(0.8, np.ones((5, 6)), idx, w)["calibrated_mean"] == 1.0
+
+
+def test_controls_of_the_review():
+    paper = {c.b.get("model") or c.a.get("estimator"): c for c in exp.CLAIMS if c.kind == "paper"}
+    # the strongest fair standard merge is the comparison; SLERP and the shared lambda are controls
+    std = paper["task_arithmetic_per_task"]
+    assert {"slerp_half", "task_arithmetic"} <= {ctl.name for ctl in std.controls}
+    assert "random_anchor_search" in {ctl.name for ctl in paper["random_merge"].controls}
+    assert "merge3_mean" in {ctl.name for ctl in paper["full_data"].controls}
+    for e in ("gmp_irt", "mp_irt"):
+        assert [ctl.name for ctl in paper[e].controls] == list(exp.ESTIMATOR_CONTROLS)
+    assert any(c.metric.endswith("passes_vs_merge3.task_arithmetic_per_task") for c in exp.CLAIMS)
