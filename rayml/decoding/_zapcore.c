@@ -26,7 +26,8 @@
  *   horizon_classes / literal_rest / count_cut: the per-state setup of a first visit (below).
  *   Engine: the Earley engine over integer state ids (native_earley.py), with simulate (the trie
  *       walk below an exit node) and exits_into (those walks, memoised per (chart, node), OR-ed
- *       into a mask).
+ *       into a mask), and set_masks / mask_into: a state's whole mask after a state-cache miss (the
+ *       terminal infos, counted-string cuts and contributions in C tables keyed by integer ids).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -149,30 +150,15 @@ static int get_ro(PyObject *obj, Py_buffer *b, Py_ssize_t itemsize, const char *
     return 0;
 }
 
-/* walk(trie, trans int32[S, 256], accept uint8[S], s, words uint32[W]) */
-static PyObject *py_walk(PyObject *self, PyObject *args) {
-    PyObject *cap, *o_trans, *o_acc, *o_words;
-    int s0;
-    if (!PyArg_ParseTuple(args, "OOOiO", &cap, &o_trans, &o_acc, &s0, &o_words)) return NULL;
-    Trie *t = get_trie(cap);
-    if (!t) return NULL;
-    Py_buffer bt, ba, bw;
-    if (get_ro(o_trans, &bt, 4, "trans") < 0) return NULL;
-    if (get_ro(o_acc, &ba, 1, "accept") < 0) { PyBuffer_Release(&bt); return NULL; }
-    if (get_rw(o_words, &bw, 4, "words") < 0) { PyBuffer_Release(&bt); PyBuffer_Release(&ba); return NULL; }
-    const int32_t *trans = bt.buf;
-    const uint8_t *acc = ba.buf;
-    uint32_t *words = bw.buf;
-    Py_ssize_t n_states = ba.len, n_words = bw.len / 4;
-    PyObject *exits = NULL;
-    int32_t *st = NULL;
-    if (bt.len != n_states * 256 * 4 || s0 < 0 || s0 >= n_states) {
-        PyErr_SetString(PyExc_ValueError, "trans must be int32 [S, 256] with accept [S] and 0 <= s < S");
-        goto done;
-    }
-    exits = PyList_New(0);
-    st = malloc(sizeof(int32_t) * (t->max_len + 2));
-    if (!exits || !st) { if (!st) PyErr_NoMemory(); Py_CLEAR(exits); goto done; }
+/* the walk of TokenIndex.walk from DFA state s0 over the sorted trie: the inside tokens are OR-ed
+ * into words; each exit (depth d, preorder node g, accepting state a) goes to on_exit(ctx, ...), which
+ * returns -1 (an exception set) to stop. Returns 0, or -1 with an exception set. */
+typedef int (*exit_fn)(void *ctx, int d, int32_t g, int32_t a);
+
+static int walk_core(const Trie *t, const int32_t *trans, const uint8_t *acc, int32_t s0, uint32_t *words,
+                     Py_ssize_t n_words, exit_fn on_exit, void *ctx) {
+    int32_t *st = malloc(sizeof(int32_t) * (t->max_len + 2));
+    if (!st) { PyErr_NoMemory(); return -1; }
     st[0] = s0;
     Py_ssize_t i = 0;
     while (i < t->n) {
@@ -183,19 +169,49 @@ static PyObject *py_walk(PyObject *self, PyObject *args) {
             int32_t s2 = trans[(Py_ssize_t)st[d] * 256 + t->node_byte[g]];
             if (s2 < 0) { dead = 1; break; }
             st[d + 1] = s2;
-            if (acc[s2]) {
-                PyObject *e = Py_BuildValue("(iii)", d + 1, t->node_m[g], s2);
-                if (!e || PyList_Append(exits, e) < 0) { Py_XDECREF(e); Py_CLEAR(exits); goto done; }
-                Py_DECREF(e);
-            }
+            if (acc[s2] && on_exit(ctx, d + 1, g, s2) < 0) { free(st); return -1; }
         }
         if (dead) { i = t->tok_end[g]; continue; }  /* skip the rejected node's subtree */
         int64_t id = t->order[i];
         if (id >> 5 < n_words) words[id >> 5] |= (uint32_t)1 << (id & 31);
         i++;
     }
-done:
     free(st);
+    return 0;
+}
+
+typedef struct { PyObject *list; const Trie *t; } ExitList;
+
+static int exit_to_list(void *ctx, int d, int32_t g, int32_t a) {
+    ExitList *x = ctx;
+    PyObject *e = Py_BuildValue("(iii)", d, x->t->node_m[g], a);
+    if (!e || PyList_Append(x->list, e) < 0) { Py_XDECREF(e); return -1; }
+    Py_DECREF(e);
+    return 0;
+}
+
+/* walk(trie, trans int32[S, 256], accept uint8[S], s, words uint32[W]) -> [(depth, node, state)] */
+static PyObject *py_walk(PyObject *self, PyObject *args) {
+    PyObject *cap, *o_trans, *o_acc, *o_words;
+    int s0;
+    if (!PyArg_ParseTuple(args, "OOOiO", &cap, &o_trans, &o_acc, &s0, &o_words)) return NULL;
+    Trie *t = get_trie(cap);
+    if (!t) return NULL;
+    Py_buffer bt, ba, bw;
+    if (get_ro(o_trans, &bt, 4, "trans") < 0) return NULL;
+    if (get_ro(o_acc, &ba, 1, "accept") < 0) { PyBuffer_Release(&bt); return NULL; }
+    if (get_rw(o_words, &bw, 4, "words") < 0) { PyBuffer_Release(&bt); PyBuffer_Release(&ba); return NULL; }
+    Py_ssize_t n_states = ba.len;
+    PyObject *exits = NULL;
+    if (bt.len != n_states * 256 * 4 || s0 < 0 || s0 >= n_states) {
+        PyErr_SetString(PyExc_ValueError, "trans must be int32 [S, 256] with accept [S] and 0 <= s < S");
+        goto done;
+    }
+    exits = PyList_New(0);
+    if (!exits) goto done;
+    ExitList x = {exits, t};
+    if (walk_core(t, bt.buf, ba.buf, s0, bw.buf, bw.len / 4, exit_to_list, &x) < 0) Py_CLEAR(exits);
+done:
     PyBuffer_Release(&bt); PyBuffer_Release(&ba); PyBuffer_Release(&bw);
     return exits;
 }
@@ -304,23 +320,15 @@ done:
 
 /* literal(trie, rest bytes, words uint32[W]): see TokenIndex.literal. Children of a node are
  * found by a sibling scan in sorted order: the child at depth D opened by token j is node
- * node_start[j] + D - 1 - lcp[j], and its next sibling is opened by token tok_end[child]. */
-static PyObject *py_literal(PyObject *self, PyObject *args) {
-    PyObject *cap, *o_words;
-    const char *rest;
-    Py_ssize_t n_rest;
-    if (!PyArg_ParseTuple(args, "Oy#O", &cap, &rest, &n_rest, &o_words)) return NULL;
-    Trie *t = get_trie(cap);
-    if (!t) return NULL;
-    Py_buffer bw;
-    if (get_rw(o_words, &bw, 4, "words") < 0) return NULL;
-    uint32_t *words = bw.buf;
-    Py_ssize_t n_words = bw.len / 4, a = 0, e = t->n, j = 0, ends = 0;
+ * node_start[j] + D - 1 - lcp[j], and its next sibling is opened by token tok_end[child].
+ * literal_core returns the preorder node of rest when longer tokens start with it, else -1. */
+static int32_t literal_core(const Trie *t, const uint8_t *rest, Py_ssize_t n_rest, uint32_t *words,
+                            Py_ssize_t n_words) {
+    Py_ssize_t a = 0, e = t->n, j = 0, ends = 0;
     int32_t c = -1;
-    int found = 1;
     for (Py_ssize_t d = 0; d < n_rest; d++) {
         int D = (int)d + 1;
-        uint8_t b = (uint8_t)rest[d];
+        uint8_t b = rest[d];
         j = a;
         while (j < e && t->lens[j] == D - 1) j++;  /* tokens ending at the parent */
         c = -1;
@@ -331,7 +339,7 @@ static PyObject *py_literal(PyObject *self, PyObject *args) {
             if (kb > b) break;
             j = t->tok_end[k];
         }
-        if (c < 0) { found = 0; break; }
+        if (c < 0) return -1;
         a = j;
         e = t->tok_end[c];
         ends = 0;
@@ -341,8 +349,22 @@ static PyObject *py_literal(PyObject *self, PyObject *args) {
             ends++;
         }
     }
+    if (n_rest == 0 || n_rest >= t->max_len || e <= a + ends) return -1;
+    return c;
+}
+
+static PyObject *py_literal(PyObject *self, PyObject *args) {
+    PyObject *cap, *o_words;
+    const char *rest;
+    Py_ssize_t n_rest;
+    if (!PyArg_ParseTuple(args, "Oy#O", &cap, &rest, &n_rest, &o_words)) return NULL;
+    Trie *t = get_trie(cap);
+    if (!t) return NULL;
+    Py_buffer bw;
+    if (get_rw(o_words, &bw, 4, "words") < 0) return NULL;
+    int32_t c = literal_core(t, (const uint8_t *)rest, n_rest, bw.buf, bw.len / 4);
     PyBuffer_Release(&bw);
-    if (!found || n_rest == 0 || n_rest >= t->max_len || e <= a + ends) Py_RETURN_NONE;
+    if (c < 0) Py_RETURN_NONE;
     return Py_BuildValue("(ni)", n_rest, t->node_m[c]);
 }
 
@@ -532,6 +554,8 @@ static int iv_push(ItemVec *v, Item it) {
     return 0;
 }
 
+typedef struct Masks Masks;
+
 typedef struct {
     PyObject_HEAD
     int32_t n_dots, n_nt, n_term, start;
@@ -565,7 +589,11 @@ typedef struct {
     int64_t n_done, cap_done;
     int64_t initial;
     int64_t n_built;
+    Masks *m;                /* the mask tables (set_masks), NULL until set */
 } Engine;
+
+static void masks_free(Masks *m);
+static int64_t masks_bytes(const Masks *m);
 
 static void eset_free(ESet *s) {
     if (!s) return;
@@ -583,6 +611,7 @@ static void engine_dealloc(Engine *e) {
     free(e->sets); free(e->itab);
     free(e->leo.slots); free(e->tok.slots); free(e->exits.slots); free(e->sims.slots); free(e->sim_pool);
     free(e->work.a); free(e->found.a); free(e->hs); free(e->hs_stamp); free(e->pred_stamp); free(e->done);
+    masks_free(e->m);
     Py_TYPE(e)->tp_free((PyObject *)e);
 }
 
@@ -1296,6 +1325,28 @@ static PyObject *eng_simulate(Engine *e, PyObject *args) {
 /* exits_into(c, trie, nodes int64[k] preorder ids, words uint32[W]) -> bytes stepped: the tokens
  * under each node accepted from chart c (simulate), OR-ed into words; each (c, node) walk is
  * memoised in the engine (the Python engine's exit cache, unbounded here like the other memos) */
+/* the walk below trie node g from chart c, memoised per (c, g) in the engine, OR-ed into words:
+ * 0, or -1 with an exception set */
+static int sim_or(Engine *e, Trie *t, int32_t c, int64_t g, uint32_t *words, Py_ssize_t nw, int64_t *n_sim) {
+    if (g < 0 || g >= t->n_nodes) { PyErr_SetString(PyExc_ValueError, "trie node out of range"); return -1; }
+    int64_t *hit = map_find(&e->sims, c, g), off;
+    if (hit) off = *hit;
+    else {
+        off = e->sim_n;
+        if (i64_push(&e->sim_pool, &e->sim_n, &e->sim_cap, 0) < 0) { PyErr_NoMemory(); return -1; }
+        if (sim_run(e, t, c, (int32_t)g, &e->sim_pool, &e->sim_n, &e->sim_cap, n_sim) < 0) {
+            e->sim_n = off;
+            return -1;
+        }
+        e->sim_pool[off] = e->sim_n - off - 1;
+        if (map_put(&e->sims, c, g, off) < 0) { PyErr_NoMemory(); return -1; }
+    }
+    const int64_t *ids = e->sim_pool + off + 1;
+    for (int64_t j = 0, n = e->sim_pool[off]; j < n; j++)
+        if ((ids[j] >> 5) < nw) words[ids[j] >> 5] |= (uint32_t)1 << (ids[j] & 31);
+    return 0;
+}
+
 static PyObject *eng_exits_into(Engine *e, PyObject *args) {
     long long c; PyObject *cap, *o_nodes, *o_words;
     if (!PyArg_ParseTuple(args, "LOOO", &c, &cap, &o_nodes, &o_words)) return NULL;
@@ -1306,29 +1357,11 @@ static PyObject *eng_exits_into(Engine *e, PyObject *args) {
     if (get_ro(o_nodes, &bn, 8, "nodes") < 0) return NULL;
     if (get_rw(o_words, &bw, 4, "words") < 0) { PyBuffer_Release(&bn); return NULL; }
     const int64_t *nodes = bn.buf;
-    uint32_t *words = bw.buf;
-    Py_ssize_t k = bn.len / 8, nw = bw.len / 4;
+    Py_ssize_t k = bn.len / 8;
     int64_t n_sim = 0;
     PyObject *ret = NULL;
-    for (Py_ssize_t q = 0; q < k; q++) {
-        int64_t g = nodes[q];
-        if (g < 0 || g >= t->n_nodes) { PyErr_SetString(PyExc_ValueError, "trie node out of range"); goto done; }
-        int64_t *hit = map_find(&e->sims, c, g), off;
-        if (hit) off = *hit;
-        else {
-            off = e->sim_n;
-            if (i64_push(&e->sim_pool, &e->sim_n, &e->sim_cap, 0) < 0) { PyErr_NoMemory(); goto done; }
-            if (sim_run(e, t, c, (int32_t)g, &e->sim_pool, &e->sim_n, &e->sim_cap, &n_sim) < 0) {
-                e->sim_n = off;
-                goto done;
-            }
-            e->sim_pool[off] = e->sim_n - off - 1;
-            if (map_put(&e->sims, c, g, off) < 0) { PyErr_NoMemory(); goto done; }
-        }
-        const int64_t *ids = e->sim_pool + off + 1;
-        for (int64_t j = 0, n = e->sim_pool[off]; j < n; j++)
-            if ((ids[j] >> 5) < nw) words[ids[j] >> 5] |= (uint32_t)1 << (ids[j] & 31);
-    }
+    for (Py_ssize_t q = 0; q < k; q++)
+        if (sim_or(e, t, (int32_t)c, nodes[q], bw.buf, bw.len / 4, &n_sim) < 0) goto done;
     ret = PyLong_FromLongLong((long long)n_sim);
 done:
     PyBuffer_Release(&bn); PyBuffer_Release(&bw);
@@ -1340,7 +1373,8 @@ static PyObject *eng_stats(Engine *e, PyObject *noargs) {
     long long bytes = sizeof(Engine) + sizeof(ESet *) * (long long)e->cap_sets + 4LL * e->itab_cap
                       + (long long)sizeof(MapSlot) * (e->leo.cap + e->tok.cap + e->exits.cap + e->sims.cap)
                       + 8LL * e->sim_cap
-                      + (long long)sizeof(Item) * (e->work.cap + e->found.cap + e->hs_cap) + 4LL * e->hs_cap;
+                      + (long long)sizeof(Item) * (e->work.cap + e->found.cap + e->hs_cap) + 4LL * e->hs_cap
+                      + masks_bytes(e->m);
     for (int32_t i = 0; i < e->n_sets; i++) {
         ESet *s = e->sets[i];
         bytes += sizeof(ESet) + 4LL * (s->depth + 1) + 2LL * sizeof(Item) * s->n_items
@@ -1348,6 +1382,9 @@ static PyObject *eng_stats(Engine *e, PyObject *noargs) {
     }
     return Py_BuildValue("{s:i,s:L,s:L}", "sets", e->n_sets, "closures", (long long)e->n_built, "bytes", bytes);
 }
+
+static PyObject *eng_set_masks(Engine *e, PyObject *args);
+static PyObject *eng_mask_into(Engine *e, PyObject *args);
 
 static PyMethodDef eng_methods[] = {
     {"initial", (PyCFunction)eng_initial, METH_NOARGS, "The id of the chart before any byte."},
@@ -1363,6 +1400,8 @@ static PyMethodDef eng_methods[] = {
     {"simulate", (PyCFunction)eng_simulate, METH_VARARGS, "simulate(id, trie, node) -> (bytes stepped, ids)."},
     {"exits_into", (PyCFunction)eng_exits_into, METH_VARARGS, "exits_into(id, trie, nodes, words) -> bytes stepped (memoised)."},
     {"stats", (PyCFunction)eng_stats, METH_NOARGS, "Interned sets and closures built."},
+    {"set_masks", (PyCFunction)eng_set_masks, METH_VARARGS, "set_masks(trie, eos_words, counters, cache_size)."},
+    {"mask_into", (PyCFunction)eng_mask_into, METH_VARARGS, "mask_into(id, words, base_of) -> bytes stepped."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1413,33 +1452,16 @@ static int byte_reps(const int32_t *trans, Py_ssize_t S, int *reps) {
     return k;
 }
 
-static PyObject *py_horizon_classes(PyObject *self, PyObject *args) {
-    PyObject *o_trans, *o_acc, *o_out;
-    int rounds;
-    if (!PyArg_ParseTuple(args, "OOiO", &o_trans, &o_acc, &rounds, &o_out)) return NULL;
-    Py_buffer bt, ba, bo;
-    if (get_ro(o_trans, &bt, 4, "trans") < 0) return NULL;
-    if (get_ro(o_acc, &ba, 1, "accept") < 0) { PyBuffer_Release(&bt); return NULL; }
-    if (get_rw(o_out, &bo, 8, "out") < 0) { PyBuffer_Release(&bt); PyBuffer_Release(&ba); return NULL; }
-    Py_ssize_t S = bt.len / 1024;
-    PyObject *ret = NULL;
-    int64_t *cls = bo.buf, *nw = NULL;
-    Py_ssize_t *table = NULL;
-    uint64_t *hs = NULL;
-    if (bt.len != S * 1024 || ba.len != S || bo.len != S * 8) {
-        PyErr_SetString(PyExc_ValueError, "trans must be int32[S, 256], accept uint8[S] and out int64[S]");
-        goto done;
-    }
-    const int32_t *trans = bt.buf;
-    const uint8_t *acc = ba.buf;
+/* CompiledGrammar.horizon_classes into cls[S]: 0, or -1 (out of memory, an exception set) */
+static int hclasses_core(const int32_t *trans, const uint8_t *acc, Py_ssize_t S, int rounds, int64_t *cls) {
     int reps[256];
     int k = byte_reps(trans, S, reps);
     Py_ssize_t cap = 16;
     while (cap < 2 * S) cap <<= 1;
-    nw = malloc((S ? S : 1) * sizeof(int64_t));
-    table = malloc(cap * sizeof(Py_ssize_t));
-    hs = malloc((S ? S : 1) * sizeof(uint64_t));
-    if (!nw || !table || !hs) { PyErr_NoMemory(); goto done; }
+    int64_t *nw = malloc((S ? S : 1) * sizeof(int64_t));
+    Py_ssize_t *table = malloc(cap * sizeof(Py_ssize_t));
+    uint64_t *hs = malloc((S ? S : 1) * sizeof(uint64_t));
+    if (!nw || !table || !hs) { free(nw); free(table); free(hs); PyErr_NoMemory(); return -1; }
     int seen[2] = {0, 0};
     for (Py_ssize_t s = 0; s < S; s++) { cls[s] = acc[s] ? 1 : 0; seen[cls[s]] = 1; }
     Py_ssize_t n_cls = seen[0] + seen[1];
@@ -1474,12 +1496,45 @@ static PyObject *py_horizon_classes(PyObject *self, PyObject *args) {
         if (n_new == n_cls) break;  /* no class split: the partition is stable */
         n_cls = n_new;
     }
-    ret = Py_None;
-    Py_INCREF(ret);
-done:
     free(nw); free(table); free(hs);
+    return 0;
+}
+
+static PyObject *py_horizon_classes(PyObject *self, PyObject *args) {
+    PyObject *o_trans, *o_acc, *o_out;
+    int rounds;
+    if (!PyArg_ParseTuple(args, "OOiO", &o_trans, &o_acc, &rounds, &o_out)) return NULL;
+    Py_buffer bt, ba, bo;
+    if (get_ro(o_trans, &bt, 4, "trans") < 0) return NULL;
+    if (get_ro(o_acc, &ba, 1, "accept") < 0) { PyBuffer_Release(&bt); return NULL; }
+    if (get_rw(o_out, &bo, 8, "out") < 0) { PyBuffer_Release(&bt); PyBuffer_Release(&ba); return NULL; }
+    Py_ssize_t S = bt.len / 1024;
+    PyObject *ret = NULL;
+    if (bt.len != S * 1024 || ba.len != S || bo.len != S * 8)
+        PyErr_SetString(PyExc_ValueError, "trans must be int32[S, 256], accept uint8[S] and out int64[S]");
+    else if (hclasses_core(bt.buf, ba.buf, S, rounds, bo.buf) == 0) { ret = Py_None; Py_INCREF(ret); }
     PyBuffer_Release(&bt); PyBuffer_Release(&ba); PyBuffer_Release(&bo);
     return ret;
+}
+
+/* matcher._literal_rest: the length n > 0 of the one string a DFA accepts from state s, written
+ * to out[0:n] (at most 1024 bytes), and its end state in *a; 0 when there is none */
+static int lit_rest_core(const int32_t *trans, const uint8_t *acc, int32_t s, char *out, int32_t *a) {
+    int n = 0;
+    while (!acc[s]) {
+        const int32_t *row = trans + (Py_ssize_t)s * 256;
+        int b = -1, live = 0;
+        for (int c = 0; c < 256 && live < 2; c++)
+            if (row[c] >= 0) { live++; b = c; }
+        if (live != 1 || n >= 1024) return 0;
+        out[n++] = (char)b;
+        s = row[b];
+    }
+    if (!n) return 0;
+    const int32_t *row = trans + (Py_ssize_t)s * 256;
+    for (int c = 0; c < 256; c++) if (row[c] >= 0) return 0;  /* has_out */
+    *a = s;
+    return n;
 }
 
 static PyObject *py_literal_rest(PyObject *self, PyObject *args) {
@@ -1493,28 +1548,13 @@ static PyObject *py_literal_rest(PyObject *self, PyObject *args) {
     PyObject *ret = NULL;
     if (bt.len != S * 1024 || ba.len != S || s < 0 || s >= S) {
         PyErr_SetString(PyExc_ValueError, "trans must be int32[S, 256], accept uint8[S] and s in [0, S)");
-        goto done;
+    } else {
+        char out[1024];
+        int32_t a = -1;
+        int n = lit_rest_core(bt.buf, ba.buf, (int32_t)s, out, &a);
+        if (n) ret = Py_BuildValue("(y#i)", out, (Py_ssize_t)n, a);
+        else { ret = Py_None; Py_INCREF(ret); }
     }
-    const int32_t *trans = bt.buf;
-    const uint8_t *acc = ba.buf;
-    char out[1024];
-    int n = 0, ok = 1;
-    while (!acc[s]) {
-        const int32_t *row = trans + s * 256;
-        int b = -1, live = 0;
-        for (int c = 0; c < 256 && live < 2; c++)
-            if (row[c] >= 0) { live++; b = c; }
-        if (live != 1 || n >= 1024) { ok = 0; break; }
-        out[n++] = (char)b;
-        s = row[b];
-    }
-    if (ok && n) {
-        const int32_t *row = trans + s * 256;
-        for (int c = 0; c < 256; c++) if (row[c] >= 0) { ok = 0; break; }  /* has_out */
-    }
-    if (ok && n) ret = Py_BuildValue("(y#n)", out, (Py_ssize_t)n, s);
-    else { ret = Py_None; Py_INCREF(ret); }
-done:
     PyBuffer_Release(&bt); PyBuffer_Release(&ba);
     return ret;
 }
@@ -1529,57 +1569,497 @@ static Py_ssize_t bsearch64(const int64_t *a, Py_ssize_t n, int64_t x, int right
     return lo;
 }
 
+/* _CountBase._compute: the bits of a counted walk for (need, room) into out[nw] (in_ids / in_key the
+ * inside tokens sorted by key, all_words their bits; close_n the closing nodes' counts, close_ends the
+ * tokens ending right after each quote, from close_end_at); [*lo, *hi) the slice of closing nodes.
+ * 0, or -1 (ValueError set) on an id outside out. */
+typedef struct {
+    const int64_t *ids, *key, *close_n, *close_ends, *close_end_at;
+    const uint32_t *all;
+    Py_ssize_t n, n_close;
+} CutTables;
+
+static int cut_core(const CutTables *c, int64_t need, int64_t room, uint32_t *out, Py_ssize_t nw, Py_ssize_t *lo,
+                    Py_ssize_t *hi) {
+    const int64_t *ids = c->ids;
+    Py_ssize_t n = c->n, cut = bsearch64(c->key, n, 2 * room, 1);
+    int bad = 0;
+    if (n - cut < cut) {  /* clear the few excluded bits */
+        memcpy(out, c->all, nw * 4);
+        for (Py_ssize_t j = cut; j < n && !bad; j++) {
+            int64_t id = ids[j];
+            if (id < 0 || (id >> 5) >= nw) bad = 1;
+            else out[id >> 5] &= ~((uint32_t)1 << (id & 31));
+        }
+    } else {
+        memset(out, 0, nw * 4);
+        for (Py_ssize_t j = 0; j < cut && !bad; j++) {
+            int64_t id = ids[j];
+            if (id < 0 || (id >> 5) >= nw) bad = 1;
+            else out[id >> 5] |= (uint32_t)1 << (id & 31);
+        }
+    }
+    *lo = bsearch64(c->close_n, c->n_close, need, 0);
+    *hi = bsearch64(c->close_n, c->n_close, room, 1);
+    for (int64_t j = *hi > *lo ? c->close_end_at[*lo] : 0; !bad && *hi > *lo && j < c->close_end_at[*hi]; j++) {
+        int64_t id = c->close_ends[j];
+        if (id < 0 || (id >> 5) >= nw) bad = 1;
+        else out[id >> 5] |= (uint32_t)1 << (id & 31);
+    }
+    if (bad) { PyErr_SetString(PyExc_ValueError, "count_cut: ids must be token ids in [0, 32 * len(out))"); return -1; }
+    return 0;
+}
+
+/* the seven count_cut buffers (the last writable); their CutTables; -1 with an exception set */
+static const char *cut_names[7] = {"in_ids", "in_key", "all_words", "close_n", "close_ends", "close_end_at", "out"};
+
+static int cut_tables(PyObject **o, Py_buffer *b, int n_buf, CutTables *c) {
+    static const Py_ssize_t sizes[7] = {8, 8, 4, 8, 8, 8, 4};
+    int got = 0;
+    for (; got < n_buf; got++)
+        if ((got == 6 ? get_rw(o[got], &b[got], 4, cut_names[got]) : get_ro(o[got], &b[got], sizes[got], cut_names[got])) < 0) {
+            for (int j = 0; j < got; j++) PyBuffer_Release(&b[j]);
+            return -1;
+        }
+    *c = (CutTables){b[0].buf, b[1].buf, b[3].buf, b[4].buf, b[5].buf, b[2].buf, b[0].len / 8, b[3].len / 8};
+    if (b[1].len != b[0].len || b[5].len / 8 != c->n_close + 1 || (n_buf == 7 && b[2].len != b[6].len)) {
+        PyErr_SetString(PyExc_ValueError, "count_cut: in_ids / in_key, all_words / out or close_n / close_end_at "
+                                          "differ in length");
+        for (int j = 0; j < n_buf; j++) PyBuffer_Release(&b[j]);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *py_count_cut(PyObject *self, PyObject *args) {
     PyObject *o[7];
     long long need, room;
     if (!PyArg_ParseTuple(args, "OOOOOOLLO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &need, &room, &o[6]))
         return NULL;
-    static const char *names[7] = {"in_ids", "in_key", "all_words", "close_n", "close_ends", "close_end_at", "out"};
-    static const Py_ssize_t sizes[7] = {8, 8, 4, 8, 8, 8, 4};
     Py_buffer b[7];
-    int got = 0;
+    CutTables c;
+    if (cut_tables(o, b, 7, &c) < 0) return NULL;
+    Py_ssize_t lo, hi;
     PyObject *ret = NULL;
-    for (; got < 7; got++)
-        if ((got == 6 ? get_rw(o[got], &b[got], 4, names[got]) : get_ro(o[got], &b[got], sizes[got], names[got])) < 0)
-            goto done;
-    const int64_t *ids = b[0].buf, *key = b[1].buf, *cn = b[3].buf, *ce = b[4].buf, *cat = b[5].buf;
-    const uint32_t *all = b[2].buf;
-    uint32_t *out = b[6].buf;
-    Py_ssize_t n = b[0].len / 8, nw = b[6].len / 4, n_close = b[3].len / 8;
-    if (b[1].len != b[0].len || b[2].len != b[6].len || b[5].len / 8 != n_close + 1) {
-        PyErr_SetString(PyExc_ValueError, "count_cut: in_ids / in_key, all_words / out or close_n / close_end_at "
-                                          "differ in length");
-        goto done;
-    }
-    Py_ssize_t cut = bsearch64(key, n, 2 * (int64_t)room, 1);
-    int bad = 0;
-    if (n - cut < cut) {  /* clear the few excluded bits */
-        memcpy(out, all, nw * 4);
-        for (Py_ssize_t j = cut; j < n; j++) {
-            int64_t id = ids[j];
-            if (id < 0 || (id >> 5) >= nw) { bad = 1; break; }
-            out[id >> 5] &= ~((uint32_t)1 << (id & 31));
-        }
-    } else {
-        memset(out, 0, nw * 4);
-        for (Py_ssize_t j = 0; j < cut; j++) {
-            int64_t id = ids[j];
-            if (id < 0 || (id >> 5) >= nw) { bad = 1; break; }
-            out[id >> 5] |= (uint32_t)1 << (id & 31);
-        }
-    }
-    Py_ssize_t lo = bsearch64(cn, n_close, (int64_t)need, 0), hi = bsearch64(cn, n_close, (int64_t)room, 1);
-    for (int64_t j = hi > lo ? cat[lo] : 0; !bad && hi > lo && j < cat[hi]; j++) {
-        int64_t id = ce[j];
-        if (id < 0 || (id >> 5) >= nw) { bad = 1; break; }
-        out[id >> 5] |= (uint32_t)1 << (id & 31);
-    }
-    if (bad) { PyErr_SetString(PyExc_ValueError, "count_cut: ids must be token ids in [0, 32 * len(out))"); goto done; }
-    ret = Py_BuildValue("(nn)", lo, hi);
-done:
-    for (int j = 0; j < got; j++) PyBuffer_Release(&b[j]);
+    if (cut_core(&c, need, room, b[6].buf, b[6].len / 4, &lo, &hi) == 0) ret = Py_BuildValue("(nn)", lo, hi);
+    for (int j = 0; j < 7; j++) PyBuffer_Release(&b[j]);
     return ret;
 }
+
+/* ---- a state's mask on the compiled core (CompiledGrammar.compute_mask after a state-cache miss),
+ * issue 44, third round: the terminal infos (matcher.CompiledGrammar.terminal_info: the tokens that
+ * stay inside terminal t from DFA state s, and its exits, (accepting state a, trie nodes)), keyed by
+ * integer ids in C tables, and the contribution cache (a terminal state's inside tokens OR-ed with the
+ * walks below its exits, keyed by (info, exit charts)); the pure engine in matcher.py is the reference.
+ *   set_masks(trie, eos_words uint32[W], counters [(w, lo, hi or -1) or (0, 0, -1) per terminal], cache_size)
+ *   mask_into(c, words uint32[W], base_of) -> bytes stepped: the mask of chart c into words; base_of(t, i)
+ *       is called once per (counted terminal t, local state i) for its counted walk, as the tuple
+ *       (in_ids, in_key, all_words, close_n, close_ends, close_end_at, close_pre, n_max), close_pre the
+ *       preorder trie node of each closing quote (-1: no longer token goes on after it)
+ * The infos are shared as in matcher.py: a generic state's by its horizon class, a counted state's by
+ * (local state, clamped room, clamped need); a state from which one string remains has its own. */
+
+typedef struct {
+    uint32_t *inside;        /* [nw] the tokens that stay inside the terminal */
+    int32_t n_ex;            /* exit j: DFA state ex_a[j], trie nodes ex_nodes[ex_at[j] .. ex_at[j + 1]) */
+    int32_t *ex_a;
+    int64_t *ex_at, *ex_nodes;
+} TInfo;
+
+typedef struct {
+    PyObject *held;          /* the tuple base_of returned (its arrays back the views) */
+    Py_buffer b[7];          /* in_ids, in_key, all_words, close_n, close_ends, close_end_at, close_pre */
+    CutTables c;
+    const int64_t *close_pre;
+    int64_t n_max;
+} CBase;
+
+typedef struct { int32_t n; int64_t *xs; uint32_t *words; } Contrib;
+
+struct Masks {
+    PyObject *trie;          /* the trie capsule (held) */
+    Trie *t;
+    uint32_t *eos, *scratch;
+    Py_ssize_t nw;
+    int64_t cache_size;
+    int32_t n_term;
+    int32_t *ctr_w, *ctr_lo, *ctr_hi;  /* per terminal: its Counter (w = 0: none; hi = -1: unbounded) */
+    int64_t **cls;           /* per terminal: horizon classes, made on first use */
+    Map ts, cl, cnt, base, con;  /* (t, s) / (t, class) / (t << 32 | i, room << 32 | need) -> info;
+                                    (t, i) -> base; (info, exit charts) -> contribution */
+    TInfo *infos;
+    int64_t n_infos, cap_infos;
+    CBase **bases;
+    int64_t n_bases, cap_bases;
+    Contrib *cons;
+    int64_t n_cons, cap_cons;
+    int64_t bytes;           /* held by the infos and the contributions */
+};
+
+typedef struct { int32_t a; int64_t g; } ExPair;
+typedef struct { ExPair *a; int64_t n, cap; } ExVec;
+
+static int ex_push(ExVec *v, int32_t a, int64_t g) {
+    if (v->n == v->cap) {
+        int64_t c = v->cap ? 2 * v->cap : 16;
+        ExPair *x = realloc(v->a, sizeof(ExPair) * c);
+        if (!x) { PyErr_NoMemory(); return -1; }
+        v->a = x; v->cap = c;
+    }
+    v->a[v->n++] = (ExPair){a, g};
+    return 0;
+}
+
+static int ex_cmp(const void *x, const void *y) {
+    const ExPair *p = x, *q = y;
+    if (p->a != q->a) return p->a < q->a ? -1 : 1;
+    return p->g < q->g ? -1 : p->g > q->g;
+}
+
+static void masks_clear_cons(Masks *m) {
+    for (int64_t i = 0; i < m->n_cons; i++) { free(m->cons[i].xs); free(m->cons[i].words); }
+    m->bytes -= m->n_cons * (int64_t)(m->nw * 4);
+    m->n_cons = 0;
+    free(m->con.slots);
+    m->con.slots = NULL;
+}
+
+static void masks_free(Masks *m) {
+    if (!m) return;
+    masks_clear_cons(m);
+    Py_XDECREF(m->trie);
+    free(m->eos); free(m->scratch); free(m->ctr_w); free(m->ctr_lo); free(m->ctr_hi); free(m->cons);
+    if (m->cls) for (int32_t t = 0; t < m->n_term; t++) free(m->cls[t]);
+    free(m->cls);
+    free(m->ts.slots); free(m->cl.slots); free(m->cnt.slots); free(m->base.slots);
+    for (int64_t i = 0; i < m->n_infos; i++) {
+        TInfo *x = &m->infos[i];
+        free(x->inside); free(x->ex_a); free(x->ex_at); free(x->ex_nodes);
+    }
+    free(m->infos);
+    for (int64_t i = 0; i < m->n_bases; i++) {
+        for (int j = 0; j < 7; j++) PyBuffer_Release(&m->bases[i]->b[j]);
+        Py_XDECREF(m->bases[i]->held);
+        free(m->bases[i]);
+    }
+    free(m->bases);
+    free(m);
+}
+
+/* a new info with no tokens and no exits: its id, or -1 (out of memory) */
+static int64_t info_new(Masks *m) {
+    if (m->n_infos == m->cap_infos) {
+        int64_t c = m->cap_infos ? 2 * m->cap_infos : 64;
+        TInfo *x = realloc(m->infos, sizeof(TInfo) * c);
+        if (!x) { PyErr_NoMemory(); return -1; }
+        m->infos = x; m->cap_infos = c;
+    }
+    TInfo *x = &m->infos[m->n_infos];
+    memset(x, 0, sizeof(TInfo));
+    x->inside = calloc(m->nw ? m->nw : 1, 4);
+    if (!x->inside) { PyErr_NoMemory(); return -1; }
+    m->bytes += (int64_t)(m->nw * 4) + (int64_t)sizeof(TInfo);
+    return m->n_infos++;
+}
+
+/* the exits of info id from (a, node) pairs, grouped by a; 0 or -1 (out of memory) */
+static int info_exits(Masks *m, int64_t id, ExPair *p, int64_t n) {
+    if (!n) return 0;
+    qsort(p, n, sizeof(ExPair), ex_cmp);
+    int32_t k = 1;
+    for (int64_t j = 1; j < n; j++) k += p[j].a != p[j - 1].a;
+    TInfo *x = &m->infos[id];
+    x->ex_a = malloc(sizeof(int32_t) * k);
+    x->ex_at = malloc(sizeof(int64_t) * (k + 1));
+    x->ex_nodes = malloc(sizeof(int64_t) * n);
+    if (!x->ex_a || !x->ex_at || !x->ex_nodes) { PyErr_NoMemory(); return -1; }
+    int32_t q = -1;
+    for (int64_t j = 0; j < n; j++) {
+        if (!j || p[j].a != p[j - 1].a) { q++; x->ex_a[q] = p[j].a; x->ex_at[q] = j; }
+        x->ex_nodes[j] = p[j].g;
+    }
+    x->ex_at[k] = n;
+    x->n_ex = k;
+    m->bytes += 12LL * k + 8LL * n;
+    return 0;
+}
+
+typedef struct { const Trie *t; ExVec *v; } ExitKeep;
+
+/* walk exits kept as in terminal_info: only nodes that longer tokens go on below */
+static int exit_keep(void *ctx, int d, int32_t g, int32_t a) {
+    ExitKeep *x = ctx;
+    const Trie *t = x->t;
+    if (d >= t->max_len || t->lens[t->tok_end[g] - 1] <= t->node_depth[g]) return 0;
+    return ex_push(x->v, a, g);
+}
+
+/* the walked info of a generic state (shared by its horizon class; by the state in a counted DFA) */
+static int64_t walked_info(Engine *e, int32_t t, int32_t s) {
+    Masks *m = e->m;
+    int64_t k2 = s;
+    if (!m->ctr_w[t]) {
+        if (!m->cls[t]) {
+            int64_t *cls = malloc(sizeof(int64_t) * (e->n_states[t] ? e->n_states[t] : 1));
+            if (!cls) { PyErr_NoMemory(); return -1; }
+            if (hclasses_core(e->trans[t], e->acc[t], e->n_states[t], m->t->max_len, cls) < 0) { free(cls); return -1; }
+            m->cls[t] = cls;
+            m->bytes += 8LL * e->n_states[t];
+        }
+        k2 = m->cls[t][s];
+    }
+    int64_t *hit = map_find(&m->cl, t, k2);
+    if (hit) return *hit;
+    int64_t id = info_new(m);
+    if (id < 0) return -1;
+    ExVec v = {0};
+    ExitKeep x = {m->t, &v};
+    int rc = walk_core(m->t, e->trans[t], e->acc[t], s, m->infos[id].inside, m->nw, exit_keep, &x);
+    if (rc == 0) rc = info_exits(m, id, v.a, v.n);
+    free(v.a);
+    if (rc < 0) return -1;
+    if (map_put(&m->cl, t, k2, id) < 0) { PyErr_NoMemory(); return -1; }
+    return id;
+}
+
+/* the counted walk of terminal t's character loop from local state i (base_of(t, i), once) */
+static CBase *base_get(Engine *e, int32_t t, int32_t i, PyObject *base_of) {
+    Masks *m = e->m;
+    int64_t *hit = map_find(&m->base, t, i);
+    if (hit) return m->bases[*hit];
+    if (!PyCallable_Check(base_of)) { PyErr_SetString(PyExc_TypeError, "base_of must be callable"); return NULL; }
+    PyObject *r = PyObject_CallFunction(base_of, "ii", t, i);
+    if (!r) return NULL;
+    if (m->n_bases == m->cap_bases) {
+        int64_t c = m->cap_bases ? 2 * m->cap_bases : 16;
+        CBase **x = realloc(m->bases, sizeof(CBase *) * c);
+        if (!x) { Py_DECREF(r); PyErr_NoMemory(); return NULL; }
+        m->bases = x; m->cap_bases = c;
+    }
+    PyObject *o[7];
+    long long n_max;
+    CBase *b = calloc(1, sizeof(CBase));
+    if (!b) { Py_DECREF(r); PyErr_NoMemory(); return NULL; }
+    if (!PyArg_ParseTuple(r, "OOOOOOOL", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &n_max)
+        || cut_tables(o, b->b, 6, &b->c) < 0) {
+        Py_DECREF(r); free(b);
+        return NULL;
+    }
+    if (get_ro(o[6], &b->b[6], 8, "close_pre") < 0 || b->b[6].len / 8 != b->c.n_close || b->b[2].len != m->nw * 4) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "base_of: close_pre must match close_n and all_words the mask width");
+        for (int j = 0; j < 6; j++) PyBuffer_Release(&b->b[j]);
+        if (b->b[6].obj) PyBuffer_Release(&b->b[6]);
+        Py_DECREF(r); free(b);
+        return NULL;
+    }
+    b->held = r;
+    b->close_pre = b->b[6].buf;
+    b->n_max = n_max;
+    m->bases[m->n_bases] = b;
+    if (map_put(&m->base, t, i, m->n_bases++) < 0) { PyErr_NoMemory(); return NULL; }
+    return b;
+}
+
+/* the info of counted state (k characters done, local state i) of terminal t (_counted_info) */
+static int64_t counted_info(Engine *e, int32_t t, int32_t k, int32_t i, PyObject *base_of) {
+    Masks *m = e->m;
+    CBase *b = base_get(e, t, i, base_of);
+    if (!b) return -1;
+    int64_t cap = b->n_max + 1, hi = m->ctr_hi[t], lo = m->ctr_lo[t];
+    int64_t room = hi < 0 ? cap : (hi - k < cap ? hi - k : cap);
+    int64_t need = lo - k > 0 ? lo - k : 0;
+    if (need > cap) need = cap;
+    int64_t k1 = ((int64_t)t << 32) | (uint32_t)i, k2 = (int64_t)(((uint64_t)room << 32) | (uint32_t)need);
+    int64_t *hit = map_find(&m->cnt, k1, k2);
+    if (hit) return *hit;
+    int64_t id = info_new(m);
+    if (id < 0) return -1;
+    Py_ssize_t a, z;
+    if (cut_core(&b->c, need, room, m->infos[id].inside, m->nw, &a, &z) < 0) return -1;
+    ExVec v = {0};
+    int rc = 0;
+    for (Py_ssize_t j = a; j < z && rc == 0; j++)
+        if (b->close_pre[j] >= 0) rc = ex_push(&v, e->n_states[t] - 1, b->close_pre[j]);
+    if (rc == 0) rc = info_exits(m, id, v.a, v.n);
+    free(v.a);
+    if (rc < 0) return -1;
+    if (map_put(&m->cnt, k1, k2, id) < 0) { PyErr_NoMemory(); return -1; }
+    return id;
+}
+
+/* the info of terminal t in DFA state s (terminal_info), made on first use: -1 with an exception set */
+static int64_t info_of(Engine *e, int32_t t, int32_t s, PyObject *base_of) {
+    Masks *m = e->m;
+    int64_t *hit = map_find(&m->ts, t, s);
+    if (hit) return *hit;
+    int32_t S = e->n_states[t], w = m->ctr_w[t];
+    int64_t id;
+    if (w > 0 && s > 0 && s < S - 1) id = counted_info(e, t, (s - 1) / w, (s - 1) % w, base_of);
+    else {
+        char rest[1024];
+        int32_t a = -1;
+        int n = lit_rest_core(e->trans[t], e->acc[t], s, rest, &a);
+        if (n) {  /* a single string remains: the literal descent */
+            id = info_new(m);
+            if (id < 0) return -1;
+            int32_t g = literal_core(m->t, (const uint8_t *)rest, n, m->infos[id].inside, m->nw);
+            ExPair p = {a, g};
+            if (g >= 0 && info_exits(m, id, &p, 1) < 0) return -1;
+        } else id = walked_info(e, t, s);
+    }
+    if (id < 0) return -1;
+    if (map_put(&m->ts, t, s, id) < 0) { PyErr_NoMemory(); return -1; }
+    return id;
+}
+
+/* the contribution of scan group (t, st) of chart c with info id (inside tokens and the walks below its
+ * exits, from their exit charts), cached by (info, exit charts): NULL with an exception set */
+static const uint32_t *contrib(Engine *e, int32_t c, int32_t t, int32_t st, int64_t id, int64_t *n_sim) {
+    Masks *m = e->m;
+    TInfo *x = &m->infos[id];
+    int32_t n = x->n_ex;
+    int64_t xs[64];
+    int64_t *xp = n <= 64 ? xs : malloc(sizeof(int64_t) * n);
+    if (!xp) { PyErr_NoMemory(); return NULL; }
+    uint64_t h = 0x51ed270b27a3c4e1ULL;
+    for (int32_t j = 0; j < n; j++) {
+        int64_t r = exit_chart(e, c, t, st, x->ex_a[j]);
+        if (r == -2) { if (xp != xs) free(xp); return NULL; }
+        xp[j] = r;
+        h = hmix(h, (uint64_t)r);
+    }
+    int64_t k2 = n == 1 ? xp[0] : (int64_t)(h >> 1);
+    if (!m->con.slots && map_init(&m->con) < 0) { if (xp != xs) free(xp); PyErr_NoMemory(); return NULL; }
+    int64_t *hit = map_find(&m->con, id, k2);
+    uint32_t *words = NULL;
+    int store = 1;
+    if (hit) {
+        Contrib *q = &m->cons[*hit];
+        if (q->n == n && !memcmp(q->xs, xp, sizeof(int64_t) * n)) { if (xp != xs) free(xp); return q->words; }
+        store = 0;  /* a hash collision of two exit-chart lists: computed, not cached */
+    }
+    if (store && m->n_cons >= m->cache_size) {  /* bounded: forget every contribution */
+        masks_clear_cons(m);
+        if (map_init(&m->con) < 0) { if (xp != xs) free(xp); PyErr_NoMemory(); return NULL; }
+    }
+    if (store && m->n_cons == m->cap_cons) {
+        int64_t cc = m->cap_cons ? 2 * m->cap_cons : 64;
+        Contrib *y = realloc(m->cons, sizeof(Contrib) * cc);
+        if (!y) { if (xp != xs) free(xp); PyErr_NoMemory(); return NULL; }
+        m->cons = y; m->cap_cons = cc;
+    }
+    words = store ? malloc(m->nw * 4 + 4) : m->scratch;
+    int64_t *keep = store ? malloc(sizeof(int64_t) * (n + 1)) : NULL;
+    if (!words || (store && !keep)) {
+        if (store) { free(words); free(keep); }
+        if (xp != xs) free(xp);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    memcpy(words, x->inside, m->nw * 4);
+    int rc = 0;
+    for (int32_t j = 0; j < n && rc == 0; j++)
+        if (xp[j] >= 0)
+            for (int64_t q = x->ex_at[j]; q < x->ex_at[j + 1] && rc == 0; q++)
+                rc = sim_or(e, m->t, (int32_t)xp[j], x->ex_nodes[q], words, m->nw, n_sim);
+    if (rc == 0 && store) {
+        memcpy(keep, xp, sizeof(int64_t) * n);
+        m->cons[m->n_cons] = (Contrib){n, keep, words};
+        if (map_put(&m->con, id, k2, m->n_cons++) < 0) { PyErr_NoMemory(); rc = -1; }
+        else m->bytes += (int64_t)(m->nw * 4) + 8LL * n;
+    } else if (store) { free(words); free(keep); }
+    if (xp != xs) free(xp);
+    return rc == 0 ? words : NULL;
+}
+
+static PyObject *eng_set_masks(Engine *e, PyObject *args) {
+    PyObject *cap, *o_eos, *o_ctr;
+    long long cache_size;
+    if (!PyArg_ParseTuple(args, "OOOL", &cap, &o_eos, &o_ctr, &cache_size)) return NULL;
+    Trie *t = get_trie(cap);
+    if (!t) return NULL;
+    if (cache_size < 1) { PyErr_SetString(PyExc_ValueError, "cache_size must be >= 1"); return NULL; }
+    Py_buffer be;
+    if (get_ro(o_eos, &be, 4, "eos_words") < 0) return NULL;
+    PyObject *ctr = PySequence_Fast(o_ctr, "counters must be a sequence");
+    Masks *m = calloc(1, sizeof(Masks));
+    if (!ctr || !m) { if (ctr && !m) PyErr_NoMemory(); goto fail; }
+    if (PySequence_Fast_GET_SIZE(ctr) != e->n_term) {
+        PyErr_Format(PyExc_ValueError, "counters must have one entry per terminal (%d)", e->n_term);
+        goto fail;
+    }
+    m->n_term = e->n_term;
+    m->nw = be.len / 4;
+    m->cache_size = cache_size;
+    m->t = t;
+    m->eos = malloc(be.len + 4);
+    m->scratch = malloc(be.len + 4);
+    m->ctr_w = calloc(e->n_term + 1, sizeof(int32_t));
+    m->ctr_lo = calloc(e->n_term + 1, sizeof(int32_t));
+    m->ctr_hi = calloc(e->n_term + 1, sizeof(int32_t));
+    m->cls = calloc(e->n_term + 1, sizeof(int64_t *));
+    if (!m->eos || !m->scratch || !m->ctr_w || !m->ctr_lo || !m->ctr_hi || !m->cls || map_init(&m->ts) < 0
+        || map_init(&m->cl) < 0 || map_init(&m->cnt) < 0 || map_init(&m->base) < 0) { PyErr_NoMemory(); goto fail; }
+    memcpy(m->eos, be.buf, be.len);
+    for (int32_t k = 0; k < e->n_term; k++) {
+        int w, lo, hi;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(ctr, k), "iii", &w, &lo, &hi)) goto fail;
+        if (w < 0 || lo < 0 || (w > 0 && e->n_states[k] < 2)) {
+            PyErr_SetString(PyExc_ValueError, "a counter needs w >= 0, lo >= 0 and a DFA of at least 2 states");
+            goto fail;
+        }
+        m->ctr_w[k] = w; m->ctr_lo[k] = lo; m->ctr_hi[k] = hi;
+    }
+    Py_INCREF(cap);
+    m->trie = cap;
+    Py_DECREF(ctr);
+    PyBuffer_Release(&be);
+    masks_free(e->m);
+    e->m = m;
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(ctr);
+    PyBuffer_Release(&be);
+    masks_free(m);
+    return NULL;
+}
+
+static PyObject *eng_mask_into(Engine *e, PyObject *args) {
+    long long c;
+    PyObject *o_words, *base_of;
+    if (!PyArg_ParseTuple(args, "LOO", &c, &o_words, &base_of)) return NULL;
+    if (check_id(e, c) < 0) return NULL;
+    Masks *m = e->m;
+    if (!m) { PyErr_SetString(PyExc_RuntimeError, "mask_into needs set_masks first"); return NULL; }
+    Py_buffer bw;
+    if (get_rw(o_words, &bw, 4, "words") < 0) return NULL;
+    PyObject *ret = NULL;
+    if (bw.len != m->nw * 4) {
+        PyErr_Format(PyExc_ValueError, "words must have %zd items", m->nw);
+        goto done;
+    }
+    uint32_t *out = bw.buf;
+    memset(out, 0, m->nw * 4);
+    int64_t n_sim = 0;
+    ESet *s = e->sets[c];  /* the set (not the array of sets) stays in place while others are built */
+    for (int32_t g = 0; g < s->n_scan; g++) {
+        int32_t t = s->scan_t[g], st = s->scan_s[g];
+        int64_t id = info_of(e, t, st, base_of);
+        if (id < 0) goto done;
+        const uint32_t *src = m->infos[id].n_ex ? contrib(e, (int32_t)c, t, st, id, &n_sim) : m->infos[id].inside;
+        if (!src) goto done;
+        for (Py_ssize_t k = 0; k < m->nw; k++) out[k] |= src[k];
+    }
+    if (s->accepting)
+        for (Py_ssize_t k = 0; k < m->nw; k++) out[k] |= m->eos[k];
+    ret = PyLong_FromLongLong((long long)n_sim);
+done:
+    PyBuffer_Release(&bw);
+    return ret;
+}
+
+static int64_t masks_bytes(const Masks *m) { return m ? m->bytes : 0; }
 
 static PyMethodDef methods[] = {
     {"trie", py_trie, METH_VARARGS, "Copy the sorted vocabulary trie into a capsule."},

@@ -663,6 +663,16 @@ class CompiledGrammar:
         # the C engine's exit charts called directly (-1: none), for the contribution keys and exits
         self._exit_c = self.engine._e.exit_chart if self.fast_accept is not None else None
         self.n_plain, self.special = vocab.size, vocab.special | frozenset(vocab.eos_ids)
+        # compiled core with the state cache: a state's mask after a cache miss is made in one C call
+        # (Engine.mask_into: the terminal infos, the contribution cache and the combination in C tables
+        # keyed by integer ids); the Python path below stays for the other configurations
+        self._mask_into = None
+        if self.fast_accept is not None and config.state_cache:
+            _native.trie_of(index)
+            counters = [(d.counter.w, d.counter.lo, -1 if d.counter.hi is None else d.counter.hi)
+                        if d.counter is not None else (0, 0, -1) for d in grammar.terminals]
+            self.engine._e.set_masks(index._native_trie, index.eos_words, counters, config.cache_size)
+            self._mask_into = self.engine._e.mask_into
 
     # -- per (terminal, state) precomputation ---------------------------------------------
     def horizon_classes(self, t: int) -> np.ndarray:
@@ -769,6 +779,20 @@ class CompiledGrammar:
                     self.stats["terminal_infos"] += 1
         self._terminal_info[key] = info
         return info
+
+    def _native_base(self, t: int, i: int) -> tuple:
+        """The counted walk of terminal ``t``'s character loop from local state ``i`` as
+        ``Engine.mask_into`` reads it (called once per (terminal, local state) by the C tables):
+        ``(in_ids, in_key, all_words, close_n, close_ends, close_end_at, close_pre, n_max)``,
+        ``close_pre`` the preorder trie node of each closing quote's exit (-1: none)."""
+        base = self._count_base(self.grammar.terminals[t].counter, i)
+        pre = getattr(base, "close_pre", None)
+        if pre is None:
+            by_depth = self.index._native_pre
+            pre = base.close_pre = np.array([-1 if x is None else by_depth[x[0]][x[1]] for x in base.close_nodes],
+                                            np.int64)
+        return (base.in_ids, base.in_key, base.all_words, base.close_n, base.close_ends, base.close_end_at, pre,
+                int(base.n_max))
 
     # -- masks ------------------------------------------------------------------------------
     def _simulate(self, chart, p: int, node: int, out: list) -> None:
@@ -880,13 +904,25 @@ class CompiledGrammar:
                 self.stats["simulated_bytes"] += e.exits_into(x, trie, nodes, words)
 
     def compute_mask(self, chart) -> np.ndarray:
-        """The packed uint32 mask words of the tokens allowed after ``chart``."""
+        """The packed uint32 mask words of the tokens allowed after ``chart``. On the compiled core
+        with the state cache, a miss is one C call (``Engine.mask_into``: ``terminal_info``, the
+        contribution cache and the combination below, over C tables keyed by integer ids; the
+        counted walks come from ``_native_base``); the Python code below serves the other
+        configurations and is what the tests compare the C tables with."""
         if self.fast_accept is not None and self.config.state_cache:  # the chart id is the cache key
             hit = self.mask_cache.get(chart)
             if hit is not None:
                 self.mask_cache.move_to_end(chart)
                 self.stats["cache_hits"] += 1
                 return hit
+            if self._mask_into is not None:  # a miss: the whole mask in one C call
+                self.stats["cache_misses"] += 1
+                words = np.empty(self.index.n_words, np.uint32)
+                self.stats["simulated_bytes"] += self._mask_into(chart, words, self._native_base)
+                self.mask_cache[chart] = words
+                if len(self.mask_cache) > self.config.cache_size:
+                    self.mask_cache.popitem(last=False)
+                return words
         cfg = self.config
         key = None
         if cfg.state_cache:
@@ -1057,6 +1093,9 @@ class GrammarMatcher:
                              f"{bitmask.dtype} {bitmask.shape}")
         if self._terminated[-1]:
             bitmask[index] = 0
+        elif self.compiled.native and type(index) is int and 0 <= index < bitmask.shape[0] and bitmask.flags.c_contiguous:
+            # the row copied by the compiled core (one memcpy; NumPy's row assignment costs about 1.5 us more)
+            _native.core.fill_rows(bitmask, (index,), (self.compiled.compute_mask(self._history[-1]),))
         else:
             bitmask[index] = self.compiled.compute_mask(self._history[-1]).view(np.int32)
 

@@ -9,7 +9,10 @@ states, jumping past the subtree of a rejected prefix (the paper's rejected-pref
 the whole vocabulary walk). The Earley engine runs in C too (``native_earley``: ``core.Engine``,
 with the memoised walks below a terminal's exits, ``Engine.exits_into``), and so does the per-state
 setup of a first visit (``core.horizon_classes``, ``core.literal_rest``, ``core.count_cut``, used
-by ``matcher.CompiledGrammar``); the mask orchestration and its caches stay in Python (``matcher``).
+by ``matcher.CompiledGrammar``). A state-cache miss is one C call (``Engine.mask_into``): the
+terminal infos of the state's scan groups (made on first use, in C tables keyed by integer ids), the
+contribution cache and the combination; the state cache (an LRU keyed by the state id) and the
+once-per-(terminal, local state) counted walks stay in Python (``matcher``).
 
 When the extension was not built (no C compiler at install time), importing ``rayml.decoding``
 prints one warning line and every grammar runs on the pure-Python engine, which is also the
