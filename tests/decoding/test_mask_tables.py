@@ -36,7 +36,7 @@ def _masks(schema, index, config, sequences, python_orchestration=False):
 
 
 @needs_core
-@pytest.mark.parametrize("k", [8, 19])  # minLength + maxLength strings; pattern + maxLength extra keys
+@pytest.mark.parametrize("k", [8, 10])  # minLength + maxLength strings; nested bounded strings and a pattern
 @pytest.mark.parametrize("cache_size", [4096, 2])  # 2: the C contribution cache is emptied again and again
 def test_mask_into_equals_python_orchestration_and_pure(k, cache_size):
     vocab, index = zf.vocab_and_index("mistral-32k")
