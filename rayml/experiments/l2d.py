@@ -7,7 +7,7 @@ paper finetunes capable bases (their accuracy well above zero) and adds test-tim
 add a skill the base lacks (4-digit addition only: the base scores 0%), L2D reached 0.01-0.02 after
 1200 steps while LoRA reached 0.99 (issue 42). So the items mix the ``digits`` list (3 and 4
 digits, half each): the base scores about 50%, and a sanity claim (L2D's accuracy at its most steps
->= 0.2) gates the step-count claims. L2D adds a flow path beside the frozen base and is trained on
+above the frozen base's, paired over seed x item) gates the step-count claims. L2D adds a flow path beside the frozen base and is trained on
 these items with the flow-matching cross-entropy; the baseline is LoRA finetuning of the same base on the same items with the same
 number of trainable parameters (rank chosen to match), steps, batch and learning-rate grid. Test
 accuracy (exact match of the generated sum, greedy) is measured for the base (``steps = 0``: the L2D
@@ -497,14 +497,17 @@ def ratio(num: float, den: float) -> float:
     return float(num) / float(den) if den else float("nan")
 
 
-GATE_ACCURACY = 0.2
-
-
 def _claims(config_solver="euler"):
     main = f"l2d-{config_solver}"
-    learned = Claim(text=f"sanity (gate): L2D at its most ODE steps answers at least {GATE_ACCURACY:.0%} of the test "
-                         "items (the flow path learned the task: without it the step-count claims compare 0 with 0)",
-                    metric="metrics.accuracy", compare=GATE_ACCURACY, op=">=", kind="sanity")
+    # The gate compares L2D with the frozen base it starts from (session 5): the base already answers about
+    # half the items (its 3-digit sums), so an absolute floor (the old ">= 20%") passed with a flow path
+    # that had learned nothing (full record: 0.502 against the base's 0.500).
+    learned = Claim(text="sanity (gate): the flow path learned something: L2D at its most ODE steps answers more test "
+                         "items than the frozen base it starts from (paired over seed x item); without it the "
+                         "step-count claims compare the base with itself",
+                    metric="metrics.accuracy", compare="metrics.accuracy_base", op=">", kind="sanity",
+                    test="paired sign test over seeds", table="accuracy",
+                    a={"method": main, "level": "top"}, b={"method": "base"}, pair_on=("seed", "item"))
     steps_up = Claim(
         text="L2D's accuracy rises with ODE steps: most steps vs one step (paired over seed x item)",
         metric="metrics.accuracy", compare="metrics.accuracy_1_step", op=">",

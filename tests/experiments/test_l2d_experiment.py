@@ -110,17 +110,37 @@ def test_a_zero_over_zero_ratio_is_incomplete_and_a_failed_gate_makes_the_step_c
             for i in range(8) for lv, st, v in (("top", 4, float(i < 1)), ("first", 1, 0.0))]
     rows += [{"method": "lora", "seed": 0, "item": i, "steps": 0, "level": "top", "metric": "correct", "value": 0.0}
              for i in range(8)]
-    rows += [{"method": "base", "seed": 0, "item": i, "steps": 0, "level": "top", "metric": "correct", "value": 0.0}
-             for i in range(8)]
+    # the base answers the same item L2D does (the full record's case: 0.502 vs the base's 0.500)
+    rows += [{"method": "base", "seed": 0, "item": i, "steps": 0, "level": "top", "metric": "correct",
+              "value": float(i < 1)} for i in range(8)]
     record = {"name": "l2d", "tables": {"accuracy": rows},
-              "metrics": {"accuracy": 0.125, "accuracy_1_step": 0.0, "accuracy_ratio_1_step_on_adaptive_items": 0.0,
+              "metrics": {"accuracy": 0.125, "accuracy_1_step": 0.0, "accuracy_base": 0.125,
+                          "accuracy_ratio_1_step_on_adaptive_items": 0.0,
                           "adaptive": {"accuracy_ratio_to_top_steps": E.ratio(0.0, 0.0)}},
-              "baselines": {"lora": {"accuracy": 0.0}, "base": {"accuracy": 0.0}}}
+              "baselines": {"lora": {"accuracy": 0.0}, "base": {"accuracy": 0.125}}}
     out = {e["text"]: e for e in evaluate_claims(record, E.CLAIMS)}
     gate = next(c for c in E.CLAIMS if c.kind == "sanity")
     assert out[gate.text]["holds"] is False
     gated = [c for c in E.CLAIMS if c.gates]
     assert len(gated) == 2 and all(out[c.text]["status"] == "incomplete" for c in gated)
+
+
+def test_the_gate_holds_only_when_l2d_answers_more_than_its_frozen_base():
+    from rayml.results import evaluate_claims
+
+    gate = next(c for c in E.CLAIMS if c.kind == "sanity")
+
+    def verdict(l2d_right: int, base_right: int) -> bool:
+        rows = [{"method": "l2d-euler", "seed": s, "item": i, "level": "top", "steps": 4, "metric": "correct",
+                 "value": float(i < l2d_right)} for s in range(2) for i in range(12)]
+        rows += [{"method": "base", "seed": s, "item": i, "level": "top", "steps": 0, "metric": "correct",
+                  "value": float(i < base_right)} for s in range(2) for i in range(12)]
+        record = {"name": "l2d", "tables": {"accuracy": rows},
+                  "metrics": {"accuracy": l2d_right / 12, "accuracy_base": base_right / 12}}
+        return evaluate_claims(record, (gate,))[0]["holds"]
+
+    assert verdict(12, 4) is True   # 16 paired wins, no loss
+    assert verdict(6, 6) is False    # the same items: no flow-path gain
 
 
 def test_substrate_items_mix_the_digit_counts_half_each():
