@@ -179,8 +179,9 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         by = {f"{ds}_K{K}": {"width": agg(method, "width", dataset=ds, K=K),
                              "coverage": agg(method, "coverage", dataset=ds, K=K)}
               for ds in config["datasets"] for K in config["Ks"]}
+        per_ds = {ds: {"width": agg(method, "width", dataset=ds)} for ds in config["datasets"]}
         return {"width": agg(method, "width"), "coverage": agg(method, "coverage"),
-                "min_coverage": agg(method, "coverage", fn=np.min), "by_case": by}
+                "min_coverage": agg(method, "coverage", fn=np.min), "by_case": by, "by_dataset": per_ds}
 
     def widths(method):
         return np.array([r["value"] for r in sorted((r for r in rows if r["method"] == method and r["metric"] == "width"),
@@ -213,6 +214,25 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
 SRC_VALID = "abstract: 'a mapping of instruments to a discrete representation space so that we yield valid bounds on the CATE'"
 SRC_TIGHT = "abstract: 'a two-step procedure that learns tight bounds using a tailored neural partitioning of the latent instrument space'"
 
+# rayml.causal.cate_bounds.DATASETS (not imported here: that module imports torch); a test keeps them equal
+TIGHT_DATASETS = ("mixture", "binary")
+
+
+def _tighter_than_kmeans(dataset: str) -> Claim:
+    """The tightness claim on one dataset (session-5 review: pooled over both, the 1-D mixture carried it
+    while the 20-D binary instrument, the high-dimensional case of the abstract, tied)."""
+    return Claim(text=f"the learned partition gives narrower bounds than a k-means partition of the instrument through "
+                      f"the same aggregation on the {dataset} instrument (paired over K x seed)",
+                 metric=f"metrics.by_dataset.{dataset}.width", compare=f"baselines.kmeans_agg.by_dataset.{dataset}.width",
+                 op="<", test="paired sign test over seeds", table="runs",
+                 a={"method": "ours", "metric": "width", "dataset": dataset},
+                 b={"method": "kmeans_agg", "metric": "width", "dataset": dataset}, pair_on=("K", "seed"), tie=TIE,
+                 source=SRC_TIGHT,
+                 # a random partition must not pass: the max / min over noisy level pairs alone must not win
+                 controls=(Control("random", f"baselines.random.by_dataset.{dataset}.width",
+                                   a={"method": "random", "metric": "width", "dataset": dataset}),))
+
+
 SIGNAL = Claim(
     text="the effect is reachable here: the oracle partition (K bins of the instrument's true strength) gives "
          "narrower bounds than the k-means partition through the same aggregation (paired over dataset x K x seed)",
@@ -235,13 +255,7 @@ CLAIMS = (
                    "x K x seed)", metric="metrics.min_coverage", compare=0.95, op=">=", source=SRC_VALID,
               # ignoring the unobserved confounder (a plug-in point estimate) must not cover
               controls=(Control("point", "baselines.point.min_coverage"),)),
-        Claim(text="the learned partition gives narrower bounds than a k-means partition of the instrument through "
-                   "the same aggregation (paired over dataset x K x seed)", metric="metrics.width",
-              compare="baselines.kmeans_agg.width", op="<", test="paired sign test over seeds", table="runs",
-              a={"method": "ours", "metric": "width"}, b={"method": "kmeans_agg", "metric": "width"},
-              pair_on=("dataset", "K", "seed"), tie=TIE, source=SRC_TIGHT,
-              # a random partition must not pass: the max / min over noisy level pairs alone must not win
-              controls=(Control("random", "baselines.random.width", a={"method": "random", "metric": "width"}),)),
+        *(_tighter_than_kmeans(ds) for ds in TIGHT_DATASETS),
     ),
 )
 
