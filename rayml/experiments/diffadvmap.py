@@ -50,7 +50,7 @@ SIZES = {
     "quick": dict(n_test=128, n_tune=32, chunk=16, budget=50, map_inner=5, t_star=300.0, pgd_eps=0.2,
                   knob_grid=[0.0625, 0.25, 1.0, 4.0], purify_t=100.0, purify_stride=10.0, eps_steps=20,
                   reference_size=500, knob_extend=2),
-    "full": dict(n_test=512, n_tune=64, chunk=32, budget=100, map_inner=5, t_star=300.0, pgd_eps=0.2,
+    "full": dict(n_test=448, n_tune=64, chunk=32, budget=100, map_inner=5, t_star=300.0, pgd_eps=0.2,
                  knob_grid=[0.0625, 0.125, 0.25, 0.5, 1.0, 2.0, 4.0], purify_t=100.0, purify_stride=1.0, eps_steps=20,
                  reference_size=1000, knob_extend=2),
 }

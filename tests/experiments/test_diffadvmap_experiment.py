@@ -50,3 +50,11 @@ def test_paper_claims_are_gated_on_the_learned_models_and_compare_with_unrestric
     transfer = next(c for c in paper if c.a.get("metric") == "transfer_valid")
     assert transfer.b["method"] == "best_unrestricted"
     assert all(c.tie is not None for c in paper if c.test)
+
+
+@pytest.mark.parametrize("size", ["tiny", "quick", "full"])
+def test_every_size_passes_its_own_check(size):
+    """The full size once asked for 512 + 64 images of the 540-image digits test split and was refused."""
+    from rayml.experiments import diffadvmap as E
+
+    E._check(dict(E.SIZES[size]))
