@@ -46,12 +46,16 @@ from rayml.results import Claim, Control
 
 PAPER = "Mixture of Experts Made Intrinsically Interpretable (MoE-X), ICML 2025"
 METHOD = "moe-x"
+# The validation-loss claim's plain control (session-5 review): the dense GELU model with an MLP of only
+# ``control_hidden`` units, trained like the others at dense GELU's tuned rate; it must fail the 1% bar.
+NO_MLP = "dense-gelu-2"
 ARCH_KEYS = {"moe-x": "moe_x", "switch": "switch", "dense-gelu": "dense_gelu", "dense-relu": "dense_relu", "sae": "sae",
-             "untrained": "untrained", "move-number": "move_number"}
+             "untrained": "untrained", "move-number": "move_number", NO_MLP: "dense_gelu_2"}
 PAPER_VAL_GAP = 0.01  # Table 1: MoE-X 0.211 vs GPT-2 0.213 nats, a gap under 1% of the dense loss
+BAR = "dense-gelu x (1 + gap)"  # per-seed rows of the non-inferiority bar (1 + PAPER_VAL_GAP, the ratio's unit)
 
 _COMMON = dict(n_heads=4, n_experts=8, top_k=2, probe_layer=-1, aux_coef=0.01, precision=0.95, min_support=5,
-               min_prop_count=8, base_rate=[0.05, 0.95], seq_len=16)
+               min_prop_count=8, base_rate=[0.05, 0.95], seq_len=16, control_hidden=2)
 SIZES = {
     "tiny": dict(games_train=48, games_eval=24, d_model=16, n_layers=1, hidden=32, steps=12, batch=8,
                  lr_grid=[3e-3], tune_seeds=1, seeds=2, sae_l1_grid=[1e-3], sae_steps=40, extend=0, **_COMMON),
@@ -69,7 +73,8 @@ SIZES = {
 
 def _check(config: Mapping[str, Any]) -> None:
     for key in ("games_train", "games_eval", "seq_len", "d_model", "n_layers", "n_heads", "hidden", "steps", "batch",
-                "tune_seeds", "seeds", "sae_steps", "n_experts", "top_k", "min_support", "min_prop_count"):
+                "tune_seeds", "seeds", "sae_steps", "n_experts", "top_k", "min_support", "min_prop_count",
+                "control_hidden"):
         v = config[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{key} must be a positive integer, got {v!r}")
@@ -93,15 +98,18 @@ def _check(config: Mapping[str, Any]) -> None:
     from rayml.architectures import moe_x as mx
     from rayml.architectures.othello_data import VOCAB
 
-    for arch in mx.ARCHS:  # validates the shapes (divisibility, top_k <= n_experts)
+    for arch in (*mx.ARCHS, NO_MLP):  # validates the shapes (divisibility, top_k <= n_experts)
         _arch_config(config, arch, VOCAB)
 
 
 def _arch_config(config, arch, vocab):
+    """The model of ``arch`` (one of ``ARCHS``, or ``NO_MLP``: dense GELU with ``control_hidden`` units)."""
     from rayml.architectures import moe_x as mx
 
-    return mx.ArchConfig(arch=arch, vocab_size=vocab, d_model=int(config["d_model"]), n_layers=int(config["n_layers"]),
-                         n_heads=int(config["n_heads"]), hidden=int(config["hidden"]),
+    small = arch == NO_MLP
+    return mx.ArchConfig(arch="dense-gelu" if small else arch, vocab_size=vocab, d_model=int(config["d_model"]),
+                         n_layers=int(config["n_layers"]), n_heads=int(config["n_heads"]),
+                         hidden=int(config["control_hidden" if small else "hidden"]),
                          n_experts=int(config["n_experts"]), top_k=int(config["top_k"]), seq_len=int(config["seq_len"]))
 
 
@@ -284,6 +292,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     l1s = [float(v) for v in config["sae_l1_grid"]]
     moex_tune = [r for r in tune_runs if r["arch"] == "moe-x" and r["lr"] == chosen["moe-x"]]
     stage2 = [("train", a, chosen[a], i, s) for a in mx.ARCHS for i, s in enumerate(test_seeds)]
+    stage2 += [("train", NO_MLP, chosen["dense-gelu"], i, s) for i, s in enumerate(test_seeds)]  # not probed
     stage2 += [("init", "moe-x", 0.0, i, s) for i, s in enumerate(test_seeds)]
     stage2_probe = [("sae", "dense-gelu", -1 - r["si"], r["state"], l1) for r in gelu_tune for l1 in l1s]
     stage2_probe += [("model", "moe-x", 1000 + r["si"], r["state"], None) for r in moex_tune]  # index apart from tests
@@ -297,7 +306,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     sae_cov = {v: float(np.mean([np.mean(r["coverage"]) for r in sae_tune if r["kind"] == "sae" and r["extra"] == v]))
                for v in l1s}
     l1, sparse_enough = choose_sae_l1(sae_cov, sae_l0, cap)
-    probes = [("init" if r["phase"] == "init" else "model", r["arch"], r["si"], r["state"], None) for r in trained]
+    probes = [("init" if r["phase"] == "init" else "model", r["arch"], r["si"], r["state"], None) for r in trained
+              if r["arch"] != NO_MLP]
     probes += [("sae", "dense-gelu", r["si"], r["state"], l1) for r in trained if r["arch"] == "dense-gelu"]
     probed = runtime.pmap(probe_task, probes, shared=shared, chunk_size=1, desc="moe-x probes")
 
@@ -336,12 +346,14 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         summary[m] = {"coverage": float(np.mean(covs)), "reconstruction": float(np.mean(recs)),
                       "val_loss": float(np.mean(vals)), "active_fraction": float(np.mean(l0s)),
                       "coverage_per_seed": covs, "reconstruction_per_seed": recs, "val_loss_per_seed": vals}
-    keys = [(r["method"], r["seed"], r["metric"]) for r in model_rows]
-    if len(set(keys)) != len(keys):  # the claims' unit: exactly one row per trained model and metric
-        raise RuntimeError("per_model table: more than one row per (method, seed, metric)")
+    no_mlp = [val[(NO_MLP, i)] for i in range(n_test)]
+    summary[NO_MLP] = {"val_loss": float(np.mean(no_mlp)), "val_loss_per_seed": no_mlp,
+                       "hidden": int(config["control_hidden"])}
+    val_rows += [{"method": NO_MLP, "seed": i, "metric": "val_loss", "value": float(v)} for i, v in enumerate(no_mlp)]
     gelu_val = summary["dense-gelu"]["val_loss"]
-    for m in methods:
+    for m in (*methods, NO_MLP):
         summary[m]["val_loss_ratio_to_gelu"] = summary[m]["val_loss"] / gelu_val
+    model_rows += _ratio_rows(val, [m for m in (*methods, NO_MLP) if m != "move-number"], n_test)
     del summary["move-number"]["val_loss"], summary["move-number"]["val_loss_per_seed"]
     del summary["move-number"]["val_loss_ratio_to_gelu"]
     for m in ("moe-x", "switch"):
@@ -355,11 +367,15 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     summary["sae"]["tuning_l0_cap"] = cap
     summary["sae"]["tuning_sparsity_cap_met"] = bool(sparse_enough)
 
+    keys = [(r["method"], r["seed"], r["metric"]) for r in model_rows]
+    if len(set(keys)) != len(keys):  # the claims' unit: exactly one row per trained model and metric
+        raise RuntimeError("per_model table: more than one row per (method, seed, metric)")
     metrics = dict(summary["moe-x"])
     metrics["n_properties"] = int(props.size)
     metrics["n_probe_positions"] = int(data["probe_game"].size)
-    baselines = {ARCH_KEYS[m]: summary[m] for m in methods if m != "moe-x"}
-    cfgs = {a: _arch_config(config, a, vocab) for a in mx.ARCHS}
+    metrics["seed_test_min_p"] = 0.5 ** n_test  # the smallest one-sided p of a sign / signed-rank test over the seeds
+    baselines = {ARCH_KEYS[m]: summary[m] for m in (*methods, NO_MLP) if m != "moe-x"}
+    cfgs = {a: _arch_config(config, a, vocab) for a in (*mx.ARCHS, NO_MLP)}
     tuning_table = tuning_rows(choices, keys=("method",), metric="val_loss")
     tuning_table += [{"method": "sae", "l1": r["extra"], "seed": -1 - r["si"], "metric": k,
                      "value": float(np.mean(r["coverage"])) if k == "coverage" else r["l0_fraction"]}
@@ -389,6 +405,16 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                            "val_loss": val_rows,
                            "tuning": tuning_table, "curves": curve_rows, "timing_train": timing_rows},
                    budget=budget)
+
+
+def _ratio_rows(val: Mapping, methods, n_test: int) -> list:
+    """Per test seed: each model's validation loss over the dense GELU model's from the same seed
+    (``val_loss_ratio_to_gelu``), and the non-inferiority bar ``1 + PAPER_VAL_GAP`` as rows of its
+    own (``BAR``), so that the claim is a paired test of every seed against the margin."""
+    rows = [{"method": m, "seed": i, "metric": "val_loss_ratio_to_gelu",
+             "value": float(val[(m, i)] / val[("dense-gelu", i)])} for m in methods for i in range(n_test)]
+    return rows + [{"method": BAR, "seed": i, "metric": "val_loss_ratio_to_gelu", "value": 1.0 + PAPER_VAL_GAP}
+                   for i in range(n_test)]
 
 
 def _power(summary: Mapping) -> dict:
@@ -444,14 +470,25 @@ _INTERPRETABILITY = (
 )
 _g1, *_gated = gate(GATE_UNTRAINED, *_INTERPRETABILITY)
 _g2, *_gated = gate(GATE_MOVE_NUMBER, *_gated)
+GATE_SEEDS = Claim(
+    text="sanity (gate): the run has enough test seeds for a per-seed test to decide (the smallest one-sided p of a "
+         "sign test over the seeds, 2^-seeds, is below 0.05: at least 5 seeds)",
+    metric="metrics.seed_test_min_p", compare=0.05, op="<", kind="sanity")
 
-CLAIMS = (
-    *_gated,
+_SEEDED = (
     Claim(text=f"MoE-X's validation loss is no more than {PAPER_VAL_GAP:.0%} above the dense GELU model's (the "
-               "paper's own gap; the untrained MoE-X is the control)",
+               "paper's own gap), on every seed: a sign test of each seed's loss ratio to dense GELU from the same "
+               "seed against the margin (non-inferiority); controls: a dense GELU model with a 2-unit MLP and the "
+               "untrained MoE-X",
           metric="metrics.val_loss_ratio_to_gelu", compare=1.0 + PAPER_VAL_GAP, op="<=",
+          test="paired sign test over seeds", table="per_model",
+          a={"method": "moe-x", "metric": "val_loss_ratio_to_gelu"},
+          b={"method": BAR, "metric": "val_loss_ratio_to_gelu"}, pair_on=("seed",),
           source="abstract: 'achieves performance comparable to dense models'; Table 1 val loss 0.211 vs 0.213",
-          controls=(Control("untrained", "baselines.untrained.val_loss_ratio_to_gelu"),)),
+          controls=(Control(NO_MLP, f"baselines.{ARCH_KEYS[NO_MLP]}.val_loss_ratio_to_gelu",
+                            a={"method": NO_MLP, "metric": "val_loss_ratio_to_gelu"}),
+                    Control("untrained", "baselines.untrained.val_loss_ratio_to_gelu",
+                            a={"method": "untrained", "metric": "val_loss_ratio_to_gelu"}))),
     Claim(text="the sparsity-aware router chooses sparser experts than the Switch top-k router: active units of the "
                "chosen experts / of all experts is lower for MoE-X than for the Switch MoE trained from the same seed "
                "(same active parameters and training budget; paired over seeds, one value per trained model)",
@@ -460,8 +497,15 @@ CLAIMS = (
           a={"method": "moe-x", "metric": "router_chosen_to_all_l0"},
           b={"method": "switch", "metric": "router_chosen_to_all_l0"}, pair_on=("seed",),
           source="Figure 9: 'Our score identifies a more sparse set of experts' (TopK gating does not)"),
+)
+_g3, *_seeded = gate(GATE_SEEDS, *_SEEDED)
+
+CLAIMS = (
+    *_gated,
+    *_seeded,
     _g1,
     _g2,
+    _g3,
     Claim(text="the MoE-X layer equals its wide sparse-MLP form (max |difference|, float64, trained weights)",
           metric="metrics.sparse_mlp_max_abs_diff", compare=1e-10, op="<", kind="sanity"),
 )
