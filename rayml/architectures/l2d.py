@@ -347,15 +347,22 @@ def lora_rank_for_budget(base_config, budget: int) -> int:
 
 
 def l2d_loss(flow: FlowLM, ids: torch.Tensor, targets: torch.Tensor, generator: torch.Generator,
-             labels: torch.Tensor | None = None, ignore_index: int = -100, only_targets: bool = False) -> torch.Tensor:
+             labels: torch.Tensor | None = None, ignore_index: int = -100, only_targets: bool = False,
+             t: float | None = None) -> torch.Tensor:
     """Eq. 4: cross-entropy of the next token given ``x_t`` of that token, ``t ~ U(0, 1)`` per token.
 
     ``only_targets``: run the flow path only at the positions whose target is not ``ignore_index``
     (the same loss, since a flow position reads only the main path; the random draws are made for
     every position either way, so both give the same ``t`` and noise per position).
+    ``t``: evaluate at this fixed time for every token instead of drawing it (a diagnostic: at ``t = 1``
+    the flow input is the target's own representation, at ``t = 0`` the loss is the base's); the
+    noise is drawn from ``generator`` as in training.
     """
     b, s = ids.shape
-    t = torch.rand(b, s, generator=generator)
+    if t is not None and not (isinstance(t, (int, float)) and not isinstance(t, bool) and 0.0 <= t <= 1.0):
+        raise ValueError(f"t must be a number in [0, 1] or None, got {t!r}")
+    draw = torch.rand(b, s, generator=generator)
+    t = draw if t is None else torch.full((b, s), float(t))
     tgt = targets.clamp_min(0)
     x1 = flow.flow_table()[tgt]
     eps = torch.randn(x1.shape, generator=generator)

@@ -275,9 +275,32 @@ def train_task(item: tuple, shared: Mapping[str, Any]) -> dict:
         g2 = torch.Generator().manual_seed(12345)
         held = float(l2d.l2d_loss(model, ids, tgt, g2, only_targets=True) if method == "l2d"
                      else l2d.lm_loss(model, ids, tgt))
+        diag = _flow_diagnostics(model, ids, tgt) if method == "l2d" else {}
     return {"phase": phase, "method": method, "lr": lr, "si": si, "state": _trainable_state(model),
             "heldout_loss": held, "curve": losses[:: max(1, steps // 30)], "timings": timings,
-            "trainable": l2d.trainable_parameters(model)}
+            "trainable": l2d.trainable_parameters(model), "diagnostics": diag}
+
+
+DIAG_TIMES = (0.0, 0.5, 0.9, 1.0)  # t = 0 is the frozen base exactly
+
+
+def _flow_diagnostics(flow, ids, tgt) -> dict:
+    """Issue 42's diagnostics of a trained flow path on the held-out rows: the cross-entropy per answer
+    token at fixed ``t`` (at ``t = 1`` the flow input is the target's own representation, so a path that
+    reads its input reaches about 0 there; at ``t = 0.5`` the input is nearly pure noise and only the
+    context helps) and the norm of the output scale ``m(t) - m(0)`` (zero at initialisation: how far the
+    modulation has opened)."""
+    import torch
+
+    from rayml.architectures import l2d
+
+    out = {}
+    for t in DIAG_TIMES:
+        g = torch.Generator().manual_seed(12345)
+        out[f"heldout_ce_t{t:g}"] = float(l2d.l2d_loss(flow, ids, tgt, g, only_targets=True, t=t))
+        c = flow._cond(torch.full((1, 1), t), None)
+        out[f"scale_norm_t{t:g}"] = float((flow.head(c) - flow.head(flow._cond(torch.zeros(1, 1), None))).norm())
+    return out
 
 
 def _by_length(generate, prompts: list, max_new: int):
@@ -461,6 +484,12 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                                                                and r["steps"] == top and r["item"] < int(config["adaptive_items"])])),
         "trainable_parameters": trained[0]["trainable"] if trained[0]["method"] == "l2d" else trained[-1]["trainable"],
     }
+    # issue 42: does the flow path read its own input (the loss at t = 1 far below t = 0.5), has the modulation opened
+    l2d_runs = [r for r in trained if r["method"] == "l2d"]
+    metrics["flow_diagnostics"] = {k: float(np.mean([r["diagnostics"][k] for r in l2d_runs]))
+                                   for k in l2d_runs[0]["diagnostics"]} if l2d_runs else {}
+    metrics["flow_diagnostics"]["lora_heldout_ce"] = float(np.mean([r["heldout_loss"] for r in trained
+                                                                    if r["method"] == "lora"]))
     metrics["adaptive"]["accuracy_ratio_to_top_steps"] = ratio(metrics["adaptive"]["accuracy"],
                                                               metrics["accuracy_top_steps_on_adaptive_items"])
     # the share of problems whose every token's adaptive solve ran out of evaluations (issue 42: nearly all did)

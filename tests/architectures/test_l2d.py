@@ -233,3 +233,19 @@ def test_smollm2_is_reproduced_exactly_at_t_zero():
         assert torch.equal(flow(ids, x, torch.zeros(1, ids.shape[1])), ref)
         assert (flow(ids, x, torch.full((1, ids.shape[1]), 0.7)) - ref).abs().max() > 1e-3
     assert all(not p.requires_grad for p in lm.model.parameters())  # the base stays frozen
+
+
+def test_the_loss_at_a_fixed_time_is_the_base_loss_at_zero_and_rejects_bad_times():
+    """``l2d_loss(t=...)`` (issue 42's diagnostics): at ``t = 0`` the L2D model is the base, so its loss is the
+    base's next-token cross-entropy exactly; other times differ; a time outside [0, 1] is refused by name."""
+    base = _base()
+    flow = _perturbed(l2d.FlowLM(base, l2d.L2DConfig(flow_dim=16, cond_dim=8)))
+    ids = torch.randint(1, 40, (3, 9), generator=torch.Generator().manual_seed(4))
+    tgt = torch.roll(ids, -1, 1)
+    tgt[:, -1] = -100
+    at0 = l2d.l2d_loss(flow, ids, tgt, torch.Generator().manual_seed(1), t=0.0, only_targets=True)
+    assert float(at0) == pytest.approx(float(l2d.lm_loss(base, ids, tgt)), abs=1e-6)
+    assert abs(float(l2d.l2d_loss(flow, ids, tgt, torch.Generator().manual_seed(1), t=1.0)) - float(at0)) > 1e-4
+    for bad in (-0.1, 1.5, True, "1"):
+        with pytest.raises(ValueError, match="t must"):
+            l2d.l2d_loss(flow, ids, tgt, torch.Generator().manual_seed(1), t=bad)
