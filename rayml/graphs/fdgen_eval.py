@@ -131,7 +131,9 @@ def clustering_histogram(edges: np.ndarray, n: int, bins: int = 20) -> np.ndarra
     """Normalised histogram of local clustering coefficients on [0, 1] (nodes of degree < 2 count as 0)."""
     A = _adjacency(edges, n)
     deg = A.sum(1)
-    tri = np.einsum("ij,jk,ki->i", A, A, A) / 2.0
+    # (A @ A * A).sum(1) = einsum("ij,jk,ki->i", A, A, A) for a symmetric 0/1 A, through BLAS: O(n^3) flops
+    # in a matmul rather than a three-operand einsum loop (integer sums, exact in float64, so identical)
+    tri = (A @ A * A).sum(1) / 2.0
     c = np.where(deg >= 2, tri / np.maximum(deg * (deg - 1) / 2.0, 1.0), 0.0)
     h, _ = np.histogram(c, bins=bins, range=(0.0, 1.0))
     return h / max(h.sum(), 1)

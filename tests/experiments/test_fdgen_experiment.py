@@ -62,3 +62,26 @@ def test_matched_front_reads_each_sweep_at_the_same_accuracy_budget():
     assert got[("fairgen-post", "dsp_matched")] == 0.25
     assert got[("fairgen-post", "deo_matched")] == 0.3    # plain itself is on every front
     assert {c.table for c in exp.CLAIMS if "front" in c.metric} == {"front"}
+
+
+def test_quick_and_full_sizes_can_show_their_claims():
+    """Enough pairs for every paired test (>= 5: a one-sided Wilcoxon's smallest p is 2^-n) and the paper's
+    values inside the grids; a size that lacks them is named."""
+    for size in ("quick", "full"):
+        assert exp.evidence_problems(exp.SIZES[size]) == []
+    bad = {**exp.SIZES["full"], "tune_seeds": 1, "sbm_homophily": [0.5], "nx_graphs": ["karate"],
+           "lambda_grid": [0.5, 1.0]}
+    got = " ".join(exp.evidence_problems(bad))
+    assert "tune_seeds = 2 < 5" in got and "strictly inside" in got
+
+
+def test_tuning_score_keeps_the_accuracy_budget_and_falls_back_to_the_most_accurate():
+    def row(method, v, acc, dsp, deo):
+        return {"method": method, "strength": v, "val_acc": acc, "val_dsp": dsp, "val_deo": deo}
+
+    rows = [row("plain", 0.0, 0.80, 0.4, 0.3), row("fdgen", 0.5, 0.78, 0.2, 0.1), row("fdgen", 1.0, 0.70, 0.0, 0.0)]
+    assert exp.tuning_score(rows, "fdgen", 0.5) == pytest.approx(0.3)
+    assert exp.tuning_score(rows, "fdgen", 1.0) > 10          # fairer, but 0.10 below plain's accuracy
+    assert exp.select_strength(rows, "fdgen") == 0.5
+    worse = [rows[0], row("fdgen", 2.0, 0.60, 0.0, 0.0), row("fdgen", 4.0, 0.65, 0.1, 0.1)]
+    assert exp.select_strength(worse, "fdgen") == 4.0        # none within the budget: the most accurate
