@@ -61,6 +61,10 @@ class Experiment:
         claims: the paper's claims, evaluated against the ``run`` record.
         plots: ``plots(record) -> {name: matplotlib Figure}``.
         bench_sizes, bench, bench_claims: the same for ``rayml bench``.
+        check: ``check(config)`` raises ``ValueError`` naming the key for a config ``run`` would
+            refuse; it does no work, so ``rayml run`` calls it before Ray starts and the registry
+            contract calls it on every declared size (a full size that its own checks refuse is
+            found without running it).
     """
 
     name: str
@@ -74,6 +78,7 @@ class Experiment:
     bench_sizes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     bench: Callable[[Mapping[str, Any], int], Outcome] | None = None
     bench_claims: Sequence[Claim] = ()
+    check: Callable[[Mapping[str, Any]], Any] | None = None
 
     def __post_init__(self):
         missing = [s for s in SIZES if s not in self.sizes]
@@ -213,6 +218,8 @@ def _execute(kind: str, name: str, *, size: str, seed: int, overrides, address, 
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     sizes = experiment.sizes if kind == "run" else experiment.bench_sizes
     config = resolve_config(sizes, size, overrides)
+    if kind == "run" and experiment.check is not None:
+        experiment.check(config)
     if json_path is not None:
         results.check_writable(json_path, is_dir=False)
     if out_dir is not None:
