@@ -296,5 +296,5 @@ EXPERIMENT = Experiment(
     checked_against="the authors' code (JSchweisthal/ComplexPartialIdentif: src/models.py, src/utils.py, "
                     "src/data/data1.py and data3.py, src/run_main.py) and the abstract; bounds on a discrete "
                     "instrument against a hand computation",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_validate, claims=CLAIMS, plots=plots,
 )

@@ -356,5 +356,5 @@ EXPERIMENT = Experiment(
     checked_against="abstracts of Huang & Huang (ICML 2025) and Schneider & Zimmert (NeurIPS 2023), "
                     "reviews and summaries (secondary); the full texts were not reachable (searched again for "
                     "issue 16), so the epoch schedule and step sizes are a documented reconstruction",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_validate, claims=CLAIMS, plots=plots,
 )

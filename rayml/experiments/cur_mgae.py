@@ -348,5 +348,5 @@ EXPERIMENT = Experiment(
     checked_against="the abstract, the public ICLR 2025 reviews (difficulty = reconstructed minus original structure) "
                     "and secondary notes (S2GAE decoder, self-paced scheduler with a proximal term, split ratio); "
                     "no official code; the full text was not reachable",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_check, claims=CLAIMS, plots=plots,
 )

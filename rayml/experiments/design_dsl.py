@@ -518,5 +518,5 @@ EXPERIMENT = Experiment(
                     "(ACL 2024) for how a DSL is derived from a domain corpus (secondary summaries); no code is "
                     "public; the interface's compiler is checked against the exact statement of every instruction "
                     "(oracle) and the voxel kernel against closed-form volumes",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_check, claims=CLAIMS, plots=plots,
 )

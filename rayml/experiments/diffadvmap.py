@@ -399,5 +399,5 @@ EXPERIMENT = Experiment(
     checked_against="abstract and the authors' code (the optimise-x_t DDIM sampler with the (kappa - margin)^2 "
                     "adversarial term, the reconstruction term, the x_t regulariser, its decays and the clamp); "
                     "the full text was not reachable",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_check, claims=CLAIMS, plots=plots,
 )

@@ -449,5 +449,5 @@ EXPERIMENT = Experiment(
                     "configs/strategy/direct_sampling.json), the abstract and the arXiv v4 introduction; a "
                     "hand-computed interval search on a fixed label sequence; the all-MiniLM-L6-v2 embeddings "
                     "against sentence-transformers' encode of the same release",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_validate, claims=CLAIMS, plots=plots,
 )

@@ -301,5 +301,5 @@ EXPERIMENT = Experiment(
                     "Q estimates per turn, reduced Markovian state, actor on D0 u D2 and critic on D1, "
                     "single-agent ablation, metrics p1@t1 / m1@t5 / p1@t5); no official code exists; the DPO "
                     "trainer is checked against a hand-computed loss and TRL's (tests/alignment)",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_check, claims=CLAIMS, plots=plots,
 )

@@ -285,5 +285,5 @@ EXPERIMENT = Experiment(
         "first instances) at every weak-share level",
     checked_against="abstract only (PMLR 267:32406-32419; full-text searches found none): the relaxation and "
                     "the rounding scheme are reconstructions; OPT by brute force on the first instances",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_check, claims=CLAIMS, plots=plots,
 )

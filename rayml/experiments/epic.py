@@ -727,7 +727,7 @@ EXPERIMENT = Experiment(
                      "tests: k = all tokens equals full recompute, rotated keys equal keys computed at the "
                      "target positions"),
     sizes=SIZES,
-    run=run,
+    run=run, check=_check_run_config,
     claims=CLAIMS,
     plots=plots,
     bench_sizes=BENCH_SIZES,

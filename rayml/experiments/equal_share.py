@@ -319,5 +319,5 @@ EXPERIMENT = Experiment(
                     "arXiv HTML page is stored but only its abstract and introduction could be read); SAOL "
                     "(Daniely et al. 2015) against an independent interval-by-interval reimplementation (tests); "
                     "games, opponents and step sizes are documented assumptions",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_validate, claims=CLAIMS, plots=plots,
 )

@@ -630,5 +630,5 @@ EXPERIMENT = Experiment(
                     "models/CLIP_adapter.py, utils_FedAdapter.py, Baseline_FedCLIP.py); an OpenReview reviewer's "
                     "summary and a reproducibility digest of the PDF (Algorithm 1: client update, server update; "
                     "synthetic data 10% of each domain). The full text and JackqqWang/fedag were not reachable",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_check, claims=CLAIMS, plots=plots,
 )

@@ -863,6 +863,6 @@ EXPERIMENT = Experiment(
     checked_against="paper text (arXiv 2501.12956 v2: eqs. 1-20, Algorithm 1, Remark 3.1, Sec. 3.3, Appendix A "
                     "Algorithm 2); calibration protocol, T^0 and outlier code from a port that mirrors the authors' "
                     "code (PrunaAI/pruna); authors' repository (Evans-Z/GANQ) not reachable",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_check, claims=CLAIMS, plots=plots,
     bench_sizes=BENCH_SIZES, bench=bench, bench_claims=BENCH_CLAIMS,
 )

@@ -501,5 +501,5 @@ EXPERIMENT = Experiment(
     checked_against="authors' code (anishacharya/GM-Matching: Weiszfeld settings, herding, baselines, per-class "
                     "budget); paper abstract and secondary notes for Algorithm 1, the claims and the corruption "
                     "mechanisms",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_check_config, claims=CLAIMS, plots=plots,
 )

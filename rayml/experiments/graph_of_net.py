@@ -317,5 +317,5 @@ EXPERIMENT = Experiment(
     checked_against="the abstract, the OpenReview page and a reproducibility summary quoting Algorithm 1 (F1 Eq. 2, "
                     "F2 Eq. 3, constraint net Eq. 4, Pi Eq. 6, L_con Eq. 7 + NLL); no official code; the full text "
                     "was not reachable, so the forms of Eqs. 2-7 are assumed (see the module docstring)",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_check, claims=CLAIMS, plots=plots,
 )

@@ -682,6 +682,6 @@ EXPERIMENT = Experiment(
         "cases x methods x seeds as pmap tasks",
     checked_against="paper text (arXiv 2412.05204 v2: Algorithm 1, Table 2 protocol) and the author's released "
                     "code (normalised step, decay schedule); closed-form smoothed gradients in the tests",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_check_config, claims=CLAIMS, plots=plots,
     bench_sizes=BENCH_SIZES, bench=bench, bench_claims=BENCH_CLAIMS,
 )

@@ -608,5 +608,5 @@ EXPERIMENT = Experiment(
     checked_against="the paper's full text (arXiv 2505.01938, read through a public literature digest that quotes "
                     "its equations, schedule and tables) and the authors' code (Qi-Yangsjtu/HybridGS: train.py, "
                     "utils/quant_utils.py, scene/gaussian_model.py, HybridGS_coding.py); G-PCC replaced by Draco",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_check, claims=CLAIMS, plots=plots,
 )

@@ -314,5 +314,5 @@ EXPERIMENT = Experiment(
     ray="every (network, seed) GD run with its tracker is one pmap task",
     checked_against="abstract and secondary summaries of arXiv 2502.16075 (the full text was not reachable); "
                     "the homogeneous case against the classical normalised margin and Lyu & Li's smoothed margin",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_validate, claims=CLAIMS, plots=plots,
 )

@@ -818,5 +818,5 @@ EXPERIMENT = Experiment(
                     "sampling against sampling the training grid alone, a training snapshot at step k against a k-step run, the "
                     "per-class MMD / COV against brute force and their class-weighted mean against the whole set, the exact EMD against brute force over all "
                     "matchings and the 1-D closed form (sorted coordinates), Chamfer against brute force",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_check, claims=CLAIMS, plots=plots,
 )

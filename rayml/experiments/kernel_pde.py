@@ -380,5 +380,5 @@ EXPERIMENT = Experiment(
     checked_against="paper text (arXiv 2410.11165 abstract and method section via secondary summaries) and the "
                     "authors' code XZT008/PDE-GP-Solver (loss, whitening, weights, grids, lengthscales, "
                     "Cole-Hopf reference); DAKS from Chen et al. 2021's Gauss-Newton formulation",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_check_config, claims=CLAIMS, plots=plots,
 )

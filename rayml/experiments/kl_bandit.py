@@ -430,6 +430,6 @@ EXPERIMENT = Experiment(
         "the bench's seed sweep with 1 vs 2 workers",
     checked_against="abstract and secondary sources (reviews, digests of the PDF); the full text was not reachable "
                     "(searched again for issue 16: only abstract copies were found)",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_check, claims=CLAIMS, plots=plots,
     bench_sizes=BENCH_SIZES, bench=bench, bench_claims=BENCH_CLAIMS,
 )

@@ -496,5 +496,5 @@ EXPERIMENT = Experiment(
                     "and the authors' README and code (manifold maps, loss and sampler structure, data generators); "
                     "closed forms: torus wrapped-normal transition, heat-kernel normalisation, Ito drift = J phi . b "
                     "by finite differences",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_check, claims=CLAIMS, plots=plots,
 )

@@ -1113,7 +1113,7 @@ EXPERIMENT = Experiment(
                      "weights 1/n); tinyBenchmarks' IRT code (2PL form, ability MLE, logits clipped to +-30); "
                      "mergekit's merge-method definitions"),
     sizes=SIZES,
-    run=run,
+    run=run, check=_check,
     claims=CLAIMS,
     plots=plots,
     bench_sizes=BENCH_SIZES,

@@ -268,5 +268,5 @@ EXPERIMENT = Experiment(
         "the authors' buffer protocol is a pmap task",
     checked_against="the abstract and the authors' code (iLearn-Lab/ICML25-Theory_CL: synthetic/cl_cnn_replay_ewc.py, "
                     "real-world/sampling_mnist.py); the full text was not read",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_validate, claims=CLAIMS, plots=plots,
 )

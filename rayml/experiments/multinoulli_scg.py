@@ -327,6 +327,6 @@ EXPERIMENT = Experiment(
     checked_against="abstracts only (ICML 2025; arXiv 2603.21492; a new full-text search found none) and secondary "
                     "summaries: the ME, the path-integrated estimator (SCG++-style) and the rounding are reconstructions; "
                     "OPT by brute force or planted (greedy-trap); the exact DLS potential against quadrature in the tests",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_check, claims=CLAIMS, plots=plots,
     bench_sizes=BENCH_SIZES, bench=bench, bench_claims=BENCH_CLAIMS,
 )

@@ -684,5 +684,5 @@ EXPERIMENT = Experiment(
     checked_against="the authors' code (github.com/123000001212/PoisonedEye: database.py create_poison, "
                     "llava_inference_rag_poison_final[_class].py: fused keys, poison text, PGD, class aux images, "
                     "text-only baseline) and the abstract; the full text was not reachable",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_check, claims=CLAIMS, plots=plots,
 )

@@ -803,5 +803,5 @@ EXPERIMENT = Experiment(
                     "distribution, train.py losses and learning rate); the abstract, the arXiv front matter and "
                     "the public reviews for the theorems; the full text of the separation examples was not "
                     "reachable, so the pairs are constructed (see qp_gnn.separation_pairs)",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_check, claims=CLAIMS, plots=plots,
 )

@@ -1008,6 +1008,6 @@ EXPERIMENT = Experiment(
                     "SSNI-N/SSNI-L reweighting, defaults t*=100, b=5, K=20), the abstract and the OpenReview "
                     "reviews; GDMP's guidance against the GDMP release (JinyiW/GuidedDiffusionPur: MSE guidance, "
                     "scale sqrt(1-ab)/(m sqrt(ab))); the authors' SSNI code (tmlr-group/SSNI) was not reachable here",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_check, claims=CLAIMS, plots=plots,
     bench_sizes=BENCH_SIZES, bench=bench, bench_claims=BENCH_CLAIMS,
 )

@@ -252,5 +252,5 @@ EXPERIMENT = Experiment(
     checked_against="authors' code (PoorOtterBob/STOP: the MLP backbone, Core_Adaptive context-aware units and "
                     "the STOP forward); the abstract for message perturbation and the spatio-temporal DRO, which "
                     "the released code lacks (implemented as assumed in rayml.graphs.stop)",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_check, claims=CLAIMS, plots=plots,
 )

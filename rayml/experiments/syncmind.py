@@ -665,5 +665,5 @@ EXPERIMENT = Experiment(
                     "run_infer / runtime_response / user_response / know_agent, react_eval, run_eval), the "
                     "abstract and the project site; the paper's full text was not reachable (CSR, ASR and Eff "
                     "definitions are assumed, see rayml.agents.syncmind)",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_check, claims=CLAIMS, plots=plots,
 )
