@@ -1,10 +1,14 @@
 """Selective DPO reproduction on the embedded LM: learning orders, the easiest fraction easy to hard,
 against DPO on all data, random selection of the same size and a reweighting variant.
 
-Setup. The starting (SFT) policy is the shipped ``base`` checkpoint of ``rayml.llm`` after the
-supervised warm-up of ``rayml.experiments.dpsdp`` (3- and 4-digit additions and the refinement
-formats; one cached warm-up shared by both experiments): it adds 3-digit numbers almost always
-and 4-digit numbers rarely. Preference pairs (``rayml.alignment.preference``) are additions with
+Setup. The starting (SFT) policy is the shipped ``base`` checkpoint of ``rayml.llm`` after a supervised
+warm-up on imperfect demonstrations (``demo_warmup_task``, issue 42): 3- and 4-digit additions of which a
+share ``sft_noise`` (0.5) are answered with the near miss that the preference pairs reject (carries
+dropped), so the SFT policy makes those errors and DPO has something to correct (an SFT model imitates
+imperfect demonstrations; assumed, to give the substrate the paper's precondition that DPO improves
+the SFT policy). With ``sft_noise=0`` it is the warm-up of ``rayml.experiments.dpsdp`` (3- and 4-digit
+additions and the refinement formats; one cached warm-up shared by both experiments), which adds
+3-digit numbers always, 4-digit numbers rarely, and which DPO never improved. Preference pairs (``rayml.alignment.preference``) are additions with
 operands of ``levels`` digits: the chosen response is the verified sum, the rejected one a near
 miss (carries dropped), and a ``noise`` fraction of pairs have their labels flipped. Longer
 operands are the difficult examples; flipped pairs are the noisy ones. Correctness is judged by the substrate's
@@ -76,7 +80,11 @@ _REAL = dict(levels=[2, 4, 8], capacities=["lora2", "lora16"], lora_layers=4, lr
              eval_per_level=5, beta_grid=[0.01, 0.1], lr_scale_grid=[1])
 # issue 42: at lr 1e-5 (full) / 1e-4 (LoRA) DPO never moved the SFT policy (the gate failed); at 1e-4 full fine-tuning
 # plain DPO on near-miss pairs collapses it (0.367 -> 0.000), so every run adds RPO's chosen-NLL anchor (``nll_weight``)
+# issue 42, third pass: DPO never improved the plain warm-up (its 3-digit answers are already right and the near misses
+# are not its errors: it prefers the chosen answer by a median 17 nats), so the warm-up's demonstrations are imperfect:
+# half of them are the near miss (``sft_noise``), and the SFT policy makes the errors the rejected answers show
 _COMMON = dict(model="base", task="lookup", lora_layers=0, levels=[3, 4, 5], noise=0.1, evals=4, lr_full=1e-4, lr_lora=1e-3,
+               sft_noise=0.5,
                nll_weight=1.0, beta_ref=0.1, reweight_temperature=1.0, beta_grid=[0.003, 0.01, 0.1],
                lr_scale_grid=[0.3, 1, 3], extend=0)
 SIZES = {
@@ -85,9 +93,8 @@ SIZES = {
                  beta_grid=[0.1], lr_scale_grid=[1],
                  real=dict(levels=[2, 8], capacities=["lora1"], lora_layers=2, lr_lora=1e-3, ref_steps=2, evals=1, steps=2,
                            batch_size=2, n_pairs=12, eval_per_level=3)),
-    # a preview (issue 35's 90 s budget): too few steps for DPO to move the SFT policy, so the gate
-    # below is expected to fail here and the paper claims to be incomplete; full is the evidence
-    "quick": dict(_COMMON, **_WARM, n_pairs=96, capacities=["lora2", "full"], ref_seeds=2, ref_steps=8, steps=8,
+    # a preview (issue 35's 90 s budget): 32 DPO steps of 12 pairs; full is the evidence
+    "quick": dict(_COMMON, **_WARM, n_pairs=96, capacities=["lora2", "full"], ref_seeds=2, ref_steps=8, steps=32,
                   batch_size=12, fractions=[0.5, 0.75], test_seeds=2, tune_seeds=1, eval_per_level=16, evals=2,
                   beta_grid=[0.01, 0.1], lr_scale_grid=[1], real=dict(_REAL)),
     # the review's setting (full fine-tuning at lr 1e-4 for 150 steps, with the anchor), sized to about 15 minutes
@@ -130,6 +137,9 @@ def _check(config: Mapping[str, Any]) -> None:
         raise ValueError(f"evals ({config['evals']}) must be <= ref_steps ({config['ref_steps']})")
     if not 0 <= config["noise"] < 0.5:
         raise ValueError(f"noise must be in [0, 0.5), got {config['noise']!r}")
+    if isinstance(config["sft_noise"], bool) or not isinstance(config["sft_noise"], (int, float)) \
+            or not 0 <= config["sft_noise"] < 1:
+        raise ValueError(f"sft_noise must be a number in [0, 1), got {config['sft_noise']!r}")
     caps = config["capacities"]
     if not caps or len(set(caps)) != len(caps) or any(_capacity(c) is None for c in caps):
         raise ValueError(f"capacities must be distinct names 'full' or 'lora<rank>', got {caps!r}")
@@ -183,6 +193,52 @@ def _effective(config: Mapping[str, Any]) -> dict:
 
 def _real(config) -> bool:
     return config["model"] in REAL_MODELS
+
+
+def demonstrations(config: Mapping[str, Any], rng: np.random.Generator) -> tuple[list, list]:
+    """``(items, answers)``: ``sft_items`` training additions of ``train_digits`` digits, each answered with the
+    near miss (``rayml.alignment.preference.near_miss``) with probability ``sft_noise``, else correctly."""
+    from rayml.alignment import preference as pf
+    from rayml.llm import tasks
+
+    items = [tasks.make_items("add", 1, rng, split="train", digits=int(d))[0]
+             for d in rng.choice(config["train_digits"], size=int(config["sft_items"]))]
+    return items, [pf.near_miss(it, rng) if rng.random() < float(config["sft_noise"]) else it.answer for it in items]
+
+
+def demo_warmup_task(item: tuple, shared: Mapping[str, Any]) -> dict:
+    """The SFT warm-up on imperfect demonstrations (issue 42): the shipped base fine-tuned on plain additions
+    of ``train_digits`` digits whose answers are, for a share ``sft_noise`` of them, the near miss the
+    preference pairs reject (carries dropped), so the starting policy makes the errors DPO's pairs correct."""
+    import copy
+
+    from rayml.alignment import dpo
+    from rayml.alignment.dpsdp_pipeline import _state
+
+    config, seed = shared["config"], int(item[1])
+    base, tok = _base()
+    rng = np.random.default_rng([seed, 7])
+    items, answers = demonstrations(config, rng)
+    model = dpo.sft(copy.deepcopy(base), [tok.encode(it.prompt, bos=True) for it in items],
+                    [tok.encode(a) + [tok.eos_id] for a in answers], steps=int(config["sft_steps"]), batch_size=32,
+                    lr=float(config["sft_lr"]), seed=int(rng.integers(2**31)))
+    return {"state": _state(model)}
+
+
+def demo_warmup_state(config: Mapping[str, Any], seed: int = 0) -> dict:
+    """The imperfect-demonstration warm-up of ``config``'s recipe (``WARMUP_KEYS`` and ``sft_noise``), cached on
+    the driver under ``~/.cache/rayml/alignment/`` (keyed by the recipe, the seed and the base weights), else
+    trained as one Ray task."""
+    from rayml.alignment.dpsdp_pipeline import _recipe_path, _save
+
+    keys = {k: config[k] for k in WARMUP_KEYS + ("sft_noise",)}
+    path = _recipe_path(dict(keys, kind="selective-dpo-demos"), seed)
+    if path.exists():
+        with np.load(path) as z:
+            return {k: z[k] for k in z.files}
+    state = runtime.pmap(demo_warmup_task, [("sft", seed)], shared={"config": keys}, desc="SFT warm-up")[0]["state"]
+    _save(path, state)
+    return state
 
 
 _SFT: dict = {}
@@ -472,7 +528,13 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     from rayml.experiments.dpsdp import WARMUP_SEED, sft_state
 
     warm = {k: config[k] for k in WARMUP_KEYS}
-    sft = None if _real(config) else sft_state(warm, WARMUP_SEED)  # a real chat model needs no warm-up
+    if _real(config):  # a real chat model needs no warm-up
+        sft = None
+    elif config["sft_noise"]:  # issue 42: imperfect demonstrations, so that DPO has errors to correct
+        warm["sft_noise"] = config["sft_noise"]
+        sft = demo_warmup_state(warm, WARMUP_SEED)
+    else:
+        sft = sft_state(warm, WARMUP_SEED)
     shared = {"config": dict(config), "seed": int(ss[3] % 2**31), "split_seeds": split_seeds, "eval_seeds": eval_seeds,
               "sft": sft, "sft_key": json.dumps(warm, sort_keys=True)}
 

@@ -239,3 +239,25 @@ def test_the_accuracy_claims_wait_for_the_gate_and_the_learning_order_claims_do_
     assert gated and all(c.gates == (E.GATE.text,) and c.kind == "paper" for c in gated)
     assert all(not c.gates for c in E.CLAIMS if c.metric in ("metrics.agreement_mean", "metrics.noisy_auc_mean"))
     assert E.GATE in E.CLAIMS
+
+
+def test_the_imperfect_demonstrations_are_near_misses_at_the_asked_share_and_sft_noise_is_checked():
+    """Issue 42: the warm-up's demonstrations are the near miss for a share ``sft_noise`` of them, the verified
+    answer otherwise, the same for the same seed; a share outside [0, 1) is refused by name."""
+    import numpy as np
+    import pytest
+
+    from rayml.alignment import preference as pf
+    from rayml.experiments import selective_dpo as E
+
+    recipe = dict(train_digits=[3, 4], sft_items=200, sft_noise=0.5)
+    items, answers = E.demonstrations(recipe, np.random.default_rng(3))
+    again = E.demonstrations(recipe, np.random.default_rng(3))[1]
+    wrong = np.array([pf.score_answer(it, a) == 0.0 for it, a in zip(items, answers)])
+    assert answers == again and 0.35 < wrong.mean() < 0.65
+    assert all(a == it.answer for it, a, w in zip(items, answers, wrong) if not w)
+    clean = E.demonstrations(dict(recipe, sft_noise=0.0), np.random.default_rng(3))
+    assert all(a == it.answer for it, a in zip(*clean))
+    for bad in (1.0, -0.1, True):
+        with pytest.raises(ValueError, match="sft_noise"):
+            E._check(dict(E.SIZES["tiny"], sft_noise=bad))
