@@ -50,11 +50,25 @@ def test_tasks_are_seeded_and_well_formed():
 def test_grids_hold_the_paper_setting_inside_not_on_an_edge():
     from rayml.experiments import emloc
 
-    for size, n in (("quick", 3), ("full", 4)):
+    for size, n in (("quick", 3), ("full", 3)):
         q = emloc.SIZES[size]
         for grid, paper in ((q["emloc_pools"], emloc.PAPER_POOL), (q["snapkv_windows"], 32), (q["h2o_recent"], 0.5),
                             (q["streaming_sinks"], 4)):
             assert min(grid) < paper < max(grid) and len(grid) >= n
+
+
+def test_quick_and_full_sizes_can_show_their_claims():
+    """>= 5 pairs for the paired tests, the paper's settings inside every grid, the JS claim's delta, a
+    fixed-ratio control that can keep half the context; a size that lacks them is named."""
+    from rayml.experiments import emloc
+
+    for size in ("quick", "full"):
+        assert emloc.evidence_problems(emloc.SIZES[size]) == []
+    full = emloc.SIZES["full"]
+    assert max(full["n_demos"]) + full["queries"] <= 150 and "iris" in full["tasks"]
+    bad = dict(full, test_seeds=2, n_demos=[16], delta=0.01, snapkv_windows=[32, 64], fixed_ratios=[0.7, 1.0])
+    got = " ".join(emloc.evidence_problems(bad))
+    assert "2 < 5 pairs" in got and "snapkv_windows" in got and "delta 0.01" in got and "half" in got
 
 
 def test_redundant_task_repeats_each_pair_and_asks_shown_keys():
@@ -80,3 +94,16 @@ def test_kl_claims_are_ours_and_the_paper_claims_are_gated():
     assert len(kl) == 2 and all(c.kind == "sanity" and c.text.startswith("ours") for c in kl)
     paper = [c for c in emloc.CLAIMS if c.kind == "paper"]
     assert paper and all(c.gates == (emloc.GATE.text,) for c in paper)
+
+
+def test_pick_prefers_top1_then_lower_kl_then_grid_order():
+    from rayml.experiments import emloc
+
+    def rows(p, top1, kl):
+        return [dict(method="emloc", param=p, split="tune", metric="top1", value=top1),
+                dict(method="emloc", param=p, split="tune", metric="kl", value=kl)]
+
+    r = rows("pool3", 0.9, 0.2) + rows("pool5", 0.9, 0.1) + rows("pool9", 0.8, 0.0)
+    assert emloc._pick(r, "emloc", ["pool3", "pool5", "pool9"]) == "pool5"
+    r = rows("pool3", 0.9, 0.1) + rows("pool5", 0.9, 0.1)
+    assert emloc._pick(r, "emloc", ["pool3", "pool5"]) == "pool3"
