@@ -552,7 +552,7 @@ EXPERIMENT = Experiment(
                     "after Karvonen et al. 2024, re-derived by brute force in tests; the 4x4 Othello boards against a "
                     "replay of the moves",
     sizes=SIZES,
-    run=run,
+    run=run, check=_check,
     claims=CLAIMS,
     plots=plots,
 )

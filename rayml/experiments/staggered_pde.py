@@ -809,5 +809,5 @@ EXPERIMENT = Experiment(
                     "summaries of the PDF (the full text and code were not reachable); layers tested for exact "
                     "equivariance against the solver's own D4 symmetry, the solver against the C-grid's linear "
                     "dispersion relation and exact conservation",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_validate, claims=CLAIMS, plots=plots,
 )
