@@ -76,3 +76,16 @@ def test_bad_tuning_settings_are_refused():
     for key, bad in (("tune_seeds", 0), ("extend", -1), ("lr_grid", [3e-4, 5.0]), ("lr_grid", [])):
         with pytest.raises(ValueError, match=key):
             exp._check({**exp.SIZES["tiny"], key: bad})
+
+
+def test_full_size_is_valid_powered_and_keeps_the_paper_values_inside():
+    """Issue 39: the sized full record (pilot on the page) passes the config check, keeps the
+    paper's problem size and learning rate, the smallest width and >= the pilot's 9 seeds."""
+    from rayml.experiments import qp_gnn as exp
+
+    full = exp.SIZES["full"]
+    exp._check(full)
+    assert (full["m"], full["n"]) == (10, 50)
+    assert min(full["emb_sizes"]) == 4 and max(full["emb_sizes"]) >= max(exp.SIZES["quick"]["emb_sizes"])
+    assert min(full["lr_grid"]) < exp.PAPER_LR < max(full["lr_grid"])  # the authors' lr strictly inside
+    assert full["seeds"] >= 9 and full["tune_seeds"] >= 1  # power_from_pilot (Wilcoxon) on the review's errors
