@@ -616,7 +616,7 @@ EXPERIMENT = Experiment(
                     "(tests); an untrained flow path generates SmolLM2's greedy answers token for token (test); the "
                     "answer-positions-only loss equals the full-sequence loss and its gradients (test)",
     sizes=SIZES,
-    run=run,
+    run=run, check=_check,
     claims=CLAIMS,
     plots=plots,
 )

@@ -802,5 +802,5 @@ EXPERIMENT = Experiment(
                     "make_curricula.py averages 3 seeds x 2 halves x 5 evaluations; the trainer is sequential); "
                     "the DPO loss against a hand-computed case and a float64 re-derivation; the SmolLM2 top-layer path "
                     "(rayml.alignment.frozen_prefix) against the whole model's log-probabilities",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_check, claims=CLAIMS, plots=plots,
 )
