@@ -766,7 +766,7 @@ EXPERIMENT = Experiment(
                      "cached per task); the paper's abstract and objective (arXiv 2505.19812 html, secondary "
                      "summaries); exactness tests: delta = 0 equals one full prefill and the model's own forward"),
     sizes=SIZES,
-    run=run,
+    run=run, check=_check_config,
     claims=CLAIMS,
     plots=plots,
 )

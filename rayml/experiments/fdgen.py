@@ -567,5 +567,5 @@ EXPERIMENT = Experiment(
                     "between groups), the base generator is a VGAE, the baseline reduces FairGen's parity constraint "
                     "to structure-only post-processing: all assumed and stated in rayml.graphs.fdgen; W1 is checked "
                     "against scipy.stats.wasserstein_distance in the tests",
-    sizes=SIZES, run=run, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_check, claims=CLAIMS, plots=plots,
 )
