@@ -420,6 +420,21 @@ def power_from_pilot(diffs: Sequence[float] | None = None, *, effect: float | No
 # ------------------------------------------------------------------------------------------
 # gates
 
+def too_few_pairs(n: int, what: str, *, alpha: float = 0.05) -> str | None:
+    """Why ``n`` pairs cannot decide a one-sided paired test at ``alpha`` (its smallest p is ``2^-n``), or None."""
+    if 2.0 ** -int(n) < alpha:
+        return None
+    return f"{what} = {int(n)} < {math.ceil(math.log2(1 / alpha) + 1e-12)} pairs"
+
+
+def paper_not_inside(name: str, values: Sequence[Any], paper: Any, label: str = "setting") -> str | None:
+    """Why grid ``values`` does not hold the paper's ``paper`` strictly inside (off both edges), or None."""
+    g = sorted(values)
+    if paper in g and paper not in (g[0], g[-1]):
+        return None
+    return f"{name} {g} must hold the paper's {label} {paper} strictly inside"
+
+
 def gate(sanity: Claim, *claims: Claim) -> tuple[Claim, ...]:
     """``(sanity, *claims)`` with each of ``claims`` gated on ``sanity``: the sanity claim states
     the paper's precondition in this setting (the data carries the signal, the baseline is beaten,

@@ -221,3 +221,10 @@ def test_on_edge_names_a_grid_axis_ends():
     assert not evidence.on_edge(1.0, [1.0])  # one value: no edge
     with pytest.raises(ValueError, match="side"):
         evidence.on_edge(1.0, [1.0, 2.0], "middle")
+
+
+def test_too_few_pairs_and_paper_not_inside():
+    assert evidence.too_few_pairs(4, "seeds") == "seeds = 4 < 5 pairs" and evidence.too_few_pairs(5, "seeds") is None
+    assert evidence.paper_not_inside("g", [1, 2, 3], 2) is None
+    assert "strictly inside" in evidence.paper_not_inside("g", [1, 2, 3], 3)
+    assert "strictly inside" in evidence.paper_not_inside("g", [1, 3], 2)

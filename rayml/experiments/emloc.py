@@ -407,15 +407,11 @@ def evidence_problems(config: Mapping[str, Any]) -> list[str]:
     recent, 4 sinks); ``delta`` is the paper's 0.005 (the JS claim's bound); the fixed-ratio sweep of the
     KV-reduction control reaches at most half the context (else the control cannot pass at half).
     """
-    out = []
     pairs = len(config["tasks"]) * len(config["n_demos"]) * int(config["test_seeds"])
-    if pairs < 5:
-        out.append(f"tasks x n_demos x test_seeds = {pairs} < 5 pairs for the paired KL tests")
-    for name, paper in (("emloc_pools", PAPER_POOL), ("snapkv_windows", 32), ("h2o_recent", 0.5),
-                        ("streaming_sinks", 4)):
-        g = sorted(config[name])
-        if paper not in g or paper in (g[0], g[-1]):
-            out.append(f"{name} {g} must hold the paper's setting {paper} strictly inside")
+    out = [evidence.too_few_pairs(pairs, "tasks x n_demos x test_seeds")]
+    out += [evidence.paper_not_inside(name, config[name], paper) for name, paper in (
+        ("emloc_pools", PAPER_POOL), ("snapkv_windows", 32), ("h2o_recent", 0.5), ("streaming_sinks", 4))]
+    out = [p for p in out if p]
     if float(config["delta"]) != JS_CLAIM_DELTA:
         out.append(f"delta {config['delta']} is not the paper's {JS_CLAIM_DELTA} that the JS claim checks")
     if not any(float(r) <= 0.5 for r in config["fixed_ratios"]):

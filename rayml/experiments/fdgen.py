@@ -115,14 +115,10 @@ def evidence_problems(config: Mapping[str, Any]) -> list[str]:
     ``lambda`` strictly inside its grid.
     """
     n_cases = len(cases(config))
-    out = []
-    if n_cases * int(config["tune_seeds"]) < 5:
-        out.append(f"cases x tune_seeds = {n_cases * int(config['tune_seeds'])} < 5 pairs for the matched-accuracy claims")
-    if n_cases * int(config["seeds"]) < 5:
-        out.append(f"cases x seeds = {n_cases * int(config['seeds'])} < 5 pairs for the cut claims")
-    lg = sorted(config["lambda_grid"])
-    if PAPER_LAMBDA not in lg or PAPER_LAMBDA in (lg[0], lg[-1]):
-        out.append(f"lambda_grid {lg} must hold the paper's lambda {PAPER_LAMBDA} strictly inside")
+    out = [p for p in (
+        evidence.too_few_pairs(n_cases * int(config["tune_seeds"]), "cases x tune_seeds"),
+        evidence.too_few_pairs(n_cases * int(config["seeds"]), "cases x seeds"),
+        evidence.paper_not_inside("lambda_grid", config["lambda_grid"], PAPER_LAMBDA, "lambda")) if p]
     if 1.0 not in config["post_grid"]:
         out.append(f"post_grid {list(config['post_grid'])} must hold the full parity step 1.0")
     return out
