@@ -34,7 +34,8 @@ Steps (Ray tasks through ``rayml.runtime.pmap``):
    questions (training split, apart from every test question); settings with equal scores go, for
    both systems alike, to the stronger regularisation (the largest beta, then the smallest lr: the
    session-4 review found the single agent's three-way tie broken toward the weaker one);
-   ``tune_extend`` extensions past a grid edge that holds a choice;
+   ``tune_extend`` extensions past a grid edge that holds a choice; the beta grid holds ``PAPER_BETA``
+   (0.1, assumed: TRL's DPO default, the paper states none we could read) strictly inside;
 3. per test replicate (the independent unit of the paired tests): the reference (SFT) system, both
    trained systems at their tuned settings and the single agent at DPSDP's own (beta, lr)
    (``single_agent_eq``: the ablation at equal settings), greedy refinement over ``turns`` answers on
@@ -56,7 +57,7 @@ import numpy as np
 
 from rayml import evidence, runtime
 from rayml.alignment.dpsdp_pipeline import (  # noqa: F401  (lora_view, WARMUP_SEED: used by tests, selective-dpo)
-    SIZES, SYSTEMS, WARMUP_SEED, _check, _effective, _real, _test_items, _train_items, collect, lora_view,
+    PAPER_BETA, SIZES, SYSTEMS, WARMUP_SEED, _check, _effective, _real, _test_items, _train_items, collect, lora_view,
     sft_state, system_task, warmup_info)
 from rayml.experiments import Experiment, Outcome
 from rayml.results import Claim, Control
@@ -98,7 +99,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     choices = evidence.tune(evaluate, {s: {"beta": list(config["beta_grid"]), "lr": list(config["lr_grid"])}
                                        for s in SYSTEMS[1:]}, lower_is_better=False,
                             tie_break=STRONGER_REGULARISATION, extend=int(config["tune_extend"]),
-                            limits={"lr": (1e-6, 1e-3)})
+                            paper={"beta": PAPER_BETA}, limits={"lr": (1e-6, 1e-3), "beta": (1e-3, 1e3)})
     best = {s: (c.setting["beta"], c.setting["lr"]) for s, c in choices.items()}
     test_items = [(k, "sft", 0.0, 0.0, 0) for k in range(n_seeds)] + [
         (k, s, *best[s], train_test[k] % 2**31) for s in SYSTEMS[1:] for k in range(n_seeds)]
@@ -204,8 +205,12 @@ def _summarize(config, out, choices, pairs, info) -> Outcome:
                                  "smallest lr; evidence.tune, tie_break=STRONGER_REGULARISATION)",
                          "equal_setting_ablation": "the single agent also runs at DPSDP's tuned (beta, lr) on every "
                                                    "test replicate (baselines.single_agent_eq)",
-                         "paper_setting": "unknown: neither the abstract nor the digest of the full text we could "
-                                          "reach states DPSDP's beta (its learning rates, 2e-7-4e-7, are for 8B models)"},
+                         "paper_setting": {"beta": PAPER_BETA, "source": "assumed: TRL's DPOConfig default (the paper "
+                                           "trains DPO with code adapted from TRL; neither the abstract nor the digest "
+                                           "of the full text we could reach states DPSDP's beta; its learning rates, "
+                                           "2e-7-4e-7, are for 8B models)"},
+                         "paper_inside": {s: c.paper_inside for s, c in choices.items()},
+                         "extend": int(config["tune_extend"])},
               "turns": int(config["turns"]), "seeds": n_seeds,
               "unit": "a seed is a replicate: its own training questions, collected pairs, DPO order and test "
                       "questions; the tables hold per-seed means"}

@@ -157,3 +157,21 @@ def test_a_changed_warm_up_recipe_does_not_use_the_shipped_file(tmp_path, monkey
     changed = dict(D.SIZES["quick"], sft_steps=D.SIZES["quick"]["sft_steps"] + 1)
     assert D._warmup_file(changed, D.WARMUP_SEED).parent == tmp_path / "alignment"
     assert D.warmup_info(changed) == {}
+
+
+@pytest.mark.parametrize("size", ["quick", "full"])
+def test_the_tuned_beta_grids_hold_the_assumed_paper_beta_strictly_inside_and_extend(size):
+    # session 7: the quick choice sat on the grid's top edge after one extension; the grid must hold the
+    # (assumed) paper beta off both edges and extend more than once past an edge that holds the choice
+    cfg = E.SIZES[size]
+    assert min(cfg["beta_grid"]) < E.PAPER_BETA < max(cfg["beta_grid"]) and E.PAPER_BETA in cfg["beta_grid"]
+    assert cfg["tune_extend"] >= 2
+    real = E._effective(dict(cfg, model="smollm2-135m"))
+    assert min(real["beta_grid"]) < E.PAPER_BETA < max(real["beta_grid"])
+
+
+@pytest.mark.parametrize("grid", [[0.1, 0.5, 2.0], [0.01, 0.05]])
+def test_a_beta_grid_without_the_paper_beta_strictly_inside_is_rejected(grid):
+    with pytest.raises(ValueError, match="beta_grid"):
+        E._check(dict(E.SIZES["quick"], beta_grid=grid))
+    E._check(dict(E.SIZES["tiny"], beta_grid=[8.0]))  # one value: a fixed setting, nothing tuned
