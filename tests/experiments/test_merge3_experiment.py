@@ -255,6 +255,56 @@ def test_controls_of_the_review():
     assert {"slerp_half", "task_arithmetic"} <= {ctl.name for ctl in std.controls}
     assert "random_anchor_search" in {ctl.name for ctl in paper["random_merge"].controls}
     assert "merge3_mean" in {ctl.name for ctl in paper["full_data"].controls}
-    for e in ("gmp_irt", "mp_irt"):
-        assert [ctl.name for ctl in paper[e].controls] == list(exp.ESTIMATOR_CONTROLS)
+    for e in ("gmp_irt", "mp_irt"):  # session 7: the calibrated mean is the baseline, the plain mean a control
+        assert paper[e].b == {"estimator": exp.ESTIMATOR_BASELINE} == {"estimator": "calibrated_mean"}
+        assert paper[e].compare == "metrics.decided.estimation.calibrated_mean_mae"
+        assert [ctl.name for ctl in paper[e].controls] == ["mean", "constant", "shrunk_mean"]
+        assert paper[e].pair_on == ("setup_seed", "model")
     assert any(c.metric.endswith("passes_vs_merge3.task_arithmetic_per_task") for c in exp.CLAIMS)
+
+
+def test_beats_the_better_endpoint_has_selection_and_tuned_merging_as_controls():
+    # the session-6 review: random search over the anchors (no evolution) and tuned task arithmetic pass
+    # "beats the better endpoint" at full size; as controls they make the claim "not discriminating"
+    claim = next(c for c in exp.CLAIMS if c.kind == "paper" and c.b == {"model": "better_endpoint"})
+    names = {ctl.name for ctl in claim.controls}
+    assert {"random_anchor_search", "task_arithmetic", "task_arithmetic_per_task"} <= names
+    assert any(c.metric.endswith("passes_vs_merge3.task_arithmetic") for c in exp.CLAIMS if c.kind == "sanity")
+
+
+def test_the_estimator_claims_pool_several_setup_seeds():
+    # the session-6 review: the estimator verdicts depend on the setup seed; quick and full pair over several
+    assert exp.SIZES["quick"]["estimation_seeds"] >= 2
+    assert exp.SIZES["full"]["estimation_seeds"] * exp.SIZES["full"]["holdout_models"] >= 300
+    with pytest.raises(ValueError, match="estimation_seeds"):
+        exp._check(dict(exp.SIZES["tiny"], estimation_seeds=0))
+    with pytest.raises(ValueError, match="estimation_seeds"):
+        exp._check(dict(exp.SIZES["tiny"], model="smollm2-135m",
+                        real=dict(exp.SIZES["tiny"]["real"], estimation_seeds=2)))
+
+
+def _fake_setup(seed, N=30, H=6, d=2):
+    rng = np.random.default_rng(seed)
+    A, b = rng.normal(size=(N, d)), rng.normal(size=N)
+    thetas = rng.normal(size=(3, d))
+    pop = (rng.random((8, N)) < rng.uniform(0.1, 0.6, 8)[:, None]).astype(float)
+    hold = (rng.random((H, N)) < rng.uniform(0.1, 0.6, H)[:, None]).astype(float)
+    fit = type("Fit", (), {"A": A, "b": b})()
+    return dict(seed=seed, sets={"search": list(range(N))}, Y_fit=pop, Y_hold=hold, fit=fit, thetas=thetas,
+                holdout=[("slerp" if i % 2 == 0 else "dare_ties", None) for i in range(H)],
+                hold_seeds=list(range(100 * seed, 100 * seed + H)))
+
+
+def test_estimation_error_pairs_over_setup_seed_and_held_out_merge():
+    setups = [_fake_setup(0), _fake_setup(1)]
+    out, rows = exp.estimation_error(setups, {"anchors": 5})
+    assert {r["setup_seed"] for r in rows} == {0, 1} and out["pairs"] == 12 and out["setup_seeds"] == [0, 1]
+    # each setup's rows are its own: the same as the setup alone
+    alone = exp.estimation_rows(setups[1], {"anchors": 5}, 1)
+    assert [r for r in rows if r["setup_seed"] == 1] == alone
+    for m in ("mean", "gmp_irt", "calibrated_mean"):
+        assert out[f"{m}_mae"] == pytest.approx(np.mean([r["value"] for r in rows if r["estimator"] == m]))
+        assert [b[f"{m}_mae"] for b in out["by_seed"]] == pytest.approx(
+            [np.mean([r["value"] for r in rows if r["estimator"] == m and r["setup_seed"] == k]) for k in (0, 1)])
+    assert out["irt_vs_controls"]["gmp_irt_vs_calibrated_mean"]["pairs"] == 12
+    assert out["by_seed"][0]["p_one_sided"]["gmp_irt_vs_mean"] is not None
