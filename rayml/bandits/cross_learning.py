@@ -29,6 +29,8 @@ Learners (all are exponential weights per context, ``pi_t(a | c) ~ exp(-eta Lhat
   Schneider & Zimmert's estimate of ``f_t`` avoids.
 * ``"per-context-exp3"``: one independent EXP3 per context using only its own feedback
   ``l_t(c_t, A_t) 1[A_t = a] / pi_t(a | c_t)``; its regret grows like ``sqrt(C K T)``.
+* ``"uniform"``: plays uniformly over the context's allowed actions and learns nothing (the trivial
+  control of the rate and tail claims: its regret grows linearly in ``T``).
 * ``"oracle"``: plays the comparator policy; its regret is exactly zero.
 
 Regret (what the high-probability bound is about): for the fixed comparator policy
@@ -76,7 +78,7 @@ __all__ = [
     "CrossLearner",
 ]
 
-METHODS = ("cross-learning", "known-distribution", "propensity-weighted", "per-context-exp3", "oracle")
+METHODS = ("cross-learning", "known-distribution", "propensity-weighted", "per-context-exp3", "uniform", "oracle")
 
 
 def _check_int(name: str, value, low: int) -> int:
@@ -376,6 +378,8 @@ def simulate(env: CrossLearningEnv, method: str, runs: int, seed, *, config: Lea
         c = contexts[:, t]
         if method == "oracle":
             a = best[c]
+        elif method == "uniform":
+            a = _sample(allowed[c] / allowed[c].sum(axis=1, keepdims=True), uniforms[:, t])
         elif method == "per-context-exp3":
             visits[ar, c] += 1
             eta_c = eta_scale * np.sqrt(math.log(K) / (K * visits[ar, c]))

@@ -90,7 +90,9 @@ def _reference_run(env, method, contexts, uniforms, cfg):
     for t in range(T):
         table = env.tables[env.schedule[t]]
         c = contexts[t]
-        if method == "per-context-exp3":
+        if method == "uniform":
+            a = draw(env.allowed[c] / env.allowed[c].sum(), uniforms[t])
+        elif method == "per-context-exp3":
             visits[c] += 1
             p = policy(Lh[c], math.sqrt(math.log(K) / (K * visits[c])), env.allowed[c])
             a = draw(p, uniforms[t])
@@ -115,7 +117,8 @@ def _reference_run(env, method, contexts, uniforms, cfg):
     return regret
 
 
-@pytest.mark.parametrize("method", ["cross-learning", "known-distribution", "propensity-weighted", "per-context-exp3"])
+@pytest.mark.parametrize("method", ["cross-learning", "known-distribution", "propensity-weighted", "per-context-exp3",
+                                    "uniform"])
 @pytest.mark.parametrize("kind", ["auction", "sleeping"])
 def test_vectorised_learners_match_a_per_round_loop(method, kind):
     env = cl.first_price_auction(5, 4, 40, 3) if kind == "auction" else cl.sleeping_bandit(3, 40, 3)
@@ -128,6 +131,14 @@ def test_vectorised_learners_match_a_per_round_loop(method, kind):
     ref = [_reference_run(env, method, contexts[r], uniforms[r], cfg) for r in range(R)]
     assert np.allclose(res.regret, ref)
     assert np.allclose(res.curve[:, -1], res.regret)
+
+
+def test_uniform_play_regret_grows_linearly_in_T():
+    from rayml.experiments.cross_learning import growth_exponent
+
+    hs = [200, 400, 800]
+    med = [np.median(cl.simulate(cl.contextual_best_arm(64, 4, h, 0), "uniform", 8, 1).regret) for h in hs]
+    assert 0.9 < growth_exponent(hs, med) < 1.1                          # learns nothing: linear regret
 
 
 def test_oracle_regret_is_zero_and_learners_play_allowed_actions_only():
@@ -223,8 +234,16 @@ def test_experiment_tiny_is_identical_with_1_and_2_workers(ray_session):
         assert choice["on_edge"] == {} or len(choice["extended"].get("eta_scale", [])) == EXTEND, problem
     assert set(one.metrics["eta_scale"]) == {f"C={c}" for c in cfg["contexts"]}   # tuned per number of contexts
     assert one.metrics["tail"]["runs"] == cfg["tail_runs"] and "q99_over_median" in one.baselines["cross-learning-gamma0"]
+    # session 7: the rate and tail claims test the bound's sqrt(T), with uniform play as their trivial control
+    assert set(one.metrics["tail"]["q99_by_horizon"]) == {str(h) for h in cfg["tail_horizons"]}
+    for block in (one.metrics, one.baselines["uniform"], one.baselines["cross-learning-gamma0"]):
+        assert np.isfinite(block["q99_exponent_tail"])
+    assert one.baselines["uniform"]["eta_scale"] == {}
+    assert {c.name for c in paper[0].controls} >= {"uniform play"} and {c.name for c in paper[1].controls} >= {"uniform play"}
     with pytest.raises(ValueError, match="horizons"):
         EXPERIMENT.run({**cfg, "horizons": [10]}, 0)
+    with pytest.raises(ValueError, match="tail_horizons"):
+        EXPERIMENT.run({**cfg, "tail_horizons": [300, 300]}, 0)
     with pytest.raises(ValueError, match="chunk_runs"):
         EXPERIMENT.run({**cfg, "runs": 7}, 0)
     with pytest.raises(ValueError, match="eta_grid"):
