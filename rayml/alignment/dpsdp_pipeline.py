@@ -54,10 +54,11 @@ SIZES = {
                            test_per_level=1, turns=2, seeds=2, lora_rank=2, id_levels=[2], ood_levels=[1])),
     # a preview (issue 35: at most 90 s on an idle 2-core machine): 5 replicates of 64 training questions, a
     # 4-point beta grid holding PAPER_BETA strictly inside at the full size's middle learning rate, extended up to
-    # 3 times past an edge that holds the choice (session 7: the choice sat on the top edge after one extension)
+    # 5 times past an edge that holds the choice, to the experiment's BETA_LIMITS (session 7: the choice sat on the
+    # top edge after one extension; with 3 the single agent's still sat on it at 128)
     "quick": dict(_COMMON, train_questions=64, tune_questions=96, chunk=32, n_candidates=4, mc_rollouts=2,
                   dpo_steps=30, batch_size=16, lr_grid=[1e-4], beta_grid=[0.03, 0.1, 0.5, 2.0], test_per_level=25,
-                  seeds=5, tune_extend=3, real=dict(_REAL, tune_extend=0)),
+                  seeds=5, tune_extend=5, real=dict(_REAL, tune_extend=0)),
     # the evidence (at most 30 min on an idle 2-core machine): the issue's 1024 questions and 200 DPO steps
     "full": dict(_COMMON, train_questions=1024, tune_questions=384, chunk=64, n_candidates=4, mc_rollouts=2,
                  dpo_steps=200, batch_size=16, lr_grid=[3e-5, 1e-4], beta_grid=[0.03, 0.1, 0.5, 2.0, 8.0],

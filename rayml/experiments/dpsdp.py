@@ -99,16 +99,24 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     choices = evidence.tune(evaluate, {s: {"beta": list(config["beta_grid"]), "lr": list(config["lr_grid"])}
                                        for s in SYSTEMS[1:]}, lower_is_better=False,
                             tie_break=STRONGER_REGULARISATION, extend=int(config["tune_extend"]),
-                            paper={"beta": PAPER_BETA}, limits={"lr": (1e-6, 1e-3), "beta": (1e-3, 1e3)})
+                            paper={"beta": PAPER_BETA}, limits={"lr": (1e-6, 1e-3), "beta": BETA_LIMITS})
     best = {s: (c.setting["beta"], c.setting["lr"]) for s, c in choices.items()}
     test_items = [(k, "sft", 0.0, 0.0, 0) for k in range(n_seeds)] + [
         (k, s, *best[s], train_test[k] % 2**31) for s in SYSTEMS[1:] for k in range(n_seeds)]
     same = best["single_agent"] == best["dpsdp"]  # then the tuned single agent is the equal-setting one
     eq_items = [] if same else [(k, "single_agent", *best["dpsdp"], train_test[k] % 2**31) for k in range(n_seeds)]
-    out = runtime.pmap(system_task, test_items + eq_items, shared=shared, chunk_size=1, desc="systems")
+    # the reference (SFT) on the tuning questions: the limit of DPO as beta grows (a description of the grid's top)
+    sft_tune = [("tune", "sft", 0.0, 0.0, 0)]
+    out = runtime.pmap(system_task, test_items + eq_items + sft_tune, shared=shared, chunk_size=1, desc="systems")
+    sft_tune_score = float(out.pop()["id"]["maj_turnT"])
     out = equal_setting_rows(out[:len(test_items)], out[len(test_items):] if eq_items else None)
     info = {} if _real(config) else warmup_info(config)
-    return _summarize(config, out, choices, pairs, info)
+    return _summarize(config, out, choices, pairs, info, sft_tune_score)
+
+
+# how far the beta grid extends: a choice at 1e3 stays on the edge and says so (DPO at a beta that large barely moves
+# the reference; the reference's own tuning score, the limit beta -> infinity, is recorded as tuning.sft_score)
+BETA_LIMITS = (1e-3, 1e3)
 
 
 def STRONGER_REGULARISATION(setting: Mapping[str, float]) -> tuple:
@@ -144,7 +152,7 @@ def _power(seed_rows, a: str, b: str) -> dict:
     return evidence.power_from_pilot(diffs, test="wilcoxon", tie=TIE)
 
 
-def _summarize(config, out, choices, pairs, info) -> Outcome:
+def _summarize(config, out, choices, pairs, info, sft_tune_score=None) -> Outcome:
     n_seeds = int(config["seeds"])
     seed_rows, turn_rows = [], []
     for r in out:
@@ -210,6 +218,7 @@ def _summarize(config, out, choices, pairs, info) -> Outcome:
                                            "of the full text we could reach states DPSDP's beta; its learning rates, "
                                            "2e-7-4e-7, are for 8B models)"},
                          "paper_inside": {s: c.paper_inside for s, c in choices.items()},
+                         "sft_score": sft_tune_score, "beta_limits": list(BETA_LIMITS),
                          "extend": int(config["tune_extend"])},
               "turns": int(config["turns"]), "seeds": n_seeds,
               "unit": "a seed is a replicate: its own training questions, collected pairs, DPO order and test "

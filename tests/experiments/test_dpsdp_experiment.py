@@ -9,8 +9,11 @@ from rayml.experiments import dpsdp as E
 from rayml.llm.model import ModelConfig, TransformerLM
 
 
-def test_every_claim_is_measured_at_tiny_size(unmeasured_claims):
+def test_every_claim_is_measured_at_tiny_size(unmeasured_claims, tiny_record):
     assert unmeasured_claims("dpsdp") == []
+    # session 7: the tuning record holds the (assumed) paper beta and the reference's own tuning score
+    tuning = tiny_record("dpsdp")["config"]["budget"]["tuning"]
+    assert tuning["paper_setting"]["beta"] == E.PAPER_BETA and 0.0 <= tuning["sft_score"] <= 1.0
 
 
 def _tune(scores):
