@@ -46,7 +46,8 @@ __all__ = ["RefinementPolicy", "train_policy", "reference_policy", "save_policy"
 
 FORMAT = "rayml.dpsdp-policy/1"
 # the quick record's tuned setting for DPSDP on the substrate (docs/records/dpsdp.json: metrics.beta,
-# metrics.lr; chosen by maj@turn5 on the tuning replicate over beta 0.1-2.0 at lr 1e-4, extended to 8.0)
+# metrics.lr; chosen by maj@turn5 on the tuning replicate over beta 0.03-2.0 at lr 1e-4, extended to 8.0 and 32.0:
+# inside the grid since session 7)
 DEFAULT_BETA = 8.0
 DEFAULT_LR = 1e-4
 # the settings a policy depends on (the cache key); grids, test sizes and seeds count do not enter
