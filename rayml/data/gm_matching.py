@@ -14,6 +14,16 @@ Anish Acharya, Sujay Sanghavi, Alexandros G. Dimakis, Inderjit S. Dhillon, "Geom
 3. Selection is done per class with the budget split evenly between classes (the authors' code),
    ``GMMatching.fit(X, y)`` returns the selected ``indices_``.
 
+Two variants for data too large for one pass (issue 37 names them as the authors'; session 7):
+``gm-matching-subsampled`` computes the geometric median on a uniform random share ``gamma`` of the
+points (``geometric_median_subsampled``; still robust, since a random share keeps the corrupted
+fraction in expectation) and herds over all points; ``gm-matching-batched`` herds towards the
+geometric median of all points within each of ``n_batches`` random batches of the points, with the
+budget split over batches in proportion to their sizes (``batched_herding``; the authors' code
+carries a commented-out version that herds consecutive batches with ``ceil`` budgets). Assumed
+(not read in the paper): ``gamma = 0.5`` and ``n_batches = 4``, random rather than consecutive
+batches, and budgets that sum exactly to ``k`` (largest remainders).
+
 Baselines (``select`` with ``method=``): ``random``; ``easy`` (closest to the class centre);
 ``hard`` (farthest); ``moderate`` (the band around the median distance, Xia et al., ICLR 2023);
 ``herding`` (the same herding towards the class mean); ``k-center`` (greedy farthest-first
@@ -58,11 +68,17 @@ __all__ = [
     "select_per_class",
     "k_center",
     "gm_filter_random",
+    "geometric_median_subsampled",
+    "batched_herding",
+    "VARIANTS",
     "GMMatching",
 ]
 
 METHODS = ("gm-matching", "herding", "random", "easy", "hard", "moderate", "k-center", "gm-filter-random")
 KEEP = 0.5   # gm-filter-random's default keep share: the geometric median's breakdown point
+VARIANTS = ("gm-matching-subsampled", "gm-matching-batched")   # the authors' scalable variants (not baselines)
+GAMMA = 0.5      # assumed: the share of points the subsampled geometric median is computed on
+N_BATCHES = 4    # assumed: the number of random batches of batched herding
 
 
 def _check_points(X, name: str = "X") -> np.ndarray:
@@ -184,6 +200,41 @@ def gm_matching(X, k: int, *, normalize: bool = False, init: str = "random", see
     return herding(X, k, geometric_median(X, tol=tol, max_iter=max_iter), normalize=normalize, init=init, seed=seed)
 
 
+def geometric_median_subsampled(X, gamma: float = GAMMA, *, seed=None, **kwargs) -> np.ndarray:
+    """The geometric median (``weiszfeld``) of ``max(1, ceil(gamma n))`` rows of ``X`` drawn uniformly
+    without replacement: the subsampled target of ``gm-matching-subsampled``."""
+    X = _check_points(X)
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0 < gamma <= 1:
+        raise ValueError(f"gamma must be a share in (0, 1], got {gamma!r}")
+    m = max(1, int(np.ceil(gamma * X.shape[0] - 1e-9)))
+    return geometric_median(X[_rng(seed).permutation(X.shape[0])[:m]], **kwargs)
+
+
+def _proportional_budgets(sizes: np.ndarray, k: int) -> np.ndarray:
+    """``k`` split over parts in proportion to ``sizes`` (floors, then the largest remainders; sums to ``k``)."""
+    exact = k * sizes / sizes.sum()
+    budget = np.floor(exact).astype(int)
+    budget[np.argsort(-(exact - budget), kind="stable")[: k - budget.sum()]] += 1
+    return budget
+
+
+def batched_herding(X, k: int, target, *, n_batches: int = N_BATCHES, normalize: bool = False,
+                    seed=None) -> np.ndarray:
+    """Herding towards ``target`` within each of ``n_batches`` random batches of the rows of ``X``, the
+    budget ``k`` split over batches in proportion to their sizes (``gm-matching-batched`` when ``target``
+    is the geometric median of all of ``X``); ``k`` indices, batch by batch."""
+    X = _check_points(X)
+    n = X.shape[0]
+    k = _check_k(k, n)
+    if isinstance(n_batches, bool) or not isinstance(n_batches, (int, np.integer)) or n_batches < 1:
+        raise ValueError(f"n_batches must be an integer >= 1, got {n_batches!r}")
+    rng = _rng(seed)
+    batches = np.array_split(rng.permutation(n), min(int(n_batches), n))
+    budgets = _proportional_budgets(np.array([b.size for b in batches], dtype=float), k)
+    out = [b[herding(X[b], int(kb), target, normalize=normalize, seed=rng)] for b, kb in zip(batches, budgets) if kb]
+    return np.concatenate(out)
+
+
 def _check_keep(keep) -> float:
     if isinstance(keep, bool) or not isinstance(keep, (int, float)) or not 0 < keep <= 1:
         raise ValueError(f"keep must be a share in (0, 1], got {keep!r}")
@@ -206,14 +257,18 @@ def gm_filter_random(X, k: int, *, keep: float = KEEP, seed=None) -> np.ndarray:
 
 def select(X, k: int, method: str = "gm-matching", *, normalize: bool = False, seed=None,
            keep: float = KEEP) -> np.ndarray:
-    """``k`` row indices of ``X`` chosen by ``method`` (one of ``METHODS``), without class labels;
+    """``k`` row indices of ``X`` chosen by ``method`` (one of ``METHODS`` or ``VARIANTS``), without class labels;
     ``keep`` is ``gm-filter-random``'s share of rows nearest the geometric median."""
     X = _check_points(X)
     n = X.shape[0]
     k = _check_k(k, n)
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if method not in METHODS + VARIANTS:
+        raise ValueError(f"method must be one of {METHODS + VARIANTS}, got {method!r}")
     rng = _rng(seed)
+    if method == "gm-matching-subsampled":
+        return herding(X, k, geometric_median_subsampled(X, seed=rng), normalize=normalize, seed=rng)
+    if method == "gm-matching-batched":
+        return batched_herding(X, k, geometric_median(X), normalize=normalize, seed=rng)
     if method == "gm-filter-random":
         return gm_filter_random(X, k, keep=keep, seed=rng)
     if method == "gm-matching":
@@ -290,7 +345,7 @@ class GMMatching:
     Args:
         k: subset size (an integer), or ``None`` to use ``fraction``.
         fraction: subset size as a fraction of ``n_samples`` in ``(0, 1]`` (used when ``k`` is None).
-        method: ``"gm-matching"`` or one of the baselines in ``METHODS``.
+        method: ``"gm-matching"``, one of the baselines in ``METHODS`` or of the ``VARIANTS``.
         normalize: herd on the unit sphere (the authors' choice for embeddings; default False).
         random_state: seed for the random start of herding / random selection.
 
@@ -335,8 +390,8 @@ class GMMatching:
     def fit(self, X, y=None) -> "GMMatching":
         """Select the subset of ``X`` (per class of ``y`` when given)."""
         X = _check_points(X)
-        if self.method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.method not in METHODS + VARIANTS:
+            raise ValueError(f"method must be one of {METHODS + VARIANTS}, got {self.method!r}")
         k = self._resolve_k(X.shape[0])
         rng = np.random.default_rng(self.random_state)
         if y is None:

@@ -200,3 +200,56 @@ def test_gm_filter_random_draws_only_from_the_share_nearest_the_geometric_median
     with pytest.raises(ValueError, match="keep"):
         gm_filter_random(X, 5, keep=0.0)
     assert select_per_class(X, np.r_[np.zeros(50), np.ones(50)], 10, "gm-filter-random", seed=0, keep=0.5).size == 10
+
+
+def test_subsampled_geometric_median_is_the_median_of_a_random_share():
+    from rayml.data.gm_matching import geometric_median_subsampled
+
+    X = np.random.default_rng(3).standard_normal((101, 4))
+    assert np.allclose(geometric_median_subsampled(X, 1.0, seed=0), geometric_median(X))   # gamma = 1: all rows
+    rows = np.random.default_rng(7).permutation(101)[:51]                                     # ceil(0.5 * 101)
+    assert np.allclose(geometric_median_subsampled(X, 0.5, seed=7), geometric_median(X[rows]))
+    with pytest.raises(ValueError, match="gamma"):
+        geometric_median_subsampled(X, 0.0)
+
+
+def _herd_loop(X, k, target, first):
+    """A plain herding loop from a given first direction (independent of the module's vectorised one)."""
+    theta, chosen = X[first].copy(), []
+    for _ in range(k):
+        j = max((i for i in range(len(X)) if i not in chosen), key=lambda i: float(X[i] @ theta))
+        chosen.append(j)
+        theta = theta + target - X[j]
+    return chosen
+
+
+def test_batched_herding_herds_each_random_batch_with_a_proportional_budget():
+    from rayml.data.gm_matching import batched_herding
+
+    X = np.random.default_rng(4).standard_normal((30, 3))
+    gm = geometric_median(X)
+    idx = batched_herding(X, 10, gm, n_batches=4, seed=9)
+    # the same draws by hand: a permutation cut into 8, 8, 7, 7 rows, budgets 3, 3, 2, 2 (largest remainders),
+    # then one random start per batch
+    rng = np.random.default_rng(9)
+    batches = np.array_split(rng.permutation(30), 4)
+    ref = []
+    for b, kb in zip(batches, (3, 3, 2, 2)):
+        first = int(rng.integers(len(b)))
+        ref += [int(b[j]) for j in _herd_loop(X[b], kb, gm, first)]
+    assert idx.tolist() == ref and len(set(ref)) == 10
+    assert np.allclose(X[batched_herding(X, 30, gm, seed=1)].mean(0), X.mean(0))   # k = n: the whole set
+    with pytest.raises(ValueError, match="n_batches"):
+        batched_herding(X, 3, gm, n_batches=0)
+
+
+def test_variants_are_selectable_but_not_baselines():
+    from rayml.data.gm_matching import VARIANTS
+
+    X = np.random.default_rng(6).standard_normal((60, 3))
+    y = np.arange(60) % 3
+    for v in VARIANTS:
+        assert v not in METHODS
+        idx = select_per_class(X, y, 12, v, seed=0)
+        assert idx.size == 12 and np.array_equal(np.bincount(y[idx]), [4, 4, 4])
+        assert GMMatching(k=12, method=v, random_state=0).fit(X, y).n_selected_ == 12

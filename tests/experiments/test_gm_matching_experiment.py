@@ -13,11 +13,13 @@ def test_convergence_controls_include_the_nearest_gm_subset_and_agree_on_the_ful
     config = dict(n_points=60, dim=4, ks=[5, 60], levels=[0.4], conv_shift=10.0, cauchy_scale=10.0)
     rows = exp.convergence_one((0, 3), config)
     methods = {r["method"] for r in rows}
-    assert methods == {"gm-matching", "herding", "random", "nearest-gm", "uniform-inliers"}
+    assert methods == {"gm-matching", "herding", "random", "nearest-gm", "uniform-inliers", "data", *exp.VARIANTS}
+    radius = {r["setting"]: r["value"] for r in rows if r["metric"] == "radius"}
+    assert radius["heavy-tailed"] > radius["corrupted"] > radius["clean"] > 0   # the constant herding's O(1/k) carries
     assert {r["setting"] for r in rows} == set(exp.SETTINGS)
     for setting in exp.SETTINGS:
         full = [r["value"] for r in rows if r["k"] == 60 and r["setting"] == setting and r["method"] != "uniform-inliers"]
-        assert len(full) == 4 and np.allclose(full, full[0])  # every selector's k = n subset is the whole set
+        assert len(full) == 6 and np.allclose(full, full[0])  # every selector's k = n subset is the whole set
     # under the shifted cluster the k nearest the GM are inliers: their mean misses the noisy GM by less
     # than herding to the noisy mean does at small k
     small = {r["method"]: r["value"] for r in rows if r["k"] == 5 and r["setting"] == "corrupted"}
@@ -61,7 +63,7 @@ def test_level_aware_filter_keeps_the_inlier_share_and_the_full_data_row_is_repo
     config = dict(exp.SIZES["tiny"], fractions=[0.3], embed_dim=4, max_iter=30)
     rows = exp.robustness_one(("shift", 0.4, 0, 5), config)
     acc = {r["method"]: r["value"] for r in rows if r["metric"] == "accuracy"}
-    assert set(acc) == {*exp.METHODS, exp.LEVEL_AWARE, exp.FULL_DATA}
+    assert set(acc) == {*exp.METHODS, exp.LEVEL_AWARE, exp.FULL_DATA, *exp.VARIANTS}
     assert all(0.0 <= v <= 1.0 for v in acc.values())
     assert [r["fraction"] for r in rows if r["method"] == exp.FULL_DATA] == [1.0]
     assert np.isfinite([r["value"] for r in rows if r["metric"] == "centre_distance"]).all()
