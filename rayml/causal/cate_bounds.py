@@ -72,6 +72,7 @@ __all__ = [
     "level_mask",
     "partition_bounds",
     "oracle_partition",
+    "propensity_partition",
     "RepNet",
     "OneLevelPartition",
     "repnet_loss",
@@ -360,6 +361,18 @@ def oracle_partition(strength: np.ndarray, K: int) -> np.ndarray:
     levels = np.empty(len(order), dtype=np.int64)
     levels[order] = np.arange(len(order)) * K // len(order)
     return levels
+
+
+@torch.no_grad()
+def propensity_partition(nu: "Nuisances", data: dict, idx, K: int) -> np.ndarray:
+    """``K`` levels of equal size by rank of the first stage's own estimate of ``P(A = 1 | Z)`` at
+    the instruments ``Z[idx]``: the plug-in partition (no representation is learned; it sorts the
+    instruments by estimated strength, as ``oracle_partition`` sorts them by the true one). A
+    control of the learned partition (session-6 review), not a method of the paper."""
+    if isinstance(K, bool) or not isinstance(K, int) or K < 1:
+        raise ValueError(f"K must be a positive integer, got {K!r}")
+    Z = _tensors(data, np.asarray(idx))[1]
+    return oracle_partition(F.softmax(nu.a_z(Z), 1)[:, 1].numpy(), K)
 
 
 # --- the representation ---------------------------------------------------------------------------

@@ -4,11 +4,20 @@ Data: the paper's generators (``mixture``: a 1-D instrument from a mixture; ``bi
 instruments), ``n`` samples, the authors' 40/20/40 train/validation/test split, true CATE known.
 Per (dataset, seed) one Ray task trains the first-stage nuisances once, then for every ``K`` the
 representation (ours) and four partitions of the test instruments pushed through the *same*
-aggregation (``partition_bounds``): k-means (the comparison), the oracle (``K`` bins of the true
-instrument strength: the gate that the effect is reachable), a uniformly random partition (the
-control) and, for the record, the authors' k-means baseline with its own nuisances on the level;
-plus the naive bounds (one level). Measured on the test split: coverage of the true CATE, mean
-bound width and the number of levels the learned partition uses.
+aggregation (``partition_bounds``): k-means, the plug-in partition (``K`` bins of the first stage's
+own estimate of ``P(A = 1 | Z)``), the oracle (``K`` bins of the true instrument strength: the gate
+that the effect is reachable), a uniformly random partition (a control) and, for the record, the
+authors' k-means baseline with its own nuisances on the level; plus the naive bounds (one level)
+and the plug-in point estimate (its confounding bias says how much room validity has to fail).
+Measured on the test split: coverage of the true CATE, mean bound width and the number of levels
+the learned partition uses.
+
+Claims (session 7): validity is the paper's theorem for *every* partition of a valid instrument,
+so it is the gate of the tightness claims (narrower bounds count only where they cover), not a
+claim a control could fail; tightness per instrument is against the stronger fixed partition of
+that instrument (the plug-in on the 1-D mixture, k-means on the 20-D binary instrument, from the
+full record and the session-5/6 reviews), with the other fixed partition and the random one as
+controls.
 
 Tuning (``tuning_seeds > 0``): the representation's learning rate on ``rep_lr_grid`` (the
 authors' 0.03 inside), per dataset, by mean test width on seeds kept apart from the test seeds
@@ -42,7 +51,7 @@ SIZES = {
                  rep_epochs=100, nuisance_lr=0.001, rep_patience=50, rep_lr=PAPER_REP_LR, tuning_seeds=2,
                  rep_lr_grid=[0.01, 0.03, 0.1]),
 }
-METHODS = ("ours", "kmeans_agg", "oracle", "random", "kmeans", "naive", "point")
+METHODS = ("ours", "kmeans_agg", "plugin", "oracle", "random", "kmeans", "naive", "point")
 
 
 def _validate(config: Mapping[str, Any]) -> None:
@@ -112,6 +121,7 @@ def task(item: tuple, config: Mapping[str, Any]) -> list[dict]:
         if tuning:
             continue
         parts = {"kmeans_agg": cb.kmeans_levels(d["Z"][te], K, seed=s + K),
+                 "plugin": cb.propensity_partition(nu, d, te, K),
                  "oracle": cb.oracle_partition(d["strength"][te], K),
                  "random": np.random.default_rng([s, K]).integers(0, K, len(te))}
         for name, levels in parts.items():
@@ -122,7 +132,7 @@ def task(item: tuple, config: Mapping[str, Any]) -> list[dict]:
         point = _plug_in(cb, nu, d, te)
         for K in config["Ks"]:
             record("naive", int(K), naive)  # the same bounds, repeated so every K has its pair
-            record("point", int(K), point)
+            record("point", int(K), point, bias=float(np.mean(point[:, 0] - cate)))
     return rows
 
 
@@ -179,13 +189,17 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         by = {f"{ds}_K{K}": {"width": agg(method, "width", dataset=ds, K=K),
                              "coverage": agg(method, "coverage", dataset=ds, K=K)}
               for ds in config["datasets"] for K in config["Ks"]}
-        per_ds = {ds: {"width": agg(method, "width", dataset=ds)} for ds in config["datasets"]}
+        per_ds = {ds: {"width": agg(method, "width", dataset=ds), "coverage": agg(method, "coverage", dataset=ds),
+                       "min_coverage": agg(method, "coverage", fn=np.min, dataset=ds),
+                       "runs_below_95": int(agg(method, "coverage", fn=lambda v: np.sum(np.array(v) < 0.95),
+                                                dataset=ds))}
+                  for ds in config["datasets"]}
         return {"width": agg(method, "width"), "coverage": agg(method, "coverage"),
                 "min_coverage": agg(method, "coverage", fn=np.min), "by_case": by, "by_dataset": per_ds}
 
-    def widths(method):
-        return np.array([r["value"] for r in sorted((r for r in rows if r["method"] == method and r["metric"] == "width"),
-                                                    key=lambda r: (r["dataset"], r["K"], r["seed"]))])
+    def widths(method, dataset):
+        return np.array([r["value"] for r in sorted((r for r in rows if r["method"] == method and r["metric"] == "width"
+                                                     and r["dataset"] == dataset), key=lambda r: (r["K"], r["seed"]))])
 
     metrics = block("ours")
     levels = [r["value"] for r in rows if r["method"] == "ours" and r["metric"] == "levels"]
@@ -196,10 +210,15 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     metrics["naive_width_minus_range"] = float(max(abs(r["value"] - ranges[(r["dataset"], r["seed"])])
                                                    for r in naive if r["metric"] == "width"))
     metrics["rep_lr"] = lr_of
-    diffs = widths("kmeans_agg") - widths("ours")
-    metrics["power_vs_kmeans_agg"] = (evidence.power_from_pilot(diffs, test="sign", tie=TIE) if diffs.size >= 2
-                                      else None)
+    # the sign test's power against each instrument's comparison, from this run's paired widths
+    metrics["power_vs_comparison"] = {}
+    for ds in config["datasets"]:
+        diffs = widths(COMPARISON[ds], ds) - widths("ours", ds)
+        metrics["power_vs_comparison"][ds] = (evidence.power_from_pilot(diffs, test="sign", tie=TIE)
+                                              if diffs.size >= 2 else None)
     baselines = {m: block(m) for m in METHODS if m != "ours"}
+    for ds in config["datasets"]:  # how far ignoring the confounder moves the point estimate
+        baselines["point"]["by_dataset"][ds]["bias"] = agg("point", "bias", dataset=ds)
     budget = {"n": int(config["n"]), "split": "40/20/40", "nuisance_epochs": int(config["nuisance_epochs"]),
               "rep_epochs": int(config["rep_epochs"]), "rep_patience": int(config["rep_patience"]),
               "min_level_share": 0.05, "tuning": tuning,
@@ -211,26 +230,48 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     return Outcome(metrics=metrics, baselines=baselines, tables=tables, budget=budget)
 
 
-SRC_VALID = "abstract: 'a mapping of instruments to a discrete representation space so that we yield valid bounds on the CATE'"
 SRC_TIGHT = "abstract: 'a two-step procedure that learns tight bounds using a tailored neural partitioning of the latent instrument space'"
 
 # rayml.causal.cate_bounds.DATASETS (not imported here: that module imports torch); a test keeps them equal
 TIGHT_DATASETS = ("mixture", "binary")
+# the tightness claim's comparison per instrument: the stronger fixed partition through the same aggregation,
+# from the full record (session 6): on the mixture the plug-in P(A | Z) bins (0.773 against k-means' 1.013 over
+# 30 pairs, 24 / 6), on the binary instrument k-means (the plug-in 1.908 against 1.893, 1 / 8 over 9 pairs)
+COMPARISON = {"mixture": "plugin", "binary": "kmeans_agg"}
+_FIXED = {"plugin": "the plug-in partition (K bins of the first stage's estimate of P(A = 1 | Z))",
+          "kmeans_agg": "a k-means partition of the instrument"}
 
 
-def _tighter_than_kmeans(dataset: str) -> Claim:
-    """The tightness claim on one dataset (session-5 review: pooled over both, the 1-D mixture carried it
-    while the 20-D binary instrument, the high-dimensional case of the abstract, tied)."""
-    return Claim(text=f"the learned partition gives narrower bounds than a k-means partition of the instrument through "
-                      f"the same aggregation on the {dataset} instrument (paired over K x seed)",
-                 metric=f"metrics.by_dataset.{dataset}.width", compare=f"baselines.kmeans_agg.by_dataset.{dataset}.width",
+def _valid(dataset: str) -> Claim:
+    """Validity on one dataset, the gate of its tightness claim (see ``_tighter``)."""
+    return Claim(text=f"validity, the precondition of tightness (the paper's theorem for any partition of a valid "
+                      f"instrument): the learned partition's bounds cover the true CATE on at least 95% of test "
+                      f"points in every run (K x seed) on the {dataset} instrument",
+                 metric=f"metrics.by_dataset.{dataset}.min_coverage", compare=0.95, op=">=", kind="sanity")
+
+
+def _tighter(dataset: str) -> Claim:
+    """The tightness claim on one dataset, against the stronger fixed partition of that instrument.
+
+    Session 5: pooled over both instruments the 1-D mixture carried it, so it is made per instrument.
+    Session 6: the plug-in partition (sorting instruments by the first stage's estimated strength,
+    nothing learned) beat k-means 24 / 6 on the mixture, so there it is the comparison, and k-means
+    a control; on the binary instrument k-means is the stronger one and the plug-in a control."""
+    ref = COMPARISON[dataset]
+    other = next(m for m in _FIXED if m != ref)
+    return Claim(text=f"the learned partition gives narrower bounds than {_FIXED[ref]} through the same aggregation "
+                      f"on the {dataset} instrument (paired over K x seed)",
+                 metric=f"metrics.by_dataset.{dataset}.width", compare=f"baselines.{ref}.by_dataset.{dataset}.width",
                  op="<", test="paired sign test over seeds", table="runs",
                  a={"method": "ours", "metric": "width", "dataset": dataset},
-                 b={"method": "kmeans_agg", "metric": "width", "dataset": dataset}, pair_on=("K", "seed"), tie=TIE,
+                 b={"method": ref, "metric": "width", "dataset": dataset}, pair_on=("K", "seed"), tie=TIE,
                  source=SRC_TIGHT,
-                 # a random partition must not pass: the max / min over noisy level pairs alone must not win
+                 # a random partition must not pass (the max / min over noisy level pairs alone must not win),
+                 # nor the other fixed partition (else the comparison is not the stronger baseline)
                  controls=(Control("random", f"baselines.random.by_dataset.{dataset}.width",
-                                   a={"method": "random", "metric": "width", "dataset": dataset}),))
+                                   a={"method": "random", "metric": "width", "dataset": dataset}),
+                           Control(other, f"baselines.{other}.by_dataset.{dataset}.width",
+                                   a={"method": other, "metric": "width", "dataset": dataset})))
 
 
 SIGNAL = Claim(
@@ -249,14 +290,10 @@ CLAIMS = (
                "dataset x K x seed)", metric="metrics.width", compare="baselines.naive.width", op="<", kind="sanity",
           test="paired sign test over seeds", table="runs", a={"method": "ours", "metric": "width"},
           b={"method": "naive", "metric": "width"}, pair_on=("dataset", "K", "seed"), tie=TIE),
-    *evidence.gate(
-        SIGNAL,
-        Claim(text="the learned partition's bounds cover the true CATE on at least 95% of test points (worst dataset "
-                   "x K x seed)", metric="metrics.min_coverage", compare=0.95, op=">=", source=SRC_VALID,
-              # ignoring the unobserved confounder (a plug-in point estimate) must not cover
-              controls=(Control("point", "baselines.point.min_coverage"),)),
-        *(_tighter_than_kmeans(ds) for ds in TIGHT_DATASETS),
-    ),
+    # each instrument's tightness claim behind two gates: the effect is reachable (oracle beats k-means) and
+    # the learned bounds it compares are valid on that instrument
+    SIGNAL,
+    *(c for ds in TIGHT_DATASETS for c in evidence.gate(_valid(ds), *evidence.gate(SIGNAL, _tighter(ds))[1:])),
 )
 
 

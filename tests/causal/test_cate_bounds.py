@@ -155,3 +155,22 @@ def test_partitions_through_the_same_aggregation_and_the_oracle_partition():
     assert np.all(np.diff(d["strength"][np.argsort(levels, kind="stable")][[99, 100, 199, 200]])[[0, 2]] >= 0)
     with pytest.raises(ValueError, match="levels"):
         cb.partition_bounds(None, d, np.arange(10), np.full(10, 3), 3, (0.0, 1.0))
+
+
+def test_the_plug_in_partition_bins_the_first_stages_estimated_strength():
+    # a first stage whose P(A = 1 | Z) is increasing in the 1-D instrument: the plug-in partition is
+    # then K equal-size bins of Z itself, in order (session-6 review's control of the tightness claim)
+    class Increasing(torch.nn.Module):
+        def forward(self, z):
+            return torch.cat([torch.zeros_like(z), 3 * z], 1)
+
+    d = cb.generate("mixture", 300, 1)
+    nu = cb.Nuisances(a_xz=None, a_z=Increasing(), mu=None)
+    idx = np.arange(50, 290)
+    levels = cb.propensity_partition(nu, d, idx, 4)
+    assert np.bincount(levels).tolist() == [60, 60, 60, 60]
+    z = d["Z"][idx, 0]
+    assert all(z[levels == k].max() <= z[levels == k + 1].min() for k in range(3))
+    np.testing.assert_array_equal(levels, cb.oracle_partition(z, 4))
+    with pytest.raises(ValueError, match="K"):
+        cb.propensity_partition(nu, d, idx, 0)
