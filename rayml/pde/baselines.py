@@ -36,13 +36,16 @@ __all__ = ["BaselineResult", "daks_functionals", "daks_memory_bytes", "daks_gram
 
 @dataclass(frozen=True)
 class BaselineResult:
-    """Grid solution, errors at the collocation points, iterations and wall time."""
+    """Grid solution, errors at the collocation points, iterations and wall time; ``last_change``:
+    DAKS's relative change of the iterate in its last Gauss-Newton step (how far from converged a
+    solve stopped at its cap is; NaN for finite differences)."""
 
     U: np.ndarray
     rmse: float
     rel_l2: float
     iterations: int
     seconds: float
+    last_change: float = float("nan")
 
 
 def _errors(problem: Problem, U: np.ndarray, X1: np.ndarray, X2: np.ndarray) -> tuple[float, float]:
@@ -106,7 +109,7 @@ def daks_solve(problem: Problem, grid: tuple[int, int], lengthscale, *, nugget: 
     pos_in_interior = np.full(N, -1)
     pos_in_interior[interior] = np.arange(len(interior))
     z = np.zeros(offsets[-1])
-    it = 0
+    it, change = 0, float("nan")
     for it in range(1, iterations + 1):
         F = {}
         for k, (ab, idx) in enumerate(funcs):
@@ -133,7 +136,7 @@ def daks_solve(problem: Problem, grid: tuple[int, int], lengthscale, *, nugget: 
             break
     U = z[: N].reshape(grid)
     rmse, rel = _errors(problem, U, X1, X2)
-    return BaselineResult(U, rmse, rel, it, time.perf_counter() - t0)
+    return BaselineResult(U, rmse, rel, it, time.perf_counter() - t0, float(change))
 
 
 def _second_diff(n: int, h: float) -> sp.csr_matrix:

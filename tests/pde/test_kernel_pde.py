@@ -213,3 +213,17 @@ def test_matrix_free_cg_meets_its_tolerance_before_the_cap(case):
         residual = np.linalg.norm(matvec(step) + grad) / np.linalg.norm(grad)
         assert k < cfg.cg_iterations and residual <= cfg.cg_tol
         Xi = Xi + step
+
+
+def test_daks_reports_its_last_step_and_a_tuning_cell_whether_it_converged_before_the_cap():
+    # session 7: DAKS ran every Gauss-Newton step on Burgers without converging; the experiment tunes among
+    # the solves that stopped at their own tolerance and gates the accuracy claim on convergence
+    from rayml.experiments import kernel_pde as exp
+
+    d = daks_solve(NonlinearElliptic(), (10, 10), (0.3, 0.3), nugget=1e-6, iterations=2)
+    assert d.iterations == 2 and np.isfinite(d.last_change) and d.last_change > 0
+    assert np.isnan(fd_solve(NonlinearElliptic(), (10, 10)).last_change)
+    cfg = dict(exp.SIZES["tiny"])
+    capped = exp.tune_one(("elliptic-12x12", "daks", 1e-6), {**cfg, "gn_iterations": 1})
+    assert capped["converged"] is False and capped["rmse"] > 0
+    assert exp.tune_one(("elliptic-12x12", "kronecker", 1e-8), {**cfg, "gn_iterations": 30})["converged"] is True
