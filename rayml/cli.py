@@ -69,6 +69,10 @@ def _build_parser() -> argparse.ArgumentParser:
         r.add_argument("--workers", type=int, default=None, help="at most this many Ray tasks at once")
         r.add_argument("--show-config", action="store_true",
                        help="print the size's settable keys, their types and values, and exit")
+        if name == "run":
+            r.add_argument("--resume", action="store_true",
+                           help="keep finished Ray tasks' results and reuse them when the same run is started "
+                                "again after a kill (same code, size, seed and settings)")
 
     tr = sub.add_parser("train", help="train a named model config of rayml (e.g. the LLM substrate's)")
     tr.add_argument("name", help="a config name (rayml.llm.training.CONFIGS)")
@@ -152,7 +156,9 @@ def _print_record(record: dict) -> None:
           f"incomplete {p['incomplete']}); sanity checks passed: {sn['passed']} / {sn['total']}")
     env = record["env"]
     print(f"  env: {env['seconds']} s, {env['ray_nodes']} node(s), {env['cpus']} CPUs, "
-          f"{env['tasks']} Ray tasks on {env['worker_pids']} worker process(es)")
+          f"{env['tasks']} Ray tasks on {env['worker_pids']} worker process(es)"
+          + (f"; {env['resumed_items']} items reused from an earlier, killed run (--resume)"
+             if env.get("resumed_items") else ""))
 
 
 def _fmt(v) -> str:
@@ -331,8 +337,9 @@ def _run_or_bench(args) -> int:
         last = recorded_seconds(names[0], args.command, size)
         estimate = f"about {last:.0f} s (its last recorded run)" if last is not None else "not measured here yet"
         print(f"{names[0]}: {args.command} at size {size}; estimated time {estimate}", flush=True)
+        extra = {"resume": True} if getattr(args, "resume", False) else {}
         rec = fn(names[0], size=size, seed=args.seed, overrides=overrides, address=args.address,
-                 json_path=args.json_path, out_dir=args.out_dir, workers=args.workers)
+                 json_path=args.json_path, out_dir=args.out_dir, workers=args.workers, **extra)
         _print_record(rec)
         _print_written(args.json_path, args.out_dir)
         return 0
@@ -350,8 +357,9 @@ def _run_or_bench(args) -> int:
             out_dir = f"{args.out_dir}/{name}" if args.out_dir else None
             t0 = time.perf_counter()
             try:
+                extra = {"resume": True} if getattr(args, "resume", False) else {}
                 rec, failed = fn(name, size=size, seed=args.seed, address=args.address, out_dir=out_dir,
-                                 workers=args.workers), None
+                                 workers=args.workers, **extra), None
             except Exception as exc:  # noqa: BLE001 - reported in the table; the others go on
                 failed = _one_line(exc)
                 rec = _failed_record(name, args.command, size, args.seed, failed, time.perf_counter() - t0)

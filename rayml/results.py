@@ -455,6 +455,7 @@ def environment(seconds: float, run_stats: Mapping[str, int]) -> dict:
         "ray": ray.__version__,
         "tasks": int(run_stats.get("tasks", 0)),
         "worker_pids": int(run_stats.get("worker_pids", 0)),
+        **({"resumed_items": int(run_stats["resumed_items"])} if run_stats.get("resumed_items") else {}),
     }
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "stats",
     "reset_stats",
     "max_workers",
+    "resume_cache",
     "pin_threads",
     "BatchEvaluator",
     "batch_evaluator",
@@ -52,6 +53,8 @@ __all__ = [
 _OWNED = False  # True when connect() started or joined the Ray this process is connected to
 _LOCK = threading.Lock()
 _MAX_WORKERS: int | None = None
+_RESUME_DIR: Path | None = None  # set by resume_cache(): pmap keeps each finished chunk's results here
+_CODE_FINGERPRINT: str | None = None
 
 
 class ConnectError(RuntimeError):
@@ -74,6 +77,7 @@ class PmapItemError(RuntimeError):
 @dataclass
 class _Stats:
     tasks: int = 0
+    resumed_items: int = 0
     worker_pids: set = field(default_factory=set)
     nodes: set = field(default_factory=set)
 
@@ -87,6 +91,7 @@ def stats() -> dict:
         "tasks": _STATS.tasks,
         "worker_pids": len(_STATS.worker_pids),
         "nodes_used": len(_STATS.nodes),
+        "resumed_items": _STATS.resumed_items,
     }
 
 
@@ -261,6 +266,91 @@ def max_workers(n: int | None):
         _MAX_WORKERS = old
 
 
+@contextlib.contextmanager
+def resume_cache(directory: str | os.PathLike | None):
+    """Keep every ``pmap`` chunk's results in ``directory`` inside the block, and reuse them.
+
+    A long run killed part way (a timeout, a pre-empted node) and started again with the same code,
+    inputs and seeds recomputes only the chunks it had not finished. A chunk is reused only when its
+    key matches: the hash of rayml's whole source tree, the function's name, the chunk's items and
+    the shared argument, so any edit to the code or the inputs recomputes everything. Only the
+    driver reads and writes the directory (tasks return results, as always); each file is written
+    whole (a temporary file, then a rename). ``stats()["resumed_items"]`` counts the items taken
+    from it. ``None`` turns the cache off.
+    """
+    global _RESUME_DIR
+    path = None if directory is None else Path(directory)
+    if path is not None:
+        path.mkdir(parents=True, exist_ok=True)
+    old, _RESUME_DIR = _RESUME_DIR, path
+    try:
+        yield path
+    finally:
+        _RESUME_DIR = old
+
+
+def code_fingerprint() -> str:
+    """SHA-256 of every source file (``.py``, ``.c``, ``.pyx``) of the installed rayml package."""
+    global _CODE_FINGERPRINT
+    if _CODE_FINGERPRINT is None:
+        import hashlib
+
+        root = Path(__file__).resolve().parent
+        h = hashlib.sha256()
+        for f in sorted(p for ext in ("*.py", "*.c", "*.pyx") for p in root.rglob(ext)):
+            h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+        _CODE_FINGERPRINT = h.hexdigest()
+    return _CODE_FINGERPRINT
+
+
+def _resume_keys(fn: Callable, chunks: list, shared: Any) -> list[str] | None:
+    """One cache key per chunk (see ``resume_cache``), or None when something cannot be pickled."""
+    import hashlib
+    import pickle
+
+    try:
+        base = hashlib.sha256()
+        base.update(code_fingerprint().encode())
+        base.update(f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}".encode())
+        base.update(pickle.dumps(shared, protocol=5))
+        return [_chunk_key(base.copy(), start, chunk) for start, chunk in chunks]
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return None
+
+
+def _chunk_key(base, start: int, chunk: list) -> str:
+    import pickle
+
+    base.update(f"{start}:{len(chunk)}".encode())
+    base.update(pickle.dumps(chunk, protocol=5))
+    return base.hexdigest()
+
+
+def _resume_load(key: str):
+    import pickle
+
+    path = _RESUME_DIR / f"{key}.pkl"
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    except (OSError, EOFError, pickle.UnpicklingError):
+        return None
+
+
+def _resume_store(key: str, out: list) -> None:
+    import pickle
+
+    path = _RESUME_DIR / f"{key}.pkl"
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            pickle.dump(out, f, protocol=5)
+        os.replace(tmp, path)
+    except (OSError, pickle.PicklingError, TypeError, AttributeError):
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
 def worker_limit() -> int | None:
     """The limit set by the enclosing ``max_workers`` block (``None``: no limit).
 
@@ -376,18 +466,30 @@ def pmap(
     threads = max(1, int(num_cpus)) if num_cpus else 1
 
     results: list = [None] * len(chunks)
+    keys = _resume_keys(fn, chunks, shared) if _RESUME_DIR is not None else None
+    todo = list(range(len(chunks)))
+    if keys is not None:
+        todo = []
+        for idx, key in enumerate(keys):
+            cached = _resume_load(key)
+            if cached is None:
+                todo.append(idx)
+            else:
+                results[idx] = cached
+                _STATS.resumed_items += len(cached)
     pending: dict = {}  # ref -> (chunk index, submit time)
-    next_chunk = 0
+    next_todo = 0
     bar = None
     if progress and len(chunks) > 1:
         bar = progress_bar(len(items), desc, leave=False)
+        bar.update(sum(len(r) for r in results if r is not None))  # taken from the resume cache
     try:
-        while next_chunk < len(chunks) or pending:
-            while next_chunk < len(chunks) and len(pending) < in_flight_cap:
-                start, chunk = chunks[next_chunk]
+        while next_todo < len(todo) or pending:
+            while next_todo < len(todo) and len(pending) < in_flight_cap:
+                start, chunk = chunks[todo[next_todo]]
                 ref = remote.remote(fn_ref, chunk, start, shared_ref, shared is not None, threads)
-                pending[ref] = (next_chunk, time.monotonic())
-                next_chunk += 1
+                pending[ref] = (todo[next_todo], time.monotonic())
+                next_todo += 1
             wait_s = 1.0 if timeout_s is None else min(1.0, timeout_s)
             done, _ = ray.wait(list(pending), num_returns=1, timeout=wait_s)
             for ref in done:
@@ -400,6 +502,8 @@ def pmap(
                         raise PmapItemError(cause.index, cause.error, cause.tb) from None
                     raise
                 results[idx] = out
+                if keys is not None:
+                    _resume_store(keys[idx], out)
                 _STATS.tasks += 1
                 _STATS.worker_pids.add((node, pid))
                 _STATS.nodes.add(node)

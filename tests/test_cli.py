@@ -112,6 +112,20 @@ def test_python_api_equals_the_cli(ray_session, tmp_path):
     assert cli["metrics"] == rec["metrics"] and cli["baselines"] == rec["baselines"]
 
 
+def test_resume_gives_the_same_record_and_removes_its_cache_when_the_run_finishes(ray_session, tmp_path,
+                                                                                     monkeypatch, capsys):
+    from rayml import experiments
+
+    monkeypatch.setenv("RAYML_CACHE", str(tmp_path / "cache"))
+    rec = experiments.run("gs-poweropt", size="tiny", seed=3)
+    assert main(["run", "gs-poweropt", "--size", "tiny", "--seed", "3", "--resume",
+                 "--json", str(tmp_path / "r.json")]) == 0
+    resumed = json.loads((tmp_path / "r.json").read_text())
+    assert resumed["metrics"] == rec["metrics"] and resumed["claims"] == rec["claims"]
+    assert resumed["env"]["tasks"] > 0 and "resumed_items" not in resumed["env"]  # ran through the cache, reused nothing
+    assert not list((tmp_path / "cache" / "resume").iterdir())  # finished: its folder is gone
+
+
 def test_bench_bandits_is_the_kl_bandit_benchmark(ray_session, tmp_path):
     assert main(["bench", "bandits", "--size", "tiny", "--json", str(tmp_path / "b.json")]) == 0
     rec = json.loads((tmp_path / "b.json").read_text())

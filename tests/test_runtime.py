@@ -190,3 +190,55 @@ def test_worker_limit_reports_the_enclosing_max_workers_block():
             assert runtime.worker_limit() == 2
         assert runtime.worker_limit() == 1
     assert runtime.worker_limit() is None
+
+
+def _logged_square(args):
+    x, log = args
+    with open(log, "a") as f:
+        f.write(f"{x}\n")
+    return x * x
+
+
+def _fail_once_at_four(args):
+    x, marker = args
+    if x == 4 and not os.path.exists(marker):
+        open(marker, "w").close()
+        raise KeyError("four, the first time")
+    return x * x
+
+
+def test_resume_cache_reuses_finished_chunks_and_recomputes_when_inputs_or_code_change(ray_session, tmp_path,
+                                                                                      monkeypatch):
+    log = str(tmp_path / "calls.txt")
+    items = [(x, log) for x in range(6)]
+    calls = lambda: len(open(log).read().split())  # noqa: E731
+    with runtime.resume_cache(tmp_path / "cache"):
+        runtime.reset_stats()
+        first = runtime.pmap(_logged_square, items, chunk_size=2, progress=False)
+        assert calls() == 6 and runtime.stats()["resumed_items"] == 0
+        runtime.reset_stats()
+        again = runtime.pmap(_logged_square, items, chunk_size=2, progress=False)
+        assert again == first == [x * x for x in range(6)]
+        assert calls() == 6 and runtime.stats()["resumed_items"] == 6 and runtime.stats()["tasks"] == 0
+        runtime.pmap(_logged_square, items[:4] + [(9, log), (5, log)], chunk_size=2, progress=False)
+        assert calls() == 8  # only the chunk whose items changed ran again
+        monkeypatch.setattr(runtime, "_CODE_FINGERPRINT", "another version of rayml")
+        runtime.pmap(_logged_square, items, chunk_size=2, progress=False)
+        assert calls() == 14  # other code: nothing is reused
+    runtime.reset_stats()
+    runtime.pmap(_logged_square, items, chunk_size=2, progress=False)
+    assert calls() == 20 and runtime.stats()["resumed_items"] == 0  # outside the block: no cache
+
+
+def test_a_run_killed_part_way_resumes_from_its_finished_chunks(ray_session, tmp_path):
+    marker = str(tmp_path / "failed")
+    items = [(x, marker) for x in range(8)]
+    with runtime.resume_cache(tmp_path / "cache") as where:
+        with pytest.raises(runtime.PmapItemError):
+            runtime.pmap(_fail_once_at_four, items, chunk_size=1, max_in_flight=1, progress=False)
+        assert len(list(where.glob("*.pkl"))) == 4  # items 0-3 finished before item 4 failed
+        runtime.reset_stats()
+        out = runtime.pmap(_fail_once_at_four, items, chunk_size=1, max_in_flight=1, progress=False)
+    assert out == [x * x for x in range(8)]
+    assert runtime.stats()["resumed_items"] == 4 and runtime.stats()["tasks"] == 4
+    assert not list(where.glob("*.tmp*"))  # every file was written whole

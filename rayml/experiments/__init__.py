@@ -11,6 +11,8 @@ Examples:
 
 from __future__ import annotations
 
+import json
+import shutil
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -205,8 +207,16 @@ def settable(name: str, kind: str = "run", size: str = "quick", overrides: Mappi
     return {k: (type(v).__name__, v) for k, v in config.items()}
 
 
+def _resume_dir(kind: str, name: str, size: str, seed: int, config: Mapping[str, Any]):
+    """Where ``--resume`` keeps a run's finished chunks: one folder per (kind, method, size, seed, config)."""
+    import hashlib
+
+    digest = hashlib.sha256(json.dumps(results.to_jsonable(dict(config)), sort_keys=True).encode()).hexdigest()[:16]
+    return runtime.cache_root() / "resume" / f"{kind}-{name}-{size}-seed{seed}-{digest}"
+
+
 def _execute(kind: str, name: str, *, size: str, seed: int, overrides, address, json_path, out_dir,
-             workers: int | None) -> dict:
+             workers: int | None, resume: bool = False) -> dict:
     method = registry.get(name)
     if method.status != registry.IMPLEMENTED:
         raise ValueError(f"method {name!r} is planned, not implemented yet")
@@ -228,7 +238,8 @@ def _execute(kind: str, name: str, *, size: str, seed: int, overrides, address, 
     fn = experiment.run if kind == "run" else experiment.bench
     runtime.reset_stats()
     t0 = time.perf_counter()
-    with runtime.max_workers(workers):
+    resume_at = _resume_dir(kind, name, size, seed, config) if resume else None
+    with runtime.max_workers(workers), runtime.resume_cache(resume_at):
         try:
             outcome = fn(config, seed)
         except Exception as exc:  # noqa: BLE001 - surfaced whole as the cause
@@ -236,6 +247,8 @@ def _execute(kind: str, name: str, *, size: str, seed: int, overrides, address, 
                 raise
             raise ExperimentFailed(f"{kind} {name!r} failed: {type(exc).__name__}: {exc}") from exc
     seconds = time.perf_counter() - t0
+    if resume_at is not None:
+        shutil.rmtree(resume_at, ignore_errors=True)  # finished: the next --resume starts afresh
     _remember_seconds(name, kind, size, seconds)
     record = {
         "schema_version": results.SCHEMA_VERSION,
@@ -268,7 +281,8 @@ def _execute(kind: str, name: str, *, size: str, seed: int, overrides, address, 
 
 
 def run(name: str, *, size: str = "full", seed: int = 0, overrides: Mapping[str, Any] | None = None,
-        address: str | None = None, json_path=None, out_dir=None, workers: int | None = None) -> dict:
+        address: str | None = None, json_path=None, out_dir=None, workers: int | None = None,
+        resume: bool = False) -> dict:
     """Run method ``name``'s reproduction and return its result record.
 
     Args:
@@ -282,9 +296,13 @@ def run(name: str, *, size: str = "full", seed: int = 0, overrides: Mapping[str,
             whole). The record returned always holds every table's rows.
         out_dir: also write ``record.json``, ``results.parquet`` and plots here.
         workers: at most this many Ray tasks at once (results do not depend on it).
+        resume: keep every finished Ray task's results under ``$RAYML_CACHE/resume/`` and reuse
+            them when the same run (same code, size, seed and settings) is started again after a
+            kill (``runtime.resume_cache``); the folder is removed when the run finishes, and the
+            record's ``env.resumed_items`` says how many items were reused.
     """
     return _execute("run", name, size=size, seed=seed, overrides=overrides, address=address,
-                    json_path=json_path, out_dir=out_dir, workers=workers)
+                    json_path=json_path, out_dir=out_dir, workers=workers, resume=resume)
 
 
 def bench(name: str, *, size: str = "full", seed: int = 0, overrides: Mapping[str, Any] | None = None,
