@@ -94,7 +94,9 @@ def fill_next_token_bitmasks(matchers: Sequence[GrammarMatcher], bitmask: np.nda
     """The batch fill: write every matcher's next-token mask into its row of ``bitmask`` (int32
     ``[batch, W]``; ``rows[i]`` is matcher ``i``'s row, default ``i``) in one call. Each mask comes
     from its matcher's caches (the state cache is keyed by the pruned chart, so sequences in the
-    same parser state share one computation); the compiled core copies the rows."""
+    same parser state share one computation); on the compiled core each row is one C call from
+    the C state cache (``GrammarMatcher.fill_next_token_bitmask``), otherwise the compiled core copies
+    the rows."""
     matchers = list(matchers)
     rows = list(range(len(matchers))) if rows is None else [int(r) for r in rows]
     if len(rows) != len(matchers):
@@ -107,9 +109,13 @@ def fill_next_token_bitmasks(matchers: Sequence[GrammarMatcher], bitmask: np.nda
             or any(not 0 <= r < bitmask.shape[0] for r in rows)):
         raise ValueError(f"bitmask must be a C-contiguous int32 [batch >= {max(rows) + 1}, {n_words}] array, got "
                          f"{getattr(bitmask, 'dtype', type(bitmask).__name__)} {getattr(bitmask, 'shape', '')}")
-    words = [m.next_token_words() for m in matchers]
-    if any(w.shape != (n_words,) for w in words):
+    if any(m.compiled.index.n_words != n_words for m in matchers):
         raise ValueError("matchers must share one vocabulary size")
+    if all(m.compiled._fill_row is not None for m in matchers):  # the C state cache, one call per row
+        for m, r in zip(matchers, rows):
+            m.fill_next_token_bitmask(bitmask, r)
+        return
+    words = [m.next_token_words() for m in matchers]
     if native.AVAILABLE:
         native.fill_rows(bitmask, rows, words)
     else:

@@ -492,6 +492,7 @@ typedef struct {
     uint8_t first_done;
     uint8_t first[256];
     int32_t *steps;          /* [256]: -2 unknown, -1 rejected, else set id */
+    int32_t mslot1;          /* 1 + its slot in the state cache (Masks), 0: its mask is not cached */
 } ESet;
 
 typedef struct { int64_t k1, k2, v; } MapSlot;
@@ -1385,6 +1386,9 @@ static PyObject *eng_stats(Engine *e, PyObject *noargs) {
 
 static PyObject *eng_set_masks(Engine *e, PyObject *args);
 static PyObject *eng_mask_into(Engine *e, PyObject *args);
+static PyObject *eng_fill_row(Engine *e, PyObject *args);
+static PyObject *eng_mask_copy(Engine *e, PyObject *args);
+static PyObject *eng_mask_stats(Engine *e, PyObject *noargs);
 
 static PyMethodDef eng_methods[] = {
     {"initial", (PyCFunction)eng_initial, METH_NOARGS, "The id of the chart before any byte."},
@@ -1402,6 +1406,9 @@ static PyMethodDef eng_methods[] = {
     {"stats", (PyCFunction)eng_stats, METH_NOARGS, "Interned sets and closures built."},
     {"set_masks", (PyCFunction)eng_set_masks, METH_VARARGS, "set_masks(trie, eos_words, counters, cache_size)."},
     {"mask_into", (PyCFunction)eng_mask_into, METH_VARARGS, "mask_into(id, words, base_of) -> bytes stepped."},
+    {"fill_row", (PyCFunction)eng_fill_row, METH_VARARGS, "fill_row(id, bitmask, row, base_of) -> True or None."},
+    {"mask_copy", (PyCFunction)eng_mask_copy, METH_VARARGS, "mask_copy(id, words, base_of): the cached mask."},
+    {"mask_stats", (PyCFunction)eng_mask_stats, METH_NOARGS, "(state-cache hits, misses, bytes stepped)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1655,12 +1662,19 @@ static PyObject *py_count_cut(PyObject *self, PyObject *args) {
  *   mask_into(c, words uint32[W], base_of) -> bytes stepped: the mask of chart c into words; base_of(t, i)
  *       is called once per (counted terminal t, local state i) for its counted walk, as the tuple
  *       (in_ids, in_key, all_words, close_n, close_ends, close_end_at, close_pre, n_max), close_pre the
- *       preorder trie node of each closing quote (-1: no longer token goes on after it)
- * The infos are shared as in matcher.py: a generic state's by its horizon class, a counted state's by
+ *       preorder trie node of each closing quote (-1: no longer token goes on after it); not cached
+ *   fill_row(c, bitmask int32[B, W], row, base_of) -> True, or None where the bitmask or row does not
+ *       fit (the caller takes NumPy's path): chart c's mask from the state cache into one row (fourth
+ *       round: GrammarMatcher.fill_next_token_bitmask's whole fast path, hit or miss, in one call)
+ *   mask_copy(c, words uint32[W], base_of): the same mask into words (CompiledGrammar.compute_mask)
+ *   mask_stats() -> (state-cache hits, misses, bytes stepped by the exit walks of the misses)
+ * The state cache is an LRU of cache_size masks keyed by state id (the Python one of the other
+ * configurations is an OrderedDict keyed by the same id). The infos are shared as in matcher.py: a generic state's by its horizon class, a counted state's by
  * (local state, clamped room, clamped need); a state from which one string remains has its own. */
 
 typedef struct {
     uint32_t *inside;        /* [nw] the tokens that stay inside the terminal */
+    int32_t n_nz, *nz;       /* its nonzero words where they are few (nz_make), -1: dense, -2: not known */
     int32_t n_ex;            /* exit j: DFA state ex_a[j], trie nodes ex_nodes[ex_at[j] .. ex_at[j + 1]) */
     int32_t *ex_a;
     int64_t *ex_at, *ex_nodes;
@@ -1674,7 +1688,7 @@ typedef struct {
     int64_t n_max;
 } CBase;
 
-typedef struct { int32_t n; int64_t *xs; uint32_t *words; } Contrib;
+typedef struct { int32_t n; int64_t *xs; uint32_t *words; int32_t n_nz, *nz; } Contrib;
 
 struct Masks {
     PyObject *trie;          /* the trie capsule (held) */
@@ -1693,11 +1707,33 @@ struct Masks {
     int64_t n_bases, cap_bases;
     Contrib *cons;
     int64_t n_cons, cap_cons;
-    int64_t bytes;           /* held by the infos and the contributions */
+    int64_t bytes;           /* held by the infos, the contributions and the state cache */
+    /* the state cache (issue 44, fourth round): an LRU of cache_size masks keyed by state id (the set's
+     * mslot1), slots linked most recent first; freed slots (a failed computation) are reused first */
+    uint32_t **sc_words;
+    int32_t *sc_owner, *sc_prev, *sc_next, *sc_free;
+    int32_t sc_n, sc_cap, sc_n_free, sc_head, sc_tail;
+    int64_t hits, misses, sim_total;
 };
 
 typedef struct { int32_t a; int64_t g; } ExPair;
 typedef struct { ExPair *a; int64_t n, cap; } ExVec;
+
+/* the indices of the nonzero words of w[nw] into *nz where they are at most nw / 16 (a key, an enum
+ * value, a short literal: OR-ed word by word), their count; -1 where there are more (OR-ed whole) */
+static int32_t nz_make(const uint32_t *w, Py_ssize_t nw, int32_t **nz, int64_t *bytes) {
+    Py_ssize_t lim = nw / 16, n = 0;
+    for (Py_ssize_t k = 0; k < nw; k++)
+        if (w[k] && ++n > lim) return -1;
+    int32_t *x = malloc(sizeof(int32_t) * (n + 1));
+    if (!x) return -1;  /* no memory for the index: OR-ed whole, as exact */
+    n = 0;
+    for (Py_ssize_t k = 0; k < nw; k++)
+        if (w[k]) x[n++] = (int32_t)k;
+    *nz = x;
+    *bytes += 4LL * (n + 1);
+    return (int32_t)n;
+}
 
 static int ex_push(ExVec *v, int32_t a, int64_t g) {
     if (v->n == v->cap) {
@@ -1717,7 +1753,11 @@ static int ex_cmp(const void *x, const void *y) {
 }
 
 static void masks_clear_cons(Masks *m) {
-    for (int64_t i = 0; i < m->n_cons; i++) { free(m->cons[i].xs); free(m->cons[i].words); }
+    for (int64_t i = 0; i < m->n_cons; i++) {
+        Contrib *q = &m->cons[i];
+        m->bytes -= 8LL * q->n + (q->nz ? 4LL * (q->n_nz + 1) : 0);
+        free(q->xs); free(q->words); free(q->nz);
+    }
     m->bytes -= m->n_cons * (int64_t)(m->nw * 4);
     m->n_cons = 0;
     free(m->con.slots);
@@ -1727,6 +1767,8 @@ static void masks_clear_cons(Masks *m) {
 static void masks_free(Masks *m) {
     if (!m) return;
     masks_clear_cons(m);
+    for (int32_t i = 0; i < m->sc_n; i++) free(m->sc_words[i]);
+    free(m->sc_words); free(m->sc_owner); free(m->sc_prev); free(m->sc_next); free(m->sc_free);
     Py_XDECREF(m->trie);
     free(m->eos); free(m->scratch); free(m->ctr_w); free(m->ctr_lo); free(m->ctr_hi); free(m->cons);
     if (m->cls) for (int32_t t = 0; t < m->n_term; t++) free(m->cls[t]);
@@ -1734,7 +1776,7 @@ static void masks_free(Masks *m) {
     free(m->ts.slots); free(m->cl.slots); free(m->cnt.slots); free(m->base.slots);
     for (int64_t i = 0; i < m->n_infos; i++) {
         TInfo *x = &m->infos[i];
-        free(x->inside); free(x->ex_a); free(x->ex_at); free(x->ex_nodes);
+        free(x->inside); free(x->ex_a); free(x->ex_at); free(x->ex_nodes); free(x->nz);
     }
     free(m->infos);
     for (int64_t i = 0; i < m->n_bases; i++) {
@@ -1756,6 +1798,7 @@ static int64_t info_new(Masks *m) {
     }
     TInfo *x = &m->infos[m->n_infos];
     memset(x, 0, sizeof(TInfo));
+    x->n_nz = -2;
     x->inside = calloc(m->nw ? m->nw : 1, 4);
     if (!x->inside) { PyErr_NoMemory(); return -1; }
     m->bytes += (int64_t)(m->nw * 4) + (int64_t)sizeof(TInfo);
@@ -1915,8 +1958,10 @@ static int64_t info_of(Engine *e, int32_t t, int32_t s, PyObject *base_of) {
 
 /* the contribution of scan group (t, st) of chart c with info id (inside tokens and the walks below its
  * exits, from their exit charts), cached by (info, exit charts): NULL with an exception set */
-static const uint32_t *contrib(Engine *e, int32_t c, int32_t t, int32_t st, int64_t id, int64_t *n_sim) {
+static const uint32_t *contrib(Engine *e, int32_t c, int32_t t, int32_t st, int64_t id, int64_t *n_sim,
+                               int32_t *n_nz, const int32_t **nz) {
     Masks *m = e->m;
+    *n_nz = -1;
     TInfo *x = &m->infos[id];
     int32_t n = x->n_ex;
     int64_t xs[64];
@@ -1936,7 +1981,12 @@ static const uint32_t *contrib(Engine *e, int32_t c, int32_t t, int32_t st, int6
     int store = 1;
     if (hit) {
         Contrib *q = &m->cons[*hit];
-        if (q->n == n && !memcmp(q->xs, xp, sizeof(int64_t) * n)) { if (xp != xs) free(xp); return q->words; }
+        if (q->n == n && !memcmp(q->xs, xp, sizeof(int64_t) * n)) {
+            if (xp != xs) free(xp);
+            *n_nz = q->n_nz;
+            *nz = q->nz;
+            return q->words;
+        }
         store = 0;  /* a hash collision of two exit-chart lists: computed, not cached */
     }
     if (store && m->n_cons >= m->cache_size) {  /* bounded: forget every contribution */
@@ -1965,7 +2015,10 @@ static const uint32_t *contrib(Engine *e, int32_t c, int32_t t, int32_t st, int6
                 rc = sim_or(e, m->t, (int32_t)xp[j], x->ex_nodes[q], words, m->nw, n_sim);
     if (rc == 0 && store) {
         memcpy(keep, xp, sizeof(int64_t) * n);
-        m->cons[m->n_cons] = (Contrib){n, keep, words};
+        int32_t *zi = NULL;
+        *n_nz = nz_make(words, m->nw, &zi, &m->bytes);
+        *nz = zi;
+        m->cons[m->n_cons] = (Contrib){n, keep, words, *n_nz, zi};
         if (map_put(&m->con, id, k2, m->n_cons++) < 0) { PyErr_NoMemory(); rc = -1; }
         else m->bytes += (int64_t)(m->nw * 4) + 8LL * n;
     } else if (store) { free(words); free(keep); }
@@ -1991,7 +2044,8 @@ static PyObject *eng_set_masks(Engine *e, PyObject *args) {
     }
     m->n_term = e->n_term;
     m->nw = be.len / 4;
-    m->cache_size = cache_size;
+    m->cache_size = cache_size < INT32_MAX ? cache_size : INT32_MAX;
+    m->sc_head = m->sc_tail = -1;
     m->t = t;
     m->eos = malloc(be.len + 4);
     m->scratch = malloc(be.len + 4);
@@ -2016,6 +2070,7 @@ static PyObject *eng_set_masks(Engine *e, PyObject *args) {
     Py_DECREF(ctr);
     PyBuffer_Release(&be);
     masks_free(e->m);
+    for (int32_t i = 0; i < e->n_sets; i++) e->sets[i]->mslot1 = 0;  /* the old state cache is gone */
     e->m = m;
     Py_RETURN_NONE;
 fail:
@@ -2023,6 +2078,38 @@ fail:
     PyBuffer_Release(&be);
     masks_free(m);
     return NULL;
+}
+
+/* the mask of chart c into out[nw] (CompiledGrammar.compute_mask after a state-cache miss): per scan
+ * group its terminal info, or its contribution where the info has exits, OR-ed together, and EOS where
+ * the chart accepts; 0, or -1 with an exception set */
+static int mask_compute(Engine *e, int32_t c, uint32_t *out, PyObject *base_of, int64_t *n_sim) {
+    Masks *m = e->m;
+    ESet *s = e->sets[c];  /* the set (not the array of sets) stays in place while others are built */
+    if (!s->n_scan) memset(out, 0, m->nw * 4);
+    for (int32_t g = 0; g < s->n_scan; g++) {
+        int32_t t = s->scan_t[g], st = s->scan_s[g];
+        int64_t id = info_of(e, t, st, base_of);
+        if (id < 0) return -1;
+        int32_t n_nz;
+        const int32_t *nz = NULL;
+        const uint32_t *src;
+        if (m->infos[id].n_ex) src = contrib(e, c, t, st, id, n_sim, &n_nz, &nz);
+        else {
+            TInfo *x = &m->infos[id];
+            if (x->n_nz == -2) x->n_nz = nz_make(x->inside, m->nw, &x->nz, &m->bytes);
+            src = x->inside; n_nz = x->n_nz; nz = x->nz;
+        }
+        if (!src) return -1;
+        if (n_nz >= 0) {  /* few nonzero words: OR-ed one by one */
+            if (!g) memset(out, 0, m->nw * 4);
+            for (int32_t j = 0; j < n_nz; j++) out[nz[j]] |= src[nz[j]];
+        } else if (!g) memcpy(out, src, m->nw * 4);  /* the first group copied, the others OR-ed in */
+        else for (Py_ssize_t k = 0; k < m->nw; k++) out[k] |= src[k];
+    }
+    if (s->accepting)
+        for (Py_ssize_t k = 0; k < m->nw; k++) out[k] |= m->eos[k];
+    return 0;
 }
 
 static PyObject *eng_mask_into(Engine *e, PyObject *args) {
@@ -2035,28 +2122,135 @@ static PyObject *eng_mask_into(Engine *e, PyObject *args) {
     Py_buffer bw;
     if (get_rw(o_words, &bw, 4, "words") < 0) return NULL;
     PyObject *ret = NULL;
-    if (bw.len != m->nw * 4) {
-        PyErr_Format(PyExc_ValueError, "words must have %zd items", m->nw);
-        goto done;
-    }
-    uint32_t *out = bw.buf;
-    memset(out, 0, m->nw * 4);
     int64_t n_sim = 0;
-    ESet *s = e->sets[c];  /* the set (not the array of sets) stays in place while others are built */
-    for (int32_t g = 0; g < s->n_scan; g++) {
-        int32_t t = s->scan_t[g], st = s->scan_s[g];
-        int64_t id = info_of(e, t, st, base_of);
-        if (id < 0) goto done;
-        const uint32_t *src = m->infos[id].n_ex ? contrib(e, (int32_t)c, t, st, id, &n_sim) : m->infos[id].inside;
-        if (!src) goto done;
-        for (Py_ssize_t k = 0; k < m->nw; k++) out[k] |= src[k];
-    }
-    if (s->accepting)
-        for (Py_ssize_t k = 0; k < m->nw; k++) out[k] |= m->eos[k];
-    ret = PyLong_FromLongLong((long long)n_sim);
-done:
+    if (bw.len != m->nw * 4) PyErr_Format(PyExc_ValueError, "words must have %zd items", m->nw);
+    else if (mask_compute(e, (int32_t)c, bw.buf, base_of, &n_sim) == 0) ret = PyLong_FromLongLong((long long)n_sim);
     PyBuffer_Release(&bw);
     return ret;
+}
+
+static void sc_unlink(Masks *m, int32_t k) {
+    if (m->sc_prev[k] >= 0) m->sc_next[m->sc_prev[k]] = m->sc_next[k]; else m->sc_head = m->sc_next[k];
+    if (m->sc_next[k] >= 0) m->sc_prev[m->sc_next[k]] = m->sc_prev[k]; else m->sc_tail = m->sc_prev[k];
+}
+
+static void sc_front(Masks *m, int32_t k) {
+    m->sc_prev[k] = -1;
+    m->sc_next[k] = m->sc_head;
+    if (m->sc_head >= 0) m->sc_prev[m->sc_head] = k; else m->sc_tail = k;
+    m->sc_head = k;
+}
+
+/* grow the state cache's slot arrays (at most cache_size slots): 0, or -1 with an exception set */
+static int sc_grow(Masks *m) {
+    int32_t cap = m->sc_cap ? 2 * m->sc_cap : 64;
+    if (cap > m->cache_size) cap = (int32_t)m->cache_size;
+    uint32_t **w = realloc(m->sc_words, sizeof(uint32_t *) * cap);
+    if (!w) { PyErr_NoMemory(); return -1; }
+    m->sc_words = w;
+    int32_t **arr[4] = {&m->sc_owner, &m->sc_prev, &m->sc_next, &m->sc_free};
+    for (int j = 0; j < 4; j++) {
+        int32_t *x = realloc(*arr[j], sizeof(int32_t) * cap);
+        if (!x) { PyErr_NoMemory(); return -1; }
+        *arr[j] = x;
+    }
+    m->bytes += (int64_t)(cap - m->sc_cap) * 24;
+    m->sc_cap = cap;
+    return 0;
+}
+
+/* chart c's mask from the state cache (an LRU of cache_size masks keyed by state id), computed on a
+ * miss into a new slot or the least recently used one: NULL with an exception set */
+static const uint32_t *mask_cached(Engine *e, int32_t c, PyObject *base_of) {
+    Masks *m = e->m;
+    ESet *s = e->sets[c];
+    if (s->mslot1) {
+        int32_t k = s->mslot1 - 1;
+        if (m->sc_head != k) { sc_unlink(m, k); sc_front(m, k); }
+        m->hits++;
+        return m->sc_words[k];
+    }
+    m->misses++;
+    int32_t k;
+    if (m->sc_n_free) k = m->sc_free[--m->sc_n_free];
+    else if (m->sc_n < m->cache_size) {
+        if (m->sc_n == m->sc_cap && sc_grow(m) < 0) return NULL;
+        uint32_t *w = malloc(m->nw * 4 + 4);
+        if (!w) { PyErr_NoMemory(); return NULL; }
+        k = m->sc_n++;
+        m->sc_words[k] = w;
+        m->bytes += (int64_t)(m->nw * 4);
+    } else {  /* full: the least recently used mask makes room */
+        k = m->sc_tail;
+        sc_unlink(m, k);
+        e->sets[m->sc_owner[k]]->mslot1 = 0;
+    }
+    int64_t n_sim = 0;
+    if (mask_compute(e, c, m->sc_words[k], base_of, &n_sim) < 0) {
+        m->sc_free[m->sc_n_free++] = k;
+        return NULL;
+    }
+    m->sim_total += n_sim;
+    m->sc_owner[k] = c;
+    e->sets[c]->mslot1 = k + 1;  /* e->sets may have moved while the mask was computed: re-read */
+    sc_front(m, k);
+    return m->sc_words[k];
+}
+
+/* fill_row(id, bitmask, row, base_of) -> True, or None where bitmask is not a C-contiguous int32
+ * [B, W] buffer or row is outside [-B, B) (the caller then takes NumPy's path, which checks and
+ * raises): chart id's mask (from the state cache) copied into row `row` of bitmask */
+static PyObject *eng_fill_row(Engine *e, PyObject *args) {
+    long long c;
+    Py_ssize_t row;
+    PyObject *o_bm, *base_of;
+    if (!PyArg_ParseTuple(args, "LOnO", &c, &o_bm, &row, &base_of)) return NULL;
+    if (check_id(e, c) < 0) return NULL;
+    Masks *m = e->m;
+    if (!m) { PyErr_SetString(PyExc_RuntimeError, "fill_row needs set_masks first"); return NULL; }
+    Py_buffer b;
+    if (PyObject_GetBuffer(o_bm, &b, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    const char *f = b.format ? b.format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    if (b.itemsize != 4 || strcmp(f, "i") || b.ndim != 2 || b.shape[1] != m->nw || row < -b.shape[0]
+        || row >= b.shape[0]) {
+        PyBuffer_Release(&b);
+        Py_RETURN_NONE;
+    }
+    if (row < 0) row += b.shape[0];
+    const uint32_t *w = mask_cached(e, (int32_t)c, base_of);
+    if (w) memcpy((char *)b.buf + row * m->nw * 4, w, m->nw * 4);
+    PyBuffer_Release(&b);
+    if (!w) return NULL;
+    Py_RETURN_TRUE;
+}
+
+/* mask_copy(id, words uint32[W], base_of): chart id's mask (from the state cache) copied into words */
+static PyObject *eng_mask_copy(Engine *e, PyObject *args) {
+    long long c;
+    PyObject *o_words, *base_of;
+    if (!PyArg_ParseTuple(args, "LOO", &c, &o_words, &base_of)) return NULL;
+    if (check_id(e, c) < 0) return NULL;
+    Masks *m = e->m;
+    if (!m) { PyErr_SetString(PyExc_RuntimeError, "mask_copy needs set_masks first"); return NULL; }
+    Py_buffer bw;
+    if (get_rw(o_words, &bw, 4, "words") < 0) return NULL;
+    const uint32_t *w = NULL;
+    if (bw.len != m->nw * 4) PyErr_Format(PyExc_ValueError, "words must have %zd items", m->nw);
+    else if ((w = mask_cached(e, (int32_t)c, base_of))) memcpy(bw.buf, w, m->nw * 4);
+    PyBuffer_Release(&bw);
+    if (!w) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* mask_stats() -> (state-cache hits, misses, bytes stepped by the misses' exit walks) */
+static PyObject *eng_mask_stats(Engine *e, PyObject *noargs) {
+    Masks *m = e->m;
+    if (!m) return Py_BuildValue("(LLL)", 0LL, 0LL, 0LL);
+    return Py_BuildValue("(LLL)", (long long)m->hits, (long long)m->misses, (long long)m->sim_total);
 }
 
 static int64_t masks_bytes(const Masks *m) { return m ? m->bytes : 0; }

@@ -653,7 +653,7 @@ class CompiledGrammar:
         self.mask_cache: OrderedDict = OrderedDict()
         self.exit_cache: OrderedDict = OrderedDict()
         self.contrib_cache: OrderedDict = OrderedDict()
-        self.stats = {"cache_hits": 0, "cache_misses": 0, "simulated_bytes": 0, "terminal_infos": 0, "exit_hits": 0}
+        self._stats = {"cache_hits": 0, "cache_misses": 0, "simulated_bytes": 0, "terminal_infos": 0, "exit_hits": 0}
         # the token-accept fast path (GrammarMatcher.accept_token): the C engine's memoised accept
         # and the ids it applies to (real tokens, neither special nor EOS)
         vocab = index.vocab
@@ -666,13 +666,30 @@ class CompiledGrammar:
         # compiled core with the state cache: a state's mask after a cache miss is made in one C call
         # (Engine.mask_into: the terminal infos, the contribution cache and the combination in C tables
         # keyed by integer ids); the Python path below stays for the other configurations
-        self._mask_into = None
+        # (fourth round) the state cache is in C too (an LRU of cache_size masks keyed by the state id):
+        # a fill is one C call, hit or miss (Engine.fill_row), and compute_mask copies from it
+        # (Engine.mask_copy); the tests turn all three off to compare with the Python orchestration
+        self._mask_into = self._fill_row = self._mask_copy = None
         if self.fast_accept is not None and config.state_cache:
             _native.trie_of(index)
             counters = [(d.counter.w, d.counter.lo, -1 if d.counter.hi is None else d.counter.hi)
                         if d.counter is not None else (0, 0, -1) for d in grammar.terminals]
-            self.engine._e.set_masks(index._native_trie, index.eos_words, counters, config.cache_size)
-            self._mask_into = self.engine._e.mask_into
+            e = self.engine._e
+            e.set_masks(index._native_trie, index.eos_words, counters, config.cache_size)
+            self._mask_into, self._fill_row, self._mask_copy = e.mask_into, e.fill_row, e.mask_copy
+
+    @property
+    def stats(self) -> dict:
+        """Counters of the caches: state-cache hits and misses, bytes the exit walks stepped, terminal
+        infos made (Python orchestration) and exit-cache hits; on the compiled core with the state cache
+        the first three include the C state cache's (``Engine.mask_stats``)."""
+        st = dict(self._stats)
+        if self._fill_row is not None:
+            hits, misses, sim = self.engine._e.mask_stats()
+            st["cache_hits"] += hits
+            st["cache_misses"] += misses
+            st["simulated_bytes"] += sim
+        return st
 
     # -- per (terminal, state) precomputation ---------------------------------------------
     def horizon_classes(self, t: int) -> np.ndarray:
@@ -730,7 +747,7 @@ class CompiledGrammar:
         info = self._terminal_info.get(key)
         if info is None:
             info = self._terminal_info[key] = base.info(need, room, dfa.n_states - 1)
-            self.stats["terminal_infos"] += 1
+            self._stats["terminal_infos"] += 1
         return info
 
     def terminal_info(self, t: int, s: int) -> _TerminalInfo:
@@ -776,7 +793,7 @@ class CompiledGrammar:
                         if p_ < idx.max_len and idx.t_child_hi[p_][node] > idx.t_child_lo[p_][node]:
                             exits.setdefault(a, []).append((p_, node))
                     info = self._terminal_info[ckey] = _TerminalInfo(words, exits)
-                    self.stats["terminal_infos"] += 1
+                    self._stats["terminal_infos"] += 1
         self._terminal_info[key] = info
         return info
 
@@ -806,7 +823,7 @@ class CompiledGrammar:
             ids, n_sim = self.engine.simulate(chart, idx, p, node)
             if ids.size:
                 out.append(ids)
-            self.stats["simulated_bytes"] += n_sim
+            self._stats["simulated_bytes"] += n_sim
             return
         step, first, first_list = self.engine.step, self.engine.allowed_first_bytes, self.engine.first_list
         c_lo, c_hi, t_byte, max_len = idx.t_child_lo, idx.t_child_hi, idx.t_byte, idx.max_len
@@ -835,7 +852,7 @@ class CompiledGrammar:
                 if ends.size:
                     out.append(ends)
                 stack.append((c2, d + 1, lo + j))
-        self.stats["simulated_bytes"] += n_sim
+        self._stats["simulated_bytes"] += n_sim
 
     def _exit_top(self, chart, t: int, s: int, a: int):
         if self._exit_c is not None:
@@ -878,7 +895,7 @@ class CompiledGrammar:
                         self.exit_cache.popitem(last=False)
                 else:
                     self.exit_cache.move_to_end(nkey)
-                    self.stats["exit_hits"] += 1
+                    self._stats["exit_hits"] += 1
                 if type(got) is tuple:
                     if len(got) == 1:
                         dense.append(got[0])
@@ -901,7 +918,7 @@ class CompiledGrammar:
         for a, nodes in pre.items():
             x = e.exit_chart(chart, t, s, a)
             if x >= 0:
-                self.stats["simulated_bytes"] += e.exits_into(x, trie, nodes, words)
+                self._stats["simulated_bytes"] += e.exits_into(x, trie, nodes, words)
 
     def compute_mask(self, chart) -> np.ndarray:
         """The packed uint32 mask words of the tokens allowed after ``chart``. On the compiled core
@@ -909,16 +926,20 @@ class CompiledGrammar:
         contribution cache and the combination below, over C tables keyed by integer ids; the
         counted walks come from ``_native_base``); the Python code below serves the other
         configurations and is what the tests compare the C tables with."""
+        if self._mask_copy is not None:  # the state cache in C: a copy of the cached mask
+            words = np.empty(self.index.n_words, np.uint32)
+            self._mask_copy(chart, words, self._native_base)
+            return words
         if self.fast_accept is not None and self.config.state_cache:  # the chart id is the cache key
             hit = self.mask_cache.get(chart)
             if hit is not None:
                 self.mask_cache.move_to_end(chart)
-                self.stats["cache_hits"] += 1
+                self._stats["cache_hits"] += 1
                 return hit
             if self._mask_into is not None:  # a miss: the whole mask in one C call
-                self.stats["cache_misses"] += 1
+                self._stats["cache_misses"] += 1
                 words = np.empty(self.index.n_words, np.uint32)
-                self.stats["simulated_bytes"] += self._mask_into(chart, words, self._native_base)
+                self._stats["simulated_bytes"] += self._mask_into(chart, words, self._native_base)
                 self.mask_cache[chart] = words
                 if len(self.mask_cache) > self.config.cache_size:
                     self.mask_cache.popitem(last=False)
@@ -931,9 +952,9 @@ class CompiledGrammar:
             hit = self.mask_cache.get(key)
             if hit is not None:
                 self.mask_cache.move_to_end(key)
-                self.stats["cache_hits"] += 1
+                self._stats["cache_hits"] += 1
                 return hit
-            self.stats["cache_misses"] += 1
+            self._stats["cache_misses"] += 1
         idx = self.index
         engine = self.engine
         dense: list = []  # packed words to OR together (a single one is used as is, no copy)
@@ -1088,6 +1109,12 @@ class GrammarMatcher:
 
     def fill_next_token_bitmask(self, bitmask: np.ndarray, index: int = 0) -> None:
         """Write the next-token mask into row ``index`` of an int32 ``[batch, W]`` bitmask."""
+        cg = self.compiled
+        if cg._fill_row is not None and not self._terminated[-1] and type(index) is int:
+            # compiled core: the state cache, a miss's computation and the row copy in one C call, which
+            # declines (None) a bitmask that is not a C-contiguous int32 [B, W] array, or a row outside it
+            if cg._fill_row(self._history[-1], bitmask, index, cg._native_base) is not None:
+                return
         if bitmask.dtype != np.int32 or bitmask.ndim != 2 or bitmask.shape[1] != self.compiled.index.n_words:
             raise ValueError(f"bitmask must be int32 [batch, {self.compiled.index.n_words}], got "
                              f"{bitmask.dtype} {bitmask.shape}")

@@ -22,7 +22,7 @@ def _masks(schema, index, config, sequences, python_orchestration=False):
     index.clear_cache()
     cg = compile_grammar(schema_grammar(schema), index, config)
     if python_orchestration:
-        cg._mask_into = None  # the same compiled engine, the mask assembled by matcher.py
+        cg._mask_into = cg._fill_row = cg._mask_copy = None  # the same compiled engine, the mask assembled by matcher.py
     bm = allocate_token_bitmask(1, index.vocab_size)
     out = []
     for tokens in sequences:
@@ -91,3 +91,46 @@ def test_fill_row_copy_keeps_numpy_indexing():
     wide = np.zeros((3, 2 * cg.index.n_words), np.int32)[:, ::2]  # not contiguous: NumPy's copy
     m.fill_next_token_bitmask(wide, 1)
     assert np.array_equal(wide, ref)
+
+
+@needs_core
+def test_state_cache_in_c_is_an_lru_counted_and_exact():
+    """Fourth round: the state cache in C (``Engine.fill_row`` / ``mask_copy``): hits and misses counted,
+    the least recently used mask evicted at ``cache_size``, every fill equal to the uncached mask."""
+    schema = {"type": "object", "properties": {"s": {"type": "string", "maxLength": 4}, "n": {"type": "integer"}}}
+    for size in (1, 3, 4096):
+        cg = compile_json_schema(schema, byte_vocabulary(), MatcherConfig(cache_size=size))
+        assert cg._fill_row is not None
+        e, bm = cg.engine._e, allocate_token_bitmask(2, cg.index.vocab_size)
+        m, charts = GrammarMatcher(cg), []
+        for b in b'{"s":"ab","n":12}':
+            charts.append(m.chart)
+            assert m.accept_token(b)
+        for c in charts + charts[::-1] + charts:  # revisits after evictions
+            assert e.fill_row(c, bm, 1, cg._native_base) is True
+            ref = np.zeros(cg.index.n_words, np.uint32)
+            e.mask_into(c, ref, cg._native_base)
+            assert np.array_equal(bm[1].view(np.uint32), ref) and not bm[0].any()
+        hits, misses, _ = e.mask_stats()
+        assert hits + misses == 3 * len(charts) and cg.stats["cache_hits"] == hits
+        n_states = len(set(charts))
+        assert misses == n_states if size == 4096 else misses > n_states
+    words = cg.compute_mask(charts[0])  # a copy: writing it leaves the cache as it was
+    words[:] = 0
+    assert cg.compute_mask(charts[0]).any()
+
+
+@needs_core
+def test_fill_row_declines_what_numpy_must_check():
+    cg = compile_json_schema({"type": "integer"}, byte_vocabulary())
+    e, c, nw = cg.engine._e, GrammarMatcher(cg).chart, cg.index.n_words
+    for bad in (np.zeros((2, nw), np.uint32), np.zeros((2, nw + 1), np.int32), np.zeros(nw, np.int32),
+                np.zeros((2, 2 * nw), np.int32)[:, ::2], np.zeros((2, nw), np.int32)[::-1]):
+        assert e.fill_row(c, bad, 0, cg._native_base) is None
+    assert e.fill_row(c, np.zeros((2, nw), np.int32), 2, cg._native_base) is None  # row outside [-B, B)
+    with pytest.raises(ValueError, match="bitmask must be int32"):
+        GrammarMatcher(cg).fill_next_token_bitmask(np.zeros((2, nw), np.uint32))
+    with pytest.raises(ValueError, match="out of range"):
+        e.fill_row(10 ** 9, np.zeros((2, nw), np.int32), 0, cg._native_base)
+    with pytest.raises(ValueError, match="words must have"):
+        e.mask_copy(c, np.zeros(nw + 1, np.uint32), cg._native_base)
