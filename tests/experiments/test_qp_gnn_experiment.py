@@ -73,7 +73,8 @@ def test_bad_tuning_settings_are_refused():
 
     from rayml.experiments import qp_gnn as exp
 
-    for key, bad in (("tune_seeds", 0), ("extend", -1), ("lr_grid", [3e-4, 5.0]), ("lr_grid", [])):
+    for key, bad in (("tune_seeds", 0), ("extend", -1), ("lr_grid", [3e-4, 5.0]), ("lr_grid", []),
+                     ("tune_on", "test")):
         with pytest.raises(ValueError, match=key):
             exp._check({**exp.SIZES["tiny"], key: bad})
 
@@ -89,3 +90,18 @@ def test_full_size_is_valid_powered_and_keeps_the_paper_values_inside():
     assert min(full["emb_sizes"]) == 4 and max(full["emb_sizes"]) >= max(exp.SIZES["quick"]["emb_sizes"])
     assert min(full["lr_grid"]) < exp.PAPER_LR < max(full["lr_grid"])  # the authors' lr strictly inside
     assert full["seeds"] >= 9 and full["tune_seeds"] >= 1  # power_from_pilot (Wilcoxon) on the review's errors
+
+
+def test_learning_rates_are_tuned_on_the_claims_criterion_and_an_edge_choice_is_a_failed_sanity_check(tiny_record):
+    """Session 7: the first full record tuned the objective lr on validation error, which chose an
+    underfitting 3.3e-5 on the grid's low edge; every claim is about fitting, so the tuning set's
+    training error picks the lr at every size, and a choice left on an edge fails a sanity check."""
+    from rayml.experiments import qp_gnn as exp
+
+    assert all(exp.SIZES[s]["tune_on"] == "train" for s in ("tiny", "quick", "full"))
+    record = tiny_record("qp-gnn")
+    assert "mean training error" in record["config"]["budget"]["tuning"]
+    on_edge = sum(bool(ch["on_edge"]) for ch in record["config"]["budget"]["tuning_choices"].values())
+    assert record["metrics"]["tuning_lr_on_edge"] == on_edge
+    edge = [c for c in record["claims"] if c["metric"] == "metrics.tuning_lr_on_edge"]
+    assert len(edge) == 1 and edge[0]["kind"] == "sanity" and edge[0]["holds"] == (on_edge == 0)
