@@ -1674,7 +1674,6 @@ static PyObject *py_count_cut(PyObject *self, PyObject *args) {
 
 typedef struct {
     uint32_t *inside;        /* [nw] the tokens that stay inside the terminal */
-    int32_t n_nz, *nz;       /* its nonzero words where they are few (nz_make), -1: dense, -2: not known */
     int32_t n_ex;            /* exit j: DFA state ex_a[j], trie nodes ex_nodes[ex_at[j] .. ex_at[j + 1]) */
     int32_t *ex_a;
     int64_t *ex_at, *ex_nodes;
@@ -1688,7 +1687,7 @@ typedef struct {
     int64_t n_max;
 } CBase;
 
-typedef struct { int32_t n; int64_t *xs; uint32_t *words; int32_t n_nz, *nz; } Contrib;
+typedef struct { int32_t n; int64_t *xs; uint32_t *words; } Contrib;
 
 struct Masks {
     PyObject *trie;          /* the trie capsule (held) */
@@ -1719,22 +1718,6 @@ struct Masks {
 typedef struct { int32_t a; int64_t g; } ExPair;
 typedef struct { ExPair *a; int64_t n, cap; } ExVec;
 
-/* the indices of the nonzero words of w[nw] into *nz where they are at most nw / 16 (a key, an enum
- * value, a short literal: OR-ed word by word), their count; -1 where there are more (OR-ed whole) */
-static int32_t nz_make(const uint32_t *w, Py_ssize_t nw, int32_t **nz, int64_t *bytes) {
-    Py_ssize_t lim = nw / 16, n = 0;
-    for (Py_ssize_t k = 0; k < nw; k++)
-        if (w[k] && ++n > lim) return -1;
-    int32_t *x = malloc(sizeof(int32_t) * (n + 1));
-    if (!x) return -1;  /* no memory for the index: OR-ed whole, as exact */
-    n = 0;
-    for (Py_ssize_t k = 0; k < nw; k++)
-        if (w[k]) x[n++] = (int32_t)k;
-    *nz = x;
-    *bytes += 4LL * (n + 1);
-    return (int32_t)n;
-}
-
 static int ex_push(ExVec *v, int32_t a, int64_t g) {
     if (v->n == v->cap) {
         int64_t c = v->cap ? 2 * v->cap : 16;
@@ -1753,11 +1736,7 @@ static int ex_cmp(const void *x, const void *y) {
 }
 
 static void masks_clear_cons(Masks *m) {
-    for (int64_t i = 0; i < m->n_cons; i++) {
-        Contrib *q = &m->cons[i];
-        m->bytes -= 8LL * q->n + (q->nz ? 4LL * (q->n_nz + 1) : 0);
-        free(q->xs); free(q->words); free(q->nz);
-    }
+    for (int64_t i = 0; i < m->n_cons; i++) { free(m->cons[i].xs); free(m->cons[i].words); }
     m->bytes -= m->n_cons * (int64_t)(m->nw * 4);
     m->n_cons = 0;
     free(m->con.slots);
@@ -1776,7 +1755,7 @@ static void masks_free(Masks *m) {
     free(m->ts.slots); free(m->cl.slots); free(m->cnt.slots); free(m->base.slots);
     for (int64_t i = 0; i < m->n_infos; i++) {
         TInfo *x = &m->infos[i];
-        free(x->inside); free(x->ex_a); free(x->ex_at); free(x->ex_nodes); free(x->nz);
+        free(x->inside); free(x->ex_a); free(x->ex_at); free(x->ex_nodes);
     }
     free(m->infos);
     for (int64_t i = 0; i < m->n_bases; i++) {
@@ -1798,7 +1777,6 @@ static int64_t info_new(Masks *m) {
     }
     TInfo *x = &m->infos[m->n_infos];
     memset(x, 0, sizeof(TInfo));
-    x->n_nz = -2;
     x->inside = calloc(m->nw ? m->nw : 1, 4);
     if (!x->inside) { PyErr_NoMemory(); return -1; }
     m->bytes += (int64_t)(m->nw * 4) + (int64_t)sizeof(TInfo);
@@ -1958,10 +1936,8 @@ static int64_t info_of(Engine *e, int32_t t, int32_t s, PyObject *base_of) {
 
 /* the contribution of scan group (t, st) of chart c with info id (inside tokens and the walks below its
  * exits, from their exit charts), cached by (info, exit charts): NULL with an exception set */
-static const uint32_t *contrib(Engine *e, int32_t c, int32_t t, int32_t st, int64_t id, int64_t *n_sim,
-                               int32_t *n_nz, const int32_t **nz) {
+static const uint32_t *contrib(Engine *e, int32_t c, int32_t t, int32_t st, int64_t id, int64_t *n_sim) {
     Masks *m = e->m;
-    *n_nz = -1;
     TInfo *x = &m->infos[id];
     int32_t n = x->n_ex;
     int64_t xs[64];
@@ -1981,12 +1957,7 @@ static const uint32_t *contrib(Engine *e, int32_t c, int32_t t, int32_t st, int6
     int store = 1;
     if (hit) {
         Contrib *q = &m->cons[*hit];
-        if (q->n == n && !memcmp(q->xs, xp, sizeof(int64_t) * n)) {
-            if (xp != xs) free(xp);
-            *n_nz = q->n_nz;
-            *nz = q->nz;
-            return q->words;
-        }
+        if (q->n == n && !memcmp(q->xs, xp, sizeof(int64_t) * n)) { if (xp != xs) free(xp); return q->words; }
         store = 0;  /* a hash collision of two exit-chart lists: computed, not cached */
     }
     if (store && m->n_cons >= m->cache_size) {  /* bounded: forget every contribution */
@@ -2015,10 +1986,7 @@ static const uint32_t *contrib(Engine *e, int32_t c, int32_t t, int32_t st, int6
                 rc = sim_or(e, m->t, (int32_t)xp[j], x->ex_nodes[q], words, m->nw, n_sim);
     if (rc == 0 && store) {
         memcpy(keep, xp, sizeof(int64_t) * n);
-        int32_t *zi = NULL;
-        *n_nz = nz_make(words, m->nw, &zi, &m->bytes);
-        *nz = zi;
-        m->cons[m->n_cons] = (Contrib){n, keep, words, *n_nz, zi};
+        m->cons[m->n_cons] = (Contrib){n, keep, words};
         if (map_put(&m->con, id, k2, m->n_cons++) < 0) { PyErr_NoMemory(); rc = -1; }
         else m->bytes += (int64_t)(m->nw * 4) + 8LL * n;
     } else if (store) { free(words); free(keep); }
@@ -2091,20 +2059,9 @@ static int mask_compute(Engine *e, int32_t c, uint32_t *out, PyObject *base_of, 
         int32_t t = s->scan_t[g], st = s->scan_s[g];
         int64_t id = info_of(e, t, st, base_of);
         if (id < 0) return -1;
-        int32_t n_nz;
-        const int32_t *nz = NULL;
-        const uint32_t *src;
-        if (m->infos[id].n_ex) src = contrib(e, c, t, st, id, n_sim, &n_nz, &nz);
-        else {
-            TInfo *x = &m->infos[id];
-            if (x->n_nz == -2) x->n_nz = nz_make(x->inside, m->nw, &x->nz, &m->bytes);
-            src = x->inside; n_nz = x->n_nz; nz = x->nz;
-        }
+        const uint32_t *src = m->infos[id].n_ex ? contrib(e, c, t, st, id, n_sim) : m->infos[id].inside;
         if (!src) return -1;
-        if (n_nz >= 0) {  /* few nonzero words: OR-ed one by one */
-            if (!g) memset(out, 0, m->nw * 4);
-            for (int32_t j = 0; j < n_nz; j++) out[nz[j]] |= src[nz[j]];
-        } else if (!g) memcpy(out, src, m->nw * 4);  /* the first group copied, the others OR-ed in */
+        if (!g) memcpy(out, src, m->nw * 4);  /* the first group copied, the others OR-ed in */
         else for (Py_ssize_t k = 0; k < m->nw; k++) out[k] |= src[k];
     }
     if (s->accepting)
