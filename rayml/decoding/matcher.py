@@ -922,10 +922,11 @@ class CompiledGrammar:
 
     def compute_mask(self, chart) -> np.ndarray:
         """The packed uint32 mask words of the tokens allowed after ``chart``. On the compiled core
-        with the state cache, a miss is one C call (``Engine.mask_into``: ``terminal_info``, the
-        contribution cache and the combination below, over C tables keyed by integer ids; the
-        counted walks come from ``_native_base``); the Python code below serves the other
-        configurations and is what the tests compare the C tables with."""
+        with the state cache, a copy of the mask in the C state cache (``Engine.mask_copy``), whose
+        miss is computed in C (as ``Engine.mask_into``: ``terminal_info``, the contribution cache and
+        the combination below, over C tables keyed by integer ids; the counted walks come from
+        ``_native_base``); the Python code below serves the other configurations and is what the
+        tests compare the C tables with."""
         if self._mask_copy is not None:  # the state cache in C: a copy of the cached mask
             words = np.empty(self.index.n_words, np.uint32)
             self._mask_copy(chart, words, self._native_base)

@@ -11,7 +11,8 @@ with the memoised walks below a terminal's exits, ``Engine.exits_into``), and so
 setup of a first visit (``core.horizon_classes``, ``core.literal_rest``, ``core.count_cut``, used
 by ``matcher.CompiledGrammar``). A state-cache miss is one C call (``Engine.mask_into``): the
 terminal infos of the state's scan groups (made on first use, in C tables keyed by integer ids), the
-contribution cache and the combination; the state cache (an LRU keyed by the state id) and the
+contribution cache and the combination; since the fourth round the state cache is in C too (an LRU
+of masks keyed by the state id), so a fill is one C call, hit or miss (``Engine.fill_row``); the
 once-per-(terminal, local state) counted walks stay in Python (``matcher``).
 
 When the extension was not built (no C compiler at install time), importing ``rayml.decoding``
