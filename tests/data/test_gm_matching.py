@@ -135,7 +135,7 @@ def test_experiment_cells_are_deterministic_and_bad_configs_fail():
     config = dict(exp.SIZES["tiny"], embed_dim=4, max_iter=30)   # small: determinism needs no converged fit
     a = exp.robustness_one(("shift", 0.4, 0, 123), config)
     b = exp.robustness_one(("shift", 0.4, 0, 123), config)
-    assert a == b and {r["method"] for r in a} == {*METHODS, exp.LEVEL_AWARE, exp.FULL_DATA}
+    assert a == b and {r["method"] for r in a} == {*METHODS, exp.LEVEL_AWARE, exp.FULL_DATA, *exp.VARIANTS}
     assert exp.convergence_one((0, 9), config) == exp.convergence_one((0, 9), config)
     with pytest.raises(ValueError, match="ks"):
         exp.run({**config, "ks": [0, 5]}, 0)
