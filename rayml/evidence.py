@@ -240,7 +240,8 @@ def tune(evaluate: Callable[[list[tuple[Hashable, dict]]], Sequence[float]], gri
             value}}``; each ``GridChoice.paper_inside`` says whether they lie inside the grid.
         extend: how many times a numeric axis is extended past the edge where the choice sits
             (one new value past it, geometric for positive axes, evaluated in a new round) before
-            the choice is final; ``0`` only reports the edge.
+            the choice is final; ``0`` only reports the edge. A problem whose every score is NaN or
+            infinite is never extended: its choice is the first setting by default, not a best one.
         limits: ``{axis: (low, high)}``: no extension past these (a step size above 1, a
             negative scale); a choice at a limit stays on its edge and says so.
         tie: scores within ``tie`` of the best one are tied with it: a number (absolute) or a pair
@@ -298,7 +299,9 @@ def tune(evaluate: Callable[[list[tuple[Hashable, dict]]], Sequence[float]], gri
     for _ in range(extend):
         new_items = []
         for p in grids:
-            setting, _ = best(p)
+            setting, score = best(p)
+            if not math.isfinite(score):  # no finite score on the grid: its "edge" choice says nothing
+                continue
             for name, side in _edges(setting, axes[p]).items():
                 nxt = _step_past(axes[p][name], side, (limits or {}).get(name))
                 if nxt is None or nxt in axes[p][name]:

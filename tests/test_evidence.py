@@ -109,6 +109,21 @@ def test_tune_extends_an_edge_until_the_choice_is_inside():
     assert ch.setting == {"sigma": 0.25} and ch.edges == {"sigma": "low"} and ch.extended == {}
 
 
+def test_tune_does_not_extend_a_grid_whose_every_score_is_nan():
+    """Helper B's finding (session 7): with no finite score, the first setting is the choice by
+    default, and extending past that "edge" only spent tuning rounds."""
+    calls = []
+
+    def evaluate(items):
+        calls.append(len(items))
+        return [float("nan") if p == "none" else abs(np.log(s["sigma"] / 0.06)) for p, s in items]
+
+    out = evidence.tune(evaluate, {"none": {"sigma": [0.25, 0.5, 1.0]}, "p": {"sigma": [0.25, 0.5, 1.0]}}, extend=3)
+    assert out["none"].extended == {} and out["none"].setting == {"sigma": 0.25}
+    assert out["p"].extended == {"sigma": [0.125, 0.0625, 0.03125]}
+    assert calls == [6, 1, 1, 1]  # the NaN problem got no extension rounds
+
+
 def test_tune_maximises_and_writes_a_record_ready_table():
     out = evidence.tune(lambda items: [s["lr"] for _, s in items], {("c", "m"): {"lr": [0.1, 0.01]}},
                         lower_is_better=False)
