@@ -15,7 +15,9 @@ uniform play (the trivial control: it learns nothing, so its regret grows linear
 
 Claims (session 7: the paper's bound as stated, an upper bound ``O~(sqrt(K T log(1/delta)))`` with
 probability ``1 - delta``): at ``delta = 0.05`` the 95th-percentile regret grows in ``T`` at most like
-``sqrt(T)`` (fitted exponent at most ``0.5 + 0.1``, the 0.1 for the bound's log factors); at
+``sqrt(T)`` (after the session-7 review: by at most ``4^(7/12) = 2.245`` per factor 4 at the largest
+horizons, the geometric midpoint of ``sqrt(T)``'s 2 and ``T^(2/3)``'s 2.52, with the same algorithm at a
+``T^(-2/3)`` rate as a control; the one-decade log-log slope, an offset flattens it, is still reported); at
 ``delta = 0.01`` the same for the 99th percentile over ``tail_runs`` runs at the ``tail_horizons``
 (uniform play and the ``gamma = 0`` variant are its controls); it does not grow with ``C`` (fitted
 exponent in ``C`` at most 0.1); it is below per-context EXP3's at ``C >> L`` (paired over runs).
@@ -45,7 +47,8 @@ METHOD = "cross-learning"
 GAMMA0 = "cross-learning-gamma0"
 PROP = "propensity-weighted"   # the outside review's control: cross-learned losses over pi(A | c_t) + gamma
 UNIFORM = "uniform"            # session 7: the trivial control of the rate and tail claims (learns nothing)
-BASELINES = ("known-distribution", "per-context-exp3", PROP, GAMMA0, UNIFORM)
+T23 = "cross-learning-T23"     # session 7 review: the same algorithm at a T^(-2/3) rate (a T^(2/3) learner)
+BASELINES = ("known-distribution", "per-context-exp3", PROP, GAMMA0, UNIFORM, T23)
 ENVS = ("contextual",)
 SOURCE_HP = ("abstract: 'we present a novel, in-depth analysis of their algorithm and demonstrate that it actually "
              "achieves near-optimal regret with high probability' (O~(sqrt(K T log(1/delta))))")
@@ -53,6 +56,9 @@ SOURCE_C = ("abstract (Schneider & Zimmert, the algorithm analysed): 'nearly tig
             "independent of the number of contexts'")
 EXPONENT_TOL = 0.1
 SQRT_T = 0.5   # the bound's exponent in T: O~(sqrt(K T log(1/delta)))
+# the rate claim's growth ratio q95(4T) / q95(T): sqrt(T) gives 2, T^(2/3) gives 4^(2/3) = 2.52; the threshold
+# is their geometric midpoint 4^(7/12) = 2.245 (sqrt(T ln T) gives 2.21 from T = 500 to 2000, 2.18 from 2000 to 8000)
+RATIO_MAX = 4.0 ** ((0.5 + 2 / 3) / 2)
 EXTEND = 6   # session 5: two extensions left the known-distribution learner on the top edge (32)
 TUNE_TIE = (0.0, 0.1)   # q95 tuning scores within 10% of the best are tied (10 tuning runs: noise-level)
 
@@ -87,13 +93,18 @@ def make_env(kind: str, size: int, horizon: int, config: Mapping[str, Any]) -> c
 
 def run_chunk(item: tuple, config: Mapping[str, Any]) -> dict:
     """One work item ``(study, env kind, env size, learner, horizon, eta_scale, chunk, runs, seed)``;
-    the learner ``cross-learning-gamma0`` is cross-learning with ``gamma = 0``."""
+    the learner ``cross-learning-gamma0`` is cross-learning with ``gamma = 0``, ``cross-learning-T23`` is
+    cross-learning with its rate decaying as ``T^(-2/3)``, equal to ``eta_scale`` times the stated rate at
+    ``tune_horizon`` (``default_config(rate_exponent=2/3, anchor_horizon=tune_horizon)``)."""
     study, kind, size, method, horizon, scale, chunk, runs, seed = item
     env = make_env(kind, size, horizon, config)
     if method == GAMMA0:
         cfg = cl.default_config(env.n_actions, env.horizon, scale)
         res = cl.simulate(env, METHOD, runs, seed, points=10,
                           config=cl.LearnerConfig(eta=cfg.eta, gamma=GAMMA0_FLOOR, epoch_length=cfg.epoch_length))
+    elif method == T23:
+        res = cl.simulate(env, METHOD, runs, seed, points=10, eta_scale=scale, rate_exponent=2 / 3,
+                          anchor_horizon=int(config["tune_horizon"]))
     else:
         res = cl.simulate(env, method, runs, seed, points=10, eta_scale=scale)
     return {"study": study, "env": env.name, "kind": kind, "size": size, "method": method, "horizon": horizon,
@@ -132,9 +143,26 @@ def growth_exponent(horizons, values) -> float:
     return float(np.polyfit(np.log(np.asarray(horizons, dtype=float)), np.log(v), 1)[0])
 
 
+def growth_ratio_4x(horizons, values) -> float:
+    """The regret's growth per factor 4 in ``T`` at the top of the horizons: ``(q(T_max) / q(T_lo))^(ln 4 /
+    ln(T_max / T_lo))`` with ``T_lo`` the largest horizon ``<= T_max / 4`` (the smallest if none), i.e.
+    ``q(4T) / q(T)`` when both are run; ``sqrt(T)`` gives 2, ``T^(2/3)`` 2.52. An additive offset
+    ``a + b T^p`` pulls it below ``4^p`` less at large ``T`` than over the whole range (``nan`` if a value
+    is not positive)."""
+    hs = np.asarray(horizons, dtype=float)
+    v = np.asarray(values, dtype=float)
+    order = np.argsort(hs)
+    hs, v = hs[order], v[order]
+    if np.any(v <= 0) or hs.size < 2:
+        return float("nan")
+    below = np.nonzero(hs <= hs[-1] / 4)[0]
+    lo = int(below[-1]) if below.size else 0
+    return float((v[-1] / v[lo]) ** (math.log(4.0) / math.log(hs[-1] / hs[lo])))
+
+
 def _learners(kind: str = "contextual") -> tuple[str, ...]:
     """The horizon study's learners (the gamma = 0 variant runs in the tail study only)."""
-    return (METHOD, "known-distribution", PROP, "per-context-exp3", UNIFORM)
+    return (METHOD, "known-distribution", PROP, "per-context-exp3", UNIFORM, T23)
 
 
 TAIL_LEARNERS = (METHOD, GAMMA0, UNIFORM)   # the tail study's learners
@@ -188,6 +216,9 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     choices, pilot = _tune(config, tune_seeds, sizes, int(config["tune_horizon"]), q)
     chosen = {k: c.setting["eta_scale"] for k, c in choices.items()}
     chosen[("contextual", many, UNIFORM)] = 1.0   # ignored: uniform play has no rate
+    # the T^(2/3) control equals the algorithm at tune_horizon (same rate there, same tuning seeds), so the same
+    # grid gives it the same choice: it is not tuned twice
+    chosen[("contextual", many, T23)] = chosen[("contextual", many, METHOD)]
 
     items = [("horizon", kind, size, m, h, chosen[(kind, size, m)], i, per, s) for kind, size in envs
              for m in _learners(kind) for h in horizons for i, s in enumerate(chunk_seeds)]
@@ -242,6 +273,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
             d[f"q{q:g}_regret_{kind}"] = {str(h): v for h, v in zip(horizons, qs)}
             d[f"median_regret_{kind}"] = {str(h): summary[("horizon", kind, size, m, h)]["median"] for h in horizons}
             d[f"exponent_{kind}"] = growth_exponent(horizons, qs)
+            d[f"growth_ratio_4x_{kind}"] = growth_ratio_4x(horizons, qs)
             d[f"q_over_sqrt_KTlnK_{kind}"] = qs[-1] / math.sqrt(K * T_max * math.log(K))
             d[f"q_final_{kind}"] = qs[-1]
             d[f"contexts_{kind}"] = C
@@ -277,7 +309,9 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
               "tuning": {"/".join(map(str, k)): c.summary() for k, c in choices.items()}, "tuning_runs": int(config["tune_runs"]),
               "power_vs_per_context_exp3": evidence.power_from_pilot(pilot, test="sign"),
               "step_sizes": "eta = eta_scale sqrt(ln K / (K T)), gamma = eta / 2 (0 for cross-learning-gamma0), "
-                            "L = ceil(sqrt(K T)); per-context EXP3: eta_c = eta_scale sqrt(ln K / (K n_c))"}
+                            "L = ceil(sqrt(K T)); per-context EXP3: eta_c = eta_scale sqrt(ln K / (K n_c)); "
+                            f"{T23}: eta = eta_scale sqrt(ln K / (K T_a)) (T_a / T)^(2/3), T_a = tune_horizon, "
+                            "eta_scale = cross-learning's (the two are the same learner at T_a)"}
     # per number of contexts: cross-learning against per-context EXP3 and against the propensity-weighted
     # control, paired over runs (a description beside the claims, rayml.evidence.per_case)
     ctx_rows = [r for r in rows if r["study"] == "contexts"]
@@ -297,13 +331,15 @@ CLAIMS = evidence.gate(
     Claim(text="many contexts: the contextual instance has more contexts C than rounds per epoch L = sqrt(K T) at the "
                "largest T (a context is seen a handful of times)",
           metric="metrics.contexts_contextual", compare="metrics.epoch_length_at_T_max", op=">", kind="sanity"),
-    Claim(text="with probability 0.95 the regret is O~(sqrt(T)): the 95th-percentile regret's fitted exponent in T "
-               "is at most 0.5 + 0.1 (the bound's sqrt T; 0.1 for its log factors), C >> L; controls: uniform play "
-               "(learns nothing: exponent ~1), per-context EXP3, and the propensity-weighted cross-learner",
-          metric="metrics.exponent_contextual", compare=SQRT_T + EXPONENT_TOL, op="<=", source=SOURCE_HP,
-          controls=(Control("uniform play", f"baselines.{UNIFORM}.exponent_contextual"),
-                    Control("per-context-exp3", f"{_PER}.exponent_contextual"),
-                    Control(f"{PROP} (no epochs, no marginal)", f"baselines.{PROP}.exponent_contextual"))),
+    Claim(text="with probability 0.95 the regret is O~(sqrt(T)), not T^(2/3): the 95th-percentile regret grows by "
+               "at most 4^(7/12) = 2.245 per factor 4 in T at the largest horizons (sqrt T: 2, T^(2/3): 2.52), C >> L; "
+               "controls: uniform play (learns nothing: 4), per-context EXP3, the propensity-weighted cross-learner "
+               "and the same algorithm at a T^(-2/3) rate (a T^(2/3) learner: must fail)",
+          metric="metrics.growth_ratio_4x_contextual", compare=RATIO_MAX, op="<=", source=SOURCE_HP,
+          controls=(Control("uniform play", f"baselines.{UNIFORM}.growth_ratio_4x_contextual"),
+                    Control("per-context-exp3", f"{_PER}.growth_ratio_4x_contextual"),
+                    Control(f"{PROP} (no epochs, no marginal)", f"baselines.{PROP}.growth_ratio_4x_contextual"),
+                    Control("T^(-2/3) rate (a T^(2/3) learner)", f"baselines.{T23}.growth_ratio_4x_contextual"))),
     Claim(text="with probability 0.99 too (the tail): the 99th-percentile regret over the tail runs grows in T at most "
                "like sqrt(T): fitted exponent over the tail horizons at most 0.5 + 0.1, C >> L; controls: uniform "
                "play (learns nothing) and the same algorithm with gamma = 0 (no implicit exploration)",

@@ -214,6 +214,19 @@ def test_growth_exponent_of_exact_power_laws():
     assert np.isnan(growth_exponent(hs, [1.0, -1.0, 2.0]))
 
 
+def test_growth_ratio_4x_of_exact_power_laws_and_offsets():
+    from rayml.experiments.cross_learning import RATIO_MAX, growth_ratio_4x
+
+    hs = [250, 500, 1000, 2000]
+    assert np.isclose(growth_ratio_4x(hs, [3 * h**0.5 for h in hs]), 2.0)          # uses 500 -> 2000
+    assert np.isclose(growth_ratio_4x(hs, [h ** (2 / 3) for h in hs]), 4 ** (2 / 3))
+    assert np.isclose(growth_ratio_4x([150, 300], [h**0.5 for h in [150, 300]]), 2.0)   # extrapolated per 4x
+    assert np.isclose(growth_ratio_4x(hs[::-1], [(h / 500) * 7 for h in hs[::-1]]), 4.0)  # order-free
+    assert 4 ** 0.5 < RATIO_MAX < 4 ** (2 / 3)
+    assert growth_ratio_4x(hs, [math.sqrt(h * math.log(h)) for h in hs]) <= RATIO_MAX      # one log under the root
+    assert np.isnan(growth_ratio_4x(hs, [1.0, 0.0, 2.0, 3.0]))
+
+
 def test_experiment_tiny_is_identical_with_1_and_2_workers(ray_session):
     from rayml import runtime
     from rayml.experiments.cross_learning import EXPERIMENT, EXTEND, SIZES
@@ -240,6 +253,13 @@ def test_experiment_tiny_is_identical_with_1_and_2_workers(ray_session):
         assert np.isfinite(block["q99_exponent_tail"])
     assert one.baselines["uniform"]["eta_scale"] == {}
     assert {c.name for c in paper[0].controls} >= {"uniform play"} and {c.name for c in paper[1].controls} >= {"uniform play"}
+    # session 7 review: the T^(-2/3)-rate learner is a control of the rate claim, run at the same T and runs
+    assert any("T^(-2/3)" in c.name for c in paper[0].controls)
+    assert paper[0].metric.endswith("growth_ratio_4x_contextual")
+    t23 = one.baselines["cross-learning-T23"]
+    assert set(t23["q95_regret_contextual"]) == set(one.metrics["q95_regret_contextual"])
+    most = f"C={max(cfg['contexts'])}"
+    assert np.isfinite(t23["growth_ratio_4x_contextual"]) and t23["eta_scale"] == {most: one.metrics["eta_scale"][most]}
     with pytest.raises(ValueError, match="horizons"):
         EXPERIMENT.run({**cfg, "horizons": [10]}, 0)
     with pytest.raises(ValueError, match="tail_horizons"):
@@ -337,3 +357,29 @@ def test_tuning_ties_go_to_the_stated_rate_and_a_flat_curve_leaves_no_edge():
     choice = evidence.tune(steep, {"p": {"eta_scale": [0.5, 1.0, 2.0, 4.0, 8.0]}}, paper={"eta_scale": 1.0},
                            extend=EXTEND, tie=TUNE_TIE, tie_break=nearest_stated_rate)["p"]
     assert choice.setting["eta_scale"] == 8.0 * 2 ** EXTEND and choice.edges == {"eta_scale": "high"}
+
+
+def test_t23_rate_option_matches_the_per_round_loop_and_decays_as_T_to_minus_two_thirds():
+    # session 7 review: the T^(-2/3)-rate cross-learner, the rate claim's control
+    K, T, T_a = 4, 40, 20
+    cfg = cl.default_config(K, T, 2.0, rate_exponent=2 / 3, anchor_horizon=T_a)
+    eta = 2.0 * math.sqrt(math.log(K) / (K * T_a)) * (T_a / T) ** (2 / 3)
+    assert np.isclose(cfg.eta, eta) and np.isclose(cfg.gamma, eta / 2)
+    assert cfg.epoch_length == math.ceil(math.sqrt(K * T))
+    assert np.isclose(cl.default_config(K, T_a, 2.0, rate_exponent=2 / 3, anchor_horizon=T_a).eta,
+                      cl.default_config(K, T_a, 2.0).eta)                       # equal at the anchor
+    assert np.isclose(cl.default_config(K, T, 2.0, rate_exponent=0.5, anchor_horizon=T_a).eta,
+                      cl.default_config(K, T, 2.0).eta)                           # the anchor is moot at T^(-1/2)
+    env = cl.first_price_auction(5, K, T, 3)
+    R, seed = 3, 11
+    res = cl.simulate(env, "cross-learning", R, seed, eta_scale=2.0, rate_exponent=2 / 3, anchor_horizon=T_a)
+    ctx_rng, act_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
+    contexts = ctx_rng.choice(env.n_contexts, size=(R, T), p=env.context_probs)
+    uniforms = act_rng.random((R, T))
+    ref = [_reference_run(env, "cross-learning", contexts[r], uniforms[r], cfg) for r in range(R)]
+    assert np.allclose(res.regret, ref)
+    for bad in (0.0, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="rate_exponent"):
+            cl.default_config(K, T, rate_exponent=bad)
+    with pytest.raises(ValueError, match="anchor_horizon"):
+        cl.default_config(K, T, rate_exponent=2 / 3, anchor_horizon=0)
