@@ -420,7 +420,8 @@ def claims_fingerprint(claims: Sequence[Claim]) -> str:
     return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
 
-def _git_commit() -> str | None:
+def git_commit() -> str | None:
+    """The short commit of the rayml checkout this process imports (None outside a git checkout)."""
     here = Path(__file__).resolve().parent.parent
     try:
         res = subprocess.run(
@@ -432,8 +433,11 @@ def _git_commit() -> str | None:
     return res.stdout.strip() or None if res.returncode == 0 else None
 
 
-def environment(seconds: float, run_stats: Mapping[str, int]) -> dict:
-    """Provenance: cluster size, versions, git commit, wall time, and the Ray work that ran."""
+def environment(seconds: float, run_stats: Mapping[str, int], *, git: str | None = None) -> dict:
+    """Provenance: cluster size, versions, git commit, wall time, and the Ray work that ran.
+
+    ``git``: the commit the run started from (``git_commit()`` read before the work); by default
+    the commit checked out now, which a long run's neighbours may have moved on."""
     import ray
 
     from rayml import __version__, runtime
@@ -449,7 +453,7 @@ def environment(seconds: float, run_stats: Mapping[str, int]) -> dict:
         **info,
         "seconds": round(float(seconds), 3),
         "rayml": __version__,
-        "git": _git_commit(),
+        "git": git if git is not None else git_commit(),
         "python": platform.python_version(),
         "torch": torch_version,
         "ray": ray.__version__,

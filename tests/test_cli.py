@@ -297,3 +297,14 @@ def test_on_a_cluster_methods_run_side_by_side_as_tasks(isolated_ray, tmp_path, 
     finally:
         runtime.shutdown()
         cluster.shutdown()
+
+
+def test_the_record_names_the_commit_the_run_started_from(ray_session, monkeypatch):
+    """Helper C's finding (session 7): a long run whose neighbours commit meanwhile recorded the
+    commit checked out when it ended; the record now names the one it started from."""
+    from rayml import experiments, results
+
+    commits = iter(["start00"])
+    monkeypatch.setattr(results, "git_commit", lambda: next(commits, "moved11"))
+    rec = experiments.run("gs-poweropt", size="tiny", seed=3)
+    assert rec["env"]["git"] == "start00"

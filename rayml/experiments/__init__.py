@@ -237,6 +237,7 @@ def _execute(kind: str, name: str, *, size: str, seed: int, overrides, address, 
     runtime.connect(address)
     fn = experiment.run if kind == "run" else experiment.bench
     runtime.reset_stats()
+    commit = results.git_commit()  # the code this run starts from, not whatever HEAD is when it ends
     t0 = time.perf_counter()
     resume_at = _resume_dir(kind, name, size, seed, config) if resume else None
     with runtime.max_workers(workers), runtime.resume_cache(resume_at):
@@ -264,7 +265,7 @@ def _execute(kind: str, name: str, *, size: str, seed: int, overrides, address, 
         "summary": {},
         "claims_fingerprint": "",
         "tables": {k: list(v) for k, v in outcome.tables.items()},
-        "env": results.environment(seconds, runtime.stats()),
+        "env": results.environment(seconds, runtime.stats(), git=commit),
     }
     record = results.to_jsonable(record)
     claims = experiment.claims if kind == "run" else experiment.bench_claims
