@@ -340,7 +340,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
               "target_rel_l2": config["target_rel_l2"], "max_gram_mib": config["max_gram_mib"]}
     return Outcome(metrics=metrics, baselines=baselines,
                    tables={"accuracy": acc_rows, "scaling": scale_rows, "tuning": tune_rows, "timing": timing_rows,
-                           "slopes": slope_rows},
+                           "timing_slopes": slope_rows},
                    budget=budget)
 
 
@@ -355,7 +355,7 @@ _SLOPE = Claim(text="the time of a complete solve grows more slowly with the num
                     "timing passes (CPU time of complete solves, same Gauss-Newton budget; the metric is the median "
                     "pass)", metric="metrics.timings.time_slope",
                compare="baselines.daks.timings.time_slope", op="<", source=ABSTRACT_SCALE,
-               test="paired sign test over seeds", table="slopes", a={"method": OURS, "metric": "time_slope"},
+               test="paired sign test over seeds", table="timing_slopes", a={"method": OURS, "metric": "time_slope"},
                b={"method": "daks", "metric": "time_slope"}, pair_on=("pass",),
                controls=(Control(DENSE, f"baselines.{DENSE}.timings.time_slope",
                                  a={"method": DENSE, "metric": "time_slope"}),))

@@ -45,7 +45,7 @@ def test_the_slope_claim_is_a_paired_test_over_timing_passes_behind_two_gates():
     from rayml.experiments import kernel_pde as kp
 
     slope = next(c for c in kp.CLAIMS if c.metric == "metrics.timings.time_slope")
-    assert slope.test and slope.table == "slopes" and slope.pair_on == ("pass",)
+    assert slope.test and slope.table == "timing_slopes" and slope.pair_on == ("pass",)
     assert [c.a["method"] for c in slope.controls] == [kp.DENSE]
     assert len(slope.gates) == 2
     # a slope per pass is the least-squares slope of that pass's times: t = N^1.5 gives 1.5
