@@ -34,6 +34,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 
 typedef struct {
     Py_ssize_t n;        /* tokens in sorted order */
@@ -458,6 +459,50 @@ static PyObject *py_fill_rows(PyObject *self, PyObject *args) {
 done:
     Py_XDECREF(rows); Py_XDECREF(ws);
     PyBuffer_Release(&bm);
+    return ret;
+}
+
+/* mask_logits(logits float32[B, V], bitmask int32[n, W], rows int64[n]): in place,
+ * logits[rows[k], t] = -inf where bit t of bitmask[k] is 0 or t >= 32 W (apply_bitmask_ on CPU
+ * float32 logits: one pass over the row, a word of 32 tokens at a time; all-ones words are skipped
+ * and all-zero words are filled without looking at their bits) */
+static PyObject *py_mask_logits(PyObject *self, PyObject *args) {
+    PyObject *o_lg, *o_bm, *o_rows;
+    if (!PyArg_ParseTuple(args, "OOO", &o_lg, &o_bm, &o_rows)) return NULL;
+    Py_buffer lg, bm, br;
+    if (get_rw(o_lg, &lg, 4, "logits") < 0) return NULL;
+    if (get_ro(o_bm, &bm, 4, "bitmask") < 0) { PyBuffer_Release(&lg); return NULL; }
+    if (get_ro(o_rows, &br, 8, "rows") < 0) { PyBuffer_Release(&lg); PyBuffer_Release(&bm); return NULL; }
+    PyObject *ret = NULL;
+    if (lg.ndim != 2 || bm.ndim != 2) {
+        PyErr_SetString(PyExc_ValueError, "logits and bitmask must be 2-d");
+        goto done;
+    }
+    Py_ssize_t nl = lg.shape[0], v = lg.shape[1], n = bm.shape[0], w = bm.shape[1];
+    if (br.len / 8 != n) { PyErr_SetString(PyExc_ValueError, "rows must have one entry per bitmask row"); goto done; }
+    const int64_t *rows = br.buf;
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (rows[k] < 0 || rows[k] >= nl) { PyErr_Format(PyExc_ValueError, "row %lld out of range [0, %zd)", (long long)rows[k], nl); goto done; }
+    const float ninf = -INFINITY;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        float *row = (float *)lg.buf + rows[k] * v;
+        const uint32_t *words = (const uint32_t *)bm.buf + k * w;
+        Py_ssize_t full = v / 32 < w ? v / 32 : w;
+        for (Py_ssize_t j = 0; j < full; j++) {
+            uint32_t x = words[j];
+            if (x == 0xFFFFFFFFu) continue;
+            float *p = row + j * 32;
+            if (x == 0) { for (int b = 0; b < 32; b++) p[b] = ninf; continue; }
+            uint32_t off = ~x;
+            while (off) { p[__builtin_ctz(off)] = ninf; off &= off - 1; }
+        }
+        for (Py_ssize_t t = full * 32; t < v; t++)
+            if ((t >> 5) >= w || !((words[t >> 5] >> (t & 31)) & 1u)) row[t] = ninf;
+    }
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    PyBuffer_Release(&lg); PyBuffer_Release(&bm); PyBuffer_Release(&br);
     return ret;
 }
 
@@ -2221,6 +2266,7 @@ static PyMethodDef methods[] = {
     {"clear_bits", py_clear_bits, METH_VARARGS, "Clear the bits of int64 token ids in uint32 words."},
     {"or_into", py_or_into, METH_VARARGS, "out = the OR of a sequence of packed uint32 arrays."},
     {"fill_rows", py_fill_rows, METH_VARARGS, "Copy packed mask words into rows of an int32 bitmask."},
+    {"mask_logits", py_mask_logits, METH_VARARGS, "Set float32 logits to -inf where the bitmask's bit is 0."},
     {"horizon_classes", py_horizon_classes, METH_VARARGS, "Moore refinement of a DFA's states (horizon classes)."},
     {"literal_rest", py_literal_rest, METH_VARARGS, "The one string a DFA accepts from a state, or None."},
     {"count_cut", py_count_cut, METH_VARARGS, "A counted walk's bits for (need, room), and its closing slice."},

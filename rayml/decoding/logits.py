@@ -52,6 +52,7 @@ from typing import Sequence
 
 import numpy as np
 
+from rayml.decoding import native
 from rayml.decoding.matcher import (CompiledGrammar, GrammarMatcher, MatcherConfig, TokenIndex,
                                        allocate_token_bitmask, bitmask_to_bool)
 from rayml.decoding.spec import (GrammarCompileFailed, GrammarError, GrammarLimits, GrammarSpec, GrammarTooComplex,
@@ -301,6 +302,15 @@ def apply_bitmask_(logits, bitmask, rows=None):
     entry of ``rows``)."""
     import torch
 
+    if (logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.dim() == 2
+            and logits.is_contiguous() and native.AVAILABLE):
+        # one pass in C over the rows (vLLM-CPU's per-step path): the torch bit expansion below
+        # allocates [batch, W, 32] int32 and costs about 2 ms a step at batch 8 on a 49k vocabulary
+        bits = np.ascontiguousarray(bitmask.cpu().numpy() if isinstance(bitmask, torch.Tensor) else bitmask,
+                                    dtype=np.int32)
+        idx = np.arange(bits.shape[0], dtype=np.int64) if rows is None else np.asarray(list(rows), np.int64)
+        native.core.mask_logits(logits.detach().numpy(), bits, idx)
+        return logits
     bm = torch.as_tensor(np.ascontiguousarray(bitmask) if isinstance(bitmask, np.ndarray) else bitmask)
     bm = bm.to(device=logits.device)
     shifts = torch.arange(32, device=logits.device, dtype=torch.int32)

@@ -155,6 +155,35 @@ def test_masked_logits_equal_the_matchers_allowed_sets(cache):
     assert done.finished(0) and np.flatnonzero(finite).tolist() == [eos]
 
 
+@pytest.mark.parametrize("vocab,words", [(64, 2), (70, 3), (100, 3), (33, 1), (49152, 1536)])
+def test_apply_bitmask_compiled_path_equals_an_independent_expansion(vocab, words):
+    """The C pass of CPU float32 logits (``native.core.mask_logits``) against np.unpackbits and the
+    torch expansion (float64 logits take it): all-ones, all-zero and mixed words, padded logits (the
+    columns past 32 W are never allowed), a subset of rows in any order."""
+    from rayml.decoding import native
+    from rayml.decoding.logits import apply_bitmask_
+
+    rng = np.random.default_rng(vocab)
+    bm = rng.integers(-2 ** 31, 2 ** 31, size=(3, words), dtype=np.int64).astype(np.int32)
+    bm[0, 0], bm[1, -1], bm[2, 0] = -1, 0, 5
+    logits = torch.randn(5, vocab)
+    rows = [4, 0, 2]
+    allowed = np.unpackbits(bm.view(np.uint8), axis=1, bitorder="little").astype(bool)
+    allowed = np.concatenate([allowed, np.zeros((3, max(vocab - allowed.shape[1], 0)), bool)], 1)[:, :vocab]
+    expect = logits.clone().numpy()
+    for k, r in enumerate(rows):
+        expect[r, ~allowed[k]] = -np.inf
+    got = apply_bitmask_(logits.clone(), bm, rows)
+    assert np.array_equal(got.numpy(), expect)
+    via_torch = apply_bitmask_(logits.double(), torch.from_numpy(bm), rows)
+    assert np.array_equal(via_torch.float().numpy(), expect)
+    whole = apply_bitmask_(logits[:3].clone(), bm)
+    assert np.array_equal(whole.numpy(), np.where(allowed, logits[:3].numpy(), -np.inf))
+    if native.AVAILABLE:
+        with pytest.raises(ValueError, match="row"):
+            native.core.mask_logits(np.zeros((2, vocab), np.float32), bm[:1], np.array([2], np.int64))
+
+
 def test_rejected_token_raises_or_finishes(cache):
     g = cache.get({"type": "regex", "regex": "ab"})
     b_id = cache.index.vocab.tokens.index(b"b")
