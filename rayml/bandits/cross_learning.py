@@ -20,6 +20,11 @@ Learners (all are exponential weights per context, ``pi_t(a | c) ~ exp(-eta Lhat
   ``lhat_t(c, a) = l_t(c, a) 1[A_t = a] / (fhat_t(a) + gamma)``.
 * ``"known-distribution"`` (Balseiro et al. 2019, EXP3 with cross-learning, ``nu`` known): the
   same update with the exact ``f_t(a)`` and no ``gamma``.
+* ``"assumed-uniform-nu"`` (a control, not from either paper): Balseiro et al.'s learner when ``nu`` is
+  NOT known and the user plugs in the uniform distribution over contexts: the same update with
+  ``sum_c (1 / C) pi_t(a | c)`` in place of ``f_t(a)``. It equals ``"known-distribution"`` when ``nu`` is
+  uniform; on a skewed ``nu`` its denominator is wrong, so it is the learner that needs ``nu`` run
+  without it (session 8).
 * ``"propensity-weighted"`` (a control, not from either paper; the outside review's "simplest
   cross-learner"): exponential weights over cross-learned losses whose importance weight is the
   played context's own propensity, ``lhat_t(c, a) = l_t(c, a) 1[A_t = a] / (pi_t(a | c_t) +
@@ -75,6 +80,8 @@ __all__ = [
     "first_price_auction",
     "sleeping_bandit",
     "contextual_best_arm",
+    "skewed_contexts",
+    "switching_best_arm",
     "default_config",
     "exp_weights",
     "estimated_marginal",
@@ -83,7 +90,8 @@ __all__ = [
     "CrossLearner",
 ]
 
-METHODS = ("cross-learning", "known-distribution", "propensity-weighted", "per-context-exp3", "uniform", "oracle")
+METHODS = ("cross-learning", "known-distribution", "assumed-uniform-nu", "propensity-weighted", "per-context-exp3",
+           "uniform", "oracle")
 
 
 def _check_int(name: str, value, low: int) -> int:
@@ -221,8 +229,24 @@ def sleeping_bandit(n_arms: int, horizon: int, seed: int, *, p_available=None) -
                             tables=tables, schedule=codes.astype(np.int64), info={"p_available": p})
 
 
+def _check_sizes(n_contexts, n_actions, horizon, levels, *, min_contexts: int = 1) -> tuple[int, int, int, int]:
+    return (_check_int("n_contexts", n_contexts, min_contexts), _check_int("n_actions", n_actions, 2),
+            _check_int("horizon", horizon, 1), _check_int("levels", levels, 2))
+
+
+def _level_tables(mus: np.ndarray, levels: int) -> np.ndarray:
+    """Loss tables ``1[level_g(a) < mu_p(c, a)]`` for every phase ``p`` and level pattern ``g`` (one level per
+    action, ``levels`` equally spaced points in (0, 1)): shape ``(P * levels^K, C, K)``, phase-major."""
+    K = mus.shape[-1]
+    if levels ** K > 4096:
+        raise ValueError(f"levels ** n_actions must be <= 4096 (loss patterns are enumerated), got {levels ** K}")
+    grid = (np.arange(levels) + 0.5) / levels
+    digits = (np.arange(levels ** K)[:, None] // levels ** np.arange(K)[None]) % levels   # (M, K) level index
+    return np.concatenate([(grid[digits][:, None, :] < mu[None]).astype(float) for mu in mus])
+
+
 def contextual_best_arm(n_contexts: int, n_actions: int, horizon: int, seed: int, *, levels: int = 4,
-                        low: float = 0.2, high: float = 0.7) -> CrossLearningEnv:
+                        low: float = 0.2, high: float = 0.7, warmup: float = 0.0) -> CrossLearningEnv:
     """Many contexts, each with its own best action: where per-context learning cannot keep up.
 
     Every context ``c`` has a best action ``b(c)`` (uniform, fixed by ``seed``) with mean loss
@@ -232,27 +256,88 @@ def contextual_best_arm(n_contexts: int, n_actions: int, horizon: int, seed: int
     every context (cross-learning). With ``C`` much larger than the epoch length ``sqrt(K T)``
     a context is seen a handful of times, so one EXP3 per context plays near-uniformly (regret
     about ``T (1 - 1/K) (P(high) - P(low))``), while cross-learning's regret does not depend on
-    ``C``. Assumed: our own instance (neither paper has experiments).
+    ``C``. ``warmup`` (session 8): in the first ``floor(warmup T)`` rounds every action has the same
+    loss in every context, ``1[V_t < (low + high) / 2]`` (``V_t`` uniform, from ``seed`` after the levels),
+    so no action is better there and any play costs exactly 0 regret: with ``warmup T >= sqrt(K T)``
+    the algorithm's first epoch (uniform play, no update) costs nothing. ``warmup = 0`` is the instance of
+    earlier sessions, draw for draw. Assumed: our own instance (neither paper has experiments).
     """
-    C = _check_int("n_contexts", n_contexts, 1)
-    K = _check_int("n_actions", n_actions, 2)
-    T = _check_int("horizon", horizon, 1)
-    G = _check_int("levels", levels, 2)
-    if G ** K > 4096:
-        raise ValueError(f"levels ** n_actions must be <= 4096 (loss patterns are enumerated), got {G ** K}")
+    C, K, T, G = _check_sizes(n_contexts, n_actions, horizon, levels)
     if not 0 <= low < high <= 1:
         raise ValueError(f"need 0 <= low < high <= 1, got low={low}, high={high}")
+    if not (np.isfinite(warmup) and 0 <= warmup < 1):
+        raise ValueError(f"warmup must be a fraction in [0, 1), got {warmup!r}")
     rng = np.random.default_rng(seed)
     best = rng.integers(K, size=C)
     mu = np.where(np.arange(K)[None] == best[:, None], low, high)                    # (C, K)
-    grid = (np.arange(G) + 0.5) / G
+    tables = _level_tables(mu[None], G)
     codes = rng.integers(G, size=(T, K))
-    digits = (np.arange(G ** K)[:, None] // G ** np.arange(K)[None]) % G             # (M, K) level index
-    tables = (grid[digits][:, None, :] < mu[None]).astype(float)                     # (M, C, K)
     schedule = codes @ (G ** np.arange(K))
-    return CrossLearningEnv(name=f"contextual-C{C}", context_probs=np.full(C, 1.0 / C),
-                            allowed=np.ones((C, K), dtype=bool), tables=tables, schedule=schedule,
-                            info={"best": best, "mu": mu})
+    n_warm = int(math.floor(warmup * T))
+    if n_warm:
+        shared = np.stack([np.zeros((C, K)), np.ones((C, K))])                     # every action: 0, or 1
+        schedule[:n_warm] = tables.shape[0] + (rng.random(n_warm) < (low + high) / 2)
+        tables = np.concatenate([tables, shared])
+    return CrossLearningEnv(name=f"contextual-C{C}" + (f"-warm{warmup:g}" if n_warm else ""),
+                            context_probs=np.full(C, 1.0 / C), allowed=np.ones((C, K), dtype=bool), tables=tables,
+                            schedule=schedule, info={"best": best, "mu": mu, "warmup_rounds": n_warm})
+
+
+def skewed_contexts(n_contexts: int, n_actions: int, horizon: int, seed: int, *, frequent: float = 0.8,
+                    levels: int = 4, frequent_mu: tuple = (0.05, 0.95), rare_mu: tuple = (0.3, 0.8)) -> CrossLearningEnv:
+    """A skewed ``nu`` (session 8): context 0 has probability ``frequent``, the ``C - 1`` rare ones share the rest.
+
+    Action 0 is best everywhere, with mean loss ``frequent_mu[0]`` (others ``frequent_mu[1]``) in the frequent
+    context and ``rare_mu[0]`` (others ``rare_mu[1]``) in the rare ones; losses ``1[U_t(a) < mu(c, a)]`` with
+    one oblivious level per action and round as in ``contextual_best_arm``. The frequent context soon plays
+    action 0 almost surely, so ``pi_t(a | c_t) << gamma`` for the other actions in a fraction ``frequent`` of
+    the rounds. A learner whose importance weight is the played context's own propensity then sees the loss
+    of an action ``a != 0`` scaled by about ``1 - frequent`` (``E[pi / (pi + gamma)]``) and that of action 0
+    by about ``frequent``: with ``(1 - frequent) rare_mu[1] < rare_mu[0]`` (defaults: 0.16 < 0.3) the rare
+    contexts prefer the wrong actions for ever (linear regret). Balseiro et al.'s learner with a uniform
+    guess of ``nu`` over-weights the rare contexts' policies in ``f_t(0)`` and avoids action 0 there too.
+    The marginal ``f_t`` (known, or estimated from past contexts as Schneider & Zimmert do) has neither
+    problem. Assumed: our own instance, built for the outside review's request (neither paper has experiments).
+    """
+    C, K, T, G = _check_sizes(n_contexts, n_actions, horizon, levels, min_contexts=2)
+    if not (np.isfinite(frequent) and 0 < frequent < 1):
+        raise ValueError(f"frequent must be a probability in (0, 1), got {frequent!r}")
+    for name, pair in (("frequent_mu", frequent_mu), ("rare_mu", rare_mu)):
+        if len(pair) != 2 or not 0 <= pair[0] < pair[1] <= 1:
+            raise ValueError(f"{name} must be (best, other) with 0 <= best < other <= 1, got {pair!r}")
+    nu = np.r_[frequent, np.full(C - 1, (1 - frequent) / (C - 1))]
+    mu = np.full((C, K), float(rare_mu[1]))
+    mu[:, 0] = rare_mu[0]
+    mu[0] = frequent_mu[1]
+    mu[0, 0] = frequent_mu[0]
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(G, size=(T, K))
+    return CrossLearningEnv(name=f"skewed-C{C}", context_probs=nu, allowed=np.ones((C, K), dtype=bool),
+                            tables=_level_tables(mu[None], G), schedule=codes @ (G ** np.arange(K)),
+                            info={"mu": mu, "frequent": frequent})
+
+
+def switching_best_arm(n_contexts: int, n_actions: int, horizon: int, seed: int, *, switch: float = 0.3,
+                       levels: int = 4) -> CrossLearningEnv:
+    """An adversarial switch (session 8, the tail instance; issue 37's side experiment): in every context
+    action 0 is best (mean loss 0.2, the others 0.7) until round ``floor(switch T)``, then action 1 is
+    (0.05, action 0 0.95, the others 0.7); uniform contexts, one oblivious level per action and round as
+    in ``contextual_best_arm``. After the switch action 1's ``f_t`` has collapsed: without implicit
+    exploration (``gamma = 0``) some runs take very long to recover it (a heavy right tail of the regret),
+    with it they do not. The comparator (action 1) loses to action 0 before the switch, so the regret's
+    median can be negative. Assumed: our own instance."""
+    C, K, T, G = _check_sizes(n_contexts, n_actions, horizon, levels)
+    if not (np.isfinite(switch) and 0 < switch < 1):
+        raise ValueError(f"switch must be a fraction in (0, 1), got {switch!r}")
+    mu = np.full((2, C, K), 0.7)
+    mu[0, :, 0] = 0.2
+    mu[1, :, 0], mu[1, :, 1] = 0.95, 0.05
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(G, size=(T, K))
+    phase = (np.arange(T) >= int(math.floor(switch * T))).astype(np.int64)
+    return CrossLearningEnv(name=f"switching-C{C}", context_probs=np.full(C, 1.0 / C),
+                            allowed=np.ones((C, K), dtype=bool), tables=_level_tables(mu, G),
+                            schedule=phase * G ** K + codes @ (G ** np.arange(K)), info={"switch": switch})
 
 
 @dataclass(frozen=True)
@@ -403,10 +488,11 @@ def simulate(env: CrossLearningEnv, method: str, runs: int, seed, *, config: Lea
             p = exp_weights(cum[ar, c], eta_c, allowed[c])
             a = _sample(p, uniforms[:, t])
             cum[ar, c, a] += table[c, a] / p[ar, a]
-        elif method == "known-distribution":
+        elif method in ("known-distribution", "assumed-uniform-nu"):
             probs_all = exp_weights(cum, cfg.eta, allowed)  # (R, C, K)
             a = _sample(probs_all[ar, c], uniforms[:, t])
-            cross_learned_update(cum, a, table, allowed, estimated_marginal(probs_all, a, env.context_probs))
+            nu = env.context_probs if method == "known-distribution" else np.full(C, 1.0 / C)
+            cross_learned_update(cum, a, table, allowed, estimated_marginal(probs_all, a, nu))
         elif method == "propensity-weighted":
             p = exp_weights(cum[ar, c], cfg.eta, allowed[c])
             a = _sample(p, uniforms[:, t])

@@ -102,6 +102,8 @@ def _reference_run(env, method, contexts, uniforms, cfg):
             a = draw(pis[c], uniforms[t])
             if method == "known-distribution":
                 d = sum(env.context_probs[x] * pis[x][a] for x in range(C))
+            elif method == "assumed-uniform-nu":
+                d = sum(pis[x][a] for x in range(C)) / C
             elif method == "propensity-weighted":
                 d = pis[c][a] + cfg.gamma
             else:
@@ -117,8 +119,8 @@ def _reference_run(env, method, contexts, uniforms, cfg):
     return regret
 
 
-@pytest.mark.parametrize("method", ["cross-learning", "known-distribution", "propensity-weighted", "per-context-exp3",
-                                    "uniform"])
+@pytest.mark.parametrize("method", ["cross-learning", "known-distribution", "assumed-uniform-nu", "propensity-weighted",
+                                    "per-context-exp3", "uniform"])
 @pytest.mark.parametrize("kind", ["auction", "sleeping"])
 def test_vectorised_learners_match_a_per_round_loop(method, kind):
     env = cl.first_price_auction(5, 4, 40, 3) if kind == "auction" else cl.sleeping_bandit(3, 40, 3)
@@ -239,20 +241,30 @@ def test_experiment_tiny_is_identical_with_1_and_2_workers(ray_session):
     assert one.metrics == two.metrics
     assert one.tables["runs"] == two.tables["runs"]
     paper = [c for c in EXPERIMENT.claims if c.kind == "paper"]
-    assert len(paper) == 4 and all((c.controls or c.test) and c.gates for c in paper)
+    assert len(paper) == 5 and all((c.controls or c.test) and c.gates for c in paper)
     tuning = one.budget["tuning"]                                        # no choice left on a grid edge
     assert min(SIZES["quick"]["eta_grid"]) <= 0.5 and max(SIZES["quick"]["eta_grid"]) >= 8  # issue 37's grid
     for problem, choice in tuning.items():
         assert choice["paper_inside"] is True, problem
         assert choice["on_edge"] == {} or len(choice["extended"].get("eta_scale", [])) == EXTEND, problem
-    assert set(one.metrics["eta_scale"]) == {f"C={c}" for c in cfg["contexts"]}   # tuned per number of contexts
-    assert one.metrics["tail"]["runs"] == cfg["tail_runs"] and "q99_over_median" in one.baselines["cross-learning-gamma0"]
+    # tuned per number of contexts, and on the skewed and switching instances of their own (session 8)
+    assert set(one.metrics["eta_scale"]) == ({f"C={c}" for c in cfg["contexts"]}
+                                             | {f"skewed C={cfg['skew_contexts']}", f"switching C={max(cfg['contexts'])}"})
+    assert one.metrics["tail"]["runs"] == cfg["tail_runs"] and "tail_spread_over_level" in one.baselines["cross-learning-gamma0"]
     # session 7: the rate and tail claims test the bound's sqrt(T), with uniform play as their trivial control
     assert set(one.metrics["tail"]["q99_by_horizon"]) == {str(h) for h in cfg["tail_horizons"]}
     for block in (one.metrics, one.baselines["uniform"], one.baselines["cross-learning-gamma0"]):
         assert np.isfinite(block["q99_exponent_tail"])
     assert one.baselines["uniform"]["eta_scale"] == {}
-    assert {c.name for c in paper[0].controls} >= {"uniform play"} and {c.name for c in paper[1].controls} >= {"uniform play"}
+    assert all("uniform play" in {c.name for c in claim.controls} for claim in paper[:3])
+    # session 8: the skewed-nu claim's controls are the propensity-weighted learner and Balseiro et al.'s with a
+    # uniform guess of nu; the tail claim is a level (q99 - median over sqrt(K T ln 100)) with gamma = 0 its control
+    assert paper[1].metric.endswith("growth_ratio_4x_skewed") and len(paper[1].controls) == 3
+    assert set(one.baselines["assumed-uniform-nu"]["q95_regret_skewed"]) == {str(h) for h in cfg["horizons"]}
+    assert paper[2].metric.endswith("tail_spread_over_level")
+    lvl = math.sqrt(4 * max(cfg["tail_horizons"]) * math.log(100))
+    t = one.metrics["tail"]
+    assert one.metrics["tail_spread_over_level"] == pytest.approx((t["q99"] - t["median"]) / lvl)
     # session 7 review: the T^(-2/3)-rate learner is a control of the rate claim, run at the same T and runs
     assert any("T^(-2/3)" in c.name for c in paper[0].controls)
     assert paper[0].metric.endswith("growth_ratio_4x_contextual")
@@ -383,3 +395,39 @@ def test_t23_rate_option_matches_the_per_round_loop_and_decays_as_T_to_minus_two
             cl.default_config(K, T, rate_exponent=bad)
     with pytest.raises(ValueError, match="anchor_horizon"):
         cl.default_config(K, T, rate_exponent=2 / 3, anchor_horizon=0)
+
+
+def test_session8_instances():
+    # warm-up: the first floor(warmup T) rounds have one shared loss, so every action costs 0 regret there; after
+    # it the instance is the warmup = 0 one, draw for draw
+    plain, warm = cl.contextual_best_arm(64, 4, 400, 0), cl.contextual_best_arm(64, 4, 400, 0, warmup=0.25)
+    assert warm.info["warmup_rounds"] == 100 and np.array_equal(plain.schedule[100:], warm.schedule[100:])
+    early = warm.tables[warm.schedule[:100]]                                   # (100, C, K)
+    assert np.all(early == early[:, :1, :1]) and 0 < early[:, 0, 0].mean() < 1
+    assert np.array_equal(plain.comparator(), warm.comparator())
+    res = cl.simulate(warm, "uniform", 5, 1, points=400)
+    assert np.all(res.curve[:, :100] == 0) and np.any(res.curve[:, -1] != 0)
+    # skewed nu: one frequent context, action 0 best everywhere
+    sk = cl.skewed_contexts(16, 4, 300, 0, frequent=0.8)
+    assert np.isclose(sk.context_probs[0], 0.8) and np.allclose(sk.context_probs[1:], 0.2 / 15)
+    assert np.all(sk.comparator() == 0)
+    assert np.allclose(sk.info["mu"][0], [0.05, 0.95, 0.95, 0.95]) and np.allclose(sk.info["mu"][1], [0.3, 0.8, 0.8, 0.8])
+    # switching: action 0 best before round 0.3 T, action 1 after (and over the whole horizon)
+    sw = cl.switching_best_arm(8, 4, 1000, 0, switch=0.3)
+    mean = lambda lo, hi: sw.tables[sw.schedule[lo:hi]].mean(axis=0)[0]  # noqa: E731
+    assert np.argmin(mean(0, 300)) == 0 and np.argmin(mean(300, 1000)) == 1 and np.all(sw.comparator() == 1)
+    for fn, match in ((lambda: cl.contextual_best_arm(4, 2, 10, 0, warmup=1.0), "warmup"),
+                      (lambda: cl.skewed_contexts(1, 2, 10, 0), "n_contexts"),
+                      (lambda: cl.skewed_contexts(4, 2, 10, 0, frequent=1.0), "frequent"),
+                      (lambda: cl.switching_best_arm(4, 2, 10, 0, switch=0.0), "switch")):
+        with pytest.raises(ValueError, match=match):
+            fn()
+
+
+def test_assumed_uniform_nu_equals_known_distribution_when_nu_is_uniform():
+    env = cl.contextual_best_arm(8, 3, 120, 2)
+    a, b = (cl.simulate(env, m, 3, 5, eta_scale=2.0) for m in ("known-distribution", "assumed-uniform-nu"))
+    assert np.array_equal(a.regret, b.regret)
+    sk = cl.skewed_contexts(8, 3, 120, 2)
+    a, b = (cl.simulate(sk, m, 3, 5, eta_scale=2.0) for m in ("known-distribution", "assumed-uniform-nu"))
+    assert not np.array_equal(a.curve, b.curve)
