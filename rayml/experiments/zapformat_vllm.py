@@ -149,6 +149,30 @@ def summarize(rows: list[dict]) -> dict:
     if "zapformat" in out and "xgrammar" in out:
         out["ratio_zapformat_to_xgrammar"] = {k: out["zapformat"][k] / out["xgrammar"][k]
                                               for k in ("step_ms", "tpot_ms", "cpu_step_ms")}
+        out["paired_zapformat_to_xgrammar"] = paired_ratios(rows)
+    return out
+
+
+_PER_STEP = {"step_ms": lambda r: r["wall_s"] / r["steps"],
+             "tpot_ms": lambda r: (r["wall_s"] - r["prefill_wall_s"]) / max(r["steps"] - 1, 1),
+             "cpu_step_ms": lambda r: r["cpu_s"] / r["steps"]}
+
+
+def paired_ratios(rows: list[dict]) -> dict:
+    """ZapFormat / xgrammar within each timed round (the two backends run back to back in a round, so
+    a load change between rounds moves both): per figure the median of the per-round ratios, the
+    rounds where ZapFormat was at or below xgrammar, and the two-sided sign-test p of those rounds."""
+    from scipy import stats
+
+    by = {(r["backend"], r["round"]): r for r in rows if r["round"] >= 1}
+    rounds = sorted({k[1] for k in by if ("zapformat", k[1]) in by and ("xgrammar", k[1]) in by})
+    out = {}
+    for name, f in _PER_STEP.items():
+        ratios = np.array([f(by[("zapformat", i)]) / f(by[("xgrammar", i)]) for i in rounds])
+        below = int((ratios <= 1.0).sum())
+        p = float(stats.binomtest(below, len(ratios), 0.5).pvalue) if len(ratios) else float("nan")
+        out[name] = {"median_ratio": float(np.median(ratios)) if len(ratios) else float("nan"),
+                     "rounds_at_or_below": below, "rounds": len(ratios), "sign_test_p": p}
     return out
 
 
@@ -215,4 +239,9 @@ def vllm_table(s: Mapping[str, Any]) -> str:
     if r:
         lines.append(f"ZapFormat / xgrammar: {r['step_ms']:.3f} per step, {r['tpot_ms']:.3f} TPOT, "
                      f"{r['cpu_step_ms']:.3f} CPU per step")
+    pr = s.get("paired_zapformat_to_xgrammar")
+    if pr:
+        lines.append("Paired within rounds (median of per-round ratios; rounds with ZapFormat at or below; sign-test p): "
+                     + ", ".join(f"{k} {v['median_ratio']:.3f} ({v['rounds_at_or_below']} / {v['rounds']}, "
+                                 f"p = {v['sign_test_p']:.2g})" for k, v in pr.items()))
     return "\n".join(lines)

@@ -22,8 +22,22 @@ def test_summary_is_medians_of_timed_rounds_and_ratios():
     assert s["xgrammar"]["first_round_step_ms"] == pytest.approx(9900.0)
     assert s["zapformat"]["valid"] == s["zapformat"]["outputs"] == 32
     assert s["ratio_zapformat_to_xgrammar"]["step_ms"] == pytest.approx(2.5 / 5.0)
+    # paired within rounds: per-round ratios 2/4, 3/5, 2.5/6 -> median 0.5; ZapFormat below in all 3
+    pr = s["paired_zapformat_to_xgrammar"]["step_ms"]
+    assert pr["median_ratio"] == pytest.approx(0.5) and pr["rounds_at_or_below"] == pr["rounds"] == 3
+    assert pr["sign_test_p"] == pytest.approx(0.25)
     table = zv.vllm_table({"vllm_version": "x", "batch": 8, "startup_s": 1.0, "rounds": 3, **s})
     assert "| zapformat |" in table and "ZapFormat / xgrammar: 0.500 per step" in table
+    assert "Paired within rounds" in table and "step_ms 0.500 (3 / 3, p = 0.25)" in table
+
+
+def test_paired_ratios_count_rounds_where_zapformat_is_slower():
+    rows = []
+    for r, (z, x) in enumerate([(5.0, 4.0), (6.0, 5.0), (2.0, 4.0), (7.0, 6.0)], 1):
+        rows += [_row(r, "zapformat", z, 0.1, 11), _row(r, "xgrammar", x, 0.1, 11)]
+    pr = zv.paired_ratios(rows)["cpu_step_ms"]
+    assert pr["rounds"] == 4 and pr["rounds_at_or_below"] == 1
+    assert pr["median_ratio"] == pytest.approx((7 / 6 + 1.2) / 2)  # of 1.25, 1.2, 0.5, 7/6
 
 
 def test_absent_vllm_venv_is_skipped_with_one_line(monkeypatch, capsys):
