@@ -78,7 +78,10 @@ SIZES = {
     # that n = 5000 fails: the outliers' largest coordinates, which set herding's constant, grow with n)
     "quick": dict(n_points=5000, dim=32, ks=[10, 30, 100, 300, 1000], conv_seeds=20, corruptions=list(CORRUPTIONS),
                   levels=[0.0, 0.2, 0.4], fractions=[0.1, 0.3, 0.7], seeds=4, embed_dim=32, shift_scale=4.0,
-                  max_iter=300, conv_shift=10.0, cauchy_scale=10.0),
+                  max_iter=300, conv_shift=10.0, cauchy_scale=10.0,
+                  # session 8: quick's convergence seeds are their own draw (child 2 of the root seed), so quick and
+                  # full are two draws of the same 20-seed experiment, not one (full keeps child 0)
+                  conv_stream=2),
     "full": dict(n_points=5000, dim=32, ks=[10, 30, 100, 300, 1000], conv_seeds=20, corruptions=list(CORRUPTIONS),
                  levels=[0.0, 0.1, 0.2, 0.3, 0.4], fractions=[0.1, 0.3, 0.5, 0.7, 0.9], seeds=20, embed_dim=32,
                  shift_scale=4.0, max_iter=500, conv_shift=10.0, cauchy_scale=10.0),
@@ -103,6 +106,9 @@ def _check_config(config: Mapping[str, Any]) -> None:
         raise ValueError(f"fractions must be in (0, 1], got {config['fractions']}")
     if not 1 <= int(config["embed_dim"]) <= 64:
         raise ValueError(f"embed_dim must be in [1, 64] (digits have 64 pixels), got {config['embed_dim']}")
+    if int(config.get("conv_stream", 0)) in (1,) or int(config.get("conv_stream", 0)) < 0:
+        raise ValueError(f"conv_stream must be 0 (the root's child 0) or >= 2 (child 1 is the robustness part's "
+                         f"stream), got {config.get('conv_stream')}")
     for key in ("shift_scale", "conv_shift", "cauchy_scale"):
         if not float(config[key]) > 0:
             raise ValueError(f"{key} must be > 0, got {config[key]}")
@@ -242,10 +248,27 @@ def robustness_one(item: tuple[str, float, int, int], config: Mapping[str, Any])
     return rows
 
 
+def _errors_by_seed(rows: list[dict], method: str, ks: list[int], setting: str = "clean") -> np.ndarray:
+    """The (seeds, ks) array of one selector's errors in one setting (rows ordered by seed)."""
+    seeds = sorted({r["seed"] for r in rows if r["method"] == method and r.get("setting", "clean") == setting
+                    and r.get("metric", "mean_error") == "mean_error"})
+    val = {(r["seed"], r["k"]): r["value"] for r in rows if r["method"] == method
+           and r.get("setting", "clean") == setting and r.get("metric", "mean_error") == "mean_error"}
+    return np.array([[val[(s, k)] for k in ks] for s in seeds], dtype=float)
+
+
 def _slope(rows: list[dict], method: str, ks: list[int], setting: str = "clean") -> float:
-    means = [np.mean([r["value"] for r in rows if r["method"] == method and r["k"] == k
-                      and r.get("setting", "clean") == setting]) for k in ks]
-    return float(np.polyfit(np.log(ks), np.log(means), 1)[0])
+    """Log-log slope of the **median** error over seeds against k (session 8). Under the Cauchy outliers the
+    error's scale is set by the largest Cauchy draw, so its mean over seeds has no expectation and the slope
+    of the mean flipped the verdict with the root seed (-0.733 / -0.625 / -0.904 / -0.844 / -0.959 at roots
+    0-4, outside review); the median is defined under any tail."""
+    med = np.median(_errors_by_seed(rows, method, ks, setting), axis=0)
+    return float(np.polyfit(np.log(ks), np.log(med), 1)[0])
+
+
+def per_seed_slopes(rows: list[dict], method: str, ks: list[int], setting: str = "clean") -> list[float]:
+    """Each seed's own log-log slope of error against k (reported beside the slope of the median)."""
+    return [float(np.polyfit(np.log(ks), np.log(e), 1)[0]) for e in _errors_by_seed(rows, method, ks, setting)]
 
 
 def run(config: Mapping[str, Any], seed: int) -> Outcome:
@@ -253,6 +276,9 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     _check_config(config)
     root = np.random.SeedSequence(seed)
     conv_ss, rob_ss = root.spawn(2)
+    stream = int(config.get("conv_stream", 0))
+    if stream:   # quick's own draw of the convergence seeds (session 8): child `stream` of the root, not full's child 0
+        conv_ss = np.random.SeedSequence(seed, spawn_key=(stream,))
     conv_items = list(enumerate(runtime.seeds(conv_ss, int(config["conv_seeds"]))))
     rob_seeds = runtime.seeds(rob_ss, int(config["seeds"]))
     rob_items = [(c, float(lv), i, s) for c in config["corruptions"] for lv in config["levels"]
@@ -290,24 +316,33 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                                     for c in kinds for lv in config["levels"]}}
 
     conv_methods = (OURS, "herding", "random", "nearest-gm", "uniform-inliers", *VARIANTS)
-    radius = {st: float(np.mean([r["value"] for r in conv_rows if r["method"] == "data" and r["setting"] == st]))
+    radius = {st: float(np.median([r["value"] for r in conv_rows if r["method"] == "data" and r["setting"] == st]))
               for st in SETTINGS}
     errors = {m: {st: {str(k): float(np.mean([r["value"] for r in conv_rows if r["method"] == m and r["k"] == k
                                                and r["setting"] == st])) for k in ks}
                   for st in SETTINGS} for m in conv_methods}
+    # session 8: the rate and size claims read the median over seeds (the mean of Cauchy-scaled errors has no
+    # expectation); the means stay in the record as `mean_error`
+    medians = {m: {st: {str(k): float(v) for k, v in zip(ks, np.median(_errors_by_seed(conv_rows, m, ks, st), axis=0))}
+                   for st in SETTINGS} for m in conv_methods}
 
     def rate_block(m: str) -> dict:
         """Slopes per setting, the worst corrupted one, and the worst corrupted ratio of the error at the
         largest k to uniform sampling's (of the inliers, to their GM) at that k."""
         slopes = {st: _slope(conv_rows, m, ks, st) for st in SETTINGS}
-        ratio = {st: errors[m][st][str(ks[-1])] / errors["uniform-inliers"][st][str(ks[-1])] for st in CORRUPTED}
+        ratio = {st: medians[m][st][str(ks[-1])] / medians["uniform-inliers"][st][str(ks[-1])] for st in CORRUPTED}
+        per_seed = {st: per_seed_slopes(conv_rows, m, ks, st) for st in SETTINGS}
         return {"error_slope": slopes["clean"], "error_slope_corrupted": slopes["corrupted"],
                 "radius_by_setting": radius,
-                "error_over_radius_at_max_k": {st: errors[m][st][str(ks[-1])] / radius[st] for st in SETTINGS},
+                "error_over_radius_at_max_k": {st: medians[m][st][str(ks[-1])] / radius[st] for st in SETTINGS},
                 "error_slope_heavy_tailed": slopes["heavy-tailed"],
                 "error_slope_corrupted_worst": max(slopes[st] for st in CORRUPTED),
+                "error_slope_of_mean_by_setting": {st: float(np.polyfit(np.log(ks), np.log(
+                    [errors[m][st][str(k)] for k in ks]), 1)[0]) for st in SETTINGS},
+                "per_seed_slopes": per_seed,
+                "share_of_seeds_below_075": {st: float(np.mean(np.array(v) < -0.75)) for st, v in per_seed.items()},
                 "error_ratio_to_uniform_at_max_k": ratio, "error_ratio_to_uniform_worst": max(ratio.values()),
-                "mean_error": errors[m]}
+                "median_error": medians[m], "mean_error": errors[m]}
 
     summaries = {m: summary(m) for m in (*METHODS, LEVEL_AWARE, FULL_DATA, *VARIANTS)}
     # the strongest baseline of each corruption kind: highest mean accuracy at the heaviest level on the
@@ -425,20 +460,24 @@ def _rate_controls(key: str, names=("nearest_gm", "herding", "random")) -> tuple
 
 CLAIMS = (
     Claim(text="clean data: the subset mean approaches the geometric median at rate O(1/k), faster than uniform "
-               "sampling's O(1/sqrt k) (log-log slope of error vs k below -0.75); controls: random subsets, the k "
+               "sampling's O(1/sqrt k) (log-log slope of the median error over seeds vs k below -0.75); controls: "
+               "random subsets, the k "
                "points nearest the GM, and herding to the mean (on clean data mean and GM nearly coincide, so "
                "herding may pass too: then the claim does not single out GM Matching)",
           metric="metrics.error_slope", compare=-0.75, op="<", source=SOURCE_RATE,
           controls=_rate_controls("error_slope", ("random", "herding", "nearest_gm"))),
     Claim(text="under corruption (the heaviest level's fraction of the points moved as one shifted cluster, or "
                "replaced by heavy-tailed Cauchy outliers) the subset mean still approaches the GM of the noisy data "
-               "at rate O(1/k): the worse of the two slopes below -0.75; controls: the k points nearest the noisy "
+               "at rate O(1/k): the worse of the two slopes of the median error over seeds below -0.75 (the mean "
+               "of Cauchy-scaled errors has no expectation); controls: the k points nearest the noisy "
                "GM (the same target, no matching), herding to the mean and random subsets (these two aim at the "
-               "noisy mean, so they fail by construction)",
+               "noisy mean, so they fail by construction; under the Cauchy outliers herding to the mean has GM "
+               "Matching's errors, so the shifted cluster is the setting that singles out the GM)",
           metric="metrics.error_slope_corrupted_worst", compare=-0.75, op="<", source=SOURCE_RATE_CORRUPT,
           controls=_rate_controls("error_slope_corrupted_worst")),
     Claim(text="under corruption it outperforms uniform sampling: at the largest k the subset mean's error to the "
-               "noisy data's GM is below the error of a uniform random k-subset of the uncorrupted points to their "
+               "noisy data's GM (median over seeds) is below the error of a uniform random k-subset of the "
+               "uncorrupted points to their "
                "own GM (ratio < 1 in both corrupted settings, the worse counts); a rate alone cannot see a constant "
                "that grows with the outliers' radius; controls: the k nearest the GM, herding to the mean, random",
           metric="metrics.error_ratio_to_uniform_worst", compare=1.0, op="<", source=SOURCE_RATE_CORRUPT,

@@ -82,3 +82,33 @@ def test_heavy_tailed_outliers_fail_the_size_test_that_a_rate_alone_passes():
     assert err[("gm-matching", "heavy-tailed", 100)] > 10 * err[("uniform-inliers", "heavy-tailed", 100)]
     assert err[("gm-matching", "corrupted", 100)] < err[("uniform-inliers", "corrupted", 100)]
     assert np.isfinite(list(err.values())).all()
+
+
+def test_rate_slope_reads_the_median_over_seeds_so_one_huge_seed_cannot_flatten_it():
+    """Session 8: under Cauchy outliers one seed's error can be 1e4 times the others'; the slope of the
+    mean over seeds then follows that seed (flat here), the slope of the median does not (-1)."""
+    import numpy as np
+
+    from rayml.experiments import gm_matching as exp
+
+    ks = [10, 100, 1000]
+    rows = [{"method": "m", "setting": "heavy-tailed", "metric": "mean_error", "seed": s, "k": k,
+             "value": (1e4 if s == 0 else 1.0 / k)} for s in range(5) for k in ks]
+    assert np.isclose(exp._slope(rows, "m", ks, "heavy-tailed"), -1.0)
+    slopes = exp.per_seed_slopes(rows, "m", ks, "heavy-tailed")
+    assert np.allclose(slopes, [0.0, -1.0, -1.0, -1.0, -1.0])
+
+
+def test_quick_convergence_seeds_are_their_own_draw_not_full_s():
+    import numpy as np
+    import pytest
+
+    from rayml import runtime
+    from rayml.experiments import gm_matching as exp
+
+    assert exp.SIZES["quick"]["conv_stream"] >= 2 and exp.SIZES["full"].get("conv_stream", 0) == 0
+    full_ss = np.random.SeedSequence(0).spawn(2)[0]
+    quick_ss = np.random.SeedSequence(0, spawn_key=(exp.SIZES["quick"]["conv_stream"],))
+    assert set(runtime.seeds(full_ss, 20)).isdisjoint(runtime.seeds(quick_ss, 20))
+    with pytest.raises(ValueError, match="conv_stream"):
+        exp._check_config(dict(exp.SIZES["tiny"], conv_stream=1))   # child 1 is the robustness stream
