@@ -25,9 +25,10 @@ Session 8 (the session-7 review's open items): the contextual instance's first q
 losses (``warmup``: the first epoch's uniform play costs exactly 0 regret, so the rate claim measures learning,
 not ``0.375 L``); a skewed-``nu`` instance (``skewed_contexts``: one context of probability 0.8) where the
 rate claim is run again with the propensity-weighted learner and Balseiro et al.'s learner given a uniform
-guess of ``nu`` (``assumed-uniform-nu``) as controls; and the tail stated at a level, ``q99 - median <= sqrt(K T
-ln(1/0.01))`` on the switching instance (``switching_best_arm``) with ``gamma = 0`` as its control (the q99
-exponent is still reported). All are gated on ``C > L``. Every
+guess of ``nu`` (``assumed-uniform-nu``) as controls; and the tail stated at a level on the switching instance
+(``switching_best_arm``), ``q99 <= sqrt(K T ln(1/0.01))`` (the bound's own form; the first session-8 quick run
+claimed the spread ``q99 - median`` at that level, which uniform play passed) with ``gamma = 0`` and uniform play
+as its controls (the q99 exponent and the spread are still reported). All are gated on ``C > L``. Every
 learner's rate multiplier ``eta_scale`` is tuned (``rayml.evidence.tune``) on the same grid (1, the
 stated rate, inside; an edge choice extends it twice) on tuning seeds apart from the test seeds, per
 environment at the largest ``T``; the tuning runs of cross-learning and per-context EXP3 are the
@@ -66,7 +67,7 @@ SOURCE_NU = ("abstract: 'Balseiro et al. (2019) ... achieves near-optimal regret
 SOURCE_TAIL = ("abstract: 'expected regret can be significantly weaker than high-probability bounds ... it actually "
                "achieves near-optimal regret with high probability': regret <= O~(sqrt(K T log(1/delta))) w.p. 1 - delta")
 DELTA_TAIL = 0.01   # the tail claim's delta: the 99th percentile
-SPREAD_MAX = 1.0    # assumed: the constant of the tail claim's level, q99 - median <= 1 x sqrt(K T ln(1/delta))
+LEVEL_MAX = 1.0     # assumed: the constant of the tail claim's level, q99 <= 1 x sqrt(K T ln(1/delta))
 SOURCE_C = ("abstract (Schneider & Zimmert, the algorithm analysed): 'nearly tight ... regret bound of O~(sqrt(TK)), "
             "independent of the number of contexts'")
 EXPONENT_TOL = 0.1
@@ -335,11 +336,16 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                                                for h in tail_hs},
                          "max": float(max(max(r["regret"]) for r in out if r["study"] == "tail"
                                           and r["method"] == m and r["horizon"] == T_tail)),
+                         "q99_over_level_by_horizon": {str(h): summary[("tail", "switching", many, m, h)]["q99"]
+                                                       / level(h) for h in tail_hs},
                          "spread_over_level_by_horizon": {
                              str(h): (summary[("tail", "switching", many, m, h)]["q99"]
                                       - summary[("tail", "switching", many, m, h)]["median"]) / level(h)
                              for h in tail_hs}}
-            # session 8: the tail at a level, q99 - median in units of sqrt(K T ln(1 / 0.01)) at the largest tail T
+            # session 8: the tail at a level, q99 in units of sqrt(K T ln(1 / 0.01)) at the largest tail T (the claim);
+            # the spread q99 - median in the same units is reported (the first session-8 quick run claimed it:
+            # uniform play, which concentrates around a linear regret, passed it)
+            d["tail_q99_over_level"] = t["q99"] / level(T_tail)
             d["tail_spread_over_level"] = (t["q99"] - t["median"]) / level(T_tail)
             d["q99_exponent_tail"] = growth_exponent(tail_hs, q99s)   # described, no longer a claim
         return d
@@ -401,12 +407,12 @@ CLAIMS = evidence.gate(
                             f"baselines.{UNIFORM_NU}.growth_ratio_4x_skewed"),
                     Control("uniform play", f"baselines.{UNIFORM}.growth_ratio_4x_skewed"))),
     Claim(text="with probability 0.99 (the tail, at a level): on the switching instance the 99th-percentile regret "
-               "exceeds the median by at most sqrt(K T ln(1/0.01)) at the largest tail horizon (the bound's "
-               "sqrt(K T log(1/delta)) with constant 1); controls: the same algorithm with gamma = 0 (no implicit "
-               "exploration: must fail) and uniform play",
-          metric="metrics.tail_spread_over_level", compare=SPREAD_MAX, op="<=", source=SOURCE_TAIL,
-          controls=(Control("gamma = 0 (no implicit exploration)", f"baselines.{GAMMA0}.tail_spread_over_level"),
-                    Control("uniform play", f"baselines.{UNIFORM}.tail_spread_over_level"))),
+               "is at most sqrt(K T ln(1/0.01)) at the largest tail horizon (the bound's sqrt(K T log(1/delta)) with "
+               "constant 1); controls: the same algorithm with gamma = 0 (no implicit exploration: must fail) and "
+               "uniform play (must fail)",
+          metric="metrics.tail_q99_over_level", compare=LEVEL_MAX, op="<=", source=SOURCE_TAIL,
+          controls=(Control("gamma = 0 (no implicit exploration)", f"baselines.{GAMMA0}.tail_q99_over_level"),
+                    Control("uniform play", f"baselines.{UNIFORM}.tail_q99_over_level"))),
     Claim(text="the 95th-percentile regret does not grow with the number of contexts: fitted exponent in C at most "
                "0.1 (C from 2 to >> L)",
           metric="metrics.exponent_in_contexts", compare=EXPONENT_TOL, op="<=", source=SOURCE_C,

@@ -261,9 +261,10 @@ def test_experiment_tiny_is_identical_with_1_and_2_workers(ray_session):
     # uniform guess of nu; the tail claim is a level (q99 - median over sqrt(K T ln 100)) with gamma = 0 its control
     assert paper[1].metric.endswith("growth_ratio_4x_skewed") and len(paper[1].controls) == 3
     assert set(one.baselines["assumed-uniform-nu"]["q95_regret_skewed"]) == {str(h) for h in cfg["horizons"]}
-    assert paper[2].metric.endswith("tail_spread_over_level")
+    assert paper[2].metric.endswith("tail_q99_over_level")
     lvl = math.sqrt(4 * max(cfg["tail_horizons"]) * math.log(100))
     t = one.metrics["tail"]
+    assert one.metrics["tail_q99_over_level"] == pytest.approx(t["q99"] / lvl)
     assert one.metrics["tail_spread_over_level"] == pytest.approx((t["q99"] - t["median"]) / lvl)
     # session 7 review: the T^(-2/3)-rate learner is a control of the rate claim, run at the same T and runs
     assert any("T^(-2/3)" in c.name for c in paper[0].controls)
