@@ -38,7 +38,8 @@ __all__ = ["BaselineResult", "daks_functionals", "daks_memory_bytes", "daks_gram
 class BaselineResult:
     """Grid solution, errors at the collocation points, iterations and wall time; ``last_change``:
     DAKS's relative change of the iterate in its last Gauss-Newton step (how far from converged a
-    solve stopped at its cap is; NaN for finite differences)."""
+    solve stopped at its cap is; NaN for finite differences); ``last_u_change``: the relative change of
+    the solution on the grid (``u`` at the collocation points) in that step."""
 
     U: np.ndarray
     rmse: float
@@ -46,6 +47,7 @@ class BaselineResult:
     iterations: int
     seconds: float
     last_change: float = float("nan")
+    last_u_change: float = float("nan")
 
 
 def _errors(problem: Problem, U: np.ndarray, X1: np.ndarray, X2: np.ndarray) -> tuple[float, float]:
@@ -109,7 +111,7 @@ def daks_solve(problem: Problem, grid: tuple[int, int], lengthscale, *, nugget: 
     pos_in_interior = np.full(N, -1)
     pos_in_interior[interior] = np.arange(len(interior))
     z = np.zeros(offsets[-1])
-    it, change = 0, float("nan")
+    it, change, u_change = 0, float("nan"), float("nan")
     for it in range(1, iterations + 1):
         F = {}
         for k, (ab, idx) in enumerate(funcs):
@@ -131,12 +133,13 @@ def daks_solve(problem: Problem, grid: tuple[int, int], lengthscale, *, nugget: 
         TA = theta @ A.T
         z_new = TA @ cho_solve(cho_factor(A @ TA), b)
         change = np.linalg.norm(z_new - z) / max(np.linalg.norm(z_new), 1e-300)
+        u_change = np.linalg.norm(z_new[:N] - z[:N]) / max(np.linalg.norm(z_new[:N]), 1e-300)
         z = z_new
         if change < tol:
             break
     U = z[: N].reshape(grid)
     rmse, rel = _errors(problem, U, X1, X2)
-    return BaselineResult(U, rmse, rel, it, time.perf_counter() - t0, float(change))
+    return BaselineResult(U, rmse, rel, it, time.perf_counter() - t0, float(change), float(u_change))
 
 
 def _second_diff(n: int, h: float) -> sp.csr_matrix:

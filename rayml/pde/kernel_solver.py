@@ -288,6 +288,7 @@ def _gauss_newton(obj: _Objective, Xi: np.ndarray, config: KernelPDEConfig):
         else:
             break
         Xi = Xi + t * step
+        obj.last_step = t * step
         history.append(new)
         if (val - new) <= config.tol * max(abs(val), 1e-300):
             break
@@ -388,6 +389,7 @@ def _gauss_newton_cg(obj: _Objective, Xi: np.ndarray, config: KernelPDEConfig):
         else:
             break
         Xi = Xi + t * step
+        obj.last_step = t * step
         history.append(new)
         if (val - new) <= config.tol * max(abs(val), 1e-300):
             break
@@ -432,6 +434,11 @@ def solve(problem: Problem, config: KernelPDEConfig = KernelPDEConfig(), *, Xi0:
     run = {"gauss-newton": _gauss_newton, "gauss-newton-cg": _gauss_newton_cg, "adam": _adam}[config.optimizer]
     Xi, history, iters = run(obj, Xi, config)
     U = obj.interp.field(Xi, (0, 0))
+    # the relative change of the solution on the grid in the last accepted Gauss-Newton step (NaN for Adam or
+    # when no step was accepted): the quantity a convergence check can compare across solvers
+    last = getattr(obj, "last_step", None)
+    last_change = (float(np.linalg.norm(obj.interp.field(last, (0, 0))) / max(np.linalg.norm(U), 1e-300))
+                   if last is not None and config.optimizer != "adam" else float("nan"))
     seconds = time.perf_counter() - t0
     ref = problem.reference(obj.X1, obj.X2)
     err = U - ref
@@ -439,7 +446,8 @@ def solve(problem: Problem, config: KernelPDEConfig = KernelPDEConfig(), *, Xi0:
         U=U, axes=obj.axes, rmse=float(np.sqrt(np.mean(err**2))),
         rel_l2=float(np.linalg.norm(err) / max(np.linalg.norm(ref), 1e-300)),
         loss_history=np.asarray(history), seconds=seconds, iterations=int(iters),
-        info={"Xi": Xi, "interpolant": obj.interp, "cg_steps": list(getattr(obj, "cg_steps", []))},
+        info={"Xi": Xi, "interpolant": obj.interp, "cg_steps": list(getattr(obj, "cg_steps", [])),
+              "last_change": last_change},
     )
 
 

@@ -46,9 +46,56 @@ def test_the_slope_claim_is_a_paired_test_over_timing_passes_behind_two_gates():
 
     slope = next(c for c in kp.CLAIMS if c.metric == "metrics.timings.time_slope")
     assert slope.test and slope.table == "timing_slopes" and slope.pair_on == ("pass",)
-    assert [c.a["method"] for c in slope.controls] == [kp.DENSE]
+    assert [c.a["method"] for c in slope.controls] == [kp.DENSE, kp.REPLICA]   # session 8: DAKS against DAKS
     assert len(slope.gates) == 2
     # a slope per pass is the least-squares slope of that pass's times: t = N^1.5 gives 1.5
     assert abs(kp._slope([16, 20, 24, 28], [(n * n) ** 1.5 for n in (16, 20, 24, 28)]) - 1.5) < 1e-12
     for size in ("quick", "full"):  # the sign test over passes can reach p < 0.05
         assert kp.SIZES[size]["timing_repeats"] - 1 >= 5, size
+
+
+def test_timing_passes_run_round_robin_pass_p_of_every_cell_in_round_p_shuffled_per_round():
+    """Session 8: the passes paired by the slope claim are timed together (one round per pass), not back to
+    back inside each cell's task; cells past DAKS's reach take part in fewer rounds."""
+    from rayml.experiments import kernel_pde as kp
+
+    cells = [(n, m) for n in (16, 20, 24, 28) for m in (*kp.SCALE_METHODS, kp.REPLICA)] + [(64, kp.OURS)]
+    rounds_of = {c: (2 if c[0] == 64 else 5) for c in cells}
+    calls = []
+
+    def fake(items):
+        calls.append(items)
+        return [100.0 * p + 1.0 * n + len(m) for n, m, p in items]
+
+    passes, rows = kp.timing_rounds(cells, rounds_of, 0, {}, run_pass=fake)
+    assert len(calls) == 5
+    for p, items in enumerate(calls):
+        assert {it[2] for it in items} == {p}
+        assert sorted(it[:2] for it in items) == sorted(c for c in cells if rounds_of[c] > p)
+    assert len({tuple(it[:2] for it in items) for items in calls[2:]}) > 1   # the order is reshuffled per round
+    for (n, m), ts in passes.items():
+        assert ts == [100.0 * p + n + len(m) for p in range(rounds_of[(n, m)])]
+    assert {(r["round"], r["order"]) for r in rows if r["round"] == 0} == {(0, j) for j in range(len(cells))}
+
+
+def test_one_convergence_rule_for_both_solvers_the_relative_change_of_u_in_the_last_step():
+    """Session 8: the gate and the tuning read the same quantity for the matrix-free solver and DAKS (their own
+    stopping rules differ: loss decrease vs iterate change); checked against two solves one step apart."""
+    import types
+
+    import numpy as np
+
+    from rayml.experiments import kernel_pde as kp
+    from rayml.pde.problems import NonlinearElliptic
+
+    cfg = dict(kp.SIZES["tiny"])
+    for method in (kp.OURS, kp.DENSE, "daks"):
+        one, two = (kp._solve(method, NonlinearElliptic(), (10, 10), (0.3, 0.3), 1e-8, {**cfg, "gn_iterations": k})
+                    for k in (1, 2))
+        assert two.iterations == 2
+        expected = np.linalg.norm(two.U - one.U) / np.linalg.norm(two.U)
+        assert np.isclose(kp._u_change(method, two), expected, rtol=1e-6, atol=1e-14), method
+    ours = types.SimpleNamespace(info={"last_change": 1e-5})
+    daks = types.SimpleNamespace(last_u_change=1e-5)
+    assert kp._converged(kp.OURS, ours) is kp._converged("daks", daks) is False   # the same number, the same verdict
+    assert kp._converged("daks", types.SimpleNamespace(last_u_change=0.5 * kp.CONVERGED_CHANGE)) is True
