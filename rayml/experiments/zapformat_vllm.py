@@ -125,6 +125,12 @@ def child() -> None:
     print(PREFIX + json.dumps({"version": vllm.__version__, "startup_s": startup, "rows": rows}), flush=True)
 
 
+# seconds per decode step of one (backend, round) row: the batch wall, vLLM's TPOT (prefill pass subtracted), CPU
+_PER_STEP = {"step_ms": lambda r: r["wall_s"] / r["steps"],
+             "tpot_ms": lambda r: (r["wall_s"] - r["prefill_wall_s"]) / max(r["steps"] - 1, 1),
+             "cpu_step_ms": lambda r: r["cpu_s"] / r["steps"]}
+
+
 def summarize(rows: list[dict]) -> dict:
     """Per backend: the medians over the timed rounds (round >= 1) of ``step_ms``, ``tpot_ms``,
     ``cpu_step_ms`` (process CPU per step), tokens per second; the warm-up round's ``step_ms``; the
@@ -136,9 +142,7 @@ def summarize(rows: list[dict]) -> dict:
         if not sel:
             continue
         med = lambda f: float(np.median([f(r) for r in sel]))  # noqa: E731
-        out[b] = {"step_ms": med(lambda r: 1e3 * r["wall_s"] / r["steps"]),
-                  "tpot_ms": med(lambda r: 1e3 * (r["wall_s"] - r["prefill_wall_s"]) / max(r["steps"] - 1, 1)),
-                  "cpu_step_ms": med(lambda r: 1e3 * r["cpu_s"] / r["steps"]),
+        out[b] = {**{name: med(lambda r, f=f: 1e3 * f(r)) for name, f in _PER_STEP.items()},
                   "tokens_per_s": med(lambda r: r["tokens"] / r["wall_s"]),
                   "steps": med(lambda r: r["steps"]), "rounds": float(len(sel)),
                   "first_round_step_ms": 1e3 * warm[0]["wall_s"] / warm[0]["steps"] if warm else float("nan")}
@@ -151,11 +155,6 @@ def summarize(rows: list[dict]) -> dict:
                                               for k in ("step_ms", "tpot_ms", "cpu_step_ms")}
         out["paired_zapformat_to_xgrammar"] = paired_ratios(rows)
     return out
-
-
-_PER_STEP = {"step_ms": lambda r: r["wall_s"] / r["steps"],
-             "tpot_ms": lambda r: (r["wall_s"] - r["prefill_wall_s"]) / max(r["steps"] - 1, 1),
-             "cpu_step_ms": lambda r: r["cpu_s"] / r["steps"]}
 
 
 def paired_ratios(rows: list[dict]) -> dict:
