@@ -36,6 +36,13 @@ Learners (all are exponential weights per context, ``pi_t(a | c) ~ exp(-eta Lhat
   ``l_t(c_t, A_t) 1[A_t = a] / pi_t(a | c_t)``; its regret grows like ``sqrt(C K T)``.
 * ``"uniform"``: plays uniformly over the context's allowed actions and learns nothing (the trivial
   control of the rate and tail claims: its regret grows linearly in ``T``).
+* ``"greedy"`` (a control, not from either paper; session 9, after the session-8 end review): no exploration,
+  per context the action with the smallest empirical MEAN of the losses observed so far (cross-learned: a
+  played action's loss is observed in every context where it is allowed, and counted there), actions never
+  observed in the context first, ties to the lowest index.
+* ``"follow-the-leader"`` (a control, not from either paper; session 9): no exploration, per context the
+  action with the smallest CUMULATIVE observed (cross-learned, not importance-weighted) loss, ties to the
+  lowest index. Against the classic alternating losses ``(1, 0), (0, 1), ...`` it pays 1 every round.
 * ``"oracle"``: plays the comparator policy; its regret is exactly zero.
 
 Any cross-learning learner can also run at the slower rate ``eta ~ T^(-2/3)`` (``default_config``'s
@@ -82,6 +89,7 @@ __all__ = [
     "contextual_best_arm",
     "skewed_contexts",
     "switching_best_arm",
+    "alternating_switch",
     "default_config",
     "exp_weights",
     "estimated_marginal",
@@ -91,7 +99,7 @@ __all__ = [
 ]
 
 METHODS = ("cross-learning", "known-distribution", "assumed-uniform-nu", "propensity-weighted", "per-context-exp3",
-           "uniform", "oracle")
+           "uniform", "greedy", "follow-the-leader", "oracle")
 
 
 def _check_int(name: str, value, low: int) -> int:
@@ -284,7 +292,8 @@ def contextual_best_arm(n_contexts: int, n_actions: int, horizon: int, seed: int
 
 
 def skewed_contexts(n_contexts: int, n_actions: int, horizon: int, seed: int, *, frequent: float = 0.8,
-                    levels: int = 4, frequent_mu: tuple = (0.05, 0.95), rare_mu: tuple = (0.3, 0.8)) -> CrossLearningEnv:
+                    levels: int = 4, frequent_mu: tuple = (0.05, 0.95), rare_mu: tuple = (0.3, 0.8),
+                    mixed: bool = False) -> CrossLearningEnv:
     """A skewed ``nu`` (session 8): context 0 has probability ``frequent``, the ``C - 1`` rare ones share the rest.
 
     Action 0 is best everywhere, with mean loss ``frequent_mu[0]`` (others ``frequent_mu[1]``) in the frequent
@@ -297,7 +306,12 @@ def skewed_contexts(n_contexts: int, n_actions: int, horizon: int, seed: int, *,
     contexts prefer the wrong actions for ever (linear regret). Balseiro et al.'s learner with a uniform
     guess of ``nu`` over-weights the rare contexts' policies in ``f_t(0)`` and avoids action 0 there too.
     The marginal ``f_t`` (known, or estimated from past contexts as Schneider & Zimmert do) has neither
-    problem. Assumed: our own instance, built for the outside review's request (neither paper has experiments).
+    problem. ``mixed=True`` (session 9, after the session-8 end review: with action 0 best everywhere a greedy
+    learner locks on it and passes): the best action differs by context, rare context ``c`` (``j = c - 1``) has
+    best action 0 for even ``j`` and ``1 + (j // 2) mod (K - 1)`` for odd ``j`` (the frequent context keeps 0);
+    a context-free learner then has linear regret, and the propensity-weighted learner's bias still hits the
+    rare contexts whose best action is 0. Assumed: our own instance, built for the outside review's request
+    (neither paper has experiments).
     """
     C, K, T, G = _check_sizes(n_contexts, n_actions, horizon, levels, min_contexts=2)
     if not (np.isfinite(frequent) and 0 < frequent < 1):
@@ -306,15 +320,16 @@ def skewed_contexts(n_contexts: int, n_actions: int, horizon: int, seed: int, *,
         if len(pair) != 2 or not 0 <= pair[0] < pair[1] <= 1:
             raise ValueError(f"{name} must be (best, other) with 0 <= best < other <= 1, got {pair!r}")
     nu = np.r_[frequent, np.full(C - 1, (1 - frequent) / (C - 1))]
-    mu = np.full((C, K), float(rare_mu[1]))
-    mu[:, 0] = rare_mu[0]
+    j = np.arange(C - 1)
+    best = np.r_[0, np.where(j % 2 == 0, 0, 1 + (j // 2) % (K - 1))] if mixed else np.zeros(C, dtype=np.int64)
+    mu = np.where(np.arange(K)[None] == best[:, None], float(rare_mu[0]), float(rare_mu[1]))
     mu[0] = frequent_mu[1]
     mu[0, 0] = frequent_mu[0]
     rng = np.random.default_rng(seed)
     codes = rng.integers(G, size=(T, K))
-    return CrossLearningEnv(name=f"skewed-C{C}", context_probs=nu, allowed=np.ones((C, K), dtype=bool),
-                            tables=_level_tables(mu[None], G), schedule=codes @ (G ** np.arange(K)),
-                            info={"mu": mu, "frequent": frequent})
+    return CrossLearningEnv(name=f"skewed-C{C}" + ("-mixed" if mixed else ""), context_probs=nu,
+                            allowed=np.ones((C, K), dtype=bool), tables=_level_tables(mu[None], G),
+                            schedule=codes @ (G ** np.arange(K)), info={"mu": mu, "frequent": frequent, "best": best})
 
 
 def switching_best_arm(n_contexts: int, n_actions: int, horizon: int, seed: int, *, switch: float = 0.3,
@@ -336,6 +351,40 @@ def switching_best_arm(n_contexts: int, n_actions: int, horizon: int, seed: int,
     codes = rng.integers(G, size=(T, K))
     phase = (np.arange(T) >= int(math.floor(switch * T))).astype(np.int64)
     return CrossLearningEnv(name=f"switching-C{C}", context_probs=np.full(C, 1.0 / C),
+                            allowed=np.ones((C, K), dtype=bool), tables=_level_tables(mu, G),
+                            schedule=phase * G ** K + codes @ (G ** np.arange(K)), info={"switch": switch})
+
+
+def alternating_switch(n_contexts: int, n_actions: int, horizon: int, seed: int, *, switch: float = 0.3,
+                       levels: int = 4) -> CrossLearningEnv:
+    """The tail instance of session 9: ``switching_best_arm``'s first phase, then the classic alternating losses.
+
+    Before round ``floor(switch T)`` action 0 is best in every context (mean loss 0.2, the others 0.7, one
+    oblivious level per action and round as in ``contextual_best_arm``); from then on action 0 always loses
+    (0.95), actions 1 and 2 alternate deterministically, ``(1, 0)`` on the switch round, ``(0, 1)`` on the next,
+    and so on (mean 0.5 each), and the others keep 0.7. The comparator is action 1 or 2 (whichever the first
+    phase's draws favour). A learner that re-learns the switch gains at most ``0.5 switch T`` before it, but
+    follow-the-leader (cumulative observed loss, ties balanced) is trapped by the alternation and pays 1 a
+    round after it (regret about ``(0.5 (1 - switch) - 0.25 switch) T``); greedy stays on action 0; without
+    implicit exploration the collapsed ``f_t`` of actions 1 and 2 turns one loss of 1 into a jump of
+    ``1 / fhat`` (a heavy right tail). Needs ``K >= 3``. Assumed: our own instance (the session-8 end review
+    found ``switching_best_arm`` passed by follow-the-leader; neither paper has experiments)."""
+    C, K, T, G = _check_sizes(n_contexts, n_actions, horizon, levels)
+    if K < 3:
+        raise ValueError(f"n_actions must be >= 3 (actions 1 and 2 alternate), got {K}")
+    if not (np.isfinite(switch) and 0 < switch < 1):
+        raise ValueError(f"switch must be a fraction in (0, 1), got {switch!r}")
+    mu = np.full((3, C, K), 0.7)
+    mu[0, :, 0] = 0.2
+    mu[1:, :, 0] = 0.95
+    mu[1, :, 1], mu[1, :, 2] = 1.0, 0.0     # loss 1 / 0 at every level
+    mu[2, :, 1], mu[2, :, 2] = 0.0, 1.0
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(G, size=(T, K))
+    start = int(math.floor(switch * T))
+    t = np.arange(T)
+    phase = np.where(t < start, 0, 1 + (t - start) % 2).astype(np.int64)
+    return CrossLearningEnv(name=f"alternating-C{C}", context_probs=np.full(C, 1.0 / C),
                             allowed=np.ones((C, K), dtype=bool), tables=_level_tables(mu, G),
                             schedule=phase * G ** K + codes @ (G ** np.arange(K)), info={"switch": switch})
 
@@ -473,6 +522,8 @@ def simulate(env: CrossLearningEnv, method: str, runs: int, seed, *, config: Lea
     curve = np.zeros((R, checkpoints.size))
     regret = np.zeros(R)
     visits = np.zeros((R, C))
+    greedy_like = method in ("greedy", "follow-the-leader")
+    visits_ck = np.zeros((R, C, K) if greedy_like else (1, 1, 1))   # observations per (context, action)
     L = cfg.epoch_length
     k = 0
     for t in range(T):
@@ -482,6 +533,13 @@ def simulate(env: CrossLearningEnv, method: str, runs: int, seed, *, config: Lea
             a = best[c]
         elif method == "uniform":
             a = _sample(allowed[c] / allowed[c].sum(axis=1, keepdims=True), uniforms[:, t])
+        elif method in ("greedy", "follow-the-leader"):
+            seen, obs = cum[ar, c], visits_ck[ar, c]                                    # (R, K) each
+            score = seen if method == "follow-the-leader" else np.where(obs > 0, seen / np.maximum(obs, 1), -1.0)
+            a = np.argmin(np.where(allowed[c], score, np.inf), axis=1)
+            known = allowed[:, a].T                                                     # (R, C)
+            cum[ar, :, a] += table[:, a].T * known
+            visits_ck[ar, :, a] += known
         elif method == "per-context-exp3":
             visits[ar, c] += 1
             eta_c = eta_scale * np.sqrt(math.log(K) / (K * visits[ar, c]))

@@ -28,7 +28,13 @@ rate claim is run again with the propensity-weighted learner and Balseiro et al.
 guess of ``nu`` (``assumed-uniform-nu``) as controls; and the tail stated at a level on the switching instance
 (``switching_best_arm``), ``q99 <= sqrt(K T ln(1/0.01))`` (the bound's own form; the first session-8 quick run
 claimed the spread ``q99 - median`` at that level, which uniform play passed) with ``gamma = 0`` and uniform play
-as its controls (the q99 exponent and the spread are still reported). All are gated on ``C > L``. Every
+as its controls (the q99 exponent and the spread are still reported). Session 9 (the session-8 end review: greedy
+passed the skewed claim, action 0 being best in every context, and follow-the-leader the tail claim, the comparator
+losing 0.5 a round before the switch): the skewed instance's best action differs by context (``mixed``), the tail
+claim takes the worse of the switching instance and ``alternating_switch`` (the same first phase, then the classic
+alternating losses against follow-the-leader; on it alone ``gamma = 0`` keeps a light tail, since two actions must
+collapse), each tuned on its own, and greedy on the empirical mean and follow-the-leader
+(``rayml.bandits.cross_learning``, no exploration, no rate) are controls of both claims. All are gated on ``C > L``. Every
 learner's rate multiplier ``eta_scale`` is tuned (``rayml.evidence.tune``) on the same grid (1, the
 stated rate, inside; an edge choice extends it twice) on tuning seeds apart from the test seeds, per
 environment at the largest ``T``; the tuning runs of cross-learning and per-context EXP3 are the
@@ -56,8 +62,12 @@ UNIFORM_NU = "assumed-uniform-nu"   # session 8: Balseiro et al.'s learner with 
 PROP = "propensity-weighted"   # the outside review's control: cross-learned losses over pi(A | c_t) + gamma
 UNIFORM = "uniform"            # session 7: the trivial control of the rate and tail claims (learns nothing)
 T23 = "cross-learning-T23"     # session 7 review: the same algorithm at a T^(-2/3) rate (a T^(2/3) learner)
-BASELINES = ("known-distribution", "per-context-exp3", PROP, GAMMA0, UNIFORM, T23, UNIFORM_NU)
-ENVS = ("contextual", "skewed", "switching")
+GREEDY = "greedy"              # session 9 (session-8 end review): per-context empirical-mean greedy, no exploration
+FTL = "follow-the-leader"      # session 9: per-context cumulative observed loss, no exploration
+UNTUNED = (UNIFORM, GREEDY, FTL)   # learners without a rate
+BASELINES = ("known-distribution", "per-context-exp3", PROP, GAMMA0, UNIFORM, T23, UNIFORM_NU, GREEDY, FTL)
+ENVS = ("contextual", "skewed", "switching", "alternating")
+TAIL_ENVS = ("switching", "alternating")   # session 9: the tail claim takes the worse of the two
 SOURCE_HP = ("abstract: 'we present a novel, in-depth analysis of their algorithm and demonstrate that it actually "
              "achieves near-optimal regret with high probability' (O~(sqrt(K T log(1/delta))))")
 SOURCE_NU = ("abstract: 'Balseiro et al. (2019) ... achieves near-optimal regret under the assumption that the "
@@ -104,15 +114,18 @@ SIZES = {
 
 
 def make_env(kind: str, size: int, horizon: int, config: Mapping[str, Any]) -> cl.CrossLearningEnv:
-    """``("contextual", C)`` (with the warm-up), ``("skewed", C)`` or ``("switching", C)`` at ``horizon``
+    """``("contextual", C)`` (with the warm-up), ``("skewed", C)`` (mixed best actions), ``("switching", C)`` or
+    ``("alternating", C)`` at ``horizon``
     (fixed instance seed)."""
     seed, K = int(config["instance_seed"]), int(config["context_actions"])
     if kind == "contextual":
         return cl.contextual_best_arm(size, K, horizon, seed, warmup=float(config["warmup"]))
-    if kind == "skewed":
-        return cl.skewed_contexts(size, K, horizon, seed, frequent=float(config["frequent"]))
+    if kind == "skewed":   # session 9: the best action differs by context (mixed)
+        return cl.skewed_contexts(size, K, horizon, seed, frequent=float(config["frequent"]), mixed=True)
     if kind == "switching":
         return cl.switching_best_arm(size, K, horizon, seed, switch=float(config["switch"]))
+    if kind == "alternating":   # session 9: the first phase of switching_best_arm, then the alternating losses
+        return cl.alternating_switch(size, K, horizon, seed, switch=float(config["switch"]))
     raise ValueError(f"unknown environment {kind!r}")
 
 
@@ -199,8 +212,8 @@ def _learners(kind: str = "contextual") -> tuple[str, ...]:
     return (METHOD, "known-distribution", PROP, "per-context-exp3", UNIFORM, T23)
 
 
-TAIL_LEARNERS = (METHOD, GAMMA0, UNIFORM)   # the tail study's learners (on the switching instance)
-SKEW_LEARNERS = (METHOD, PROP, UNIFORM_NU, "known-distribution", UNIFORM)   # the skewed-nu study's learners
+TAIL_LEARNERS = (METHOD, GAMMA0, UNIFORM, GREEDY, FTL)   # the tail study's learners (on both TAIL_ENVS)
+SKEW_LEARNERS = (METHOD, PROP, UNIFORM_NU, "known-distribution", UNIFORM, GREEDY, FTL)   # the skewed-nu study's
 TUNED = (METHOD, "known-distribution", PROP, "per-context-exp3")   # uniform play has no rate to tune
 
 
@@ -214,7 +227,7 @@ def _tune(config, tune_seeds, sizes, T_tune, q, skew_c):
     q-th percentile regret at ``tune_horizon`` (``eta_scale`` multiplies ``sqrt(1 / T)``, so it
     carries over to the other horizons): every learner of the horizon and tail studies at the most
     contexts, cross-learning and per-context EXP3 at each smaller C of the context study, the skewed study's
-    learners on the skewed instance and the tail study's on the switching instance (each instance tuned on
+    learners on the skewed instance and the tail study's on each tail instance (each instance tuned on
     its own: a rate carries over between horizons, not between instances). Returns
     the choices and the pilot's paired differences (per-context EXP3 minus cross-learning at the
     most contexts, at the chosen scales)."""
@@ -233,8 +246,8 @@ def _tune(config, tune_seeds, sizes, T_tune, q, skew_c):
     axis = {"eta_scale": [float(g) for g in config["eta_grid"]]}
     grids = {("contextual", many, m): axis for m in TUNED}
     grids.update({("contextual", c, m): axis for c in sizes[:-1] for m in CONTEXT_LEARNERS})
-    grids.update({("skewed", skew_c, m): axis for m in SKEW_LEARNERS if m != UNIFORM})
-    grids.update({("switching", many, m): axis for m in (METHOD, GAMMA0)})
+    grids.update({("skewed", skew_c, m): axis for m in SKEW_LEARNERS if m not in UNTUNED})
+    grids.update({(k, many, m): axis for k in TAIL_ENVS for m in (METHOD, GAMMA0)})
     choices = evidence.tune(evaluate, grids, paper={"eta_scale": 1.0}, extend=EXTEND, limits={"eta_scale": (1e-3, 1e4)},
                             tie=TUNE_TIE, tie_break=nearest_stated_rate)
     pick = lambda m: finals[(("contextual", many, m), choices[("contextual", many, m)].setting["eta_scale"])]  # noqa: E731
@@ -255,8 +268,9 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     envs = [("contextual", many), ("skewed", skew_c)]
     choices, pilot = _tune(config, tune_seeds, sizes, int(config["tune_horizon"]), q, skew_c)
     chosen = {k: c.setting["eta_scale"] for k, c in choices.items()}
-    for key in (("contextual", many, UNIFORM), ("skewed", skew_c, UNIFORM), ("switching", many, UNIFORM)):
-        chosen[key] = 1.0   # ignored: uniform play has no rate
+    for key in [("contextual", many, UNIFORM)] + [(k, n, m) for k, n in (("skewed", skew_c), ("switching", many),
+                                                                         ("alternating", many)) for m in UNTUNED]:
+        chosen[key] = 1.0   # ignored: uniform play, greedy and follow-the-leader have no rate
     # the T^(2/3) control equals the algorithm at tune_horizon (same rate there, same tuning seeds), so the same
     # grid gives it the same choice: it is not tuned twice
     chosen[("contextual", many, T23)] = chosen[("contextual", many, METHOD)]
@@ -269,8 +283,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     tail_seeds = runtime.seeds(np.random.SeedSequence([seed, 2]), int(config["tail_runs"]) // tail_per)
     tail_hs = sorted(int(h) for h in config["tail_horizons"])
     T_tail = tail_hs[-1]
-    items += [("tail", "switching", many, m, h, chosen[("switching", many, m)], i, tail_per, s)
-              for m in TAIL_LEARNERS for h in tail_hs for i, s in enumerate(tail_seeds)]
+    items += [("tail", kind, many, m, h, chosen[(kind, many, m)], i, tail_per, s)
+              for kind in TAIL_ENVS for m in TAIL_LEARNERS for h in tail_hs for i, s in enumerate(tail_seeds)]
     out = runtime.pmap(run_chunk, items, shared=dict(config), desc="cross-learning runs")
     # the many-context point of the context study is the horizon study's contextual run at T_max
     out += [{**r, "study": "contexts"} for r in out if r["study"] == "horizon" and r["kind"] == "contextual"
@@ -305,7 +319,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
 
     def method_metrics(m: str) -> dict:
         d: dict[str, Any] = {"eta_scale": {(f"C={k[1]}" if k[0] == "contextual" else f"{k[0]} C={k[1]}"): v
-                                           for k, v in chosen.items() if k[2] == m and m != UNIFORM}}
+                                           for k, v in chosen.items() if k[2] == m and m not in UNTUNED}}
         for kind, size in envs:
             if m not in _learners(kind):
                 continue
@@ -325,29 +339,32 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
             d["abs_exponent_in_contexts"] = abs(d["exponent_in_contexts"])
             d["q_most_contexts"] = cq[-1]
         if m in TAIL_LEARNERS:
-            t = summary[("tail", "switching", many, m, T_tail)]
-            q99s = [summary[("tail", "switching", many, m, h)]["q99"] for h in tail_hs]
             K_t = int(config["context_actions"])
             level = lambda h: math.sqrt(K_t * h * math.log(1 / DELTA_TAIL))  # noqa: E731
-            d["tail"] = {"q99": t["q99"], "median": t["median"], "mean": t["mean"],
-                         "runs": int(config["tail_runs"]), "horizon": T_tail,
-                         "q99_by_horizon": {str(h): v for h, v in zip(tail_hs, q99s)},
-                         "median_by_horizon": {str(h): summary[("tail", "switching", many, m, h)]["median"]
-                                               for h in tail_hs},
-                         "max": float(max(max(r["regret"]) for r in out if r["study"] == "tail"
-                                          and r["method"] == m and r["horizon"] == T_tail)),
-                         "q99_over_level_by_horizon": {str(h): summary[("tail", "switching", many, m, h)]["q99"]
-                                                       / level(h) for h in tail_hs},
-                         "spread_over_level_by_horizon": {
-                             str(h): (summary[("tail", "switching", many, m, h)]["q99"]
-                                      - summary[("tail", "switching", many, m, h)]["median"]) / level(h)
-                             for h in tail_hs}}
-            # session 8: the tail at a level, q99 in units of sqrt(K T ln(1 / 0.01)) at the largest tail T (the claim);
-            # the spread q99 - median in the same units is reported (the first session-8 quick run claimed it:
-            # uniform play, which concentrates around a linear regret, passed it)
-            d["tail_q99_over_level"] = t["q99"] / level(T_tail)
-            d["tail_spread_over_level"] = (t["q99"] - t["median"]) / level(T_tail)
-            d["q99_exponent_tail"] = growth_exponent(tail_hs, q99s)   # described, no longer a claim
+            for kind in TAIL_ENVS:
+                sm = lambda h: summary[("tail", kind, many, m, h)]  # noqa: E731
+                t, q99s = sm(T_tail), [sm(h)["q99"] for h in tail_hs]
+                sfx = "" if kind == "switching" else f"_{kind}"
+                d["tail" + sfx] = {
+                    "q99": t["q99"], "median": t["median"], "mean": t["mean"], "runs": int(config["tail_runs"]),
+                    "horizon": T_tail, "q99_by_horizon": {str(h): v for h, v in zip(tail_hs, q99s)},
+                    "median_by_horizon": {str(h): sm(h)["median"] for h in tail_hs},
+                    "max": float(max(max(r["regret"]) for r in out if r["study"] == "tail" and r["kind"] == kind
+                                     and r["method"] == m and r["horizon"] == T_tail)),
+                    "q99_over_level_by_horizon": {str(h): sm(h)["q99"] / level(h) for h in tail_hs},
+                    "spread_over_level_by_horizon": {str(h): (sm(h)["q99"] - sm(h)["median"]) / level(h)
+                                                     for h in tail_hs}}
+                # session 8: the tail at a level, q99 in units of sqrt(K T ln(1 / 0.01)) at the largest tail T; the
+                # spread q99 - median in the same units is reported (the first session-8 quick run claimed it:
+                # uniform play, which concentrates around a linear regret, passed it)
+                d["tail_q99_over_level" + sfx] = t["q99"] / level(T_tail)
+                d["tail_spread_over_level" + sfx] = (t["q99"] - t["median"]) / level(T_tail)
+                d["q99_exponent_tail" + sfx] = growth_exponent(tail_hs, q99s)   # described, no longer a claim
+            # session 9: the claim takes the worse of the two tail instances (the bound holds for every oblivious
+            # sequence; each instance is built against one failure: gamma = 0 on switching, follow-the-leader on
+            # alternating)
+            d["tail_q99_over_level_worst"] = max(d["tail_q99_over_level" + ("" if k == "switching" else f"_{k}")]
+                                                 for k in TAIL_ENVS)
         return d
 
     metrics = method_metrics(METHOD)
@@ -382,6 +399,15 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
 
 _PER = "baselines.per-context-exp3"
 
+
+def _unlearned(metric: str) -> tuple:
+    """Session 9: the learners without exploration or rate (greedy, follow-the-leader) and uniform play, as controls
+    of ``metric``: a claim that one of them passes does not single out the algorithm."""
+    return (Control("greedy (empirical mean, no exploration)", f"baselines.{GREEDY}.{metric}"),
+            Control("follow-the-leader (cumulative loss)", f"baselines.{FTL}.{metric}"),
+            Control("uniform play", f"baselines.{UNIFORM}.{metric}"))
+
+
 CLAIMS = evidence.gate(
     Claim(text="many contexts: the contextual instance has more contexts C than rounds per epoch L = sqrt(K T) at the "
                "largest T (a context is seen a handful of times)",
@@ -396,23 +422,27 @@ CLAIMS = evidence.gate(
                     Control("per-context-exp3", f"{_PER}.growth_ratio_4x_contextual"),
                     Control(f"{PROP} (no epochs, no marginal)", f"baselines.{PROP}.growth_ratio_4x_contextual"),
                     Control("T^(-2/3) rate (a T^(2/3) learner)", f"baselines.{T23}.growth_ratio_4x_contextual"))),
-    Claim(text="without knowing nu, also where nu is skewed: on the skewed instance (one context of probability 0.8) "
-               "the 95th-percentile regret grows by at most 4^(7/12) = 2.245 per factor 4 in T at the largest horizons; "
-               "controls: the propensity-weighted cross-learner (importance weight pi(A | c_t): must fail), Balseiro et "
-               "al.'s learner with a uniform guess of nu (the learner that needs nu, run without it: must fail) and "
-               "uniform play",
+    Claim(text="without knowing nu, also where nu is skewed: on the skewed instance (one context of probability 0.8; "
+               "the best action differs by context, so no context-free learner wins) the 95th-percentile regret "
+               "grows by at most 4^(7/12) = 2.245 per factor 4 in T at the largest horizons; controls: the "
+               "propensity-weighted cross-learner (importance weight pi(A | c_t): must fail), Balseiro et al.'s "
+               "learner with a uniform guess of nu (the learner that needs nu, run without it: must fail), greedy on "
+               "the empirical mean and follow-the-leader (no exploration: must fail) and uniform play",
           metric="metrics.growth_ratio_4x_skewed", compare=RATIO_MAX, op="<=", source=SOURCE_NU,
           controls=(Control(f"{PROP} (no epochs, no marginal)", f"baselines.{PROP}.growth_ratio_4x_skewed"),
                     Control("known-distribution learner with a uniform guess of nu",
                             f"baselines.{UNIFORM_NU}.growth_ratio_4x_skewed"),
-                    Control("uniform play", f"baselines.{UNIFORM}.growth_ratio_4x_skewed"))),
-    Claim(text="with probability 0.99 (the tail, at a level): on the switching instance the 99th-percentile regret "
-               "is at most sqrt(K T ln(1/0.01)) at the largest tail horizon (the bound's sqrt(K T log(1/delta)) with "
-               "constant 1); controls: the same algorithm with gamma = 0 (no implicit exploration: must fail) and "
-               "uniform play (must fail)",
-          metric="metrics.tail_q99_over_level", compare=LEVEL_MAX, op="<=", source=SOURCE_TAIL,
-          controls=(Control("gamma = 0 (no implicit exploration)", f"baselines.{GAMMA0}.tail_q99_over_level"),
-                    Control("uniform play", f"baselines.{UNIFORM}.tail_q99_over_level"))),
+                    *_unlearned("growth_ratio_4x_skewed"))),
+    Claim(text="with probability 0.99 (the tail, at a level): the 99th-percentile regret is at most sqrt(K T "
+               "ln(1/0.01)) at the largest tail horizon (the bound's sqrt(K T log(1/delta)) with constant 1) on both "
+               "tail instances, each built against one failure: the switching instance (action 0 best until 0.3 T, "
+               "then action 1: f_t(1) collapses first) and the alternating-switch instance (the same first phase, then "
+               "actions 1 and 2 alternate losses 1 / 0, the classic sequence against follow-the-leader); the metric is "
+               "the worse of the two; controls: the same algorithm with gamma = 0 (no implicit exploration), greedy "
+               "on the empirical mean, follow-the-leader and uniform play (all must fail)",
+          metric="metrics.tail_q99_over_level_worst", compare=LEVEL_MAX, op="<=", source=SOURCE_TAIL,
+          controls=(Control("gamma = 0 (no implicit exploration)", f"baselines.{GAMMA0}.tail_q99_over_level_worst"),
+                    *_unlearned("tail_q99_over_level_worst"))),
     Claim(text="the 95th-percentile regret does not grow with the number of contexts: fitted exponent in C at most "
                "0.1 (C from 2 to >> L)",
           metric="metrics.exponent_in_contexts", compare=EXPONENT_TOL, op="<=", source=SOURCE_C,

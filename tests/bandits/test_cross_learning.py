@@ -76,6 +76,7 @@ def _reference_run(env, method, contexts, uniforms, cfg):
     Lh = np.zeros((C, K))
     best = env.comparator()
     visits = np.zeros(C)
+    visits_ck = np.zeros((C, K))
     prev, cur = None, []
     regret = 0.0
 
@@ -92,6 +93,20 @@ def _reference_run(env, method, contexts, uniforms, cfg):
         c = contexts[t]
         if method == "uniform":
             a = draw(env.allowed[c] / env.allowed[c].sum(), uniforms[t])
+        elif method in ("greedy", "follow-the-leader"):
+            scores = []
+            for b in range(K):
+                if not env.allowed[c, b]:
+                    scores.append(math.inf)
+                elif method == "follow-the-leader":
+                    scores.append(Lh[c, b])
+                else:
+                    scores.append(Lh[c, b] / visits_ck[c, b] if visits_ck[c, b] else -1.0)
+            a = min(range(K), key=lambda b: (scores[b], b))
+            for x in range(C):
+                if env.allowed[x, a]:
+                    Lh[x, a] += table[x, a]
+                    visits_ck[x, a] += 1
         elif method == "per-context-exp3":
             visits[c] += 1
             p = policy(Lh[c], math.sqrt(math.log(K) / (K * visits[c])), env.allowed[c])
@@ -120,7 +135,7 @@ def _reference_run(env, method, contexts, uniforms, cfg):
 
 
 @pytest.mark.parametrize("method", ["cross-learning", "known-distribution", "assumed-uniform-nu", "propensity-weighted",
-                                    "per-context-exp3", "uniform"])
+                                    "per-context-exp3", "uniform", "greedy", "follow-the-leader"])
 @pytest.mark.parametrize("kind", ["auction", "sleeping"])
 def test_vectorised_learners_match_a_per_round_loop(method, kind):
     env = cl.first_price_auction(5, 4, 40, 3) if kind == "auction" else cl.sleeping_bandit(3, 40, 3)
@@ -249,7 +264,8 @@ def test_experiment_tiny_is_identical_with_1_and_2_workers(ray_session):
         assert choice["on_edge"] == {} or len(choice["extended"].get("eta_scale", [])) == EXTEND, problem
     # tuned per number of contexts, and on the skewed and switching instances of their own (session 8)
     assert set(one.metrics["eta_scale"]) == ({f"C={c}" for c in cfg["contexts"]}
-                                             | {f"skewed C={cfg['skew_contexts']}", f"switching C={max(cfg['contexts'])}"})
+                                             | {f"skewed C={cfg['skew_contexts']}", f"switching C={max(cfg['contexts'])}",
+                                                f"alternating C={max(cfg['contexts'])}"})
     assert one.metrics["tail"]["runs"] == cfg["tail_runs"] and "tail_spread_over_level" in one.baselines["cross-learning-gamma0"]
     # session 7: the rate and tail claims test the bound's sqrt(T), with uniform play as their trivial control
     assert set(one.metrics["tail"]["q99_by_horizon"]) == {str(h) for h in cfg["tail_horizons"]}
@@ -259,9 +275,18 @@ def test_experiment_tiny_is_identical_with_1_and_2_workers(ray_session):
     assert all("uniform play" in {c.name for c in claim.controls} for claim in paper[:3])
     # session 8: the skewed-nu claim's controls are the propensity-weighted learner and Balseiro et al.'s with a
     # uniform guess of nu; the tail claim is a level (q99 - median over sqrt(K T ln 100)) with gamma = 0 its control
-    assert paper[1].metric.endswith("growth_ratio_4x_skewed") and len(paper[1].controls) == 3
+    assert paper[1].metric.endswith("growth_ratio_4x_skewed") and len(paper[1].controls) == 5
     assert set(one.baselines["assumed-uniform-nu"]["q95_regret_skewed"]) == {str(h) for h in cfg["horizons"]}
-    assert paper[2].metric.endswith("tail_q99_over_level")
+    # session 9: the tail claim takes the worse of the switching and alternating-switch instances; greedy and
+    # follow-the-leader are controls of the skewed and tail claims and have no rate
+    assert paper[2].metric.endswith("tail_q99_over_level_worst") and len(paper[2].controls) == 4
+    for claim in paper[1:3]:
+        assert {"greedy (empirical mean, no exploration)", "follow-the-leader (cumulative loss)"} <= {
+            c.name for c in claim.controls}
+    for block in (one.metrics, *(one.baselines[b] for b in ("greedy", "follow-the-leader", "cross-learning-gamma0"))):
+        assert block["tail_q99_over_level_worst"] == max(block["tail_q99_over_level"],
+                                                         block["tail_q99_over_level_alternating"])
+    assert one.baselines["greedy"]["eta_scale"] == {} and one.baselines["follow-the-leader"]["eta_scale"] == {}
     lvl = math.sqrt(4 * max(cfg["tail_horizons"]) * math.log(100))
     t = one.metrics["tail"]
     assert one.metrics["tail_q99_over_level"] == pytest.approx(t["q99"] / lvl)
@@ -432,3 +457,36 @@ def test_assumed_uniform_nu_equals_known_distribution_when_nu_is_uniform():
     sk = cl.skewed_contexts(8, 3, 120, 2)
     a, b = (cl.simulate(sk, m, 3, 5, eta_scale=2.0) for m in ("known-distribution", "assumed-uniform-nu"))
     assert not np.array_equal(a.curve, b.curve)
+
+
+def test_session9_instances_and_controls():
+    # mixed skew: the frequent context and every even rare index keep action 0, the odd ones cycle 1 .. K - 1
+    sk = cl.skewed_contexts(9, 4, 200, 0, mixed=True)
+    assert sk.info["best"].tolist() == [0, 0, 1, 0, 2, 0, 3, 0, 1]
+    assert np.array_equal(sk.comparator(), sk.info["best"])
+    assert np.array_equal(cl.skewed_contexts(9, 4, 200, 0).comparator(), np.zeros(9))
+    # a context-free learner (always action 0) has regret linear in T there
+    always0 = lambda e: sum(e.tables[e.schedule[t]][c, 0] - e.tables[e.schedule[t]][c, e.comparator()[c]]  # noqa: E731
+                            for t in range(e.horizon) for c in range(e.n_contexts)) / e.n_contexts
+    assert always0(sk) > 0
+    # alternating switch: the first phase is switching_best_arm's, then (1, 0), (0, 1), ... on actions 1 and 2
+    env = cl.alternating_switch(3, 4, 100, 0, switch=0.3)
+    tab = env.tables[env.schedule]                                               # (T, C, K)
+    sw = cl.switching_best_arm(3, 4, 100, 0, switch=0.3)
+    assert np.array_equal(tab[:30], sw.tables[sw.schedule[:30]])
+    assert np.all(tab[30::2, :, 1] == 1) and np.all(tab[30::2, :, 2] == 0)
+    assert np.all(tab[31::2, :, 1] == 0) and np.all(tab[31::2, :, 2] == 1) and np.all(tab[30:, :, 0] == 1)
+    assert set(env.comparator().tolist()) <= {1, 2}
+    # follow-the-leader is trapped by the alternation: it pays 1 on (almost) every round after the switch
+    T = 400
+    env = cl.alternating_switch(2, 4, T, 0, switch=0.3)
+    ftl = cl.simulate(env, "follow-the-leader", 2, 0, points=T)
+    after = np.diff(ftl.curve, axis=1)[:, int(0.3 * T) + 10:]                  # regret increments after the switch
+    assert after.mean() > 0.3
+    # greedy and follow-the-leader ignore eta_scale (no rate) and the seed's action uniforms
+    for m in ("greedy", "follow-the-leader"):
+        assert np.array_equal(cl.simulate(env, m, 2, 0).regret, cl.simulate(env, m, 2, 0, eta_scale=8.0).regret)
+    with pytest.raises(ValueError, match="n_actions"):
+        cl.alternating_switch(4, 2, 10, 0)
+    with pytest.raises(ValueError, match="switch"):
+        cl.alternating_switch(4, 3, 10, 0, switch=1.0)
