@@ -53,15 +53,19 @@ SIZES = {
                  real=dict(train_questions=4, tune_questions=2, chunk=4, n_candidates=2, dpo_steps=1, batch_size=2,
                            test_per_level=1, turns=2, seeds=2, lora_rank=2, id_levels=[2], ood_levels=[1])),
     # a preview (issue 35: at most 90 s on an idle 2-core machine): 5 replicates of 64 training questions, a
-    # 4-point beta grid holding PAPER_BETA strictly inside at the full size's middle learning rate, extended up to
-    # 5 times past an edge that holds the choice, to the experiment's BETA_LIMITS (session 7: the choice sat on the
-    # top edge after one extension; with 3 the single agent's still sat on it at 128)
+    # 4-point beta grid holding PAPER_BETA strictly inside crossed with 3 learning rates, extended up to 5 times
+    # past an edge that holds the choice, to the experiment's BETA_LIMITS (session 7: the choice sat on the top
+    # edge after one extension). Session 8: learning rates 3e-6-3e-5, not 1e-4: a pilot on fresh seeds (1001,
+    # 1002; 192 questions) had lr 1e-4 below the reference at every beta (beta 0.1: 0.43 vs 0.64; beta 8: 0.60-0.62)
+    # and beta 0.03-2 at lr 1e-5 above it (0.66-0.67), flipping 13-15% of the majority votes' answers
     "quick": dict(_COMMON, train_questions=64, tune_questions=96, chunk=32, n_candidates=4, mc_rollouts=2,
-                  dpo_steps=30, batch_size=16, lr_grid=[1e-4], beta_grid=[0.03, 0.1, 0.5, 2.0], test_per_level=25,
-                  seeds=5, tune_extend=5, real=dict(_REAL, tune_extend=0)),
-    # the evidence (at most 30 min on an idle 2-core machine): the issue's 1024 questions and 200 DPO steps
+                  dpo_steps=30, batch_size=16, lr_grid=[3e-6, 1e-5, 3e-5], beta_grid=[0.03, 0.1, 0.5, 2.0],
+                  test_per_level=25, seeds=5, tune_extend=5, real=dict(_REAL, tune_extend=0)),
+    # the evidence (at most 30 min on an idle 2-core machine): the issue's 1024 questions and 200 DPO steps; its
+    # learning rates reach lower than quick's (7x the steps; the session-5 full tuning lost 8 points at beta 0.1
+    # already at lr 3e-5)
     "full": dict(_COMMON, train_questions=1024, tune_questions=384, chunk=64, n_candidates=4, mc_rollouts=2,
-                 dpo_steps=200, batch_size=16, lr_grid=[3e-5, 1e-4], beta_grid=[0.03, 0.1, 0.5, 2.0, 8.0],
+                 dpo_steps=200, batch_size=16, lr_grid=[1e-6, 3e-6, 1e-5, 3e-5], beta_grid=[0.03, 0.1, 0.5, 2.0, 8.0],
                  test_per_level=100, seeds=8, tune_extend=2,
                  real=dict(_REAL, train_questions=128, tune_questions=32, chunk=16, mc_rollouts=2, dpo_steps=40,
                            lr_grid=[3e-4, 1e-3, 3e-3], beta_grid=[0.03, 0.1, 0.3, 1.0], test_per_level=40,
@@ -372,7 +376,8 @@ def system_task(item: tuple, shared: Mapping[str, Any]) -> dict:
     out = {"phase": phase, "system": system, "beta": float(beta), "lr": float(lr), "steps": steps}
     for split, items in shared["eval"][phase].items():
         ro = dp.refine(actor, critic, tok, [fmt.question(it) for it in items], turns=int(config["turns"]), fmt=fmt)
-        out[split] = dp.refine_metrics(ro, items, fmt)
+        # the answers themselves: the experiment compares them with the reference's (does DPO move the policy?)
+        out[split] = {**dp.refine_metrics(ro, items, fmt), "answers": ro.answers}
     return out
 
 

@@ -61,7 +61,8 @@ def test_the_paper_claims_are_gated_on_the_reference_loop_keeping_its_answers():
 
     gate, *rest = E.CLAIMS
     paper = [c for c in rest if c.kind == "paper"]
-    assert [c for c in rest if c.kind == "sanity"] == [E.GATE_OOD] and len(paper) == 5
+    assert [c for c in rest if c.kind == "sanity"] == [E.GATE_MOVES, E.GATE_OOD, E.GATE_MOVES_SINGLE,
+                                                        E.GATE_MOVES_SINGLE_EQ] and len(paper) == 5
     assert gate.kind == "sanity" and "turn-2" in gate.text and gate.compare == -0.02
     assert all(c.gates[0] == gate.text for c in paper)  # the out-of-distribution claim has GATE_OOD too
     # the single agent is the paper's ablation: a comparison claim, never a control
@@ -74,9 +75,9 @@ def test_the_paper_claims_are_gated_on_the_reference_loop_keeping_its_answers():
     rows = [{"system": s, "split": sp, "seed": k, "metric": m, "value": v} for k in range(5)
             for s in ("dpsdp", "sft", "single_agent", "single_agent_eq", "none") for sp in ("id", "ood")
             for m, v in (("maj", 0.5 + 0.1 * (s == "dpsdp")), ("maj_gain", 0.1 * (s == "dpsdp")))]
-    blk = {"id": {"maj_turnT": 0.5, "turn2_minus_turn1": -0.03}, "ood": {"maj_turnT": 0.5, "turn2_minus_turn1": 0.0},
-           "maj_gain_id": 0.0}
-    record = {"metrics": {"id": {"maj_turnT": 0.6}, "ood": {"maj_turnT": 0.6}, "maj_gain_id": 0.1},
+    blk = {"id": {"maj_turnT": 0.5, "turn2_minus_turn1": -0.03, "maj_flipped": 0.2},
+           "ood": {"maj_turnT": 0.5, "turn2_minus_turn1": 0.0}, "maj_gain_id": 0.0}
+    record = {"metrics": {"id": {"maj_turnT": 0.6, "maj_flipped": 0.2}, "ood": {"maj_turnT": 0.6}, "maj_gain_id": 0.1},
               "baselines": {"sft": blk, "single_agent": blk, "single_agent_eq": blk}, "tables": {"seeds": rows}}
     out = evaluate_claims(record, E.CLAIMS)
     assert out[0]["holds"] is False
@@ -92,15 +93,16 @@ def test_an_untrained_reference_that_beats_the_single_agent_too_makes_the_ablati
     val = {"dpsdp": 0.64, "sft": 0.65, "single_agent": 0.61, "single_agent_eq": 0.61}
     rows = [{"system": s, "split": "id", "seed": k, "metric": "maj", "value": v + 0.001 * k}
             for k in range(8) for s, v in val.items()]
-    blk = {s: {"id": {"maj_turnT": v, "turn2_minus_turn1": 0.0}} for s, v in val.items()}
-    record = {"metrics": {"id": {"maj_turnT": 0.64}}, "baselines": blk, "tables": {"seeds": rows}}
+    blk = {s: {"id": {"maj_turnT": v, "turn2_minus_turn1": 0.0, "maj_flipped": 0.1}} for s, v in val.items()}
+    record = {"metrics": {"id": {"maj_turnT": 0.64, "maj_flipped": 0.1}}, "baselines": blk, "tables": {"seeds": rows}}
     ablations = [c for c in E.CLAIMS if str(c.compare).startswith("baselines.single_agent")]
-    out = evaluate_claims(record, [E.GATE, *ablations])
-    assert [c["status"] for c in out[1:]] == ["not discriminating"] * 2
+    gates = [E.GATE, E.GATE_MOVES, E.GATE_MOVES_SINGLE, E.GATE_MOVES_SINGLE_EQ]
+    out = evaluate_claims(record, [*gates, *ablations])
+    assert [c["status"] for c in out[len(gates):]] == ["not discriminating"] * 2
     for r in rows:  # a reference below the single agent: the same comparison now discriminates
         r["value"] -= 0.1 * (r["system"] == "sft")
     blk["sft"]["id"]["maj_turnT"] = 0.55
-    assert [c["status"] for c in evaluate_claims(record, [E.GATE, *ablations])[1:]] == ["holds"] * 2
+    assert [c["status"] for c in evaluate_claims(record, [*gates, *ablations])[len(gates):]] == ["holds"] * 2
 
 
 def test_the_lora_view_shares_the_frozen_weights_and_matches_add_lora():
@@ -198,6 +200,62 @@ def test_the_out_of_distribution_claim_is_gated_on_the_reference_keeping_its_ans
         rec = copy.deepcopy(record)
         rec["baselines"]["sft"]["ood"]["turn2_minus_turn1"] = drop
         rec["baselines"]["sft"]["id"]["turn2_minus_turn1"] = 0.0
+        for blk in (rec["metrics"], rec["baselines"]["single_agent"], rec["baselines"]["single_agent_eq"]):
+            blk["id"]["maj_flipped"] = 0.2  # the session-8 gate (DPO moves the systems) passes
         by_metric = {c["metric"]: c for c in results.evaluate_claims(rec, exp.CLAIMS) if c["kind"] == "paper"}
         assert (by_metric["metrics.ood.maj_turnT"]["status"] == "incomplete") is incomplete
         assert by_metric["metrics.id.maj_turnT"]["status"] != "incomplete"
+
+
+def _moved_record():
+    """A record in which DPSDP beats everything (every paper claim holds when the gates pass)."""
+    rows = [{"system": s, "split": sp, "seed": k, "metric": m, "value": v} for k in range(5)
+            for s in ("dpsdp", "sft", "single_agent", "single_agent_eq", "none") for sp in ("id", "ood")
+            for m, v in (("maj", 0.5 + 0.1 * (s == "dpsdp")), ("maj_gain", 0.1 * (s == "dpsdp")))]
+    blk = {"id": {"maj_turnT": 0.5, "turn2_minus_turn1": 0.0, "maj_flipped": 0.2},
+           "ood": {"maj_turnT": 0.5, "turn2_minus_turn1": 0.0}, "maj_gain_id": 0.0}
+    import copy
+    return {"metrics": {"id": {"maj_turnT": 0.6, "maj_flipped": 0.2}, "ood": {"maj_turnT": 0.6}, "maj_gain_id": 0.1},
+            "baselines": {s: copy.deepcopy(blk) for s in ("sft", "single_agent", "single_agent_eq")},
+            "tables": {"seeds": rows}}
+
+
+def test_a_dpo_that_does_not_move_the_policy_makes_the_paper_claims_incomplete():
+    """Session 8: at the tuned beta 8 DPO barely moved the systems; a claim on a system that changes fewer
+    majority-vote answers than the paper's gain (5 points) is incomplete, with the gate's number."""
+    from rayml.results import evaluate_claims
+
+    def status(rec):
+        return [c["status"] for c in evaluate_claims(rec, E.CLAIMS) if c["kind"] == "paper"]
+
+    rec = _moved_record()
+    assert status(rec) == ["holds"] * 5
+    rec["metrics"]["id"]["maj_flipped"] = 0.04  # DPSDP flips 4% of the verdicts: every claim
+    assert status(rec) == ["incomplete"] * 5
+    gate = [c for c in evaluate_claims(rec, E.CLAIMS) if c["text"] == E.GATE_MOVES.text][0]
+    assert gate["holds"] is False and "0.04" in gate["measured"]
+    rec = _moved_record()
+    rec["baselines"]["single_agent"]["id"]["maj_flipped"] = 0.0  # an unmoved single agent: its ablation only
+    assert status(rec) == ["holds"] * 3 + ["incomplete", "holds"]
+    rec["baselines"]["single_agent_eq"]["id"]["maj_flipped"] = 0.01
+    assert status(rec) == ["holds"] * 3 + ["incomplete"] * 2
+
+
+def test_changes_against_the_reference_are_counted_per_replicate_and_question():
+    def row(system, phase, answers, right=(1, 0, 0, 1)):
+        return {"system": system, "phase": phase, "id": {"answers": answers, "per_item_maj": list(right)},
+                "ood": {"answers": answers[:1], "per_item_maj": list(right[:1])}}
+
+    sft = [["1", "1", "1"], ["2", "3", "3"], ["4", "4", "5"], ["7", "7", "7"]]
+    dps = [["1", "1", "1"], ["2", "3", "2"], ["4", "5", "5"], ["7", "8", "8"]]
+    out = E.changed_vs_reference([row("sft", 0, sft), row("dpsdp", 0, dps, (1, 1, 0, 0)), row("dpsdp", 1, dps),
+                                  row("sft", 1, dps)])
+    assert out[0]["id"]["maj_changed"] == 0.0 and out[0]["id"]["answers_changed"] == 0.0
+    # majority votes: sft 1, 3, 4, 7; dpsdp 1, 2, 5, 8 -> 3 of 4 differ; answers differ on 3 of 4 questions
+    assert out[1]["id"]["maj_changed"] == 0.75 and out[1]["id"]["answers_changed"] == 0.75
+    # verdicts: sft right on 1 and 4, dpsdp on 1 and 2 -> 2 of 4 flipped (the 3rd: one wrong answer for another)
+    assert out[1]["id"]["maj_flipped"] == 0.5 and out[0]["id"]["maj_flipped"] == 0.0
+    assert out[1]["ood"]["maj_changed"] == 0.0
+    assert out[2]["id"]["maj_changed"] == 0.0 and out[2]["id"]["maj_flipped"] == 0.0  # replicate 1: compared with replicate 1's reference, the same answers
+    with pytest.raises(ValueError, match="answered"):
+        E.changed_vs_reference([row("sft", 0, sft), row("dpsdp", 0, dps[:2])])
