@@ -48,6 +48,7 @@ class BaselineResult:
     seconds: float
     last_change: float = float("nan")
     last_u_change: float = float("nan")
+    u_changes: tuple = ()
 
 
 def _errors(problem: Problem, U: np.ndarray, X1: np.ndarray, X2: np.ndarray) -> tuple[float, float]:
@@ -111,7 +112,7 @@ def daks_solve(problem: Problem, grid: tuple[int, int], lengthscale, *, nugget: 
     pos_in_interior = np.full(N, -1)
     pos_in_interior[interior] = np.arange(len(interior))
     z = np.zeros(offsets[-1])
-    it, change, u_change = 0, float("nan"), float("nan")
+    it, change, u_change, u_changes = 0, float("nan"), float("nan"), []
     for it in range(1, iterations + 1):
         F = {}
         for k, (ab, idx) in enumerate(funcs):
@@ -134,12 +135,14 @@ def daks_solve(problem: Problem, grid: tuple[int, int], lengthscale, *, nugget: 
         z_new = TA @ cho_solve(cho_factor(A @ TA), b)
         change = np.linalg.norm(z_new - z) / max(np.linalg.norm(z_new), 1e-300)
         u_change = np.linalg.norm(z_new[:N] - z[:N]) / max(np.linalg.norm(z_new[:N]), 1e-300)
+        u_changes.append(float(u_change))
         z = z_new
         if change < tol:
             break
     U = z[: N].reshape(grid)
     rmse, rel = _errors(problem, U, X1, X2)
-    return BaselineResult(U, rmse, rel, it, time.perf_counter() - t0, float(change), float(u_change))
+    return BaselineResult(U, rmse, rel, it, time.perf_counter() - t0, float(change), float(u_change),
+                          tuple(u_changes))
 
 
 def _second_diff(n: int, h: float) -> sp.csr_matrix:

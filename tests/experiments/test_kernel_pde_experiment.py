@@ -99,3 +99,51 @@ def test_one_convergence_rule_for_both_solvers_the_relative_change_of_u_in_the_l
     daks = types.SimpleNamespace(last_u_change=1e-5)
     assert kp._converged(kp.OURS, ours) is kp._converged("daks", daks) is False   # the same number, the same verdict
     assert kp._converged("daks", types.SimpleNamespace(last_u_change=0.5 * kp.CONVERGED_CHANGE)) is True
+
+
+def test_quick_slope_grids_are_the_daks_grids_under_its_cap_at_least_four():
+    """Session 9: quick caps DAKS's Gram (48 MiB) so the slope runs on 16-28; the gate's four grids must fit."""
+    from rayml.experiments import kernel_pde as kp
+
+    for size in ("quick", "full"):
+        cfg = kp.SIZES[size]
+        daks = [n for n in cfg["scaling_grids"] if kp._needed_mib("daks", n) <= cfg["max_gram_mib"]]
+        assert len(daks) >= 4, size
+    quick = kp.SIZES["quick"]
+    assert [n for n in quick["scaling_grids"] if kp._needed_mib("daks", n) <= quick["max_gram_mib"]] == [16, 20, 24, 28]
+    for case in quick["cases"]:   # every accuracy case still runs DAKS under the quick cap
+        name, params, grid, _ = kp.CASES[case]
+        from rayml.pde.baselines import daks_memory_bytes
+        from rayml.pde.problems import make_problem
+        assert daks_memory_bytes(make_problem(name, **params), grid) <= quick["max_gram_mib"] * 2**20, case
+
+
+def test_accuracy_repeats_and_rounds_past_daks_are_checked_and_full_keeps_its_design():
+    import pytest
+
+    from rayml.experiments import kernel_pde as kp
+
+    for key, bad in (("accuracy_repeats", 0), ("accuracy_repeats", 1.5), ("rounds_past_daks", -1),
+                     ("rounds_past_daks", True)):
+        with pytest.raises(ValueError, match=key):
+            kp._check_config({**kp.SIZES["tiny"], key: bad})
+    assert kp.SIZES["full"]["accuracy_repeats"] == kp.SIZES["full"]["timing_repeats"] == 6
+    assert kp.SIZES["full"]["rounds_past_daks"] == 2
+
+
+def test_the_tuning_instance_keeps_the_test_grids_points_per_lengthscale_on_a_coarser_grid():
+    """Session 9: the tuning grid is coarser than the test grid (never the test grid), its lengthscales scaled by
+    the spacing ratio, so a nugget acts on a Gram of the same conditioning regime (DAKS on Burgers 32 x 10 at the
+    case's own lengthscales met the convergence rule at no nugget of the grid)."""
+    from rayml.experiments import kernel_pde as kp
+
+    for size in ("quick", "full"):
+        cfg = kp.SIZES[size]
+        for case in cfg["cases"]:
+            _, _, grid, ls = kp.CASES[case]
+            small, tls = kp.tuning_instance(case, cfg)
+            assert all(m < n for m, n in zip(small, grid)), case
+            for l, t, n, m in zip(ls, tls, grid, small):
+                assert abs(t * (m - 1) - l * (n - 1)) < 1e-12 and t > l, case   # lengthscale / spacing kept
+    assert kp.tuning_instance("burgers-0.02-42x14", {**kp.SIZES["quick"], "tune_scale_lengthscale": False}) \
+        == ((32, 10), (0.05, 0.3))

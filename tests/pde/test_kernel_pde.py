@@ -230,3 +230,10 @@ def test_daks_reports_its_last_step_and_a_tuning_cell_whether_it_converged_befor
     # Allen-Cahn tuning grid the Kronecker solve ends far below it (the elliptic 9 x 9 one stops on its loss rule
     # with a last change of 2e-6, which the common rule counts as not converged)
     assert exp.tune_one(("allen-cahn-12x12", "kronecker", 1e-8), {**cfg, "gn_iterations": 30})["converged"] is True
+
+
+def test_daks_reports_the_change_of_u_in_every_gauss_newton_step():
+    d = daks_solve(NonlinearElliptic(), (10, 10), (0.3, 0.3), nugget=1e-6, iterations=3, tol=0.0)
+    assert len(d.u_changes) == d.iterations == 3 and d.u_changes[-1] == d.last_u_change
+    assert d.u_changes[0] == 1.0   # from z = 0 every entry of u is new
+    assert all(np.isfinite(d.u_changes)) and d.u_changes[-1] < d.u_changes[0]
