@@ -168,13 +168,16 @@ def _encode_task(batch: list[str], bundle: dict) -> np.ndarray:
     return minilm.encode_batch(tok, model, batch)
 
 
-def docstring_embeddings(*, batch_size: int = 64, on_ray: bool | None = None) -> tuple[np.ndarray, np.ndarray, TextSet]:
-    """``(E, y, textset)``: unit-norm float32 all-MiniLM-L6-v2 embeddings of ``stdlib_docstrings()``,
+def docstring_embeddings(stdlib: str | None = None, *, batch_size: int = 64,
+                         on_ray: bool | None = None) -> tuple[np.ndarray, np.ndarray, TextSet]:
+    """``(E, y, textset)``: unit-norm float32 all-MiniLM-L6-v2 embeddings of ``stdlib_docstrings(stdlib)``
+    (default: the running Python's standard library; any directory of Python sources laid out like it),
     from the cache or computed once (fixed batches, longest texts first, one torch thread; on Ray
-    when ``on_ray`` or, by default, when Ray is connected) and cached atomically."""
+    when ``on_ray`` or, by default, when Ray is connected) and cached atomically, keyed by the set's
+    fingerprint."""
     from rayml.data import minilm
 
-    ts = stdlib_docstrings()
+    ts = stdlib_docstrings(stdlib)
     path = embeddings_path(ts.fingerprint)
     if path.exists():
         E = np.load(path)
