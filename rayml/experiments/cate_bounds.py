@@ -21,6 +21,12 @@ CATE on at least 95% of test points (``valid_pairs``; the runs dropped are recor
 gating the whole claim on every learned run covering (the oracle misses too at narrow widths, so
 that gate charged the first stage's misses to the learned partition alone). Validity, the gate,
 is the mean coverage over an instrument's runs (>= 95%): a systematic failure, not one run.
+Session 9 (review R2: one collapsed run, a 34 / 766 split of 800 test instruments whose small level
+falls under the 5% cut, reversed the mixture's mean against an 18 / 8 sign test): the levels sanity
+claim counts the levels that enter the bounds (``effective_levels``); a collapsed run counts in the
+tightness claims as it is (the method's output there is the naive bounds: a loss) and is listed in
+``metrics.collapsed_runs``; the direction of the tightness claims is the median paired gap, the
+sign test's own statistic, not the mean widths (still recorded).
 
 Tuning (``tuning_seeds > 0``): the representation's learning rate on ``rep_lr_grid`` (the
 authors' 0.03 inside), per dataset, by mean test width on seeds kept apart from the test seeds
@@ -47,6 +53,7 @@ PAPER_REP_LR = 0.03
 TIE = 1e-3  # widths within 0.001 (of an outcome range near 2) are a tie
 REP_LR_LIMITS = (1e-4, 1.0)  # the tuning's extension bounds (session 8: 0.3 blocked the step 0.1 -> 0.333)
 VALID_COVERAGE = 0.95  # a run's bounds are valid when they cover the true CATE on this share of test points
+MIN_LEVEL_SHARE = 0.05  # a level holding less of the test instruments does not enter the bounds (level_mask)
 
 SIZES = {
     "tiny": dict(datasets=["mixture", "binary"], Ks=[2], seeds=1, n=400, nuisance_epochs=3, rep_epochs=3,
@@ -127,8 +134,9 @@ def task(item: tuple, config: Mapping[str, Any]) -> list[dict]:
             rep = cb.fit_repnet(d, nu, K, tr, va, support, dataclasses.replace(cfg, rep_lr=float(lr)), seed=s + K,
                                 allow_one_level=True)
             levels = cb.repnet_levels(rep, d, te)
-            record("ours" if not tuning else f"ours@{lr:g}", K, cb.partition_bounds(nu, d, te, levels, K, support),
-                   levels=float(len(np.unique(levels))))
+            record("ours" if not tuning else f"ours@{lr:g}", K,
+                   cb.partition_bounds(nu, d, te, levels, K, support, min_share=MIN_LEVEL_SHARE),
+                   levels=float(len(np.unique(levels))), effective_levels=float(effective_levels(levels, K)))
         if tuning:
             continue
         parts = {"kmeans_agg": cb.kmeans_levels(d["Z"][te], K, seed=s + K),
@@ -136,7 +144,7 @@ def task(item: tuple, config: Mapping[str, Any]) -> list[dict]:
                  "oracle": cb.oracle_partition(d["strength"][te], K),
                  "random": np.random.default_rng([s, K]).integers(0, K, len(te))}
         for name, levels in parts.items():
-            record(name, K, cb.partition_bounds(nu, d, te, levels, K, support))
+            record(name, K, cb.partition_bounds(nu, d, te, levels, K, support, min_share=MIN_LEVEL_SHARE))
         record("kmeans", K, cb.kmeans_bounds(d, K, tr, va, te, support, cfg, seed=s + K))
     if not tuning:
         naive = cb.kmeans_bounds(d, 1, tr, va, te, support, cfg, seed=s)
@@ -145,6 +153,20 @@ def task(item: tuple, config: Mapping[str, Any]) -> list[dict]:
             record("naive", int(K), naive)  # the same bounds, repeated so every K has its pair
             record("point", int(K), point, bias=float(np.mean(point[:, 0] - cate)))
     return rows
+
+
+def effective_levels(levels: np.ndarray, K: int, min_share: float = MIN_LEVEL_SHARE) -> int:
+    """The levels of a partition that enter its bounds: those holding at least ``min_share`` of the
+    instruments (``level_mask``, the cut ``partition_bounds`` applies). One such level gives the
+    naive (no-instrument) bounds, however many argmax levels the partition uses (session-9 review:
+    34 of 800 test instruments in the second level counted as two levels)."""
+    import torch
+    import torch.nn.functional as F
+
+    from rayml.causal.cate_bounds import level_mask
+
+    phi = F.one_hot(torch.as_tensor(np.asarray(levels), dtype=torch.long), K).float()
+    return int(level_mask(phi, min_share).sum())
 
 
 def _plug_in(cb, nu, d, te) -> np.ndarray:
@@ -197,6 +219,32 @@ def valid_pairs(rows: list[dict], dataset: str, comparison: str, *, level: float
                  "ours_below": len(miss["ours"]), "comparison_below": len(miss[comparison])}
 
 
+def median_gaps(width_rows: list[dict], comparison: str,
+                methods=("ours", "plugin", "kmeans_agg", "random", "oracle")) -> dict:
+    """Per method, the median over the (K, seed) runs of its width minus ``comparison``'s at the same
+    run (NaN without a pair): the tightness claims' direction (session 9), the sign test's own
+    statistic, so one outlying pair cannot reverse the verdict the test gives."""
+    ref = {(r["K"], r["seed"]): r["value"] for r in width_rows if r["method"] == comparison}
+    out = {}
+    for m in methods:
+        gaps = [r["value"] - ref[(r["K"], r["seed"])] for r in width_rows
+                if r["method"] == m and (r["K"], r["seed"]) in ref]
+        out[m] = float(np.median(gaps)) if gaps else math.nan
+    return out
+
+
+def level_metrics(rows: list[dict]) -> dict:
+    """From the learned partitions' ``effective_levels`` rows (levels holding >= 5% of the test
+    instruments): the share of runs with at least 2 (the levels sanity claim), the fewest, and the
+    collapsed runs (one effective level: the naive bounds), which count in the tightness claims as
+    they are (session 9)."""
+    eff = [r for r in rows if r["method"] == "ours" and r["metric"] == "effective_levels"]
+    return {"share_multi_level": float(np.mean([r["value"] >= 2 for r in eff])) if eff else math.nan,
+            "min_levels": float(min(r["value"] for r in eff)) if eff else math.nan,
+            "collapsed_runs": [{"dataset": r["dataset"], "K": r["K"], "seed": r["seed"]} for r in eff
+                               if r["value"] < 2]}
+
+
 def run(config: Mapping[str, Any], seed: int) -> Outcome:
     """Tune the representation's lr (when asked), then every (dataset, seed) as a pmap task."""
     _validate(config)
@@ -238,8 +286,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
 
     metrics = block("ours")
     levels = [r["value"] for r in rows if r["method"] == "ours" and r["metric"] == "levels"]
-    metrics["share_multi_level"] = float(np.mean(np.array(levels) >= 2))
-    metrics["min_levels"] = float(min(levels))
+    metrics.update(level_metrics(rows))
+    metrics["min_argmax_levels"] = float(min(levels))
     naive = [r for r in rows if r["method"] == "naive"]
     ranges = {(r["dataset"], r["seed"]): r["value"] for r in rows if r["metric"] == "range"}
     metrics["naive_width_minus_range"] = float(max(abs(r["value"] - ranges[(r["dataset"], r["seed"])])
@@ -257,6 +305,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         for m in ("ours", "plugin", "kmeans_agg", "random", "oracle"):
             vals = [r["value"] for r in kept if r["method"] == m]
             counts["width"][m] = float(np.mean(vals)) if vals else math.nan  # no pair left: unmeasured
+        counts["median_gap"] = median_gaps(kept, COMPARISON[ds])
         metrics["valid_pairs"][ds] = counts
     for ds in config["datasets"]:
         diffs = widths(COMPARISON[ds], ds) - widths("ours", ds)
@@ -267,7 +316,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         baselines["point"]["by_dataset"][ds]["bias"] = agg("point", "bias", dataset=ds)
     budget = {"n": int(config["n"]), "split": "40/20/40", "nuisance_epochs": int(config["nuisance_epochs"]),
               "rep_epochs": int(config["rep_epochs"]), "rep_patience": int(config["rep_patience"]),
-              "min_level_share": 0.05, "tuning": tuning, "torch_threads_per_task": threads,
+              "min_level_share": MIN_LEVEL_SHARE, "tuning": tuning, "torch_threads_per_task": threads,
               "same_aggregation": "kmeans_agg, oracle and random partitions use ours' nuisances and aggregation; "
                                   "kmeans is the authors' baseline (its own nuisances on the level)"}
     tables = {"runs": [r for r in rows if r["metric"] != "range"], "valid_pairs": paired_rows}
@@ -305,14 +354,19 @@ def _tighter(dataset: str) -> Claim:
     Session 6: the plug-in partition (sorting instruments by the first stage's estimated strength,
     nothing learned) beat k-means 24 / 6 on the mixture, so there it is the comparison, and k-means
     a control; on the binary instrument k-means is the stronger one and the plug-in a control.
-    Session 8: paired only over the runs where both sides' bounds are valid (``valid_pairs``)."""
+    Session 8: paired only over the runs where both sides' bounds are valid (``valid_pairs``).
+    Session 9: the direction is the median paired gap (ours minus the comparison) below 0, the sign
+    test's own statistic, instead of the mean widths (one collapsed pair reversed the mean against an
+    18 / 8 sign test); a collapsed run (one level holding >= 5% of instruments: the naive bounds)
+    counts as it is, a loss, and is listed in ``metrics.collapsed_runs``."""
     ref = COMPARISON[dataset]
     other = next(m for m in _FIXED if m != ref)
-    v = f"metrics.valid_pairs.{dataset}.width"
+    v = f"metrics.valid_pairs.{dataset}.median_gap"
     return Claim(text=f"the learned partition gives narrower bounds than {_FIXED[ref]} through the same aggregation "
                       f"on the {dataset} instrument (paired over the K x seed runs where both cover the true CATE "
-                      f"on at least 95% of test points)",
-                 metric=f"{v}.ours", compare=f"{v}.{ref}",
+                      f"on at least 95% of test points; the median paired width gap below 0 and the sign test; "
+                      f"a collapsed learned partition counts as it is)",
+                 metric=f"{v}.ours", compare=0.0,
                  op="<", test="paired sign test over seeds", table="valid_pairs",
                  a={"method": "ours", "metric": "width", "dataset": dataset},
                  b={"method": ref, "metric": "width", "dataset": dataset}, pair_on=("K", "seed"), tie=TIE,
@@ -335,8 +389,10 @@ SIGNAL = Claim(
 CLAIMS = (
     Claim(text="the naive (one-level) bounds are as wide as the outcome's range (to float32 precision)",
           metric="metrics.naive_width_minus_range", compare=1e-5, op="<=", kind="sanity"),  # float32 nets
-    Claim(text="every learned partition uses at least 2 levels on the test instruments (a one-level partition "
-               "gives the naive bounds)", metric="metrics.share_multi_level", compare=1.0, op=">=", kind="sanity"),
+    # session 9: counted with the 5% cut the bounds apply (a 34 / 766 split of 800 passed as two levels)
+    Claim(text="every learned partition uses at least 2 levels holding at least 5% of the test instruments each "
+               "(the levels that enter the bounds; one such level gives the naive bounds)",
+          metric="metrics.share_multi_level", compare=1.0, op=">=", kind="sanity"),
     Claim(text="the learned partition gives narrower bounds than the naive bounds without an instrument (paired over "
                "dataset x K x seed)", metric="metrics.width", compare="baselines.naive.width", op="<", kind="sanity",
           test="paired sign test over seeds", table="runs", a={"method": "ours", "metric": "width"},

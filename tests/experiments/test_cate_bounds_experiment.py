@@ -24,8 +24,10 @@ def test_the_tightness_claim_is_made_per_dataset_of_the_core_behind_its_validity
         valid = [sanity[g] for g in c.gates if g.startswith("validity")]
         assert len(c.gates) == 2 and len(valid) == 1 and valid[0].metric == f"metrics.by_dataset.{ds}.coverage"
         # paired only over the runs where both sides cover (session-8 review), controls on the same runs
-        assert c.table == "valid_pairs" and c.metric == f"metrics.valid_pairs.{ds}.width.ours"
-        assert all(k.metric.startswith(f"metrics.valid_pairs.{ds}.width.") for k in c.controls)
+        assert c.table == "valid_pairs" and c.metric == f"metrics.valid_pairs.{ds}.median_gap.ours"
+        assert all(k.metric.startswith(f"metrics.valid_pairs.{ds}.median_gap.") for k in c.controls)
+        # session 9: the direction is the median gap below 0, tested by the sign test
+        assert c.compare == 0.0 and c.op == "<" and c.test.startswith("paired sign")
 
 
 def _rows(cover):
@@ -69,3 +71,48 @@ def test_tuning_ties_go_to_the_authors_rate_and_a_top_edge_choice_extends():
     # a clear win on the top edge is extended past 0.1 (within the limit 1.0), here to 0.333
     c = tune(lambda lr: 1.0 - lr)
     assert c.extended == {"rep_lr": [pytest.approx(0.1 / 0.3)]} and c.setting["rep_lr"] == pytest.approx(0.1 / 0.3)
+
+
+def test_a_level_under_the_bounds_5_percent_cut_is_not_counted():
+    import numpy as np
+
+    from rayml.experiments.cate_bounds import effective_levels
+
+    # the session-9 collapse: 34 of 800 test instruments in the second level (4.25% < 5%)
+    assert effective_levels(np.array([1] * 34 + [0] * 766), 2) == 1
+    assert effective_levels(np.array([1] * 40 + [0] * 760), 2) == 2   # exactly 5% enters the bounds
+    assert effective_levels(np.array([1] * 291 + [0] * 509), 2) == 2
+    assert effective_levels(np.array([0, 1, 2, 3] * 10 + [3]), 8) == 4  # empty levels never count
+
+
+def test_the_levels_sanity_claim_fails_on_a_collapsed_run():
+    from rayml.experiments import cate_bounds as E
+    from rayml.results import evaluate_claims
+
+    claim = next(c for c in E.CLAIMS if c.metric == "metrics.share_multi_level")
+
+    def rows(effective):
+        return [{"method": "ours", "dataset": "mixture", "K": 2, "seed": s, "metric": "effective_levels",
+                 "value": float(v)} for s, v in enumerate(effective)]
+
+    ok = E.level_metrics(rows([2, 2, 3]))
+    assert ok["collapsed_runs"] == [] and ok["min_levels"] == 2.0
+    assert evaluate_claims({"metrics": ok}, [claim])[0]["holds"]
+    bad = E.level_metrics(rows([2, 1, 3]))
+    assert bad["collapsed_runs"] == [{"dataset": "mixture", "K": 2, "seed": 1}] and bad["min_levels"] == 1.0
+    assert not evaluate_claims({"metrics": bad}, [claim])[0]["holds"]
+
+
+def test_one_outlying_pair_does_not_reverse_the_median_direction():
+    from rayml.experiments.cate_bounds import median_gaps
+
+    # ours narrower by 0.01 in 4 runs, wider by 0.6 in one (a collapse): the mean favours the
+    # comparison, the median (the sign test's statistic) favours ours
+    ours = [0.89, 0.89, 0.89, 0.89, 1.50]
+    rows = [{"method": "ours", "K": 2, "seed": s, "value": w} for s, w in enumerate(ours)]
+    rows += [{"method": "plugin", "K": 2, "seed": s, "value": 0.90} for s in range(5)]
+    rows += [{"method": "random", "K": 2, "seed": s, "value": 0.95 - 0.1 * (s == 0)} for s in range(5)]
+    gaps = median_gaps(rows, "plugin", methods=("ours", "random", "plugin", "oracle"))
+    assert sum(ours) / 5 > 0.90 and gaps["ours"] == pytest.approx(-0.01)
+    assert gaps["random"] == pytest.approx(0.05) and gaps["plugin"] == 0.0
+    assert gaps["oracle"] != gaps["oracle"]  # no rows: NaN, unmeasured
