@@ -27,9 +27,19 @@ Tasks (many shots; demonstrations and queries are built from a seed):
   16 demonstrations against 0.0 with 2, SnapKV keeping 50% 0.65: compressible, issue 42); the
   substrate was never trained on it. SmolLM2 on iris is the full size's setting.
 
-A sanity claim gates the paper's claims: the demonstrations carry the answer (full context beats
-the same queries with only the first two demonstrations by more than the on-par margin). The two
-KL claims against SnapKV and H2O are ours (the abstract compares with naive long context and says
+Three sanity claims gate the paper's claims (the paper's precondition: the model learns from the
+demonstrations in context). Full context beats, each by more than the on-par margin: the same
+queries with only the first two demonstrations; the demonstrations' **majority label** (no model:
+every query answered with the most frequent answer among the demonstrations); and full context
+with the demonstrations' **labels shuffled** among them. The last two came from the session-9
+outside review: on SmolLM2 / iris full context was 0.391, the majority-label rule 0.349 (chance
+0.33), so "on par with full context" was passed by a rule that uses no model. "On par" is a
+paired non-inferiority test over (task, demonstrations, item): a one-sided Wilcoxon that a
+method's accuracy + 0.05 exceeds full context's (table ``noninferiority``), besides the mean
+within 5 points. Its controls, which must fail it: the majority label, the label-shuffled
+context, uniformly random tokens per layer and KV head at EMLoC's budget (``random``),
+StreamingLLM and two demonstrations. The two KL claims against SnapKV and H2O, and "EMLoC beats
+random tokens at its budget", are ours (the abstract compares with naive long context and says
 nothing of KL), so they are sanity claims, not paper claims.
 
 Two phases, each a set of independent Ray tasks (``rayml.runtime.pmap``), one per item (task,
@@ -169,6 +179,47 @@ def make_task(task: str, n_demos: int, n_queries: int, seed: int, tok) -> tuple[
 
 
 # ------------------------------------------------------------------------------------------
+# controls (session 9 review)
+
+
+def majority_accuracy(demos, queries) -> float:
+    """Accuracy of answering every query with the most frequent answer among ``demos`` (ties: the one
+    shown first): a rule that uses no model, only the demonstrations' label prior."""
+    from collections import Counter
+
+    top = Counter(tuple(d.answer) for d in demos).most_common(1)[0][0]
+    return float(np.mean([tuple(g) == top for _, g in queries])) if queries else float("nan")
+
+
+def shuffled_labels(demos, seed: int) -> list:
+    """``demos`` with their answers permuted among them (a seeded permutation): the context shows the
+    same features and the same label counts, but features no longer go with their labels."""
+    from rayml.kvcache.emloc import Demo
+
+    perm = np.random.default_rng([int(seed), 1]).permutation(len(demos))
+    return [Demo(d.prompt, demos[int(j)].answer, d.end) for d, j in zip(demos, perm)]
+
+
+def random_prune(full, keep: int, rng: np.random.Generator):
+    """A copy of the unpruned memory ``full`` keeping ``keep`` uniformly random tokens (in position
+    order) per layer and KV head: the chance selection at a method's budget."""
+    import torch
+
+    from rayml.kvcache.emloc import Memory, _gather
+
+    n = full.n_tokens
+    keep = int(min(max(1, keep), n))
+    out = Memory([], [], [], full.next_position, n)
+    for layer in range(len(full.keys)):
+        kvh = full.keys[layer].shape[0]
+        idx = torch.stack([torch.as_tensor(np.sort(rng.choice(n, keep, replace=False))) for _ in range(kvh)])
+        out.keys.append(_gather(full.keys[layer], idx))
+        out.values.append(_gather(full.values[layer], idx))
+        out.positions.append(_gather(full.positions[layer], idx))
+    return out
+
+
+# ------------------------------------------------------------------------------------------
 # one item
 
 
@@ -220,10 +271,18 @@ def run_item(item: tuple, config: Mapping[str, Any]) -> dict:
     replay = float(np.mean([int(query_logits(model, full, list(d.prompt))[-1].argmax()) == d.answer[0] for d in demos]))
     scale.append(dict(key, method="full", prefill_flops=fcf.flops, peak_scores=fcf.peak_scores,
                       kv_entries=sum(full.tokens_per_layer()), context_tokens=len(ids)))
-    if split == "test":  # the gate: the same queries with only the first two demonstrations
+    if split == "test":  # the gates' references (session 9 review): what full context must beat
+        # the same queries with only the first two demonstrations
         ids2, _ = context_ids(demos[:2], tok.bos_id)
         ev2 = _evaluate(model, full_memory(model, ids2), full_logits, queries)
         rows.append(dict(key, method="two_demos", param="-", budget_of="-", metric="accuracy", value=ev2["accuracy"]))
+        # no model: every query answered with the most frequent answer among the demonstrations (the label prior)
+        rows.append(dict(key, method="majority", param="-", budget_of="-", metric="accuracy",
+                         value=majority_accuracy(demos, queries)))
+        # full context with the demonstrations' answers permuted among them (features no longer go with labels)
+        ids3, _ = context_ids(shuffled_labels(demos, seed), tok.bos_id)
+        ev3 = _evaluate(model, full_memory(model, ids3), full_logits, queries)
+        rows.append(dict(key, method="shuffled", param="-", budget_of="-", metric="accuracy", value=ev3["accuracy"]))
 
     budgets, max_js, grid_mems = {}, 0.0, {}
     for pool in config["emloc_pools"]:
@@ -252,6 +311,12 @@ def run_item(item: tuple, config: Mapping[str, Any]) -> dict:
     grids = {"snapkv": [("window", w) for w in config["snapkv_windows"]],
              "h2o": [("recent", r) for r in config["h2o_recent"]],
              "streaming": [("sink", s) for s in config["streaming_sinks"]]}
+    if split == "test":  # control: uniformly random tokens per layer and KV head at each EMLoC budget
+        for pool, keep in budgets.items():
+            mem = random_prune(full, keep, np.random.default_rng([int(seed), 2, int(pool)]))
+            ev = _evaluate(model, mem, full_logits, queries)
+            rows += [dict(key, method="random", param="-", budget_of=f"pool{pool}", metric=m, value=v)
+                     for m, v in ev.items()]
     for pool, keep in budgets.items():
         for method, grid in grids.items():
             for name, val in grid:
@@ -485,8 +550,10 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     def is_chosen(r):
         if r["method"] == "emloc":
             return r["param"] == pool
-        if r["method"] in ("full", "two_demos"):
+        if r["method"] in ("full", "two_demos", "majority", "shuffled"):
             return True
+        if r["method"] == "random":
+            return r["budget_of"] == pool
         return r["param"] == chosen[r["method"]] and r["budget_of"] == pool
 
     test = [{k: r[k] for k in ("task", "n_demos", "item", "method", "metric", "value")}
@@ -494,14 +561,22 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     emloc = _mean(test, method="emloc")
     emloc["max_accepted_js"] = float(max(o["max_js"] for o in tuned + outs))
     baselines = {m: _mean(test, method=m) for m in ("full", "snapkv", "h2o", "streaming")}
-    baselines["two_demos"] = {"accuracy": _mean(test, method="two_demos")["accuracy"]}
-    by_n = {f"{t}_n{n}": {m: _mean(test, method=m, task=t, n_demos=n) for m in [*chosen, "two_demos"]}
+    for m in ("two_demos", "majority", "shuffled"):
+        baselines[m] = {"accuracy": _mean(test, method=m)["accuracy"]}
+    baselines["random"] = _mean(test, method="random")
+    by_n = {f"{t}_n{n}": {m: _mean(test, method=m, task=t, n_demos=n)
+                          for m in [*chosen, "two_demos", "majority", "shuffled", "random"]}
             for t in config["tasks"] for n in config["n_demos"]}
+    # the on-par claim's non-inferiority test (session 9): per item, each method's accuracy + PAR_MARGIN
+    # against full context's (a one-sided test of method + margin > full is the shifted non-inferiority test)
+    acc = [r for r in test if r["metric"] == "accuracy"]
+    noninf = [{k: r[k] for k in ("task", "n_demos", "item", "method")}
+              | {"value": r["value"] + (0.0 if r["method"] == "full" else PAR_MARGIN)} for r in acc]
 
     # budget matching: KV entries kept by each baseline at EMLoC's chosen configuration
     kept = {m: float(np.mean([r["value"] for r in test if r["method"] == m and r["metric"] == "kept_fraction"]))
-            for m in ("emloc", "snapkv", "h2o", "streaming")}
-    gap = max(abs(kept[m] - kept["emloc"]) / kept["emloc"] for m in ("snapkv", "h2o", "streaming"))
+            for m in ("emloc", "snapkv", "h2o", "streaming", "random")}
+    gap = max(abs(kept[m] - kept["emloc"]) / kept["emloc"] for m in ("snapkv", "h2o", "streaming", "random"))
 
     # tokens per layer (test split, chosen configurations) and prefill cost against n_demos
     layers = [r for o in outs for r in o["layers"] if r["split"] == "test"
@@ -602,7 +677,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                                                                     "h2o": "recent0.5", "streaming": "sink4"},
               "model": config["model"], "evidence_problems": evidence_problems(config)}
     return Outcome(metrics=metrics, baselines=baselines,
-                   tables={"test": test, "tuning": tuning, "fixed_ratio": fixed, "tokens_per_layer": layer_table, "scaling": scaling,
+                   tables={"test": test, "noninferiority": noninf, "tuning": tuning, "fixed_ratio": fixed, "tokens_per_layer": layer_table, "scaling": scaling,
                            "frontier": [r for o in outs for r in o["frontier"]],
                            "timing_items": [o["timing"] for o in outs]},
                    budget=budget)
@@ -626,22 +701,64 @@ GATE = Claim(text="sanity (gate): the demonstrations carry the answers: full con
                   "nothing for a compression to keep)",
              metric="baselines.full.accuracy", compare="baselines.two_demos.accuracy", op=">", margin=PAR_MARGIN,
              kind="sanity")
+
+
+def _above(method: str) -> dict:
+    return dict(test="wilcoxon signed-rank over seeds", table="test", a={"method": "full", "metric": "accuracy"},
+                b={"method": method, "metric": "accuracy"}, pair_on=("task", "n_demos", "item"))
+
+
+# session 9 (outside review R2): on SmolLM2 / iris full context sat at the label-prior floor (0.391 against
+# 0.349 for the demonstrations' majority label, chance 0.33), so "on par with full context" was passed by a
+# rule that uses no model. The paper's precondition is in-context learning: full context must beat the label
+# prior and a context whose labels no longer go with the features, each by more than the on-par margin.
+def _beats(method: str, what: str) -> Claim:
+    return Claim(text=f"sanity (gate): {what} by more than {PAR_MARGIN:.0%} (mean; wilcoxon over task x demos x item)",
+                 metric="baselines.full.accuracy", compare=f"baselines.{method}.accuracy", op=">", margin=PAR_MARGIN,
+                 kind="sanity", **_above(method))
+
+
+GATE_MAJORITY = _beats("majority", "the model learns in context beyond the label prior: full context is more "
+                                   "accurate than answering every query with the demonstrations' majority label "
+                                   "(no model)")
+GATE_SHUFFLED = _beats("shuffled", "the model reads which label goes with which features: full context is more "
+                                   "accurate than full context with the demonstrations' labels shuffled among them")
+
+
 _gate, *_PAPER = gate(
     GATE,
-    Claim(text="EMLoC's accuracy is on par with full context (within 5 points) on the test seeds",
+    Claim(text="EMLoC's accuracy is on par with full context: within 5 points on the mean, and non-inferior per "
+               "item (one-sided wilcoxon over task x demos x item that EMLoC + 0.05 > full context); controls: "
+               "the demonstrations' majority label (no model), the label-shuffled context, random tokens at "
+               "EMLoC's budget, StreamingLLM, two demonstrations",
           metric="metrics.emloc.accuracy", compare="baselines.full.accuracy", op=">=", margin=-PAR_MARGIN,
-          source=ABSTRACT_PAR, controls=(Control("streaming", "baselines.streaming.accuracy"),
-                                         Control("two demonstrations", "baselines.two_demos.accuracy"))),
+          test="wilcoxon signed-rank over seeds", table="noninferiority", a={"method": "emloc"},
+          b={"method": "full"}, pair_on=("task", "n_demos", "item"),
+          source=ABSTRACT_PAR, controls=(
+              Control("majority label (no model)", "baselines.majority.accuracy", a={"method": "majority"}),
+              Control("label-shuffled context", "baselines.shuffled.accuracy", a={"method": "shuffled"}),
+              Control("random tokens at EMLoC's budget", "baselines.random.accuracy", a={"method": "random"}),
+              Control("streaming", "baselines.streaming.accuracy", a={"method": "streaming"}),
+              Control("two demonstrations", "baselines.two_demos.accuracy", a={"method": "two_demos"}))),
     Claim(text="EMLoC keeps at most half of full context's KV entries (mean over tasks and demonstration counts); "
                "controls: SnapKV and H2O at the smallest fixed ratio at which they are on par with full context",
           metric="metrics.emloc.kv_fraction", compare=0.5, op="<=", source=ABSTRACT_REDUCTION,
           controls=(Control("snapkv at par", "metrics.at_par.snapkv.kv_fraction"),
                     Control("h2o at par", "metrics.at_par.h2o.kv_fraction"))),
 )
+_gate_majority, *_PAPER = gate(GATE_MAJORITY, *_PAPER)
+_gate_shuffled, *_PAPER = gate(GATE_SHUFFLED, *_PAPER)
 
 CLAIMS = [
     *_PAPER,
     _gate,
+    _gate_majority,
+    _gate_shuffled,
+    Claim(text="ours, not the paper's: EMLoC is more accurate than uniformly random tokens at its own budget "
+               "(per layer and KV head; paired wilcoxon over task x demos x item)",
+          metric="metrics.emloc.accuracy", compare="baselines.random.accuracy", op=">", kind="sanity", tie=1e-9,
+          test="wilcoxon signed-rank over seeds", table="test", a={"method": "emloc", "metric": "accuracy"},
+          b={"method": "random", "metric": "accuracy"}, pair_on=("task", "n_demos", "item")),
     Claim(text="ours, not the paper's: EMLoC is closer to full context than SnapKV at the same budget (KL, paired "
                "over task x demos x seed)",
           metric="metrics.emloc.kl", compare="baselines.snapkv.kl", op="<", kind="sanity", tie=1e-6,

@@ -27,7 +27,13 @@ draws ``samples`` graphs over the real node set (labels and ``s`` stay with thei
 two-layer GCN is trained on the train nodes and its accuracy, ``Delta_SP`` and ``Delta_EO`` are
 measured on the test nodes of that graph (assumed: the fairness of the data the generated graph
 would be used as; the same GCN's numbers on the real graph's test nodes are recorded as
-``transfer_*``). Structure: degree, clustering and spectral MMD of the samples against the real graph.
+``transfer_*``). Structure: degree, clustering and spectral MMD of the samples against the real graph,
+and a community statistic (``bethe_l2``: the Bethe Hessian's second eigenvalue, which tells a
+detectable two-block SBM from G(n, m)); the structure claims are decided per case, with the control
+(uniform random graphs with plain's edge counts) applied per case: a case where the control is within
+the margin of plain too is *not discriminating* and left out (``structure_verdicts``; session-9
+review: pooled over cases, the claim mixed SBMs where the MMD cannot tell a generator from noise with
+small graphs where it can).
 
 Tuning: one fairness strength per fair method, on grids of the same size, on tuning seeds
 kept apart from the test seeds: FDGen's ``lambda`` (both terms; the grid holds 1, assumed to be
@@ -292,6 +298,64 @@ def _random_graph(rng: np.random.Generator, n: int, m: int) -> np.ndarray:
     return np.stack([iu[0][pick], iu[1][pick]])
 
 
+def bethe_l2(edges: np.ndarray, n: int) -> float:
+    """The community statistic: the second-smallest eigenvalue of the Bethe Hessian
+    ``H(r) = (r^2 - 1) I - r A + D``, ``r = sqrt(<d^2> / <d> - 1)`` (Saade, Krzakala and Zdeborova,
+    NeurIPS 2014), divided by ``r^2 - 1``. ``H`` has one negative eigenvalue per detectable community:
+    about 0.03 for a G(n, m) graph of mean degree 10 (one community), negative for a two-block SBM whose
+    blocks are detectable (about -0.05 at edge homophily 0.7, -0.97 at 0.9 with 1000 nodes), so it tells
+    such an SBM from G(n, m) where degree, clustering and spectral histograms barely do (session-9
+    review). NaN when ``r <= 1`` (too sparse to define it)."""
+    from scipy.linalg import eigh
+
+    A = np.zeros((n, n))
+    A[edges[0], edges[1]] = 1.0
+    A = np.maximum(A, A.T)
+    np.fill_diagonal(A, 0.0)
+    d = A.sum(1)
+    if d.sum() == 0:
+        return float("nan")
+    r2 = float((d ** 2).mean() / d.mean() - 1.0)
+    if not r2 > 1.0:
+        return float("nan")
+    H = (r2 - 1.0) * np.eye(n) - np.sqrt(r2) * A + np.diag(d)
+    w = eigh(H, eigvals_only=True, subset_by_index=[0, 1])
+    return float(w[1] / (r2 - 1.0))
+
+
+STRUCTURE_MARGIN = 0.05  # "comparable structure": within 0.05 of the plain generator (MMD, community statistic)
+
+
+def structure_verdicts(rows: list[dict], metric: str, margin: float = STRUCTURE_MARGIN) -> dict:
+    """The structure claim decided per case (session-9 review: pooled over cases, the 1000-node SBMs,
+    where uniform random graphs are within the margin too, and the small networkx graphs, where they
+    are not, were averaged together).
+
+    For each case: the mean over seeds of ``metric`` (a distance to the real graph: lower is closer) of
+    ``plain``, ``fdgen``, ``fairgen-post`` and the control ``random-graph``. A case where the control is
+    within ``margin`` of plain is *not discriminating* (the statistic cannot tell a generator from noise
+    there); in the others FDGen *holds* when it is within ``margin`` of plain, else it *fails*. Returns
+    ``{"per_case": {case: {...}}, "discriminating_cases", "cases", "within_share"`` (FDGen's share of the
+    discriminating cases; NaN when there is none), ``"control_within_share"`` (the control's share of the
+    same cases: 0 by construction, the control is applied per case), ``"post_within_share"}``."""
+    out: dict = {"per_case": {}}
+    for case in sorted({r["case"] for r in rows}, key=lambda c: (not c.startswith("sbm"), c)):
+        m = {meth: float(np.nanmean([r["value"] for r in rows if r["case"] == case and r["method"] == meth
+                                     and r["metric"] == metric] or [np.nan]))
+             for meth in ("plain", "fdgen", "fairgen-post", "random-graph")}
+        ctl = bool(m["random-graph"] - m["plain"] <= margin)
+        fd_ok = bool(m["fdgen"] - m["plain"] <= margin)
+        post_ok = bool(m["fairgen-post"] - m["plain"] <= margin)
+        out["per_case"][case] = {**{k.replace("-", "_"): v for k, v in m.items()}, "control_within": float(ctl),
+                                 "fdgen_within": float(fd_ok), "post_within": float(post_ok),
+                                 "verdict": "not discriminating" if ctl else ("holds" if fd_ok else "fails")}
+    disc = [c for c, v in out["per_case"].items() if not v["control_within"]]
+    share = (lambda key: float(np.mean([out["per_case"][c][key] for c in disc])) if disc else float("nan"))
+    out.update({"cases": len(out["per_case"]), "discriminating_cases": len(disc), "within_share": share("fdgen_within"),
+                "control_within_share": share("control_within"), "post_within_share": share("post_within")})
+    return out
+
+
 def run_task(item: tuple, config: Mapping[str, Any]) -> list[dict]:
     """One (case, seed): the real-graph reference, ER, and every method's generated graphs judged."""
     import torch
@@ -321,13 +385,20 @@ def run_task(item: tuple, config: Mapping[str, Any]) -> list[dict]:
                  "edges": float(g["edges"].shape[1]),
                  "degree_mmd": 0.0, "clustering_mmd": 0.0, "spectral_mmd": 0.0, "mmd_mean": 0.0,
                  "dsp_cut": 0.0, "deo_cut": 0.0}
+    bh_real = bethe_l2(g["edges"], n)
+    real_bias["bethe_l2"], real_bias["community_gap"] = bh_real, 0.0
     add("real", real_res, real_bias)
+
+    def community(edge_sets):  # the community statistic of each sample, and its mean distance to the real graph's
+        ls = [bethe_l2(e, n) for e in edge_sets]
+        return {"bethe_l2": float(np.mean(ls)), "community_gap": float(np.mean([abs(v - bh_real) for v in ls]))}
+
     plain = _generate(g, config, 0.0, gen_seed)
     # the structure control: uniform random graphs with the plain samples' edge counts (an MMD that this
     # reference also keeps within the margin cannot tell a structure-preserving generator from noise)
     er = [_random_graph(np.random.default_rng([gen_seed, k]), n, s_["edges"].shape[1]) for k, s_ in enumerate(plain)]
     mm_er = ev.structure_mmd(er, g["edges"], n)
-    add("random-graph", {}, {**mm_er, "mmd_mean": float(np.mean(list(mm_er.values())))})
+    add("random-graph", {}, {**mm_er, "mmd_mean": float(np.mean(list(mm_er.values()))), **community(er)})
     for method in METHODS:
         smps = {"fdgen": lambda: _generate(g, config, strengths["fdgen"], gen_seed), "plain": lambda: plain,
                 "fairgen-post": lambda: _post(plain, g, strengths["fairgen-post"])}[method]()
@@ -343,6 +414,7 @@ def run_task(item: tuple, config: Mapping[str, Any]) -> list[dict]:
                          "intra_fraction": fd.intra_group_fraction(s_["edges"], g["s"]),
                          "edges": float(s_["edges"].shape[1])})
         extra = {**_mean_dicts(bias), **mm, "mmd_mean": float(np.mean(list(mm.values()))),
+                 **community([s_["edges"] for s_ in smps]),
                  "dsp_cut": real_res["dsp"] - judged["dsp"], "deo_cut": real_res["deo"] - judged["deo"]}
         add(method, judged, extra)
     return rows
@@ -415,6 +487,11 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                 per[c] = int(sum(a[k] < b[k] for k in a if k in b))
             wins[f"{metric}_vs_{base.replace('-', '_')}"] = per
     metrics["wins_per_case"] = wins
+    # the structure claims, decided per case with the random-graph control per case (session 9)
+    structure = {"mmd": structure_verdicts(rows, "mmd_mean"), "community": structure_verdicts(rows, "community_gap")}
+    metrics["structure"] = {k: {kk: vv for kk, vv in v.items() if kk != "per_case"} for k, v in structure.items()}
+    structure_table = [{"statistic": k, "case": c, **{kk: vv for kk, vv in pc.items()}}
+                       for k, v in structure.items() for c, pc in v["per_case"].items()]
     budget = {"generator": f"VGAE, latent {config['latent']}, hidden {config['hidden']}, {config['epochs']} epochs "
                            "(the same for every method)",
               "samples": int(config["samples"]), "gnn": f"2-layer GCN x 16, {config['gnn_epochs']} epochs",
@@ -426,7 +503,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
               "tuned": strengths, "tuning_choices": {m: ch.summary() for m, ch in choices.items()},
               "evidence_problems": evidence_problems(config)}
     return Outcome(metrics=metrics, baselines=baselines,
-                   tables={"runs": rows, "tuning": tuned_rows, "front": front}, budget=budget)
+                   tables={"runs": rows, "tuning": tuned_rows, "front": front, "structure": structure_table},
+                   budget=budget)
 
 
 _SRC_FAIR = ("abstract: 'Experimental results on four real-world datasets demonstrate that FDGen outperforms "
@@ -462,6 +540,21 @@ def _front(metric, label):
                  source=_SRC_FAIR, tie=1e-9)
 
 
+def _structure(stat: str, what: str, claim: str) -> tuple[Claim, Claim]:
+    """The gate (the statistic discriminates in some case) and the per-case structure claim on ``stat``."""
+    path = f"metrics.structure.{stat}"
+    return evidence.gate(
+        Claim(text=f"sanity (gate): {what} can tell a generator from noise somewhere: in at least one case uniform "
+                   f"random graphs with plain's edge counts are more than {STRUCTURE_MARGIN} farther from the real "
+                   "graph than the generator without the fairness terms",
+              metric=f"{path}.discriminating_cases", compare=1, op=">=", kind="sanity"),
+        Claim(text=f"{claim} (uniform random graphs are not within {STRUCTURE_MARGIN} of the generator without the "
+                   f"fairness terms), FDGen is within {STRUCTURE_MARGIN} of it (share of those cases; a case where "
+                   "the random-graph control is within the margin too is not discriminating and left out)",
+              metric=f"{path}.within_share", compare=1.0, op=">=", kind="paper", source=_SRC_UTIL,
+              controls=(Control("random_graph (per case)", f"{path}.control_within_share"),)))
+
+
 _BIASED = "sanity: the real graphs are biased (a GCN trained on them has Delta_SP > 0.1)"
 
 CLAIMS = (
@@ -478,16 +571,18 @@ CLAIMS = (
     Claim(text="sanity (enforced by the tuning rule): the GCN's test accuracy on FDGen graphs is within 0.05 of its "
                "accuracy on graphs of the same generator without the fairness terms",
           metric="metrics.acc", compare="baselines.plain.acc", op=">", margin=-0.05, kind="sanity"),
-    *evidence.gate(
-        # the generator learns the structure at all: its graphs are closer to the real one than random graphs
-        Claim(text="sanity: the generator without the fairness terms reproduces the structure better than uniform "
-                   "random graphs with its edge counts (mean structure MMD)",
-              metric="baselines.plain.mmd_mean", compare="baselines.random_graph.mmd_mean", op="<", kind="sanity"),
-        Claim(text="comparable structure: FDGen's mean structure MMD (degree, clustering, spectral) is within 0.05 of "
-                   "the generator without the fairness terms (control: uniform random graphs in FDGen's place)",
-              metric="metrics.mmd_mean", compare="baselines.plain.mmd_mean", op="<", margin=-0.05, kind="paper",
-              source=_SRC_UTIL, controls=(Control("random_graph", "baselines.random_graph.mmd_mean"),)),
-    ),
+    # session 9 (outside review R2): pooled over cases the MMD claim mixed 1000-node SBMs, where uniform random
+    # graphs are within the margin too (not discriminating), with the small networkx graphs, where they are not
+    # and FDGen was not either. Decided per case now, the control per case; and a community statistic (the
+    # Bethe Hessian's second eigenvalue) that tells a detectable SBM from G(n, m)
+    *_structure("mmd", "the mean structure MMD (degree, clustering, spectral)",
+                "comparable structure, decided per case: in every case where the mean structure MMD (degree, "
+                "clustering, spectral) discriminates"),
+    *_structure("community", "the community statistic (Bethe Hessian second eigenvalue; the distance to the real "
+                "graph's)",
+                "comparable community structure (ours: a statistic the paper does not name, for the SBMs where the "
+                "MMD cannot tell structure from noise), decided per case: in every case where the Bethe Hessian's "
+                "second eigenvalue discriminates"),
 )
 
 
