@@ -44,6 +44,7 @@ typedef struct {
     int32_t *lens, *lcp, *node_start;
     int32_t *tok_end, *node_depth, *node_m, *tok_start;  /* per preorder node */
     int64_t *order;      /* token id of each sorted position */
+    int32_t root_child[256];  /* the depth-1 node of each first byte, -1: no token starts with it */
     int64_t *scratch_ids;  /* [n] reused by walk_counted (no fresh pages per call) */
     uint16_t *scratch_keys;
 } Trie;
@@ -117,6 +118,14 @@ static PyObject *py_trie(PyObject *self, PyObject *args) {
     if (!t->node_m) goto fail;
     t->tok_start = copy_buf(tok_start, 4, &nn, "tok_start");
     if (!t->tok_start) goto fail;
+    for (int b = 0; b < 256; b++) t->root_child[b] = -1;
+    for (Py_ssize_t g = 0; g < nn; g++) {
+        if (t->tok_start[g] < 0 || t->tok_start[g] >= n || t->tok_end[g] < 0 || t->tok_end[g] > n) {
+            PyErr_SetString(PyExc_ValueError, "inconsistent trie arrays");
+            goto fail;
+        }
+        if (t->node_depth[g] == 1) t->root_child[t->node_byte[g]] = (int32_t)g;
+    }
     PyObject *cap = PyCapsule_New(t, "zapcore.trie", trie_free);
     if (!cap) goto fail;
     return cap;
@@ -330,15 +339,21 @@ static int32_t literal_core(const Trie *t, const uint8_t *rest, Py_ssize_t n_res
     for (Py_ssize_t d = 0; d < n_rest; d++) {
         int D = (int)d + 1;
         uint8_t b = rest[d];
+        c = -1;
+        if (!d) {  /* the root's children: a table instead of a scan of up to 256 siblings */
+            c = t->root_child[b];
+            if (c < 0) return -1;
+            j = t->tok_start[c];
+        } else {
         j = a;
         while (j < e && t->lens[j] == D - 1) j++;  /* tokens ending at the parent */
-        c = -1;
         while (j < e) {
             int32_t k = t->node_start[j] + (D - 1 - t->lcp[j]);
             uint8_t kb = t->node_byte[k];
             if (kb == b) { c = k; break; }
             if (kb > b) break;
             j = t->tok_end[k];
+        }
         }
         if (c < 0) return -1;
         a = j;
@@ -1813,7 +1828,7 @@ static void masks_free(Masks *m) {
 }
 
 /* a new info with no tokens and no exits: its id, or -1 (out of memory) */
-static int64_t info_new(Masks *m) {
+static int64_t info_new(Masks *m, int zero) {
     if (m->n_infos == m->cap_infos) {
         int64_t c = m->cap_infos ? 2 * m->cap_infos : 64;
         TInfo *x = realloc(m->infos, sizeof(TInfo) * c);
@@ -1822,7 +1837,7 @@ static int64_t info_new(Masks *m) {
     }
     TInfo *x = &m->infos[m->n_infos];
     memset(x, 0, sizeof(TInfo));
-    x->inside = calloc(m->nw ? m->nw : 1, 4);
+    x->inside = zero ? calloc(m->nw ? m->nw : 1, 4) : malloc(4 * (m->nw ? m->nw : 1));
     if (!x->inside) { PyErr_NoMemory(); return -1; }
     m->bytes += (int64_t)(m->nw * 4) + (int64_t)sizeof(TInfo);
     return m->n_infos++;
@@ -1876,7 +1891,7 @@ static int64_t walked_info(Engine *e, int32_t t, int32_t s) {
     }
     int64_t *hit = map_find(&m->cl, t, k2);
     if (hit) return *hit;
-    int64_t id = info_new(m);
+    int64_t id = info_new(m, 1);
     if (id < 0) return -1;
     ExVec v = {0};
     ExitKeep x = {m->t, &v};
@@ -1939,7 +1954,7 @@ static int64_t counted_info(Engine *e, int32_t t, int32_t k, int32_t i, PyObject
     int64_t k1 = ((int64_t)t << 32) | (uint32_t)i, k2 = (int64_t)(((uint64_t)room << 32) | (uint32_t)need);
     int64_t *hit = map_find(&m->cnt, k1, k2);
     if (hit) return *hit;
-    int64_t id = info_new(m);
+    int64_t id = info_new(m, 0);  /* cut_core writes every word */
     if (id < 0) return -1;
     Py_ssize_t a, z;
     if (cut_core(&b->c, need, room, m->infos[id].inside, m->nw, &a, &z) < 0) return -1;
@@ -1967,7 +1982,7 @@ static int64_t info_of(Engine *e, int32_t t, int32_t s, PyObject *base_of) {
         int32_t a = -1;
         int n = lit_rest_core(e->trans[t], e->acc[t], s, rest, &a);
         if (n) {  /* a single string remains: the literal descent */
-            id = info_new(m);
+            id = info_new(m, 1);
             if (id < 0) return -1;
             int32_t g = literal_core(m->t, (const uint8_t *)rest, n, m->infos[id].inside, m->nw);
             ExPair p = {a, g};

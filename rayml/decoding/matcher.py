@@ -127,6 +127,7 @@ class TokenIndex:
         self.tokens = vocab.tokens
         self._count_cache: dict = {}
         self._count_pre: dict = {}
+        self._pre_walk_keys: list = []  # the walk keys of precompute_strings' counters (share_walk_key)
         if _native.AVAILABLE:
             _native.trie_of(self)  # the compiled core's copy of the trie, built with the index
             self.precompute_strings()
@@ -147,11 +148,26 @@ class TokenIndex:
         them and forgets only their grammar-dependent bound cuts."""
         from rayml.decoding.json_schema import string_counters
 
+        keys = self.__dict__.setdefault("_pre_walk_keys", [])
         for counter in string_counters():
+            if all(k != counter.walk_key for k in keys):
+                keys.append(counter.walk_key)
             for i in range(counter.w):
                 key = counter.walk_key + (i, True)
                 if key not in self._count_pre:
                     self._count_pre[key] = self._native_count_base(counter, i)
+
+    def share_walk_key(self, counter) -> None:
+        """Give ``counter`` the ``walk_key`` of the precomputed string counter equal to it (the same
+        bytes), so that ``count_base`` finds its walks without hashing the tens of KiB of a fresh
+        key (each grammar compile makes new ``Counter`` objects). The key is equal either way."""
+        if "walk_key" in counter.__dict__:
+            return
+        local = counter.local.tobytes()
+        for key in getattr(self, "_pre_walk_keys", ()):
+            if key[1] == local and key[0] == counter.char.key():
+                counter.__dict__["walk_key"] = key  # the cached_property's slot
+                return
 
     def _native_count_base(self, counter, i: int) -> "_CountBase":
         ids, keys, words, closing = _native.walk_counted(self, counter.local, i)
@@ -802,7 +818,9 @@ class CompiledGrammar:
         ``Engine.mask_into`` reads it (called once per (terminal, local state) by the C tables):
         ``(in_ids, in_key, all_words, close_n, close_ends, close_end_at, close_pre, n_max)``,
         ``close_pre`` the preorder trie node of each closing quote's exit (-1: none)."""
-        base = self._count_base(self.grammar.terminals[t].counter, i)
+        counter = self.grammar.terminals[t].counter
+        self.index.share_walk_key(counter)
+        base = self._count_base(counter, i)
         pre = getattr(base, "close_pre", None)
         if pre is None:
             by_depth = self.index._native_pre

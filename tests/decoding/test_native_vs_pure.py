@@ -152,6 +152,48 @@ def test_compiled_literal_descent_equals_pure():
 
 
 @needs_core
+def test_compiled_literal_descent_root_table():
+    """The descent's first step reads the root's child of a byte from a table (no sibling scan):
+    bytes that start no token, the first and last children, and tokens ending at depth 1."""
+    from rayml.decoding import byte_vocabulary
+    from rayml.decoding.matcher import TokenIndex
+
+    vocab = byte_vocabulary([b"ab", b"ac", b"b", b"ba", b"\x00x", b"\xff", b"\xffz", b"zz"])
+    index = TokenIndex(vocab)
+    for rest in [b"a", b"ab", b"abc", b"b", b"ba", b"q", b"qa", b"\x00", b"\x00x", b"\xff", b"\xffz", b"z", b"zzz"]:
+        ids, node = index.literal(rest)
+        words, c_node = native.literal(index, rest)
+        assert np.array_equal(words, index.pack(ids)) and node == c_node, rest
+
+
+@needs_core
+def test_fresh_string_counters_share_the_precomputed_walk_key():
+    """A compile makes new ``Counter`` objects; ``share_walk_key`` gives each JSON string counter the
+    precomputed key object (equal to the one it would compute), so ``count_base`` returns the
+    precomputed walks; a counter of another character DFA keeps computing its own key."""
+    vocab, index = zf.vocab_and_index("mistral-32k")
+    clear_caches()
+    schema = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 7}, "b": {"type": "string"},
+                                                "c": {"type": "string", "pattern": "^[xy]+$"}},
+              "required": ["a", "b", "c"], "additionalProperties": False}
+    cg = compile_grammar(schema_grammar(schema), index)
+    counters = [t.counter for t in cg.grammar.terminals if getattr(t, "counter", None) is not None]
+    assert counters
+    shared = 0
+    for c in counters:
+        own = (c.char.key(), c.local.tobytes())
+        index.share_walk_key(c)
+        if "walk_key" in c.__dict__:
+            shared += 1
+            assert c.walk_key == own and any(c.walk_key is k for k in index._pre_walk_keys)
+            for i in range(c.w):
+                assert index.count_base(c, i, native=True) is index._count_pre[own + (i, True)]
+        else:
+            assert all(k != own for k in index._pre_walk_keys)
+    assert shared >= 1
+
+
+@needs_core
 def test_compiled_engine_memory_is_counted_and_pickling_is_refused():
     import pickle
 
