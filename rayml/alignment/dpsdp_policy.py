@@ -22,7 +22,7 @@ then ``os.replace``), so an error never leaves a half-written policy behind.
 
 Command line (trains and caches the default policy, or the reference warm-up only)::
 
-    python -m rayml.alignment.dpsdp_policy --size quick             # DPSDP, beta 8.0, lr 1e-4
+    python -m rayml.alignment.dpsdp_policy --size quick             # DPSDP, beta 0.5, lr 3e-5
     python -m rayml.alignment.dpsdp_policy --size quick --reference # the SFT warm-up only
 """
 
@@ -46,10 +46,10 @@ __all__ = ["RefinementPolicy", "train_policy", "reference_policy", "save_policy"
 
 FORMAT = "rayml.dpsdp-policy/1"
 # the quick record's tuned setting for DPSDP on the substrate (docs/records/dpsdp.json: metrics.beta,
-# metrics.lr; chosen by maj@turn5 on the tuning replicate over beta 0.03-2.0 at lr 1e-4, extended to 8.0 and 32.0:
-# inside the grid since session 7)
-DEFAULT_BETA = 8.0
-DEFAULT_LR = 1e-4
+# metrics.lr; chosen by maj@turn5 on the tuning replicate over beta 0.03-2.0 x lr 3e-6-3e-5 since session 8, lr
+# extended to 9e-5: inside the grid; sessions 5-7: beta 8.0, lr 1e-4)
+DEFAULT_BETA = 0.5
+DEFAULT_LR = 3e-5
 # the settings a policy depends on (the cache key); grids, test sizes and seeds count do not enter
 RECIPE_KEYS = ("model", "train_digits", "sft_items", "sft_steps", "sft_lr", "sft_replay", "answer_digits",
                "critic_items", "critic_samples", "critic_steps", "train_questions", "chunk", "n_candidates",
@@ -193,7 +193,7 @@ def train_policy(config: Mapping[str, Any] | None = None, *, size: str = "quick"
         size: ``"tiny"``, ``"quick"`` or ``"full"``: the experiment's recipe.
         seed: the policy's seed (training questions, collection, DPO order).
         beta, lr: DPO's KL weight and learning rate; None: the quick record's tuned values for
-            DPSDP (``docs/records/dpsdp.json``: beta 8.0, lr 1e-4, substrate, full fine-tuning,
+            DPSDP (``docs/records/dpsdp.json``: beta 0.5, lr 3e-5, substrate, full fine-tuning,
             30 DPO steps), used at every size.
 
     Returns:
