@@ -15,7 +15,8 @@ digit first, as the substrate learnt them (``"317+845="`` -> ``"2611"``). Two ro
   turn, the base checkpoint's sha256) and the request limits.
 
 The deployment's ``policy`` is ``"dpsdp"`` (the default: ``cached_policy`` of ``size`` and
-``seed``, beta 2.0 and lr 1e-4 unless trained otherwise), ``"reference"`` (the SFT warm-up of
+``seed``, with ``rayml.alignment.dpsdp_policy``'s ``DEFAULT_BETA`` and ``DEFAULT_LR``, the quick
+record's choice, unless trained otherwise), ``"reference"`` (the SFT warm-up of
 ``size``'s recipe: DPSDP's reference system, one model in both roles) or the path of a ``.npz``
 written by ``save_policy``. A replica never trains for minutes by default: a policy or warm-up
 that is not cached fails the replica at startup with the command that makes it
