@@ -57,9 +57,12 @@ SIZES = {
     # past an edge that holds the choice, to the experiment's BETA_LIMITS (session 7: the choice sat on the top
     # edge after one extension). Session 8: learning rates 3e-6-3e-5, not 1e-4: a pilot on fresh seeds (1001,
     # 1002; 192 questions) had lr 1e-4 below the reference at every beta (beta 0.1: 0.43 vs 0.64; beta 8: 0.60-0.62)
-    # and beta 0.03-2 at lr 1e-5 above it (0.66-0.67), flipping 13-15% of the majority votes' answers
-    "quick": dict(_COMMON, train_questions=64, tune_questions=96, chunk=32, n_candidates=4, mc_rollouts=2,
-                  dpo_steps=30, batch_size=16, lr_grid=[3e-6, 1e-5, 3e-5], beta_grid=[0.03, 0.1, 0.5, 2.0],
+    # and beta 0.03-2 at lr 1e-5 above it (0.66-0.67), flipping 13-15% of the majority votes' answers.
+    # Session 9 (time: the session-8 grid took 108 s idle): lr 3e-6 dropped (at 30 steps it left both systems
+    # at the SFT score at every beta, so it can never pass the movement gate; a top-edge choice still extends
+    # to 9e-5) and 64 tuning questions instead of 96
+    "quick": dict(_COMMON, train_questions=64, tune_questions=64, chunk=32, n_candidates=4, mc_rollouts=2,
+                  dpo_steps=30, batch_size=16, lr_grid=[1e-5, 3e-5], beta_grid=[0.03, 0.1, 0.5, 2.0],
                   test_per_level=25, seeds=5, tune_extend=5, real=dict(_REAL, tune_extend=0)),
     # the evidence (at most 30 min on an idle 2-core machine): the issue's 1024 questions and 200 DPO steps; its
     # learning rates reach lower than quick's (7x the steps; the session-5 full tuning lost 8 points at beta 0.1
