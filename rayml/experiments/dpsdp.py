@@ -44,9 +44,9 @@ Steps (Ray tasks through ``rayml.runtime.pmap``):
 
 Claims: a sanity claim (the reference loop keeps its answers: SFT turn-2 accuracy at least turn 1's
 minus 2 points, the review's gate) gates the paper claims (``rayml.evidence.gate``), and so does a
-second (session 8): DPO moves the system at its tuned setting (its majority vote's verdict differs
-from the reference's on at least ``MOVE_MIN`` = 5% of the in-distribution test questions, the
-paper's headline gain; ``changed_vs_reference``; the ablations also need the single agent moved); the single
+second (session 8, worded as a difference in session 10): the tuned system differs from the reference on
+at least ``MOVE_MIN`` = 5% of the in-distribution majority-vote verdicts, in either direction (the
+paper's headline gain; ``changed_vs_reference``, which also records the helped and hurt shares; the ablations also need the single agent moved); the single
 agent is the paper's ablation, a comparison claim of its own, once at each system's tuned setting
 and once at equal settings; the untrained reference (SFT) is a control of both (a do-nothing system
 that beats the single agent as well makes the claim "not discriminating").
@@ -160,7 +160,10 @@ def changed_vs_reference(out: list) -> list:
     """``out`` with, per system, replicate and split, how far its greedy refinement moved from the
     reference (SFT) system's on the same test questions: ``maj_flipped``, the fraction of questions
     whose majority vote is right for one system and wrong for the other (it bounds the majority-vote
-    accuracy difference: no system can gain more than it flips), ``maj_changed``, the fraction whose
+    accuracy difference: no system can gain more than it flips), split into ``maj_helped`` (right here,
+    wrong for the reference: verdicts DPO fixed) and ``maj_hurt`` (wrong here, right for the reference:
+    verdicts it broke; ``maj_flipped = maj_helped + maj_hurt`` and the majority-vote accuracy
+    difference is ``maj_helped - maj_hurt``, the session-9 review R3), ``maj_changed``, the fraction whose
     majority-vote answer differs (a wrong answer replaced by another wrong one included), and
     ``answers_changed``, the fraction whose answer at some turn differs. The reference itself gets 0;
     rows without answers are left as they are."""
@@ -177,11 +180,13 @@ def changed_vs_reference(out: list) -> list:
             a, b = r[split]["answers"], base[split]["answers"]
             if len(a) != len(b):
                 raise ValueError(f"{r['system']} and the reference answered {len(a)} and {len(b)} questions")
+            own_ok = np.asarray(r[split]["per_item_maj"], dtype=float) > 0.5
+            ref_ok = np.asarray(base[split]["per_item_maj"], dtype=float) > 0.5
             r[split] = {**r[split],
                         "maj_changed": float(np.mean([dp.majority_vote(x) != dp.majority_vote(y) for x, y in zip(a, b)])),
                         "answers_changed": float(np.mean([list(x) != list(y) for x, y in zip(a, b)])),
-                        "maj_flipped": float(np.mean(np.asarray(r[split]["per_item_maj"], dtype=float)
-                                                     != np.asarray(base[split]["per_item_maj"], dtype=float)))}
+                        "maj_flipped": float(np.mean(own_ok != ref_ok)),
+                        "maj_helped": float(np.mean(own_ok & ~ref_ok)), "maj_hurt": float(np.mean(~own_ok & ref_ok))}
         rows.append(r)
     return rows
 
@@ -195,7 +200,9 @@ def _summarize(config, out, choices, pairs, info, sft_tune_score=None) -> Outcom
             m = r[split]
             for metric, v in (("turn1", m["pass1_turn1"]), ("maj", m["maj_turnT"]),
                               ("maj_gain", m["maj_turnT"] - m["pass1_turn1"]),
-                              ("maj_flipped", m.get("maj_flipped", float("nan")))):
+                              ("maj_flipped", m.get("maj_flipped", float("nan"))),
+                              ("maj_helped", m.get("maj_helped", float("nan"))),
+                              ("maj_hurt", m.get("maj_hurt", float("nan")))):
                 seed_rows.append({"system": r["system"], "split": split, "seed": r["phase"], "metric": metric,
                                   "value": float(v)})
             for t, v in enumerate(m["per_turn"]):
@@ -215,7 +222,9 @@ def _summarize(config, out, choices, pairs, info, sft_tune_score=None) -> Outcom
             t2 = float(np.mean([t[1] for t in turns])) if turns and len(turns[0]) > 1 else float("nan")
             b[split] = {"pass1_turn1": mean(system, split, "pass1_turn1"), "maj_turnT": mean(system, split, "maj_turnT"),
                         "pass1_turnT": mean(system, split, "pass1_turnT"), "turn2": t2,
-                        "maj_flipped": mean(system, split, "maj_flipped"), "maj_changed": mean(system, split, "maj_changed"),
+                        "maj_flipped": mean(system, split, "maj_flipped"),
+                        "maj_helped": mean(system, split, "maj_helped"), "maj_hurt": mean(system, split, "maj_hurt"),
+                        "maj_changed": mean(system, split, "maj_changed"),
                         "answers_changed": mean(system, split, "answers_changed")}
             b[split]["turn2_minus_turn1"] = t2 - b[split]["pass1_turn1"]
         return {**b, "maj_gain_id": b["id"]["maj_turnT"] - b["id"]["pass1_turn1"],
@@ -304,11 +313,18 @@ GATE_OOD = Claim(text="the reference (SFT) refinement loop keeps its answers out
 MOVE_MIN = 0.05
 
 
+# session 10 (the session-9 review R3): the gate is direction-free on purpose (a system that got worse makes "beats
+# SFT" a fair fail, not "incomplete"), so it is worded as a difference, not as "DPO moves / works": at quick it
+# passed with more verdicts broken than fixed. The helped and hurt shares are recorded beside it
+# (``{where}.id.maj_helped`` / ``maj_hurt``, and the seeds table's rows of those metrics)
+
+
 def _moves(system: str, where: str) -> Claim:
-    return Claim(text=f"DPO moves {system} at its tuned setting: its majority vote is right where the reference "
-                      f"(SFT) system's is wrong, or wrong where it is right, on at least {MOVE_MIN:.0%} of the "
-                      f"in-distribution test questions (the paper's headline gain is 5 points; a system that flips "
-                      f"fewer verdicts cannot show it)",
+    return Claim(text=f"{system} at its tuned setting differs from the reference (SFT) system on at least "
+                      f"{MOVE_MIN:.0%} of the in-distribution majority-vote verdicts, in either direction (right where "
+                      f"the reference is wrong, or wrong where it is right; helped and hurt shares are recorded beside "
+                      f"it: a system that differs on fewer verdicts cannot show the paper's 5-point gain, and one that "
+                      f"differs through harm fails the comparison instead)",
                  metric=f"{where}.id.maj_flipped", compare=MOVE_MIN, op=">=", kind="sanity")
 
 

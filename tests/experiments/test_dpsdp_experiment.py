@@ -255,6 +255,11 @@ def test_changes_against_the_reference_are_counted_per_replicate_and_question():
     assert out[1]["id"]["maj_changed"] == 0.75 and out[1]["id"]["answers_changed"] == 0.75
     # verdicts: sft right on 1 and 4, dpsdp on 1 and 2 -> 2 of 4 flipped (the 3rd: one wrong answer for another)
     assert out[1]["id"]["maj_flipped"] == 0.5 and out[0]["id"]["maj_flipped"] == 0.0
+    # the flips split by direction (session 10, R3): question 2 fixed (helped), question 4 broken (hurt)
+    assert out[1]["id"]["maj_helped"] == 0.25 and out[1]["id"]["maj_hurt"] == 0.25
+    assert out[0]["id"]["maj_helped"] == 0.0 and out[0]["id"]["maj_hurt"] == 0.0
+    worse = E.changed_vs_reference([row("sft", 0, sft), row("dpsdp", 0, dps, (0, 0, 0, 1))])[1]["id"]
+    assert (worse["maj_helped"], worse["maj_hurt"], worse["maj_flipped"]) == (0.0, 0.25, 0.25)
     assert out[1]["ood"]["maj_changed"] == 0.0
     assert out[2]["id"]["maj_changed"] == 0.0 and out[2]["id"]["maj_flipped"] == 0.0  # replicate 1: compared with replicate 1's reference, the same answers
     with pytest.raises(ValueError, match="answered"):
