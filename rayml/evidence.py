@@ -47,6 +47,7 @@ from rayml.results import TESTS, Claim, _one_sided_p, tie_mask
 __all__ = [
     "paired_counts",
     "per_case",
+    "margin_p",
     "split_seeds",
     "grid",
     "GridChoice",
@@ -113,6 +114,27 @@ def per_case(rows: Sequence[Mapping], *, a: Mapping[str, Any], b: Mapping[str, A
             row["p_value"] = _one_sided_p(va, vb, not lower_is_better, test, tie) if keys else 1.0
         table.append(row)
     return table
+
+
+def margin_p(a: Sequence[float], b: Sequence[float], margin: float, *, side: str = "within",
+             test: str = "wilcoxon signed-rank over seeds", tie: float | tuple[float, float] | None = None) -> float:
+    """One-sided paired p against a margin: ``side="within"`` tests that ``a - b < margin`` pair by pair
+    (non-inferiority of a lower-is-better ``a`` to ``b`` at ``margin``), ``side="beyond"`` that
+    ``a - b > margin`` (``a`` shown worse than ``b`` by more than the margin). The paired test (one of
+    ``rayml.results.TESTS``) runs on ``b + margin`` against ``a`` (or the reverse), exactly as a ``Claim``
+    computes it, ties under ``tie`` dropped first. Not rejecting "within" is not evidence of "beyond":
+    a verdict that needs both directions asks for both p-values."""
+    if test not in TESTS:
+        raise ValueError(f"test must be one of {TESTS}, got {test!r}")
+    if side not in ("within", "beyond"):
+        raise ValueError(f"side must be 'within' or 'beyond', got {side!r}")
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"a and b must be 1-D of the same length, got shapes {a.shape} and {b.shape}")
+    if a.size == 0:
+        return 1.0
+    shifted = b + float(margin)
+    return _one_sided_p(shifted, a, True, test, tie) if side == "within" else _one_sided_p(a, shifted, True, test, tie)
 
 
 # ------------------------------------------------------------------------------------------

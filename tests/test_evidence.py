@@ -243,3 +243,25 @@ def test_too_few_pairs_and_paper_not_inside():
     assert evidence.paper_not_inside("g", [1, 2, 3], 2) is None
     assert "strictly inside" in evidence.paper_not_inside("g", [1, 2, 3], 3)
     assert "strictly inside" in evidence.paper_not_inside("g", [1, 3], 2)
+
+
+def test_margin_p_within_and_beyond():
+    plain = np.linspace(0.1, 0.5, 8)
+    # a 0.01 above b on every pair: within a 0.05 margin (p = 2^-8 for the sign test), not beyond it
+    a = plain + 0.01
+    assert evidence.margin_p(a, plain, 0.05, test="paired sign test over seeds") == pytest.approx(2.0 ** -8)
+    assert evidence.margin_p(a, plain, 0.05, side="beyond", test="paired sign test over seeds") == pytest.approx(1.0)
+    # 0.1 above: beyond the margin, not within; the Wilcoxon p matches scipy's on the shifted differences
+    from scipy import stats
+    worse = plain + 0.1 + np.linspace(-0.01, 0.01, 8)
+    assert evidence.margin_p(worse, plain, 0.05) == pytest.approx(
+        stats.wilcoxon(plain + 0.05 - worse, alternative="greater").pvalue)
+    assert evidence.margin_p(worse, plain, 0.05) > 0.5
+    assert evidence.margin_p(worse, plain, 0.05, side="beyond") < 0.01
+    # the margin matters: the same pairs are within a 0.2 margin
+    assert evidence.margin_p(worse, plain, 0.2) < 0.01
+    assert evidence.margin_p([], [], 0.05) == 1.0
+    with pytest.raises(ValueError):
+        evidence.margin_p(a, plain, 0.05, side="outside")
+    with pytest.raises(ValueError):
+        evidence.margin_p(a, plain[:3], 0.05)
