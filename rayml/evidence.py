@@ -55,6 +55,7 @@ __all__ = [
     "tune",
     "tuning_rows",
     "power_from_pilot",
+    "holm",
     "gate",
     "nulled",
 ]
@@ -440,6 +441,29 @@ def power_from_pilot(diffs: Sequence[float] | None = None, *, effect: float | No
     return {"test": test, "method": method, "power": power, "alpha": alpha, "pairs_needed": needed,
             "nonzero_pairs_needed": n_nonzero, ("p_win" if test == "sign" else "p_walsh_positive"): prob,
             "tie_share": tie_share, **source}
+
+
+def holm(p_values: Mapping[Hashable, float] | Sequence[float]) -> Any:
+    """Holm's (1979) step-down adjusted p-values of a family of tests (familywise error control).
+
+    Sorted ascending, the ``i``-th smallest of ``m`` p-values (``i`` from 0) becomes
+    ``min(1, max_{j <= i} (m - j) p_(j))``; a test rejects at ``alpha`` when its adjusted p is
+    ``<= alpha``, which controls the chance of any false rejection in the family at ``alpha``
+    under any dependence between the tests. Use it when a result is read per member of a family
+    (per K, per case) and the reader may pick the members that pass. Takes a mapping (returns one
+    with the same keys) or a sequence (returns a list in the same order); a NaN p stays NaN and
+    does not count in ``m``.
+    """
+    keys = list(p_values.keys()) if isinstance(p_values, Mapping) else list(range(len(p_values)))
+    vals = [float(p_values[k]) for k in keys]
+    if any(v < 0 or v > 1 for v in vals if not math.isnan(v)):
+        raise ValueError(f"p-values must lie in [0, 1], got {vals}")
+    finite = sorted((v, i) for i, v in enumerate(vals) if not math.isnan(v))
+    m, running, adj = len(finite), 0.0, [math.nan] * len(vals)
+    for rank, (v, i) in enumerate(finite):
+        running = max(running, min(1.0, (m - rank) * v))
+        adj[i] = running
+    return dict(zip(keys, adj)) if isinstance(p_values, Mapping) else adj
 
 
 # ------------------------------------------------------------------------------------------

@@ -245,6 +245,18 @@ def test_too_few_pairs_and_paper_not_inside():
     assert "strictly inside" in evidence.paper_not_inside("g", [1, 3], 2)
 
 
+def test_holm_adjusts_step_down_keeps_order_and_nan():
+    # hand case: m = 3, sorted 0.01, 0.02, 0.04 -> 0.03, max(0.03, 0.04) = 0.04, max(0.04, 0.04) = 0.04
+    assert evidence.holm([0.04, 0.01, 0.02]) == pytest.approx([0.04, 0.03, 0.04])
+    # monotone step-down: a larger raw p never gets a smaller adjusted p; capped at 1
+    assert evidence.holm({"K2": 0.999, "K4": 0.090, "K8": 0.020}) == pytest.approx({"K2": 0.999, "K4": 0.18, "K8": 0.06})
+    out = evidence.holm([0.01, float("nan"), 0.04])  # NaN stays NaN and does not count in m
+    assert out[0] == pytest.approx(0.02) and np.isnan(out[1]) and out[2] == pytest.approx(0.04)
+    assert evidence.holm([]) == [] and evidence.holm([0.3]) == [0.3] and evidence.holm([0.6, 0.7]) == [1.0, 1.0]
+    with pytest.raises(ValueError, match="p-values"):
+        evidence.holm([1.5])
+
+
 def test_margin_p_within_and_beyond():
     plain = np.linspace(0.1, 0.5, 8)
     # a 0.01 above b on every pair: within a 0.05 margin (p = 2^-8 for the sign test), not beyond it
