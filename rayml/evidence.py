@@ -55,6 +55,7 @@ __all__ = [
     "tune",
     "tuning_rows",
     "power_from_pilot",
+    "claim_power",
     "holm",
     "gate",
     "nulled",
@@ -441,6 +442,37 @@ def power_from_pilot(diffs: Sequence[float] | None = None, *, effect: float | No
     return {"test": test, "method": method, "power": power, "alpha": alpha, "pairs_needed": needed,
             "nonzero_pairs_needed": n_nonzero, ("p_win" if test == "sign" else "p_walsh_positive"): prob,
             "tie_share": tie_share, **source}
+
+
+def claim_power(tables: Mapping[str, Sequence[Mapping]], claims: Sequence[Claim], *, kinds: Sequence[str] = ("paper",),
+                power: float = 0.8, alpha: float = 0.05) -> dict:
+    """This run as the pilot of every paired claim: ``power_from_pilot`` on the claim's own pairs.
+
+    For each claim of ``claims`` whose ``kind`` is in ``kinds`` and that has a paired ``test``, the
+    rows of ``tables[claim.table]`` matching ``claim.a`` and ``claim.b`` are paired on
+    ``claim.pair_on`` exactly as ``rayml.results.evaluate_claims`` pairs them, the differences are
+    oriented so that a positive one favours the claim (``a - b`` for ``>``/``>=``, ``b - a`` for
+    ``<``/``<=``), and ``power_from_pilot`` estimates the pairs the claim's own test (the sign test for
+    a ``paired sign`` test, else Wilcoxon) needs, with the claim's tie tolerance. Returns
+    ``{claim text: estimate}`` with ``pilot_mean_difference`` added; ``None`` for a claim with fewer
+    than 2 finite pairs (nothing to estimate from). Claims without a test are left out.
+    """
+    from rayml.results import _paired_values
+
+    out: dict = {}
+    for c in claims:
+        if c.kind not in kinds or c.test is None:
+            continue
+        xa, xb = _paired_values(tables.get(c.table, ()), c, c.a, c.b)
+        d = (xa - xb) if c.op in (">", ">=") else (xb - xa)
+        d = d[np.isfinite(d)]
+        if d.size < 2:
+            out[c.text] = None
+            continue
+        test = "sign" if c.test.startswith("paired sign") else "wilcoxon"
+        out[c.text] = {**power_from_pilot(d, test=test, tie=c.tie, power=power, alpha=alpha),
+                       "pilot_mean_difference": float(d.mean())}
+    return out
 
 
 def holm(p_values: Mapping[Hashable, float] | Sequence[float]) -> Any:

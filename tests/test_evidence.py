@@ -277,3 +277,30 @@ def test_margin_p_within_and_beyond():
         evidence.margin_p(a, plain, 0.05, side="outside")
     with pytest.raises(ValueError):
         evidence.margin_p(a, plain[:3], 0.05)
+
+
+def test_claim_power_pairs_and_orients_like_the_claims_test():
+    from rayml.results import Claim
+
+    rows = [{"m": m, "seed": s, "value": v} for s, (x, y) in enumerate([(1.0, 2.0), (1.5, 2.0), (3.0, 2.5), (0.5, 2.0)])
+            for m, v in (("ours", x), ("base", y))]
+    rows.append({"m": "ours", "seed": 9, "value": 0.0})  # unpaired: dropped
+    lower = Claim("ours lower", "metrics.x", "baselines.b.x", op="<", test="wilcoxon signed-rank over seeds", table="t",
+                  a={"m": "ours"}, b={"m": "base"}, source="s")
+    sign = Claim("ours lower (sign)", "metrics.x", "baselines.b.x", op="<", test="paired sign test over seeds",
+                 table="t", a={"m": "ours"}, b={"m": "base"}, source="s", tie=0.6)
+    few = Claim("one pair", "metrics.x", "baselines.b.x", op=">", test="paired sign test over seeds", table="t",
+                a={"m": "ours", "seed": 0}, b={"m": "base", "seed": 0}, source="s")
+    untested = Claim("no test", "metrics.x", "baselines.b.x", source="s")
+    sanity = Claim("sanity", "metrics.x", "baselines.b.x", test="paired sign test over seeds", table="t",
+                   a={"m": "ours"}, b={"m": "base"}, kind="sanity")
+    out = evidence.claim_power({"t": rows}, [lower, sign, few, untested, sanity])
+    assert set(out) == {"ours lower", "ours lower (sign)", "one pair"}
+    d = [1.0, 0.5, -0.5, 1.5]  # base - ours: positive favours "lower"
+    assert out["ours lower"]["pairs_needed"] == evidence.power_from_pilot(d, test="wilcoxon")["pairs_needed"]
+    assert out["ours lower"]["pilot_mean_difference"] == pytest.approx(0.625)
+    assert (out["ours lower"]["pilot_wins"], out["ours lower"]["pilot_losses"]) == (3, 1)
+    # the sign claim's tie (0.6) drops the pairs 0.5 and -0.5: 2 wins of 2, half the pilot tied
+    assert out["ours lower (sign)"]["test"] == "sign"
+    assert out["ours lower (sign)"]["tie_share"] == 0.5 and out["ours lower (sign)"]["pilot_losses"] == 0
+    assert out["one pair"] is None
