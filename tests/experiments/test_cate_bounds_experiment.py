@@ -13,7 +13,7 @@ def test_the_tightness_claim_is_made_per_dataset_of_the_core_behind_its_validity
 
     assert E.TIGHT_DATASETS == DATASETS and set(E.COMPARISON) == set(DATASETS)
     tight = [c for c in E.CLAIMS if c.kind == "paper"]
-    assert [c.a["dataset"] for c in tight] == list(DATASETS) and all(c.pair_on == ("K", "seed") for c in tight)
+    assert [c.a["dataset"] for c in tight] == list(DATASETS) and all(c.pair_on == ("seed",) for c in tight)
     sanity = {c.text: c for c in E.CLAIMS if c.kind == "sanity"}
     for c in tight:
         ds = c.a["dataset"]
@@ -24,8 +24,8 @@ def test_the_tightness_claim_is_made_per_dataset_of_the_core_behind_its_validity
         valid = [sanity[g] for g in c.gates if g.startswith("validity")]
         assert len(c.gates) == 2 and len(valid) == 1 and valid[0].metric == f"metrics.by_dataset.{ds}.coverage"
         # paired only over the runs where both sides cover (session-8 review), controls on the same runs
-        assert c.table == "valid_pairs" and c.metric == f"metrics.valid_pairs.{ds}.median_gap.ours"
-        assert all(k.metric.startswith(f"metrics.valid_pairs.{ds}.median_gap.") for k in c.controls)
+        assert c.table == "seed_pairs" and c.metric == f"metrics.seed_level.{ds}.median_gap.ours"
+        assert all(k.metric.startswith(f"metrics.seed_level.{ds}.median_gap.") for k in c.controls)
         # session 9: the direction is the median gap below 0, tested by the sign test
         assert c.compare == 0.0 and c.op == "<" and c.test.startswith("paired sign")
 
@@ -116,3 +116,56 @@ def test_one_outlying_pair_does_not_reverse_the_median_direction():
     assert sum(ours) / 5 > 0.90 and gaps["ours"] == pytest.approx(-0.01)
     assert gaps["random"] == pytest.approx(0.05) and gaps["plugin"] == 0.0
     assert gaps["oracle"] != gaps["oracle"]  # no rows: NaN, unmeasured
+
+
+def _k_seed_rows(gap, Ks=(2, 4, 8), seeds=range(4)):
+    """Width rows of the mixture at every (K, seed): the plug-in 1.0, ours 1.0 + gap(K, seed)."""
+    rows = []
+    for K in Ks:
+        for s in seeds:
+            rows += [{"method": "plugin", "dataset": "mixture", "K": K, "seed": s, "metric": "width", "value": 1.0},
+                     {"method": "ours", "dataset": "mixture", "K": K, "seed": s, "metric": "width",
+                      "value": 1.0 + gap(K, s)}]
+    return rows
+
+
+def test_the_seed_is_the_unit_of_the_tightness_claim():
+    from rayml.experiments import cate_bounds as E
+    from rayml.results import evaluate_claims
+
+    # ours narrower at all 3 K of 4 seeds: 12 (K, seed) pairs (pooled p = 2^-12) but 4 draws (p = 1/16)
+    rows = _k_seed_rows(lambda K, s: -0.1)
+    seeds = E.seed_means(rows)
+    assert len(seeds) == 8 and all(r["Ks"] == 3 for r in seeds)
+    assert [r["value"] for r in seeds if r["method"] == "ours"] == pytest.approx([0.9] * 4)
+    import dataclasses
+
+    claim = dataclasses.replace(next(c for c in E.CLAIMS if c.kind == "paper" and c.a["dataset"] == "mixture"), gates=())
+    record = {"metrics": {"seed_level": {"mixture": {"median_gap": E.median_gaps(seeds, "plugin", on=("seed",))}},
+                          "by_dataset": {"mixture": {"coverage": 1.0}}, "baselines": {}},
+              "tables": {"seed_pairs": seeds}}
+    out = next(r for r in evaluate_claims(record, [claim]) if r["text"] == claim.text)
+    assert out["p_value"] == pytest.approx(1 / 16) and not out["holds"]
+    # a seed's mean over K: one seed's large loss at K = 2 outweighs its wins at K = 4 and 8
+    seeds = E.seed_means(_k_seed_rows(lambda K, s: 0.5 if K == 2 else -0.1))
+    assert E.median_gaps(seeds, "plugin", on=("seed",))["ours"] == pytest.approx(0.1)
+
+
+def test_per_k_verdicts_are_holm_corrected_across_k():
+    from rayml.experiments import cate_bounds as E
+
+    # review R4's shape on 10 seeds: K = 2 lost 1 / 9, K = 4 won 7 / 2 (+1 tie), K = 8 won 8 / 1 (+1 tie)
+    wins = {2: 1, 4: 7, 8: 8}
+    losses = {2: 9, 4: 2, 8: 1}
+
+    def gap(K, s):
+        return -0.05 if s < wins[K] else (0.05 if s < wins[K] + losses[K] else 0.0)
+
+    table = {r["K"]: r for r in E.per_k(_k_seed_rows(gap, seeds=range(10)), "plugin")}
+    assert [(table[K]["wins"], table[K]["losses"], table[K]["ties"]) for K in (2, 4, 8)] == [(1, 9, 0), (7, 2, 1), (8, 1, 1)]
+    assert table[8]["p_value"] == pytest.approx(10 / 512) and table[4]["p_value"] == pytest.approx(46 / 512)
+    # Holm: the smallest p times 3, the next times 2 (and never below the previous), the largest times 1
+    assert table[8]["p_holm"] == pytest.approx(3 * 10 / 512) and table[4]["p_holm"] == pytest.approx(2 * 46 / 512)
+    assert table[2]["p_holm"] == pytest.approx(table[2]["p_value"])
+    assert not any(r["holds_holm"] for r in table.values())  # K = 8 passes alone (0.020), not corrected (0.059)
+    assert table[8]["median_gap"] == pytest.approx(-0.05) and table[2]["median_gap"] == pytest.approx(0.05)
