@@ -69,8 +69,9 @@ SIZES = {
                  n_clouds=24, n_eval=24, n_eval_points=12, sample_steps=4, lr_grid=[1e-3], n_show=2, show_res=[28],
                  n_cond=4),
     # a preview: far too short to beat the trivial baselines (the gates fail and decide nothing; see the page)
+    # lr_extend=1 (session 10): every method chose the grid's upper edge 3e-3 at quick; one step past it
     "quick": dict(_BASE, seeds=2, draws=2, steps=100, batch=32, hidden=32, depth=2, latents=16, point_depth=1, n_points=64,
-                  n_clouds=400, n_eval=64, n_eval_points=24, sample_steps=10, n_show=6, n_cond=16),
+                  n_clouds=400, n_eval=64, n_eval_points=24, sample_steps=10, n_show=6, n_cond=16, lr_extend=1),
     "full": dict(_BASE, seeds=4, draws=2, steps=3000, batch=32, hidden=32, depth=2, latents=16, point_depth=2, n_points=64,
                  n_clouds=2000, n_eval=128, n_eval_points=48, sample_steps=25, n_show=8, n_cond=64, cond_res=[28, 64],
                  lr_extend=1, feature_epochs=20),
@@ -567,6 +568,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
               "loss": curves, "timing_tasks": timing, "resolution": cond_rows,
               "tuning": evidence.tuning_rows({f"{m}/{mth}": c for (m, mth), c in choices.items()},
                                              metric="fid (image) / mmd_cd (points)")}
+    # this run as the pilot of every paired paper claim: the pairs its own test needs for power 0.8
+    metrics["power"] = evidence.claim_power(tables, CLAIMS)
     return Outcome(metrics=metrics, baselines=baselines, tables=tables, budget=budget)
 
 
