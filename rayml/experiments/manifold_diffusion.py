@@ -336,6 +336,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     tables = {"quality": rows, "samples": samples, "timing_steps": timing_rows, "sweep": sweep_rows,
               "sweep_gap": gap_rows,
               "tuning": evidence.tuning_rows(choices, keys=("case", "method"), metric="validation_mmd")}
+    # this run as the pilot of every paired paper claim: the pairs its own test needs for power 0.8
+    metrics["power"] = evidence.claim_power(tables, CLAIMS)
     return Outcome(metrics=metrics, baselines=baselines, tables=tables, budget=budget)
 
 
