@@ -46,10 +46,11 @@ SIZES = {
     "tiny": dict(n_test=16, n_tune=8, chunk=8, budget=4, map_inner=2, t_star=200.0, pgd_eps=0.2, knob_grid=[1.0],
                  purify_t=100.0, purify_stride=25.0, eps_steps=5, reference_size=64, knob_extend=0),
     # knob_grid: the earlier grid's low edge (0.25) held both diffusion attacks, so the grid reaches 1/16 and
-    # tuning extends it (twice at quick) past an edge that still holds the choice (knob_extend)
+    # tuning extends it (three times at quick: after two the ablation still sat on 1/256, session 10) past an
+    # edge that still holds the choice (knob_extend)
     "quick": dict(n_test=128, n_tune=32, chunk=16, budget=50, map_inner=5, t_star=300.0, pgd_eps=0.2,
                   knob_grid=[0.0625, 0.25, 1.0, 4.0], purify_t=100.0, purify_stride=10.0, eps_steps=20,
-                  reference_size=500, knob_extend=2),
+                  reference_size=500, knob_extend=3),
     "full": dict(n_test=448, n_tune=64, chunk=32, budget=100, map_inner=5, t_star=300.0, pgd_eps=0.2,
                  knob_grid=[0.0625, 0.125, 0.25, 0.5, 1.0, 2.0, 4.0], purify_t=100.0, purify_stride=1.0, eps_steps=20,
                  reference_size=1000, knob_extend=2),
@@ -284,6 +285,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                         "LPIPS-like",
               "defence": f"SSNI-N + DiffPure t*={config['purify_t']:g}, stride {config['purify_stride']:g}"}
     metrics["knob_on_edge_count"] = sum(bool(choices[m].edges) for m in METHODS)
+    # this run as the pilot of every paired paper claim: the pairs its own test needs for power 0.8
+    metrics["power"] = evidence.claim_power({"chunks": rows}, CLAIMS)
     return Outcome(metrics=metrics, baselines=baselines, budget=budget,
                    tables={"chunks": rows, "tuning": evidence.tuning_rows(choices, keys=("method",),
                                                                           metric="valid success - 1e-3 lpips")})
