@@ -47,7 +47,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from rayml import runtime
+from rayml import evidence, runtime
 from rayml.evidence import on_edge
 from rayml.experiments import Experiment, Outcome
 from rayml.results import Claim, Control
@@ -548,12 +548,12 @@ def _summarise(out, config, chosen, tuning_rows, grid, tasks, llm=(), where=None
                          "paper_eps_comparison": "both class-wise attacks also at the release's 8/255 on the test "
                                                  "trials (metrics.paper_eps, baselines.sample_poison_paper_eps)",
                          "text-only / random": "no parameter"}}
-    return Outcome(metrics=metrics, baselines=baselines,
-                   tables={"trials": trial_rows, "sweep": sweep_rows, "clean": clean_rows, "tuning": tuning_rows,
-                           "llm": llm_rows, "llm_answers": [{"seed": r["seed"], "query": r["query"], "method": n,
-                                                             "answer": v["answer"]} for r in llm
-                                                            for n, v in r["out"].items()]},
-                   budget=budget)
+    tables = {"trials": trial_rows, "sweep": sweep_rows, "clean": clean_rows, "tuning": tuning_rows,
+              "llm": llm_rows, "llm_answers": [{"seed": r["seed"], "query": r["query"], "method": n,
+                                                "answer": v["answer"]} for r in llm for n, v in r["out"].items()]}
+    # this run as the pilot of every paired paper claim: the pairs its own test needs for power 0.8
+    metrics["power"] = evidence.claim_power(tables, CLAIMS)
+    return Outcome(metrics=metrics, baselines=baselines, tables=tables, budget=budget)
 
 
 def _paired(text, metric, compare, table_metric, a_method, b_method, source, controls=()):
