@@ -432,11 +432,11 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                          "on_grid_edge": {k: bool(c["on_edge"]) for k, c in tuning_choices.items()},
                          "choices (rayml.evidence.tune, one extension past an edge)": tuning_choices,
                          "not tuned": "always-ask, oracle (no parameter); p_ask (a behaviour)"}}
-    return Outcome(metrics=metrics, baselines=baselines,
-                   tables={"episodes": episode_rows, "summary": summary_rows, "by_type": type_rows,
-                           "scenarios": scen_rows, "lm_subset": subset_rows, "collab_gain": gain_rows,
-                           "tuning": tuning_rows},
-                   budget=budget)
+    tables = {"episodes": episode_rows, "summary": summary_rows, "by_type": type_rows, "scenarios": scen_rows,
+              "lm_subset": subset_rows, "collab_gain": gain_rows, "tuning": tuning_rows}
+    # this run as the pilot of every paired paper claim: the pairs its own test needs for power 0.8
+    metrics["power"] = evidence.claim_power(tables, CLAIMS)
+    return Outcome(metrics=metrics, baselines=baselines, tables=tables, budget=budget)
 
 
 SOURCE_COLLAB = ("abstract: 'when collaboration occurs, it positively correlates with out-of-sync recovery "
