@@ -58,9 +58,10 @@ SIZES = {
                  lrs=[0.001], seeds=1, tune_seeds=1, extend=0, alternatives=True, closed=True, cells=ALL,
                  data_dir="", turbulence=True, ins_n_fine=16, ins_trajectories=3, ins_frames=3, ins_k0=2.0,
                  ins_k0_ood=3.0),
+    # extend=1 at quick (session 10): all 4 cells chose the upper edge 3e-3 of the 2-point grid
     "quick": dict(n=16, boundary="periodic", dt=0.01, stride=5, train_trajectories=24, val_trajectories=4,
                   test_trajectories=10, frames=16, test_frames=32, base_width=6, steps=300, batch=8,
-                  lrs=[0.001, 0.003], seeds=2, tune_seeds=1, extend=0, alternatives=False, closed=False,
+                  lrs=[0.001, 0.003], seeds=2, tune_seeds=1, extend=1, alternatives=False, closed=False,
                   cells=QUICK_CELLS, data_dir="", turbulence=False, ins_n_fine=32, ins_trajectories=12,
                   ins_frames=10, ins_k0=3.0, ins_k0_ood=5.0),
     "full": dict(n=16, boundary="periodic", dt=0.01, stride=5, train_trajectories=48, val_trajectories=6,
