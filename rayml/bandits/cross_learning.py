@@ -43,6 +43,16 @@ Learners (all are exponential weights per context, ``pi_t(a | c) ~ exp(-eta Lhat
 * ``"follow-the-leader"`` (a control, not from either paper; session 9): no exploration, per context the
   action with the smallest CUMULATIVE observed (cross-learned, not importance-weighted) loss, ties to the
   lowest index. Against the classic alternating losses ``(1, 0), (0, 1), ...`` it pays 1 every round.
+* ``"explore-then-commit"`` (a control, not from either paper; session 10, the session-9 end review R3): uniform play
+  over the context's allowed actions for the first ``explore T`` rounds (``t < explore T``), then greedy on the
+  cross-learned empirical means as above; it keeps observing (and counting) after the commit. Its regret is linear
+  in ``T`` (the exploration share's cost).
+* ``"epsilon-greedy"`` (a control; session 10, R3): each round, with probability ``explore`` (a coin from a
+  second uniform stream) uniform play over the allowed actions, else greedy on the cross-learned empirical means;
+  linear regret (``explore`` x the uniform gap).
+* ``"discounted-epsilon-greedy"`` (a control; session 10, R3): epsilon-greedy on discounted means, the observation
+  of round ``s`` weighted ``discount^(t - s)`` in the sums and in the counts (a tracking learner with no regret
+  guarantee; it re-learns a switch in about ``1 / (1 - discount)`` rounds).
 * ``"oracle"``: plays the comparator policy; its regret is exactly zero.
 
 Any cross-learning learner can also run at the slower rate ``eta ~ T^(-2/3)`` (``default_config``'s
@@ -53,6 +63,10 @@ either paper).
 Regret (what the high-probability bound is about): for the fixed comparator policy
 ``pi*(c) = argmin_a sum_t l_t(c, a)`` (the best policy in expectation over contexts),
 ``Reg_T = sum_t l_t(c_t, A_t) - l_t(c_t, pi*(c_t))`` on the realised contexts and actions.
+``simulate(..., phases=[s_1, ...])`` also returns the regret against the per-phase comparator
+``pi*_j(c) = argmin_a sum_{t in phase j} l_t(c, a)`` (phases cut at rounds ``s_1 < s_2 < ...``;
+``CrossLearningEnv.phase_comparator``): a switching comparator, stronger than the papers' best fixed
+policy (its regret is never smaller in expectation over contexts), session 10.
 
 Assumed (the full texts of both papers were not reachable here; the structure above comes from
 the abstracts - "epochs scheduled so that the estimation of the unknown distribution is
@@ -99,7 +113,12 @@ __all__ = [
 ]
 
 METHODS = ("cross-learning", "known-distribution", "assumed-uniform-nu", "propensity-weighted", "per-context-exp3",
-           "uniform", "greedy", "follow-the-leader", "oracle")
+           "uniform", "greedy", "follow-the-leader", "explore-then-commit", "epsilon-greedy",
+           "discounted-epsilon-greedy", "oracle")
+GREEDY_LIKE = ("greedy", "follow-the-leader", "explore-then-commit", "epsilon-greedy", "discounted-epsilon-greedy")
+# session 10 (R3's values): the exploration share / probability and the discount of the controls when not given
+DEFAULT_EXPLORE = {"explore-then-commit": 0.02, "epsilon-greedy": 0.01, "discounted-epsilon-greedy": 0.1}
+DEFAULT_DISCOUNT = 0.99
 
 
 def _check_int(name: str, value, low: int) -> int:
@@ -175,6 +194,25 @@ class CrossLearningEnv:
         """``pi*(c) = argmin_{a allowed} sum_t l_t(c, a)``, shape ``(C,)``."""
         tot = np.where(self.allowed, self.total_losses(), np.inf)
         return np.argmin(tot, axis=1)
+
+    def phase_comparator(self, starts) -> np.ndarray:
+        """The per-phase comparator: ``pi*_j(c) = argmin_{a allowed} sum_{t in phase j} l_t(c, a)``, shape
+        ``(P, C)``, phases cut at the rounds ``starts`` (strictly increasing, in ``(0, T)``; phase 0 starts at 0)."""
+        cuts = _phase_starts(starts, self.horizon)
+        bounds = [0, *cuts, self.horizon]
+        out = np.zeros((len(bounds) - 1, self.n_contexts), dtype=np.int64)
+        for j in range(len(bounds) - 1):
+            counts = np.bincount(self.schedule[bounds[j]:bounds[j + 1]], minlength=self.tables.shape[0]).astype(float)
+            tot = np.where(self.allowed, np.einsum("m,mck->ck", counts, self.tables), np.inf)
+            out[j] = np.argmin(tot, axis=1)
+        return out
+
+
+def _phase_starts(starts, horizon: int) -> list[int]:
+    cuts = [int(s) for s in np.atleast_1d(np.asarray(starts))]
+    if any(not 0 < s < horizon for s in cuts) or any(b <= a for a, b in zip(cuts, cuts[1:])):
+        raise ValueError(f"phase starts must be strictly increasing rounds in (0, {horizon}), got {starts!r}")
+    return cuts
 
 
 def first_price_auction(n_values: int, n_bids: int, horizon: int, seed: int, *, levels: int = 64) -> CrossLearningEnv:
@@ -467,12 +505,14 @@ def cross_learned_update(cum_loss: np.ndarray, actions: np.ndarray, loss_table: 
 
 @dataclass(frozen=True)
 class SimulationResult:
-    """Outcome of ``simulate``: ``regret (R,)`` at the horizon and ``curve (R, P)`` at ``checkpoints (P,)``."""
+    """Outcome of ``simulate``: ``regret (R,)`` at the horizon and ``curve (R, P)`` at ``checkpoints (P,)``; with
+    ``phases``, ``phase_regret (R,)`` against the per-phase comparator (``CrossLearningEnv.phase_comparator``)."""
 
     method: str
     regret: np.ndarray
     curve: np.ndarray
     checkpoints: np.ndarray
+    phase_regret: np.ndarray | None = None   # against the per-phase comparator, when ``phases`` was given
 
 
 def _sample(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -483,7 +523,8 @@ def _sample(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 def simulate(env: CrossLearningEnv, method: str, runs: int, seed, *, config: LearnerConfig | None = None,
              points: int = 20, eta_scale: float = 1.0, rate_exponent: float = 0.5,
-             anchor_horizon: int | None = None) -> SimulationResult:
+             anchor_horizon: int | None = None, explore: float | None = None, discount: float | None = None,
+             phases=None) -> SimulationResult:
     """Run ``runs`` independent learners of ``method`` on ``env`` for its horizon, all vectorised.
 
     Contexts and the uniforms that draw actions come from ``seed`` (two spawned streams), so every
@@ -500,6 +541,11 @@ def simulate(env: CrossLearningEnv, method: str, runs: int, seed, *, config: Lea
             ``config`` is given for the cross-learning learners.
         rate_exponent, anchor_horizon: the default rate's decay in ``T`` (``default_config``; 2/3 is
             the ``T^(2/3)`` control of the rate claim); ignored when ``config`` is given.
+        explore: the exploration share of ``T`` (explore-then-commit) or probability (the epsilon-greedy
+            controls), in ``[0, 1]``; default ``DEFAULT_EXPLORE[method]``; other learners ignore it.
+        discount: the discount in ``(0, 1]`` of ``discounted-epsilon-greedy`` (default ``DEFAULT_DISCOUNT``).
+        phases: rounds where a new phase starts; if given, ``phase_regret`` is the regret against the
+            per-phase comparator (``env.phase_comparator(phases)``), computed on the same run.
 
     Returns:
         ``SimulationResult`` with the regret against the comparator policy ``env.comparator()``.
@@ -510,11 +556,25 @@ def simulate(env: CrossLearningEnv, method: str, runs: int, seed, *, config: Lea
     points = _check_int("points", points, 1)
     C, K, T = env.n_contexts, env.n_actions, env.horizon
     cfg = config or default_config(K, T, eta_scale, rate_exponent=rate_exponent, anchor_horizon=anchor_horizon)
+    eps = DEFAULT_EXPLORE.get(method, 0.0) if explore is None else float(explore)
+    disc = DEFAULT_DISCOUNT if discount is None else float(discount)
+    if not (np.isfinite(eps) and 0 <= eps <= 1):
+        raise ValueError(f"explore must be a number in [0, 1], got {explore!r}")
+    if not (np.isfinite(disc) and 0 < disc <= 1):
+        raise ValueError(f"discount must be a number in (0, 1], got {discount!r}")
     ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(int(seed))
     ctx_rng, act_rng = (np.random.default_rng(s) for s in ss.spawn(2))
     contexts = ctx_rng.choice(C, size=(R, T), p=env.context_probs)
     uniforms = act_rng.random((R, T))
+    # the epsilon-greedy coins: a second draw of the same stream (the other learners' draws are unchanged)
+    coins = act_rng.random((R, T)) if method in ("epsilon-greedy", "discounted-epsilon-greedy") else None
     best = env.comparator()
+    if phases is not None:
+        cuts = _phase_starts(phases, T)
+        phase_best = env.phase_comparator(cuts)                                         # (P, C)
+        phase_of = np.searchsorted(np.asarray(cuts), np.arange(T), side="right")        # (T,)
+        phase_regret = np.zeros(R)
+    weight, base = 1.0, 0   # discounted sums: round s's observation enters with weight discount^(-(s - base))
     allowed = env.allowed
     cum = np.zeros((R, C, K))
     ar = np.arange(R)
@@ -522,7 +582,7 @@ def simulate(env: CrossLearningEnv, method: str, runs: int, seed, *, config: Lea
     curve = np.zeros((R, checkpoints.size))
     regret = np.zeros(R)
     visits = np.zeros((R, C))
-    greedy_like = method in ("greedy", "follow-the-leader")
+    greedy_like = method in GREEDY_LIKE
     visits_ck = np.zeros((R, C, K) if greedy_like else (1, 1, 1))   # observations per (context, action)
     L = cfg.epoch_length
     k = 0
@@ -533,13 +593,27 @@ def simulate(env: CrossLearningEnv, method: str, runs: int, seed, *, config: Lea
             a = best[c]
         elif method == "uniform":
             a = _sample(allowed[c] / allowed[c].sum(axis=1, keepdims=True), uniforms[:, t])
-        elif method in ("greedy", "follow-the-leader"):
+        elif greedy_like:
             seen, obs = cum[ar, c], visits_ck[ar, c]                                    # (R, K) each
-            score = seen if method == "follow-the-leader" else np.where(obs > 0, seen / np.maximum(obs, 1), -1.0)
+            if method == "follow-the-leader":
+                score = seen
+            else:   # the smallest (discounted) empirical mean; never-observed actions first
+                score = np.where(obs > 0, seen / np.where(obs > 0, obs, 1.0), -1.0)
             a = np.argmin(np.where(allowed[c], score, np.inf), axis=1)
+            if method == "explore-then-commit" and t < eps * T:
+                a = _sample(allowed[c] / allowed[c].sum(axis=1, keepdims=True), uniforms[:, t])
+            elif coins is not None:
+                a = np.where(coins[:, t] < eps, _sample(allowed[c] / allowed[c].sum(axis=1, keepdims=True),
+                                                        uniforms[:, t]), a)
+            if method == "discounted-epsilon-greedy" and disc < 1:
+                weight = disc ** -(t - base)
+                if weight > 1e100:   # rescale: only the ratios of the weights matter
+                    cum *= 1.0 / weight
+                    visits_ck *= 1.0 / weight
+                    base, weight = t, 1.0
             known = allowed[:, a].T                                                     # (R, C)
-            cum[ar, :, a] += table[:, a].T * known
-            visits_ck[ar, :, a] += known
+            cum[ar, :, a] += table[:, a].T * known * weight
+            visits_ck[ar, :, a] += known * weight
         elif method == "per-context-exp3":
             visits[ar, c] += 1
             eta_c = eta_scale * np.sqrt(math.log(K) / (K * visits[ar, c]))
@@ -564,10 +638,13 @@ def simulate(env: CrossLearningEnv, method: str, runs: int, seed, *, config: Lea
                 denom = p_prev[ar, :, a].mean(axis=1) + cfg.gamma
                 cross_learned_update(cum, a, table, allowed, denom)
         regret += table[c, a] - table[c, best[c]]
+        if phases is not None:
+            phase_regret += table[c, a] - table[c, phase_best[phase_of[t], c]]
         if k < checkpoints.size and t + 1 == checkpoints[k]:
             curve[:, k] = regret
             k += 1
-    return SimulationResult(method=method, regret=regret, curve=curve, checkpoints=checkpoints)
+    return SimulationResult(method=method, regret=regret, curve=curve, checkpoints=checkpoints,
+                            phase_regret=phase_regret if phases is not None else None)
 
 
 class CrossLearner:

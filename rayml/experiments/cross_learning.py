@@ -38,8 +38,15 @@ collapse), each tuned on its own, and greedy on the empirical mean and follow-th
 learner's rate multiplier ``eta_scale`` is tuned (``rayml.evidence.tune``) on the same grid (1, the
 stated rate, inside; an edge choice extends it twice) on tuning seeds apart from the test seeds, per
 environment at the largest ``T``; the tuning runs of cross-learning and per-context EXP3 are the
-pilot of the paired claim's power estimate. Work items are (study, environment, learner, horizon,
-chunk).
+pilot of the paired claim's power estimate. Session 10 (the session-9 end review R3): the skewed claim was passed at quick's horizons (250 .. 2000) by
+linear-regret learners whose early commit errors shrink faster than their exploration cost grows; the skewed
+instance now runs at its own ``skew_horizons`` (quick 500 / 2000 / 8000, full 2000 / 8000 / 32000) with
+explore-then-commit (2%) and epsilon-greedy (0.01, 0.02) as controls (R3's values, fixed, not tuned). The tail
+claim's level was loose: the fixed comparator (action 1) loses 0.5 a round before the switch, a 0.15 T cushion; the
+claim now measures the regret against each phase's best action (``simulate(..., phases=)``: stronger than the
+paper's fixed-policy regret, which is still reported), with epsilon-greedy on discounted means (0.1, 0.99) as a
+control, and the algorithm at the stated rate (``eta_scale`` 1) is run on the tail instances and reported. Work
+items are (study, environment, learner, horizon, chunk).
 """
 
 from __future__ import annotations
@@ -64,8 +71,18 @@ UNIFORM = "uniform"            # session 7: the trivial control of the rate and 
 T23 = "cross-learning-T23"     # session 7 review: the same algorithm at a T^(-2/3) rate (a T^(2/3) learner)
 GREEDY = "greedy"              # session 9 (session-8 end review): per-context empirical-mean greedy, no exploration
 FTL = "follow-the-leader"      # session 9: per-context cumulative observed loss, no exploration
-UNTUNED = (UNIFORM, GREEDY, FTL)   # learners without a rate
-BASELINES = ("known-distribution", "per-context-exp3", PROP, GAMMA0, UNIFORM, T23, UNIFORM_NU, GREEDY, FTL)
+# session 10 (the session-9 end review R3): linear-regret controls at R3's values (fixed, not tuned; declared)
+ETC2 = "explore-then-commit-2pct"     # uniform for the first 2% of T, then greedy on the cross-learned means
+EPS1 = "epsilon-greedy-1pct"          # uniform with probability 0.01, else greedy on the cross-learned means
+EPS2 = "epsilon-greedy-2pct"          # the same with probability 0.02
+DEPS = "discounted-epsilon-greedy"    # epsilon-greedy (0.1) on discounted means (discount 0.99): tracks a switch
+STATED = "cross-learning-stated-rate"   # session 10: the algorithm at eta_scale 1 on the tail instances (reported)
+CONTROL_ARGS = {ETC2: ("explore-then-commit", dict(explore=0.02)), EPS1: ("epsilon-greedy", dict(explore=0.01)),
+                EPS2: ("epsilon-greedy", dict(explore=0.02)),
+                DEPS: ("discounted-epsilon-greedy", dict(explore=0.1, discount=0.99))}
+UNTUNED = (UNIFORM, GREEDY, FTL, ETC2, EPS1, EPS2, DEPS, STATED)   # learners without a tuned rate
+BASELINES = ("known-distribution", "per-context-exp3", PROP, GAMMA0, UNIFORM, T23, UNIFORM_NU, GREEDY, FTL, ETC2, EPS1,
+             EPS2, DEPS, STATED)
 ENVS = ("contextual", "skewed", "switching", "alternating")
 TAIL_ENVS = ("switching", "alternating")   # session 9: the tail claim takes the worse of the two
 SOURCE_HP = ("abstract: 'we present a novel, in-depth analysis of their algorithm and demonstrate that it actually "
@@ -103,13 +120,15 @@ _NEW = dict(warmup=0.25, frequent=0.8, switch=0.3)
 SIZES = {
     "tiny": dict(horizons=[150, 300], tune_horizon=150, runs=8, chunk_runs=4, tune_runs=4, contexts=[2, 16, 256],
                  context_actions=4, eta_grid=_GRID, instance_seed=0, q=95, tail_runs=16, tail_chunk=8,
-                 tail_horizons=[150, 300], skew_contexts=16, **_NEW),
+                 tail_horizons=[150, 300], skew_contexts=16, skew_horizons=[150, 600], stated_rate_tail=True, **_NEW),
     "quick": dict(horizons=[250, 500, 1000, 2000], tune_horizon=1000, runs=40, chunk_runs=20, tune_runs=10,
                   contexts=[2, 32, 1024], context_actions=4, eta_grid=_GRID, instance_seed=0, q=95, tail_runs=200,
-                  tail_chunk=100, tail_horizons=[500, 1000, 2000], skew_contexts=64, **_NEW),
+                  tail_chunk=100, tail_horizons=[500, 1000, 2000], skew_contexts=64, skew_horizons=[500, 2000, 8000],
+                  **_NEW),
     "full": dict(horizons=[1000, 2000, 4000, 8000], tune_horizon=2000, runs=100, chunk_runs=50, tune_runs=50,
                  contexts=[2, 64, 1024], context_actions=4, eta_grid=_GRID, instance_seed=0, q=95, tail_runs=1000,
-                 tail_chunk=200, tail_horizons=[1000, 2000, 4000], skew_contexts=64, **_NEW),
+                 tail_chunk=200, tail_horizons=[1000, 2000, 4000], skew_contexts=64,
+                 skew_horizons=[2000, 8000, 32000], stated_rate_tail=True, **_NEW),
 }
 
 
@@ -136,18 +155,31 @@ def run_chunk(item: tuple, config: Mapping[str, Any]) -> dict:
     ``tune_horizon`` (``default_config(rate_exponent=2/3, anchor_horizon=tune_horizon)``)."""
     study, kind, size, method, horizon, scale, chunk, runs, seed = item
     env = make_env(kind, size, horizon, config)
+    # session 10: on the tail instances the regret against each phase's best action too (one switch)
+    ph = dict(phases=[switch_round(horizon, config)]) if kind in TAIL_ENVS else {}
     if method == GAMMA0:
         cfg = cl.default_config(env.n_actions, env.horizon, scale)
         res = cl.simulate(env, METHOD, runs, seed, points=10,
-                          config=cl.LearnerConfig(eta=cfg.eta, gamma=GAMMA0_FLOOR, epoch_length=cfg.epoch_length))
+                          config=cl.LearnerConfig(eta=cfg.eta, gamma=GAMMA0_FLOOR, epoch_length=cfg.epoch_length), **ph)
     elif method == T23:
         res = cl.simulate(env, METHOD, runs, seed, points=10, eta_scale=scale, rate_exponent=2 / 3,
-                          anchor_horizon=int(config["tune_horizon"]))
+                          anchor_horizon=int(config["tune_horizon"]), **ph)
+    elif method == STATED:
+        res = cl.simulate(env, METHOD, runs, seed, points=10, eta_scale=1.0, **ph)
+    elif method in CONTROL_ARGS:
+        base, kw = CONTROL_ARGS[method]
+        res = cl.simulate(env, base, runs, seed, points=10, **kw, **ph)
     else:
-        res = cl.simulate(env, method, runs, seed, points=10, eta_scale=scale)
+        res = cl.simulate(env, method, runs, seed, points=10, eta_scale=scale, **ph)
+    phase = {} if res.phase_regret is None else {"phase_regret": res.phase_regret.tolist()}
     return {"study": study, "env": env.name, "kind": kind, "size": size, "method": method, "horizon": horizon,
             "scale": scale, "chunk": chunk, "regret": res.regret.tolist(), "curve": res.curve.tolist(),
-            "checkpoints": res.checkpoints.tolist(), "K": env.n_actions, "C": env.n_contexts}
+            "checkpoints": res.checkpoints.tolist(), "K": env.n_actions, "C": env.n_contexts, **phase}
+
+
+def switch_round(horizon: int, config: Mapping[str, Any]) -> int:
+    """The round where the tail instances switch: ``floor(switch T)`` (``switching_best_arm``, ``alternating_switch``)."""
+    return int(math.floor(float(config["switch"]) * int(horizon)))
 
 
 def _validate(config: Mapping[str, Any]) -> None:
@@ -159,7 +191,7 @@ def _validate(config: Mapping[str, Any]) -> None:
     for total, chunk in (("runs", "chunk_runs"), ("tail_runs", "tail_chunk")):
         if int(config[total]) % int(config[chunk]):
             raise ValueError(f"{total} ({config[total]}) must be a multiple of {chunk} ({config[chunk]})")
-    for key in ("horizons", "tail_horizons"):
+    for key in ("horizons", "tail_horizons", "skew_horizons"):
         hs = list(config[key])
         if len(hs) < 2 or len(set(hs)) != len(hs) or any(int(h) < 1 for h in hs):
             raise ValueError(f"{key} must list at least two distinct horizons >= 1, got {hs}")
@@ -212,8 +244,16 @@ def _learners(kind: str = "contextual") -> tuple[str, ...]:
     return (METHOD, "known-distribution", PROP, "per-context-exp3", UNIFORM, T23)
 
 
-TAIL_LEARNERS = (METHOD, GAMMA0, UNIFORM, GREEDY, FTL)   # the tail study's learners (on both TAIL_ENVS)
-SKEW_LEARNERS = (METHOD, PROP, UNIFORM_NU, "known-distribution", UNIFORM, GREEDY, FTL)   # the skewed-nu study's
+TAIL_LEARNERS = (METHOD, GAMMA0, UNIFORM, GREEDY, FTL, DEPS)   # the tail study's learners (on both TAIL_ENVS)
+
+
+def tail_learners(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """The tail study's learners; with ``stated_rate_tail`` (tiny and full; quick leaves it out for time) also the
+    algorithm at the stated rate, ``eta_scale`` 1 (reported, session 10: R3 found the claim rests on the tuned
+    rate)."""
+    return TAIL_LEARNERS + ((STATED,) if config.get("stated_rate_tail", False) else ())
+SKEW_LEARNERS = (METHOD, PROP, UNIFORM_NU, "known-distribution", UNIFORM, GREEDY, FTL, ETC2, EPS1,
+                 EPS2)   # the skewed-nu study's
 TUNED = (METHOD, "known-distribution", PROP, "per-context-exp3")   # uniform play has no rate to tune
 
 
@@ -270,13 +310,15 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     chosen = {k: c.setting["eta_scale"] for k, c in choices.items()}
     for key in [("contextual", many, UNIFORM)] + [(k, n, m) for k, n in (("skewed", skew_c), ("switching", many),
                                                                          ("alternating", many)) for m in UNTUNED]:
-        chosen[key] = 1.0   # ignored: uniform play, greedy and follow-the-leader have no rate
+        chosen[key] = 1.0   # ignored: uniform play and the greedy-like controls have no rate; STATED plays 1
     # the T^(2/3) control equals the algorithm at tune_horizon (same rate there, same tuning seeds), so the same
     # grid gives it the same choice: it is not tuned twice
     chosen[("contextual", many, T23)] = chosen[("contextual", many, METHOD)]
 
+    # session 10: the skewed instance runs at its own horizons (R3: linear-regret controls pass over 250 .. 2000)
+    hz = {"contextual": horizons, "skewed": sorted(int(h) for h in config["skew_horizons"])}
     items = [("horizon", kind, size, m, h, chosen[(kind, size, m)], i, per, s) for kind, size in envs
-             for m in _learners(kind) for h in horizons for i, s in enumerate(chunk_seeds)]
+             for m in _learners(kind) for h in hz[kind] for i, s in enumerate(chunk_seeds)]
     items += [("contexts", "contextual", c, m, T_max, chosen[("contextual", c, m)], i, per, s)
               for c in sizes[:-1] for m in CONTEXT_LEARNERS for i, s in enumerate(chunk_seeds)]
     tail_per = int(config["tail_chunk"])
@@ -284,7 +326,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     tail_hs = sorted(int(h) for h in config["tail_horizons"])
     T_tail = tail_hs[-1]
     items += [("tail", kind, many, m, h, chosen[(kind, many, m)], i, tail_per, s)
-              for kind in TAIL_ENVS for m in TAIL_LEARNERS for h in tail_hs for i, s in enumerate(tail_seeds)]
+              for kind in TAIL_ENVS for m in tail_learners(config) for h in tail_hs for i, s in enumerate(tail_seeds)]
     out = runtime.pmap(run_chunk, items, shared=dict(config), desc="cross-learning runs")
     # the many-context point of the context study is the horizon study's contextual run at T_max
     out += [{**r, "study": "contexts"} for r in out if r["study"] == "horizon" and r["kind"] == "contextual"
@@ -308,6 +350,10 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         summary[key] = {"q": float(np.percentile(reg, q)), "median": float(np.median(reg)),
                         "q99": float(np.percentile(reg, 99)), "mean": float(reg.mean()), "K": rs[0]["K"],
                         "C": rs[0]["C"]}
+        if "phase_regret" in rs[0]:   # session 10: the tail instances' regret against each phase's best action
+            preg = np.concatenate([r["phase_regret"] for r in rs])
+            summary[key].update(pq99=float(np.percentile(preg, 99)), pmedian=float(np.median(preg)),
+                                cushion=float(np.mean(preg - reg)))
         if study == "tail":
             continue
         curves = np.concatenate([np.asarray(r["curve"]) for r in rs])
@@ -323,13 +369,14 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         for kind, size in envs:
             if m not in _learners(kind):
                 continue
-            qs = [summary[("horizon", kind, size, m, h)]["q"] for h in horizons]
-            K, C = summary[("horizon", kind, size, m, T_max)]["K"], summary[("horizon", kind, size, m, T_max)]["C"]
-            d[f"q{q:g}_regret_{kind}"] = {str(h): v for h, v in zip(horizons, qs)}
-            d[f"median_regret_{kind}"] = {str(h): summary[("horizon", kind, size, m, h)]["median"] for h in horizons}
-            d[f"exponent_{kind}"] = growth_exponent(horizons, qs)
-            d[f"growth_ratio_4x_{kind}"] = growth_ratio_4x(horizons, qs)
-            d[f"q_over_sqrt_KTlnK_{kind}"] = qs[-1] / math.sqrt(K * T_max * math.log(K))
+            hs_k = hz[kind]
+            qs = [summary[("horizon", kind, size, m, h)]["q"] for h in hs_k]
+            K, C = summary[("horizon", kind, size, m, hs_k[-1])]["K"], summary[("horizon", kind, size, m, hs_k[-1])]["C"]
+            d[f"q{q:g}_regret_{kind}"] = {str(h): v for h, v in zip(hs_k, qs)}
+            d[f"median_regret_{kind}"] = {str(h): summary[("horizon", kind, size, m, h)]["median"] for h in hs_k}
+            d[f"exponent_{kind}"] = growth_exponent(hs_k, qs)
+            d[f"growth_ratio_4x_{kind}"] = growth_ratio_4x(hs_k, qs)
+            d[f"q_over_sqrt_KTlnK_{kind}"] = qs[-1] / math.sqrt(K * hs_k[-1] * math.log(K))
             d[f"q_final_{kind}"] = qs[-1]
             d[f"contexts_{kind}"] = C
         if m in CONTEXT_LEARNERS:
@@ -338,7 +385,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
             d["exponent_in_contexts"] = growth_exponent(sizes, cq)
             d["abs_exponent_in_contexts"] = abs(d["exponent_in_contexts"])
             d["q_most_contexts"] = cq[-1]
-        if m in TAIL_LEARNERS:
+        if m in tail_learners(config):
             K_t = int(config["context_actions"])
             level = lambda h: math.sqrt(K_t * h * math.log(1 / DELTA_TAIL))  # noqa: E731
             for kind in TAIL_ENVS:
@@ -353,18 +400,26 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                                      and r["method"] == m and r["horizon"] == T_tail)),
                     "q99_over_level_by_horizon": {str(h): sm(h)["q99"] / level(h) for h in tail_hs},
                     "spread_over_level_by_horizon": {str(h): (sm(h)["q99"] - sm(h)["median"]) / level(h)
-                                                     for h in tail_hs}}
+                                                     for h in tail_hs},
+                    # session 10: against each phase's best action (one switch); the cushion is the fixed
+                    # comparator's loss minus the per-phase comparator's, on the same rounds (>= 0)
+                    "phase_q99": t["pq99"], "phase_median": t["pmedian"],
+                    "phase_q99_over_level_by_horizon": {str(h): sm(h)["pq99"] / level(h) for h in tail_hs},
+                    "cushion_over_level_by_horizon": {str(h): sm(h)["cushion"] / level(h) for h in tail_hs}}
                 # session 8: the tail at a level, q99 in units of sqrt(K T ln(1 / 0.01)) at the largest tail T; the
                 # spread q99 - median in the same units is reported (the first session-8 quick run claimed it:
                 # uniform play, which concentrates around a linear regret, passed it)
                 d["tail_q99_over_level" + sfx] = t["q99"] / level(T_tail)
                 d["tail_spread_over_level" + sfx] = (t["q99"] - t["median"]) / level(T_tail)
                 d["q99_exponent_tail" + sfx] = growth_exponent(tail_hs, q99s)   # described, no longer a claim
+                d["tail_phase_q99_over_level" + sfx] = t["pq99"] / level(T_tail)   # session 10: the claim's form
             # session 9: the claim takes the worse of the two tail instances (the bound holds for every oblivious
             # sequence; each instance is built against one failure: gamma = 0 on switching, follow-the-leader on
             # alternating)
             d["tail_q99_over_level_worst"] = max(d["tail_q99_over_level" + ("" if k == "switching" else f"_{k}")]
                                                  for k in TAIL_ENVS)
+            d["tail_phase_q99_over_level_worst"] = max(
+                d["tail_phase_q99_over_level" + ("" if k == "switching" else f"_{k}")] for k in TAIL_ENVS)
         return d
 
     metrics = method_metrics(METHOD)
@@ -375,7 +430,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     K_c = int(config["context_actions"])
     metrics["epoch_length_at_T_max"] = int(math.ceil(math.sqrt(K_c * T_max)))
     metrics["eta_on_edge_count"] = sum(bool(c.edges) for c in choices.values())
-    budget = {"rounds": horizons, "runs_per_setting": int(config["runs"]), "tail_runs": int(config["tail_runs"]),
+    budget = {"rounds": horizons, "skew_rounds": hz["skewed"], "runs_per_setting": int(config["runs"]), "tail_runs": int(config["tail_runs"]),
               "tail_horizons": tail_hs,
               "tasks": len(items), "percentile": q, "tune_horizon": int(config["tune_horizon"]),
               "tuning": {"/".join(map(str, k)): c.summary() for k, c in choices.items()}, "tuning_runs": int(config["tune_runs"]),
@@ -424,25 +479,37 @@ CLAIMS = evidence.gate(
                     Control("T^(-2/3) rate (a T^(2/3) learner)", f"baselines.{T23}.growth_ratio_4x_contextual"))),
     Claim(text="without knowing nu, also where nu is skewed: on the skewed instance (one context of probability 0.8; "
                "the best action differs by context, so no context-free learner wins) the 95th-percentile regret "
-               "grows by at most 4^(7/12) = 2.245 per factor 4 in T at the largest horizons; controls: the "
+               "grows by at most 4^(7/12) = 2.245 per factor 4 in T at the instance's largest horizons (quick "
+               "2000 -> 8000, full 8000 -> 32000); controls: the "
                "propensity-weighted cross-learner (importance weight pi(A | c_t): must fail), Balseiro et al.'s "
                "learner with a uniform guess of nu (the learner that needs nu, run without it: must fail), greedy on "
-               "the empirical mean and follow-the-leader (no exploration: must fail) and uniform play",
+               "the empirical mean and follow-the-leader (no exploration: must fail), uniform play, and three "
+               "linear-regret learners (explore-then-commit with a 2% uniform share, epsilon-greedy with epsilon "
+               "0.01 and 0.02, all on the cross-learned means: must fail)",
           metric="metrics.growth_ratio_4x_skewed", compare=RATIO_MAX, op="<=", source=SOURCE_NU,
           controls=(Control(f"{PROP} (no epochs, no marginal)", f"baselines.{PROP}.growth_ratio_4x_skewed"),
                     Control("known-distribution learner with a uniform guess of nu",
                             f"baselines.{UNIFORM_NU}.growth_ratio_4x_skewed"),
-                    *_unlearned("growth_ratio_4x_skewed"))),
-    Claim(text="with probability 0.99 (the tail, at a level): the 99th-percentile regret is at most sqrt(K T "
-               "ln(1/0.01)) at the largest tail horizon (the bound's sqrt(K T log(1/delta)) with constant 1) on both "
-               "tail instances, each built against one failure: the switching instance (action 0 best until 0.3 T, "
-               "then action 1: f_t(1) collapses first) and the alternating-switch instance (the same first phase, then "
-               "actions 1 and 2 alternate losses 1 / 0, the classic sequence against follow-the-leader); the metric is "
-               "the worse of the two; controls: the same algorithm with gamma = 0 (no implicit exploration), greedy "
-               "on the empirical mean, follow-the-leader and uniform play (all must fail)",
-          metric="metrics.tail_q99_over_level_worst", compare=LEVEL_MAX, op="<=", source=SOURCE_TAIL,
-          controls=(Control("gamma = 0 (no implicit exploration)", f"baselines.{GAMMA0}.tail_q99_over_level_worst"),
-                    *_unlearned("tail_q99_over_level_worst"))),
+                    *_unlearned("growth_ratio_4x_skewed"),
+                    Control("explore-then-commit (2% uniform, then greedy)", f"baselines.{ETC2}.growth_ratio_4x_skewed"),
+                    Control("epsilon-greedy (epsilon 0.01)", f"baselines.{EPS1}.growth_ratio_4x_skewed"),
+                    Control("epsilon-greedy (epsilon 0.02)", f"baselines.{EPS2}.growth_ratio_4x_skewed"))),
+    Claim(text="with probability 0.99 (the tail, at a level): the 99th-percentile regret, measured against each "
+               "phase's best action (a one-switch comparator, stronger than the paper's best fixed policy: the fixed "
+               "comparator loses 0.15 T before the switch, a cushion any switch-tracking learner collects), is at most "
+               "sqrt(K T ln(1/0.01)) at the largest tail horizon (the bound's sqrt(K T log(1/delta)) with constant 1) "
+               "on both tail instances, each built against one failure: the switching instance (action 0 best until "
+               "0.3 T, then action 1: f_t(1) collapses first) and the alternating-switch instance (the same first "
+               "phase, then actions 1 and 2 alternate losses 1 / 0, the classic sequence against follow-the-leader); "
+               "the metric is the worse of the two; controls: the same algorithm with gamma = 0 (no implicit "
+               "exploration), greedy on the empirical mean, follow-the-leader, uniform play and epsilon-greedy (0.1) "
+               "on discounted means (discount 0.99, a switch tracker without a regret bound; all must fail)",
+          metric="metrics.tail_phase_q99_over_level_worst", compare=LEVEL_MAX, op="<=", source=SOURCE_TAIL,
+          controls=(Control("gamma = 0 (no implicit exploration)",
+                            f"baselines.{GAMMA0}.tail_phase_q99_over_level_worst"),
+                    *_unlearned("tail_phase_q99_over_level_worst"),
+                    Control("discounted epsilon-greedy (0.1, discount 0.99)",
+                            f"baselines.{DEPS}.tail_phase_q99_over_level_worst"))),
     Claim(text="the 95th-percentile regret does not grow with the number of contexts: fitted exponent in C at most "
                "0.1 (C from 2 to >> L)",
           metric="metrics.exponent_in_contexts", compare=EXPONENT_TOL, op="<=", source=SOURCE_C,

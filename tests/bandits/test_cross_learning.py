@@ -70,8 +70,9 @@ def test_comparator_is_the_best_policy_by_brute_force():
     assert tuple(env.comparator()) == best
 
 
-def _reference_run(env, method, contexts, uniforms, cfg):
-    """A plain per-round loop for ONE run, written from the module docstring's formulas."""
+def _reference_run(env, method, contexts, uniforms, cfg, coins=None, explore=None, discount=0.99, phases=None):
+    """A plain per-round loop for ONE run, written from the module docstring's formulas (with ``phases``, also the
+    regret against each phase's best action per context, by brute force over the phase's rounds)."""
     C, K, T = env.n_contexts, env.n_actions, env.horizon
     Lh = np.zeros((C, K))
     best = env.comparator()
@@ -79,6 +80,14 @@ def _reference_run(env, method, contexts, uniforms, cfg):
     visits_ck = np.zeros((C, K))
     prev, cur = None, []
     regret = 0.0
+    phase_regret = 0.0
+    if phases is not None:
+        bounds = [0, *phases, T]
+        phase_best = []
+        for j in range(len(bounds) - 1):
+            tot = sum(env.tables[env.schedule[t]] for t in range(bounds[j], bounds[j + 1]))
+            phase_best.append([min((b for b in range(K) if env.allowed[x, b]), key=lambda b: (tot[x, b], b))
+                               for x in range(C)])
 
     def policy(row, eta, allowed):
         w = np.array([math.exp(-eta * (row[a] - row[allowed].min())) if allowed[a] else 0.0 for a in range(K)])
@@ -93,6 +102,20 @@ def _reference_run(env, method, contexts, uniforms, cfg):
         c = contexts[t]
         if method == "uniform":
             a = draw(env.allowed[c] / env.allowed[c].sum(), uniforms[t])
+        elif method in ("explore-then-commit", "epsilon-greedy", "discounted-epsilon-greedy"):
+            eps = explore if explore is not None else cl.DEFAULT_EXPLORE[method]
+            if method == "discounted-epsilon-greedy":   # discount every stored sum and count, then add
+                Lh *= discount
+                visits_ck *= discount
+            means = [Lh[c, b] / visits_ck[c, b] if visits_ck[c, b] > 0 else -1.0 for b in range(K)]
+            a = min((b for b in range(K) if env.allowed[c, b]), key=lambda b: (means[b], b))
+            uniform = method == "explore-then-commit" and t < eps * T or method != "explore-then-commit" and coins[t] < eps
+            if uniform:
+                a = draw(env.allowed[c] / env.allowed[c].sum(), uniforms[t])
+            for x in range(C):
+                if env.allowed[x, a]:
+                    Lh[x, a] += table[x, a]
+                    visits_ck[x, a] += 1
         elif method in ("greedy", "follow-the-leader"):
             scores = []
             for b in range(K):
@@ -131,7 +154,10 @@ def _reference_run(env, method, contexts, uniforms, cfg):
                     if env.allowed[x, a]:
                         Lh[x, a] += table[x, a] / d
         regret += table[c, a] - table[c, best[c]]
-    return regret
+        if phases is not None:
+            j = sum(t >= s for s in phases)
+            phase_regret += table[c, a] - table[c, phase_best[j][c]]
+    return regret if phases is None else (regret, phase_regret)
 
 
 @pytest.mark.parametrize("method", ["cross-learning", "known-distribution", "assumed-uniform-nu", "propensity-weighted",
@@ -148,6 +174,81 @@ def test_vectorised_learners_match_a_per_round_loop(method, kind):
     ref = [_reference_run(env, method, contexts[r], uniforms[r], cfg) for r in range(R)]
     assert np.allclose(res.regret, ref)
     assert np.allclose(res.curve[:, -1], res.regret)
+
+
+@pytest.mark.parametrize("method,explore", [("explore-then-commit", 0.2), ("epsilon-greedy", 0.3),
+                                            ("discounted-epsilon-greedy", 0.3), ("explore-then-commit", None),
+                                            ("greedy", None), ("cross-learning", None)])
+@pytest.mark.parametrize("kind", ["auction", "sleeping", "switching"])
+def test_session10_controls_and_phase_regret_match_a_per_round_loop(method, explore, kind):
+    # session 10 (R3): explore-then-commit, epsilon-greedy and discounted epsilon-greedy against the per-round loop,
+    # which discounts every stored sum each round (the vectorised learner re-weights instead); and the regret
+    # against the per-phase comparator, brute-forced per phase
+    env = {"auction": lambda: cl.first_price_auction(5, 4, 60, 3), "sleeping": lambda: cl.sleeping_bandit(3, 60, 3),
+           "switching": lambda: cl.switching_best_arm(3, 4, 60, 2, switch=0.3)}[kind]()
+    cfg = cl.LearnerConfig(eta=0.3, gamma=0.05, epoch_length=7)
+    R, seed, phases, disc = 3, 5, [18, 40], 0.9
+    res = cl.simulate(env, method, R, seed, config=cfg, explore=explore, discount=disc, phases=phases)
+    ctx_rng, act_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
+    contexts = ctx_rng.choice(env.n_contexts, size=(R, env.horizon), p=env.context_probs)
+    uniforms = act_rng.random((R, env.horizon))
+    coins = act_rng.random((R, env.horizon))
+    ref = [_reference_run(env, method, contexts[r], uniforms[r], cfg, coins=coins[r], explore=explore, discount=disc,
+                          phases=phases) for r in range(R)]
+    assert np.allclose(res.regret, [x[0] for x in ref]) and np.allclose(res.phase_regret, [x[1] for x in ref])
+    assert cl.simulate(env, method, R, seed, config=cfg, explore=explore, discount=disc).phase_regret is None
+
+
+def test_discounted_sums_rescale_without_changing_the_play():
+    # discount 0.7 over 800 rounds passes the vectorised learner's rescaling point (0.7^-t > 1e100 near t = 646)
+    env = cl.switching_best_arm(3, 4, 800, 1, switch=0.3)
+    cfg = cl.default_config(4, 800)
+    res = cl.simulate(env, "discounted-epsilon-greedy", 2, 9, explore=0.2, discount=0.7)
+    ctx_rng, act_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(9).spawn(2))
+    contexts = ctx_rng.choice(3, size=(2, 800), p=env.context_probs)
+    uniforms, coins = act_rng.random((2, 800)), act_rng.random((2, 800))
+    ref = [_reference_run(env, "discounted-epsilon-greedy", contexts[r], uniforms[r], cfg, coins=coins[r], explore=0.2,
+                          discount=0.7) for r in range(2)]
+    assert np.allclose(res.regret, ref)
+
+
+def test_session10_controls_behave():
+    env = cl.switching_best_arm(8, 4, 1000, 0, switch=0.3)
+    # explore-then-commit with share 0 and epsilon-greedy with probability 0 are greedy; discount 1 undiscounted
+    g = cl.simulate(env, "greedy", 4, 1).regret
+    assert np.array_equal(cl.simulate(env, "explore-then-commit", 4, 1, explore=0.0).regret, g)
+    assert np.array_equal(cl.simulate(env, "epsilon-greedy", 4, 1, explore=0.0).regret, g)
+    assert np.allclose(cl.simulate(env, "discounted-epsilon-greedy", 4, 1, explore=0.1, discount=1.0).regret,
+                       cl.simulate(env, "epsilon-greedy", 4, 1, explore=0.1).regret)
+    # greedy never leaves action 0 after the switch (its mean stays below 0.7); the discounted learner re-learns it
+    # within ~1 / (1 - discount) rounds, so its per-phase regret is far below greedy's
+    ph = [300]
+    gr = cl.simulate(env, "greedy", 4, 1, phases=ph).phase_regret
+    dg = cl.simulate(env, "discounted-epsilon-greedy", 4, 1, explore=0.1, discount=0.99, phases=ph).phase_regret
+    assert dg.max() < 0.5 * gr.min()
+    # exploring with probability 1 is uniform play in expectation: regret near uniform's
+    un = cl.simulate(env, "uniform", 16, 2).regret.mean()
+    assert abs(cl.simulate(env, "epsilon-greedy", 16, 2, explore=1.0).regret.mean() - un) < 0.1 * abs(un)
+    with pytest.raises(ValueError, match="explore"):
+        cl.simulate(env, "epsilon-greedy", 2, 0, explore=1.5)
+    with pytest.raises(ValueError, match="discount"):
+        cl.simulate(env, "discounted-epsilon-greedy", 2, 0, discount=0.0)
+    with pytest.raises(ValueError, match="phase starts"):
+        cl.simulate(env, "greedy", 2, 0, phases=[0])
+    with pytest.raises(ValueError, match="phase starts"):
+        env.phase_comparator([500, 400])
+
+
+def test_phase_comparator_by_brute_force_and_regret_shift():
+    env = cl.switching_best_arm(4, 4, 200, 0, switch=0.3)
+    pc = env.phase_comparator([60])
+    assert pc.shape == (2, 4) and np.all(pc[0] == 0) and np.all(pc[1] == 1)
+    # every context shares the loss table here, so the two regrets differ by the comparators' loss gap, the
+    # static comparator's cushion before the switch (a constant, the same in every run)
+    res = cl.simulate(env, "cross-learning", 5, 3, phases=[60])
+    tab = env.tables[env.schedule]
+    gap = float(tab[:60, 0, 1].sum() - tab[:60, 0, 0].sum())
+    assert gap > 0 and np.allclose(res.phase_regret - res.regret, gap)
 
 
 def test_uniform_play_regret_grows_linearly_in_T():
@@ -275,11 +376,11 @@ def test_experiment_tiny_is_identical_with_1_and_2_workers(ray_session):
     assert all("uniform play" in {c.name for c in claim.controls} for claim in paper[:3])
     # session 8: the skewed-nu claim's controls are the propensity-weighted learner and Balseiro et al.'s with a
     # uniform guess of nu; the tail claim is a level (q99 - median over sqrt(K T ln 100)) with gamma = 0 its control
-    assert paper[1].metric.endswith("growth_ratio_4x_skewed") and len(paper[1].controls) == 5
-    assert set(one.baselines["assumed-uniform-nu"]["q95_regret_skewed"]) == {str(h) for h in cfg["horizons"]}
+    assert paper[1].metric.endswith("growth_ratio_4x_skewed") and len(paper[1].controls) == 8
+    assert set(one.baselines["assumed-uniform-nu"]["q95_regret_skewed"]) == {str(h) for h in cfg["skew_horizons"]}
     # session 9: the tail claim takes the worse of the switching and alternating-switch instances; greedy and
     # follow-the-leader are controls of the skewed and tail claims and have no rate
-    assert paper[2].metric.endswith("tail_q99_over_level_worst") and len(paper[2].controls) == 4
+    assert paper[2].metric.endswith("tail_phase_q99_over_level_worst") and len(paper[2].controls) == 5
     for claim in paper[1:3]:
         assert {"greedy (empirical mean, no exploration)", "follow-the-leader (cumulative loss)"} <= {
             c.name for c in claim.controls}
@@ -287,6 +388,22 @@ def test_experiment_tiny_is_identical_with_1_and_2_workers(ray_session):
         assert block["tail_q99_over_level_worst"] == max(block["tail_q99_over_level"],
                                                          block["tail_q99_over_level_alternating"])
     assert one.baselines["greedy"]["eta_scale"] == {} and one.baselines["follow-the-leader"]["eta_scale"] == {}
+    # session 10 (R3): linear-regret controls of the skewed claim at its own horizons, discounted epsilon-greedy a
+    # control of the tail claim, which is measured against each phase's best action (the fixed comparator's cushion
+    # before the switch is >= 0 and the same in every run, so the phase regret is the static one plus it)
+    names = {c.name for c in paper[1].controls}
+    assert {"explore-then-commit (2% uniform, then greedy)", "epsilon-greedy (epsilon 0.01)",
+            "epsilon-greedy (epsilon 0.02)"} <= names
+    assert "discounted epsilon-greedy (0.1, discount 0.99)" in {c.name for c in paper[2].controls}
+    for b in ("explore-then-commit-2pct", "epsilon-greedy-1pct", "epsilon-greedy-2pct"):
+        assert np.isfinite(one.baselines[b]["growth_ratio_4x_skewed"]) and one.baselines[b]["eta_scale"] == {}
+    for block in (one.metrics, one.baselines["discounted-epsilon-greedy"], one.baselines["cross-learning-stated-rate"]):
+        assert block["tail_phase_q99_over_level_worst"] == max(block["tail_phase_q99_over_level"],
+                                                               block["tail_phase_q99_over_level_alternating"])
+        for k in ("tail", "tail_alternating"):
+            assert all(v >= 0 for v in block[k]["cushion_over_level_by_horizon"].values())
+            assert block[k]["phase_q99"] >= block[k]["q99"]
+    assert one.baselines["cross-learning-stated-rate"]["eta_scale"] == {}
     lvl = math.sqrt(4 * max(cfg["tail_horizons"]) * math.log(100))
     t = one.metrics["tail"]
     assert one.metrics["tail_q99_over_level"] == pytest.approx(t["q99"] / lvl)
