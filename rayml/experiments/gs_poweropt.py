@@ -13,8 +13,9 @@ CMA-ES, a reference outside the claims, tunes 12 settings
 (4 initial scales x 3 population sizes). Each method picks, per case, the setting with the lowest
 mean best gap (Table 2: the mean squared error of the best iterate) on ``tuning_seeds`` seeds kept
 apart from the test seeds; a choice on the edge of a numeric axis extends that axis by one value
-past it (``extend`` times) before the recorded run, and a choice still on an edge is recorded
-(``config.budget.tuning``). All runs (case x method x setting x seed) are independent Ray tasks.
+past it (``extend`` times; the full size up to 4 times, a round stopping early once no choice sits
+on an extendable edge) before the recorded run, and a choice still on an edge (at an axis's
+``LIMITS``, or after the last round) is recorded (``config.budget.on_edge``). All runs (case x method x setting x seed) are independent Ray tasks.
 
 The Table 2 case (``rosenbrock-2``) is the paper's protocol: 2-D Rosenbrock, starts drawn from
 ``N([-3, 2], 0.01 I)``, ``K = 100`` samples and 1000 iterations (``table2_*`` settings), metric the
@@ -85,7 +86,7 @@ SIZES = {
     "full": dict(cases=["rosenbrock-2", "ackley-2", "ackley-10", "rastrigin-2", "rastrigin-10", "griewank-10",
                         "two-peak-2", "two-peak-5"],
                  seeds=30, case_seeds={}, tuning_seeds=2, iterations=1000, samples=100,
-                 table2_seeds=100, table2_iterations=1000, table2_samples=100, extend=1, grid="paper",
+                 table2_seeds=100, table2_iterations=1000, table2_samples=100, extend=4, grid="paper",
                  lrs=[0.1], **_COMMON),
 }
 # The tuning grid (``grid="paper"``): 36 settings for every smoothing method with ``lrs = [0.01, 0.1]``;
