@@ -98,25 +98,61 @@ def _rows(per_case):
 
 
 def test_structure_is_decided_per_case_with_the_control_per_case():
-    """The reviewed record's shape: on the SBM random graphs are within 0.05 of plain (not discriminating);
-    on karate they are not, and FDGen is 0.1 above plain there: the pooled mean would pass, per case it fails."""
-    rows = _rows({"sbm-h0.9": {"plain": [0.09, 0.09], "fdgen": [0.04, 0.04], "fairgen-post": [0.1, 0.1],
-                               "random-graph": [0.105, 0.105]},
-                  "karate": {"plain": [0.47, 0.47], "fdgen": [0.57, 0.57], "fairgen-post": [0.7, 0.7],
-                             "random-graph": [0.81, 0.81]}})
+    """The reviewed record's shape: on the SBM random graphs are within 0.05 of plain on every seed (not
+    discriminating); on karate they are not, and FDGen is 0.1 above plain there: the pooled mean would pass,
+    per case it fails (shown outside the margin by the seed-level test)."""
+    jit = [0.0, 0.004, -0.003, 0.002, -0.001, 0.003]
+    rows = _rows({"sbm-h0.9": {"plain": [0.09 + j for j in jit], "fdgen": [0.04 + j for j in jit],
+                               "fairgen-post": [0.1] * 6, "random-graph": [0.105 - j for j in jit]},
+                  "karate": {"plain": [0.47 + j for j in jit], "fdgen": [0.57 - j for j in jit],
+                             "fairgen-post": [0.7] * 6, "random-graph": [0.81 + 2 * j for j in jit]}})
     v = exp.structure_verdicts(rows, "mmd_mean")
     assert v["per_case"]["sbm-h0.9"]["verdict"] == "not discriminating"
-    assert v["per_case"]["karate"]["verdict"] == "fails"
+    assert v["per_case"]["karate"]["verdict"] == "fails (shown outside)"
+    assert v["per_case"]["karate"]["p_fdgen_beyond"] < 0.05 < v["per_case"]["karate"]["p_fdgen_within"]
     assert v["discriminating_cases"] == 1 and v["within_share"] == 0.0 and v["control_within_share"] == 0.0
-    pooled = {m: sum(r["value"] for r in rows if r["method"] == m) / 4 for m in ("plain", "fdgen", "random-graph")}
+    pooled = {m: sum(r["value"] for r in rows if r["method"] == m) / 12 for m in ("plain", "fdgen", "random-graph")}
     assert pooled["fdgen"] - pooled["plain"] <= 0.05 < pooled["random-graph"] - pooled["plain"]  # the old claim passed
-    ok = exp.structure_verdicts(_rows({"karate": {"plain": [0.47], "fdgen": [0.5], "fairgen-post": [0.6],
-                                                  "random-graph": [0.81]}}), "mmd_mean")
+    ok = exp.structure_verdicts(_rows({"karate": {"plain": [0.47] * 6, "fdgen": [0.5 + j for j in jit],
+                                                  "fairgen-post": [0.6] * 6, "random-graph": [0.81] * 6}}), "mmd_mean")
     assert ok["within_share"] == 1.0 and ok["per_case"]["karate"]["verdict"] == "holds"
-    none = exp.structure_verdicts(_rows({"sbm-h0.5": {"plain": [0.07], "fdgen": [0.07], "fairgen-post": [0.07],
-                                                      "random-graph": [0.08]}}), "mmd_mean")
+    none = exp.structure_verdicts(_rows({"sbm-h0.5": {"plain": [0.07] * 6, "fdgen": [0.07] * 6,
+                                                      "fairgen-post": [0.07] * 6, "random-graph": [0.08] * 6}}),
+                                  "mmd_mean")
     import math
     assert none["discriminating_cases"] == 0 and math.isnan(none["within_share"])
+
+
+def test_structure_verdict_needs_the_seeds_not_the_mean():
+    """Session 9 (R4): with a mean-within-margin rule one seed decided 3 of 6 cells. A mean just past the margin
+    with a wide spread is "not shown within", not a failure shown; the control that is not shown beyond the
+    margin leaves the case out; the leave-one-seed-out range is recorded."""
+    plain = [0.5] * 6
+    fd = [0.5 + d for d in (-0.14, 0.14, 0.02, 0.16, -0.1, 0.26)]  # mean +0.057, spread 0.4: undecided
+    ctl = [0.5 + d for d in (0.3, 0.25, 0.35, 0.28, 0.31, 0.27)]
+    v = exp.structure_verdicts(_rows({"karate": {"plain": plain, "fdgen": fd, "random-graph": ctl}}), "mmd_mean")
+    c = v["per_case"]["karate"]
+    assert c["verdict"] == "fails (not shown within)" and c["p_fdgen_within"] > 0.05 and c["p_fdgen_beyond"] > 0.05
+    assert c["loo_fdgen_minus_plain_min"] < 0.05 < c["loo_fdgen_minus_plain_max"]  # a mean rule would flip
+    assert c["seeds"] == 6 and c["fdgen_pairs_needed"] > 6
+    # a control only 0.06 above plain with noise is neither within nor beyond: the case is left out
+    wobbly = [0.5 + d for d in (0.2, -0.1, 0.15, -0.05, 0.1, 0.06)]
+    u = exp.structure_verdicts(_rows({"karate": {"plain": plain, "fdgen": plain, "random-graph": wobbly}}),
+                               "mmd_mean")
+    assert u["per_case"]["karate"]["verdict"] == "control undecided" and u["discriminating_cases"] == 0
+
+
+def test_extra_structure_seeds_of_the_small_graphs_leave_the_fairness_pairs_alone():
+    """The networkx graphs get ``nx_seeds`` test seeds for the structure tests; the fairness claims pair only
+    the first ``seeds`` of every case (``core`` 1), so the extra seeds do not tilt them to the small graphs."""
+    for size in ("quick", "full"):
+        cfg = exp.SIZES[size]
+        assert cfg["nx_seeds"] > cfg["seeds"] >= 6 and exp.evidence_problems(cfg) == []
+    cut = [c for c in exp.CLAIMS if c.metric in ("metrics.dsp_cut", "metrics.deo_cut")]
+    assert cut and all(c.a.get("core") == 1 and c.b.get("core") == 1 for c in cut)
+    assert all(ctl.a.get("core") == 1 for c in cut for ctl in c.controls)
+    with pytest.raises(ValueError, match="nx_seeds"):
+        exp.run({**exp.SIZES["tiny"], "nx_seeds": 1}, 0)
 
 
 def test_structure_claims_are_per_case_and_gated_on_a_discriminating_case():
