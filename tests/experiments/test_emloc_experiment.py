@@ -71,6 +71,29 @@ def test_quick_and_full_sizes_can_show_their_claims():
     assert "2 < 5 pairs" in got and "snapkv_windows" in got and "delta 0.01" in got and "half" in got
 
 
+def test_smollm2_runs_the_quick_size_real_block_on_iris():
+    """``--set model=smollm2-135m`` (session 10): the quick size's ``real`` block replaces the substrate's
+    settings, is checked as the run would use it, and can show its claims; the substrate is unaffected."""
+    from rayml.experiments import emloc
+
+    quick = emloc.SIZES["quick"]
+    base = emloc._effective(quick)
+    assert base["tasks"] == ["redundant"] and base["n_demos"] == quick["n_demos"] and "real" not in base
+    real = emloc._effective(dict(quick, model="smollm2-135m"))
+    assert real["tasks"] == ["iris"] and real["model"] == "smollm2-135m" and "real" not in real
+    assert max(real["n_demos"]) + real["queries"] <= 150
+    assert emloc.evidence_problems(dict(quick, model="smollm2-135m")) == []
+    for grid, paper in ((real["emloc_pools"], emloc.PAPER_POOL), (real["snapkv_windows"], 32),
+                        (real["h2o_recent"], 0.5), (real["streaming_sinks"], 4)):
+        assert min(grid) < paper < max(grid)
+    emloc._check_config(dict(quick, model="smollm2-135m"))
+    with pytest.raises(ValueError, match="real"):
+        emloc._check_config(dict(quick, real={"no_such_setting": 1}))
+    with pytest.raises(ValueError, match="queries"):  # the block is validated as the run uses it
+        emloc._check_config(dict(quick, model="smollm2-135m", real=dict(quick["real"], queries=0)))
+    emloc._check_config(dict(quick, real=dict(quick["real"], queries=0)))  # the substrate does not use it
+
+
 def test_redundant_task_repeats_each_pair_and_asks_shown_keys():
     import rayml.llm
     from rayml.experiments import emloc
