@@ -100,3 +100,20 @@ def test_keep_sink_intact_runs_the_first_token_at_full_precision():
     assert not torch.allclose(plain[:, 0], ref[:, 0], atol=1e-4)
     assert torch.allclose(kept[:, 0], ref[:, 0], atol=1e-5)
     assert torch.allclose(kept[:, 1:], plain[:, 1:], atol=1e-1) and not torch.allclose(kept[:, 1:], ref[:, 1:], atol=1e-4)
+
+
+def test_the_record_carries_a_power_estimate_per_paired_paper_claim(tiny_record):
+    """metrics.power: the run as the pilot of each paired paper claim (rayml.evidence.claim_power), with
+    the pilot's size equal to the claim's own pairs."""
+    from rayml.experiments import ganq as E
+    from rayml.results import evaluate_claims
+
+    record = tiny_record("ganq")
+    power = record["metrics"]["power"]
+    paired = [c for c in E.CLAIMS if c.kind == "paper" and c.test]
+    assert set(power) == {c.text for c in paired}
+    evaluated = {c["text"]: c for c in evaluate_claims(record, E.CLAIMS)}
+    for c in paired:
+        est = power[c.text]
+        assert est is not None and est["test"] == "wilcoxon" and est["power"] == 0.8
+        assert f"over {est['pilot_pairs']} pairs" in evaluated[c.text]["measured"]
