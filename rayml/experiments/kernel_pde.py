@@ -31,7 +31,10 @@ solver: the relative change of u on the grid in its last Gauss-Newton step below
 
 Assumed: lengthscales per case (from the authors' configurations where they exist: Burgers
 42 x 14 with (0.05, 0.3), elliptic 18 x 18 with 0.2), Allen-Cahn with ``a = 1`` (the authors use
-15 and 20, which need grids far beyond a quick run), ``v = 1e4``, ``tau = 1e8``.
+15 and 20, which need grids far beyond a quick run), ``v = 1e4``, ``tau = 1e8``. Ours, not the paper's: the
+accuracy claim's limit ``ACCURACY_LIMIT`` (a mean log10 RMSE ratio to DAKS below 0.5 decades, "within about
+3x"; the abstract states no number). Reported beside that claim (session 10): its value with DAKS at the fixed
+nuggets ``FIXED_DAKS_NUGGETS`` instead of its tuned one (``metrics.accuracy_vs_daks_at_fixed_nugget``).
 """
 
 from __future__ import annotations
@@ -58,6 +61,12 @@ SCALE_METHODS = (OURS, DENSE, "daks")
 # session 7: up to 1e-3 (was 1e-6), where DAKS converges on Burgers (session-3 and -6 reviews: its test RMSE
 # 0.0045 at 1e-4 against 0.126 at the 1e-9 the old grid chose)
 REGULARISERS = (1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3)
+# session 10 (reviewer R3 of session 9): the accuracy claim's value with DAKS at these fixed nuggets (the matrix-free
+# solver at its tuned jitter), reported beside the tuned one, so a reader sees how much of the verdict the tuning
+# instance carries; a description, not a claim
+FIXED_DAKS_NUGGETS = (1e-4, 1e-3)
+# the accuracy claim's limit, ours (the abstract states no number): a mean log10 RMSE ratio below 0.5 decades
+ACCURACY_LIMIT = 0.5
 ABSTRACT_SCALE = ("abstract: 'This structure enables us to avoid computing the full Gram matrix, reducing costs "
                   "and scaling efficiently to a large number of collocation points.'")
 ABSTRACT_RESULTS = ("abstract: 'In numerical experiments, we demonstrate the advantages of our method in solving "
@@ -236,6 +245,29 @@ def accuracy_one(item: tuple, config: Mapping[str, Any]) -> dict:
             "cg_steps": int(sum(cg)), "cg_capped": int(sum(k >= int(config["cg_iterations"]) for k in cg))}
 
 
+def accuracy_cell(item: tuple, config: Mapping[str, Any]) -> dict:
+    """``(case, method, regulariser, fixed)``: ``accuracy_one``, untimed when ``fixed`` (DAKS at one of
+    ``FIXED_DAKS_NUGGETS``, a reported value beside the tuned solve, whose time no claim reads)."""
+    case, method, reg, fixed = item
+    row = accuracy_one((case, method, reg), {**config, "timing": False} if fixed else config)
+    return {**row, "regulariser": float(reg), "fixed": bool(fixed)}
+
+
+def fixed_nugget_values(rmse: Mapping[tuple[str, str], float], daks_at: Mapping[tuple[str, float], dict],
+                        cases: list[str]) -> dict:
+    """The accuracy claim's number (mean over cases of log10(matrix-free RMSE / DAKS RMSE)) with DAKS at each fixed
+    nugget of ``FIXED_DAKS_NUGGETS`` (``daks_at[(case, nugget)]``: its ``rmse`` and ``converged``), the matrix-free
+    solver at its tuned jitter (``rmse[(case, OURS)]``), and the share of DAKS's solves that converged."""
+    out = {}
+    for nug in FIXED_DAKS_NUGGETS:
+        per = {c: float(np.log10(rmse[(c, OURS)] / daks_at[(c, nug)]["rmse"])) for c in cases}
+        out[f"{nug:g}"] = {"log10_rmse_ratio_vs_daks": float(np.mean(list(per.values()))),
+                           "below_limit": bool(np.mean(list(per.values())) < ACCURACY_LIMIT),
+                           "per_case": per,
+                           "daks_converged_share": float(np.mean([daks_at[(c, nug)]["converged"] for c in cases]))}
+    return out
+
+
 def _needed_mib(method: str, n: int) -> float:
     if method == DENSE:
         return 4 * 8 * (n * n) ** 2 / 2**20   # J, B rows, H and its factor: about four N x N arrays
@@ -330,8 +362,11 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     chosen = {cm: ch.setting["regulariser"] for cm, ch in choices.items()}
     chosen.update({(c, DENSE): chosen[(c, OURS)] for c in cases})
     chosen.update({(c, "fd"): 0.0 for c in cases})
-    acc = runtime.pmap(accuracy_one, [(c, m, chosen[(c, m)]) for c in cases for m in ACC_METHODS],
-                       shared=dict(config), chunk_size=1, desc="kernel-pde accuracy")
+    fixed_items = [(c, "daks", nug, True) for c in cases for nug in FIXED_DAKS_NUGGETS if nug != chosen[(c, "daks")]]
+    cells = runtime.pmap(accuracy_cell, [(c, m, chosen[(c, m)], False) for c in cases for m in ACC_METHODS] + fixed_items,
+                         shared=dict(config), chunk_size=1, desc="kernel-pde accuracy")
+    acc = [r for r in cells if not r["fixed"]]
+    daks_at = {(r["case"], r["regulariser"]): r for r in cells if r["method"] == "daks"}
     grids = sorted(set(int(n) for n in config["scaling_grids"]))
     scale = runtime.pmap(scaling_one, [(n, m) for n in grids for m in SCALE_METHODS], shared=dict(config),
                          chunk_size=1, desc="kernel-pde scaling")
@@ -416,7 +451,9 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                "slope_grids": [n for n in ran_all],
                "largest_common_grid_points": (largest or 0) ** 2,
                "converged_share_with_daks": min(summary[OURS]["converged_share"], summary["daks"]["converged_share"]),
-               "tuned_regulariser": {f"{c}/{m}": chosen[(c, m)] for c in cases for m in (OURS, "daks")}}
+               "tuned_regulariser": {f"{c}/{m}": chosen[(c, m)] for c in cases for m in (OURS, "daks")},
+               "accuracy_limit": ACCURACY_LIMIT,
+               "accuracy_vs_daks_at_fixed_nugget": fixed_nugget_values(rmse, daks_at, cases)}
     baselines = {m: summary[m] for m in (*ACC_METHODS[1:], REPLICA)}
     acc_rows = [{"case": r["case"], "method": r["method"], "metric": k, "value": r[k]}
                 for r in acc for k in ("rmse", "rel_l2")]
@@ -493,7 +530,7 @@ _CONVERGED = Claim(text="sanity (gate for accuracy vs DAKS): every accuracy solv
 CLAIMS = (
     *evidence.gate(_CONVERGED, Claim(
         text="accuracy comparable to the full-Gram kernel solver DAKS with a tuned nugget (mean log10 RMSE ratio "
-             "below 0.5, i.e. within about 3x)", metric="metrics.log10_rmse_ratio_vs_daks", compare=0.5, op="<",
+             "below 0.5, i.e. within about 3x)", metric="metrics.log10_rmse_ratio_vs_daks", compare=ACCURACY_LIMIT, op="<",
         source=ABSTRACT_RESULTS, controls=(Control("fd", "baselines.fd.log10_rmse_ratio_vs_daks"),))),
     Claim(text="more accurate than finite differences on the same grids (geometric mean RMSE over the cases)",
           metric="metrics.geo_mean_rmse", compare="baselines.fd.geo_mean_rmse", op="<", source=ABSTRACT_RESULTS),

@@ -147,3 +147,20 @@ def test_the_tuning_instance_keeps_the_test_grids_points_per_lengthscale_on_a_co
                 assert abs(t * (m - 1) - l * (n - 1)) < 1e-12 and t > l, case   # lengthscale / spacing kept
     assert kp.tuning_instance("burgers-0.02-42x14", {**kp.SIZES["quick"], "tune_scale_lengthscale": False}) \
         == ((32, 10), (0.05, 0.3))
+
+
+def test_accuracy_value_at_fixed_daks_nuggets_by_hand():
+    import math
+
+    from rayml.experiments import kernel_pde as kp
+
+    cases = ["a", "b"]
+    rmse = {("a", kp.OURS): 1e-2, ("b", kp.OURS): 1e-4}
+    daks_at = {("a", 1e-4): {"rmse": 1e-3, "converged": False}, ("b", 1e-4): {"rmse": 1e-4, "converged": True},
+               ("a", 1e-3): {"rmse": 1e-2, "converged": True}, ("b", 1e-3): {"rmse": 1e-3, "converged": True}}
+    out = kp.fixed_nugget_values(rmse, daks_at, cases)
+    assert set(out) == {"0.0001", "0.001"}
+    assert math.isclose(out["0.0001"]["log10_rmse_ratio_vs_daks"], 0.5)  # (1 + 0) / 2: not below the limit
+    assert out["0.0001"]["below_limit"] is False and out["0.0001"]["daks_converged_share"] == 0.5
+    assert math.isclose(out["0.001"]["log10_rmse_ratio_vs_daks"], -0.5) and out["0.001"]["below_limit"] is True
+    assert math.isclose(out["0.001"]["per_case"]["b"], -1.0)
