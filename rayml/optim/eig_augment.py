@@ -18,6 +18,10 @@ independent random PSD matrices. Only the abstract was available to us. Assumed:
   ``sum_j A_{i_j}`` is a sum of ``k`` independent random PSD matrices with mean ``(k / sum x) sum
   x_i A_i``; scheme ``"bernoulli"``: keep ``i`` independently with probability ``x_i``, redrawn
   until ``|I| <= k`` (at most ``max_tries`` times, then the lowest-``x`` extras are dropped);
+  scheme ``"without-replacement"`` (a declared variant, session 10): ``k`` distinct indices drawn
+  one after another with probability proportional to ``x`` among those not yet drawn (numpy's
+  ``choice(replace=False, p=...)``), all of the support when it holds fewer than ``k``; every draw
+  fills all ``k`` slots, where ``"iid"`` loses the slots of repeated indices;
 - repeated roundings with the best kept (``round_many``; the experiment runs them on Ray).
 
 Examples:
@@ -55,7 +59,7 @@ __all__ = [
     "SCHEMES",
 ]
 
-SCHEMES = ("iid", "bernoulli")
+SCHEMES = ("iid", "bernoulli", "without-replacement")
 
 
 def check_psd(name: str, A, n: int | None = None, tol: float = 1e-8) -> np.ndarray:
@@ -212,6 +216,11 @@ def randomized_rounding(x, k: int, rng: np.random.Generator, scheme: str = "iid"
             if keep.size <= k:
                 return keep
         return np.sort(keep[np.argsort(-x[keep], kind="stable")[:k]])
+    if scheme == "without-replacement":
+        support = np.flatnonzero(x > 0)
+        if support.size <= k:
+            return support
+        return np.sort(rng.choice(support, size=int(k), replace=False, p=x[support] / x[support].sum()))
     raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
 
 

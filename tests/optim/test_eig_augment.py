@@ -67,6 +67,26 @@ def test_rounding_respects_the_budget_and_its_mean():
     assert np.allclose(counts, 1 - (1 - x / x.sum()) ** 3, atol=0.015)
 
 
+def test_without_replacement_rounding_fills_k_slots_with_successive_sampling_inclusions():
+    rng = np.random.default_rng(1)
+    x = np.array([0.9, 0.6, 0.3, 0.2, 0.0, 1.0])
+    sets = [randomized_rounding(x, 3, rng, "without-replacement") for _ in range(20000)]
+    assert all(len(s) == 3 and len(set(s.tolist())) == 3 and 4 not in s for s in sets)
+    # exact inclusion probabilities of successive sampling proportional to x, by enumerating orders
+    p = x / x.sum()
+    exact = np.zeros(x.size)
+    for order in itertools.permutations(np.flatnonzero(x > 0), 3):
+        prob, left = 1.0, 1.0
+        for i in order:
+            prob *= p[i] / left
+            left -= p[i]
+        exact[list(order)] += prob
+    counts = np.bincount(np.concatenate(sets), minlength=x.size) / len(sets)
+    assert np.allclose(counts, exact, atol=0.015)
+    # a support smaller than k: all of it
+    assert randomized_rounding(np.array([0.5, 0.0, 0.2]), 3, rng, "without-replacement").tolist() == [0, 2]
+
+
 def test_greedy_by_hand():
     M = np.diag([1.0, 2.0, 3.0])
     As = [np.diag([2.0, 0.0, 0.0]), np.diag([0.0, 2.0, 0.0]), np.diag([1.5, 1.5, 0.0]), np.diag([0, 0, 5.0])]
@@ -135,6 +155,8 @@ def test_experiment_rejects_bad_settings_before_work():
         experiments.run("eig-augment", size="tiny", overrides={"shares": [0.0, 1.0]})
     with pytest.raises(ValueError, match="k must satisfy"):
         experiments.run("eig-augment", size="tiny", overrides={"k": 1})
+    with pytest.raises(ValueError, match="scheme"):
+        experiments.run("eig-augment", size="tiny", overrides={"scheme": "pipage"})
 
 
 def test_greedy_breaks_ties_by_log_det():
