@@ -85,7 +85,7 @@ from rayml.llm.model import TransformerLM, apply_rope, rope_cos_sin
 
 __all__ = ["EMLoCConfig", "Demo", "Memory", "ChunkTrace", "CompressResult", "FlopCounter", "js_divergence",
            "kl_divergence", "context_ids", "prefill_chunk", "full_memory", "importance", "compress_chunk",
-           "compress", "prune_full", "BASELINES", "query_logits", "answer", "memory_to_arrays",
+           "compress", "prune_full", "BASELINES", "query_logits", "queries_logits", "answer", "memory_to_arrays",
            "memory_from_arrays", "memory_key"]
 
 BASELINES = ("snapkv", "h2o", "streaming")
@@ -631,6 +631,34 @@ def query_logits(model: TransformerLM, memory: Memory, ids: Sequence[int], *, fl
     if flops is not None:
         flops.head(model.config, len(ids))
     return model.lm_head(hid[0])
+
+
+@torch.no_grad()
+def queries_logits(model: TransformerLM, memory: Memory, queries: Sequence[Sequence[int]], *,
+                   flops: FlopCounter | None = None) -> list:
+    """``[query_logits(model, memory, ids) for ids in queries]`` in one right-padded batch (session 10:
+    a query's forward is mostly per-layer overhead on CPU). Attention is causal, so no real token sees
+    the padding after it, and each row equals its own run up to float rounding. FLOPs are counted per
+    query exactly as ``query_logits`` counts them (padding excluded)."""
+    qs = [_check_ids("ids", q) for q in queries]
+    if not qs:
+        return []
+    dev = _device(model)
+    s = max(len(q) for q in qs)
+    ids = torch.zeros(len(qs), s, dtype=torch.long, device=dev)
+    valid = torch.zeros(len(qs), s, dtype=torch.bool, device=dev)
+    for i, q in enumerate(qs):
+        ids[i, :len(q)] = torch.as_tensor(q, dtype=torch.long, device=dev)
+        valid[i, :len(q)] = True
+    pos = (memory.next_position + torch.arange(s, device=dev))[None].expand(len(qs), -1)
+    hid, _, _, _ = _run(model, _embed(model, ids), pos, valid, list(zip(memory.keys, memory.values)))
+    if flops is not None:
+        for q in qs:
+            for k in memory.keys:
+                flops.layer(model.config, len(q), k.shape[1] + len(q))
+            flops.head(model.config, len(q))
+    logits = model.lm_head(hid)
+    return [logits[i, :len(q)] for i, q in enumerate(qs)]
 
 
 @torch.no_grad()

@@ -189,3 +189,19 @@ def test_bad_input_is_rejected(model):
     long = [E.Demo([3] * 100, [4])] * 30
     with pytest.raises(ValueError, match="context length"):
         E.compress(model, long)
+
+
+def test_batched_query_logits_equal_one_query_at_a_time_and_count_the_same_flops(model):
+    """``queries_logits`` (session 10) runs ragged queries as one right-padded batch: each row equals
+    ``query_logits`` of that query alone (causal attention never sees the padding after it), and the
+    FLOPs are those of the single runs, padding excluded."""
+    res = E.compress(model, _demos(7, seed=3), E.EMLoCConfig(delta=0.05, chunk_size=3), bos_id=1)
+    queries = [[5, 9], [7, 8, 9, 10, 11], [3], [12, 13, 14]]
+    f1, f2 = E.FlopCounter(), E.FlopCounter()
+    one = [E.query_logits(model, res.memory, q, flops=f1) for q in queries]
+    batch = E.queries_logits(model, res.memory, queries, flops=f2)
+    assert [b.shape for b in batch] == [o.shape for o in one]
+    for a, b in zip(one, batch):
+        assert torch.allclose(b, a, atol=1e-5)
+    assert f1.flops == f2.flops and f1.peak_scores == f2.peak_scores
+    assert E.queries_logits(model, res.memory, []) == []
