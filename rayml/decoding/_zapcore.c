@@ -641,6 +641,7 @@ typedef struct {
     int64_t sim_n, sim_cap;
     /* scratch of one closure */
     ItemVec work, found;
+    ItemVec seeds;           /* the seeds of one step / exit (build reads them before anything else) */
     Item *hs;                /* hash set of the closure's items */
     uint32_t *hs_stamp;
     int64_t hs_cap;
@@ -656,10 +657,10 @@ typedef struct {
 static void masks_free(Masks *m);
 static int64_t masks_bytes(const Masks *m);
 
+/* a set and its arrays are one allocation (build); only the step table is apart */
 static void eset_free(ESet *s) {
     if (!s) return;
-    free(s->chart); free(s->items); free(s->scan_t); free(s->scan_s); free(s->scan_off); free(s->scan_items);
-    free(s->wait_sym); free(s->wait_off); free(s->wait_items); free(s->steps);
+    free(s->steps);
     free(s);
 }
 
@@ -671,7 +672,7 @@ static void engine_dealloc(Engine *e) {
     if (e->sets) for (int32_t i = 0; i < e->n_sets; i++) eset_free(e->sets[i]);
     free(e->sets); free(e->itab);
     free(e->leo.slots); free(e->tok.slots); free(e->exits.slots); free(e->sims.slots); free(e->sim_pool);
-    free(e->work.a); free(e->found.a); free(e->hs); free(e->hs_stamp); free(e->pred_stamp); free(e->done);
+    free(e->work.a); free(e->found.a); free(e->seeds.a); free(e->hs); free(e->hs_stamp); free(e->pred_stamp); free(e->done);
     masks_free(e->m);
     Py_TYPE(e)->tp_free((PyObject *)e);
 }
@@ -988,32 +989,38 @@ static int64_t build(Engine *e, const int32_t *chart, int32_t clen, const Item *
             return e->itab[i];
         i = (i + 1) & (e->itab_cap - 1);
     }
-    /* a new set */
-    ESet *s = calloc(1, sizeof(ESet));
+    /* a new set: the set, its items, scan and wait groups and chart in one allocation */
+    int32_t n_sc = 0, n_wt = 0;
+    for (int32_t k = 0; k < n_items; k++) { if (e->d_next[e->found.a[k].d] < 0) n_sc++; else n_wt++; }
+    size_t sz = sizeof(ESet) + sizeof(Item) * ((size_t)n_items + n_sc + n_wt + 3)
+                + sizeof(int32_t) * ((size_t)keep + 1 + 3 * ((size_t)n_sc + 1) + 1 + 2 * ((size_t)n_wt + 1) + 1);
+    ESet *s = malloc(sz);
     if (!s) goto nomem;
+    memset(s, 0, sizeof(ESet));
+    Item *ip = (Item *)(s + 1);  /* Item is 4 int32: the int32 arrays after the items stay aligned */
+    s->items = ip; ip += n_items + 1;
+    Item *sc = ip; ip += n_sc + 1;
+    Item *wt = ip; ip += n_wt + 1;
+    int32_t *qp = (int32_t *)ip;
+    s->chart = qp; qp += keep + 1;
+    s->scan_t = qp; qp += n_sc + 1;
+    s->scan_s = qp; qp += n_sc + 1;
+    s->scan_off = qp; qp += n_sc + 2;
+    s->wait_sym = qp; qp += n_wt + 1;
+    s->wait_off = qp;
     s->depth = keep;
-    s->chart = malloc(sizeof(int32_t) * (keep + 1));
-    s->items = malloc(sizeof(Item) * (n_items + 1));
-    if (!s->chart || !s->items) { eset_free(s); goto nomem; }
     if (keep) memcpy(s->chart, chart, sizeof(int32_t) * keep);
     memcpy(s->items, e->found.a, sizeof(Item) * n_items);
     s->n_items = n_items;
     s->accepting = (uint8_t)accepting;
     s->max_ref = max_ref;
     s->hash = h;
-    /* scan groups: items on a terminal, grouped by (t, st); wait groups by nonterminal */
-    int32_t n_sc = 0, n_wt = 0;
-    for (int32_t k = 0; k < n_items; k++) { if (e->d_next[s->items[k].d] < 0) n_sc++; else n_wt++; }
-    Item *sc = malloc(sizeof(Item) * (n_sc + 1)), *wt = malloc(sizeof(Item) * (n_wt + 1));
-    int64_t *sk = malloc(sizeof(int64_t) * (n_sc + 1)), *wk = malloc(sizeof(int64_t) * (n_wt + 1));
-    s->scan_t = malloc(sizeof(int32_t) * (n_sc + 1)); s->scan_s = malloc(sizeof(int32_t) * (n_sc + 1));
-    s->scan_off = malloc(sizeof(int32_t) * (n_sc + 2));
-    s->wait_sym = malloc(sizeof(int32_t) * (n_wt + 1)); s->wait_off = malloc(sizeof(int32_t) * (n_wt + 2));
-    if (!sc || !wt || !sk || !wk || !s->scan_t || !s->scan_s || !s->scan_off || !s->wait_sym || !s->wait_off) {
-        free(sc); free(wt); free(sk); free(wk); eset_free(s); goto nomem;
-    }
-    /* order: stable by (terminal, state) / by nonterminal (insertion sort on small arrays is enough,
-     * but use a simple counting via qsort on keys with the index as tie-break) */
+    /* scan groups: items on a terminal, grouped by (t, st); wait groups by nonterminal (the sort keys
+     * in a stack buffer for the usual few tens of items) */
+    int64_t kbuf[256];
+    int64_t *sk = n_sc + n_wt + 2 <= 256 ? kbuf : malloc(sizeof(int64_t) * (n_sc + n_wt + 2));
+    if (!sk) { eset_free(s); goto nomem; }
+    int64_t *wk = sk + n_sc + 1;
     int32_t a = 0, b = 0;
     for (int32_t k = 0; k < n_items; k++) {
         int32_t sym = e->d_next[s->items[k].d];
@@ -1050,7 +1057,7 @@ static int64_t build(Engine *e, const int32_t *chart, int32_t clen, const Item *
     s->wait_off[s->n_wait] = n_wt;
     s->scan_items = sc;
     s->wait_items = wt;
-    free(sk); free(wk);
+    if (sk != kbuf) free(sk);
     if (e->n_sets == e->cap_sets) {
         ESet **ns = realloc(e->sets, sizeof(ESet *) * e->cap_sets * 2);
         if (!ns) { eset_free(s); goto nomem; }
@@ -1110,14 +1117,14 @@ static int64_t step(Engine *e, int32_t c, int b) {
         if (!s->steps) { PyErr_NoMemory(); return -2; }
         for (int k = 0; k < 256; k++) s->steps[k] = -2;
     }
-    ItemVec seeds = {0};
+    ItemVec *seeds = &e->seeds;  /* the engine's scratch (build copies the seeds before anything else) */
+    seeds->n = 0;
     for (int32_t g = 0; g < s->n_scan; g++) {
         int32_t s2 = e->trans[s->scan_t[g]][(int64_t)s->scan_s[g] * 256 + b];
-        if (s2 >= 0 && group_seeds(e, s, g, s2, &seeds) < 0) { free(seeds.a); PyErr_NoMemory(); return -2; }
+        if (s2 >= 0 && group_seeds(e, s, g, s2, seeds) < 0) { PyErr_NoMemory(); return -2; }
     }
     int64_t r = -1;
-    if (seeds.n) r = build(e, s->chart, s->depth + 1, seeds.a, seeds.n);
-    free(seeds.a);
+    if (seeds->n) r = build(e, s->chart, s->depth + 1, seeds->a, seeds->n);
     if (r == -2) return -2;
     e->sets[c]->steps[b] = (int32_t)r;  /* e->sets may have moved: re-read */
     return r;
@@ -1129,7 +1136,7 @@ static const uint8_t *first_bytes(Engine *e, int32_t c) {
         memset(s->first, 0, 256);
         for (int32_t g = 0; g < s->n_scan; g++) {
             const int32_t *row = e->trans[s->scan_t[g]] + (int64_t)s->scan_s[g] * 256;
-            for (int b = 0; b < 256; b++) if (row[b] >= 0) s->first[b] = 1;
+            for (int b = 0; b < 256; b++) s->first[b] |= (uint8_t)(row[b] >= 0);  /* branch-free: vectorized */
         }
         s->first_done = 1;
     }
@@ -1180,11 +1187,11 @@ static int64_t accept_inside(Engine *e, int32_t c, const uint8_t *data, Py_ssize
     }
     int32_t s2 = trans[(int64_t)st * 256 + data[n - 1]];
     if (s2 < 0) return -1;
-    ItemVec seeds = {0};
-    if (group_seeds(e, s, 0, s2, &seeds) < 0) { free(seeds.a); PyErr_NoMemory(); return -2; }
+    ItemVec *seeds = &e->seeds;
+    seeds->n = 0;
+    if (group_seeds(e, s, 0, s2, seeds) < 0) { PyErr_NoMemory(); return -2; }
     int64_t r = -1;
-    if (seeds.n) r = build(e, s->chart, s->depth + 1, seeds.a, seeds.n);
-    free(seeds.a);
+    if (seeds->n) r = build(e, s->chart, s->depth + 1, seeds->a, seeds->n);
     return r;
 }
 
@@ -1225,11 +1232,11 @@ static int64_t exit_chart(Engine *e, int32_t c, int32_t t, int32_t st, int32_t a
     if (t < 0 || t >= e->n_term || a < 0 || a >= e->n_states[t]) { PyErr_SetString(PyExc_ValueError, "bad DFA state"); return -2; }
     int64_t *hit = map_find(&e->exits, c, ((int64_t)g << 32) | (uint32_t)a);
     if (hit) return *hit;
-    ItemVec seeds = {0};
-    if (group_seeds(e, s, g, a, &seeds) < 0) { free(seeds.a); PyErr_NoMemory(); return -2; }
+    ItemVec *seeds = &e->seeds;
+    seeds->n = 0;
+    if (group_seeds(e, s, g, a, seeds) < 0) { PyErr_NoMemory(); return -2; }
     int64_t r = -1;
-    if (seeds.n) r = build(e, s->chart, s->depth + 1, seeds.a, seeds.n);
-    free(seeds.a);
+    if (seeds->n) r = build(e, s->chart, s->depth + 1, seeds->a, seeds->n);
     if (r == -2) return -2;
     if (map_put(&e->exits, c, ((int64_t)g << 32) | (uint32_t)a, r) < 0) { PyErr_NoMemory(); return -2; }
     return r;
@@ -1329,9 +1336,9 @@ static int i64_push(int64_t **a, int64_t *n, int64_t *cap, int64_t v) {
 static int sim_run(Engine *e, Trie *t, int64_t c, int32_t g0, int64_t **ids, int64_t *n_ids, int64_t *cap_ids,
                    int64_t *n_sim) {
     int64_t cap_st = 256, top = 0;
-    int64_t *stk = malloc(sizeof(int64_t) * 2 * cap_st);
+    int64_t local[2 * 256];  /* the walk's stack: on the C stack until it outgrows it (no malloc per walk) */
+    int64_t *stk = local;
     int rc = -1;
-    if (!stk) { PyErr_NoMemory(); return -1; }
     stk[0] = c; stk[1] = g0; top = 1;
     while (top) {
         top--;
@@ -1352,8 +1359,10 @@ static int sim_run(Engine *e, Trie *t, int64_t c, int32_t g0, int64_t **ids, int
                     for (Py_ssize_t k = j; k < next && t->lens[k] == d + 1; k++)
                         if (i64_push(ids, n_ids, cap_ids, t->order[k]) < 0) { PyErr_NoMemory(); goto done; }
                     if (top == cap_st) {
-                        int64_t *ns = realloc(stk, sizeof(int64_t) * 4 * cap_st);
+                        int64_t *ns = stk == local ? malloc(sizeof(int64_t) * 4 * cap_st)
+                                                   : realloc(stk, sizeof(int64_t) * 4 * cap_st);
                         if (!ns) { PyErr_NoMemory(); goto done; }
+                        if (stk == local) memcpy(ns, local, sizeof(local));
                         stk = ns; cap_st *= 2;
                     }
                     stk[2 * top] = c2; stk[2 * top + 1] = ch; top++;
@@ -1364,7 +1373,7 @@ static int sim_run(Engine *e, Trie *t, int64_t c, int32_t g0, int64_t **ids, int
     }
     rc = 0;
 done:
-    free(stk);
+    if (stk != local) free(stk);
     return rc;
 }
 
@@ -1758,6 +1767,8 @@ struct Masks {
     int32_t n_term;
     int32_t *ctr_w, *ctr_lo, *ctr_hi;  /* per terminal: its Counter (w = 0: none; hi = -1: unbounded) */
     int64_t **cls;           /* per terminal: horizon classes, made on first use */
+    int16_t **single;        /* per terminal and DFA state: its one live byte, -1 none or several, -2 not
+                                known yet (lit_rest's scan, memoised: a literal's states are met in turn) */
     Map ts, cl, cnt, base, con;  /* (t, s) / (t, class) / (t << 32 | i, room << 32 | need) -> info;
                                     (t, i) -> base; (info, exit charts) -> contribution */
     TInfo *infos;
@@ -1811,7 +1822,8 @@ static void masks_free(Masks *m) {
     Py_XDECREF(m->trie);
     free(m->eos); free(m->scratch); free(m->ctr_w); free(m->ctr_lo); free(m->ctr_hi); free(m->cons);
     if (m->cls) for (int32_t t = 0; t < m->n_term; t++) free(m->cls[t]);
-    free(m->cls);
+    if (m->single) for (int32_t t = 0; t < m->n_term; t++) free(m->single[t]);
+    free(m->cls); free(m->single);
     free(m->ts.slots); free(m->cl.slots); free(m->cnt.slots); free(m->base.slots);
     for (int64_t i = 0; i < m->n_infos; i++) {
         TInfo *x = &m->infos[i];
@@ -1969,6 +1981,43 @@ static int64_t counted_info(Engine *e, int32_t t, int32_t k, int32_t i, PyObject
     return id;
 }
 
+/* lit_rest_core of terminal t from state s with each state's one live byte memoised (Masks.single): the
+ * states of a literal are first visited one after the other, and each visit's rest is the next one's
+ * plus a byte, so the 256-entry row scans are done once per state instead of once per visit and state
+ * after it. The same result as lit_rest_core: n > 0 and the rest in out[0:n], its end state in *a; 0
+ * when no single string remains; -1 out of memory (an exception set). */
+static int lit_rest_memo(Engine *e, int32_t t, int32_t s, char *out, int32_t *a) {
+    Masks *m = e->m;
+    int32_t S = e->n_states[t];
+    const int32_t *trans = e->trans[t];
+    const uint8_t *acc = e->acc[t];
+    int16_t *one = m->single[t];
+    if (!one) {
+        one = malloc(sizeof(int16_t) * (S ? S : 1));
+        if (!one) { PyErr_NoMemory(); return -1; }
+        for (int32_t k = 0; k < S; k++) one[k] = -2;
+        m->single[t] = one;
+        m->bytes += 2LL * S;
+    }
+    int n = 0;
+    while (!acc[s]) {
+        if (one[s] == -2) {
+            const int32_t *row = trans + (Py_ssize_t)s * 256;
+            int b = -1, live = 0;
+            for (int c = 0; c < 256 && live < 2; c++)
+                if (row[c] >= 0) { live++; b = c; }
+            one[s] = (int16_t)(live == 1 ? b : -1);
+        }
+        int b = one[s];
+        if (b < 0 || n >= 1024) return 0;
+        out[n++] = (char)b;
+        s = trans[(Py_ssize_t)s * 256 + b];
+    }
+    if (!n || e->has_out[t][s]) return 0;
+    *a = s;
+    return n;
+}
+
 /* the info of terminal t in DFA state s (terminal_info), made on first use: -1 with an exception set */
 static int64_t info_of(Engine *e, int32_t t, int32_t s, PyObject *base_of) {
     Masks *m = e->m;
@@ -1980,7 +2029,8 @@ static int64_t info_of(Engine *e, int32_t t, int32_t s, PyObject *base_of) {
     else {
         char rest[1024];
         int32_t a = -1;
-        int n = lit_rest_core(e->trans[t], e->acc[t], s, rest, &a);
+        int n = lit_rest_memo(e, t, s, rest, &a);
+        if (n < 0) return -1;
         if (n) {  /* a single string remains: the literal descent */
             id = info_new(m, 1);
             if (id < 0) return -1;
@@ -2081,7 +2131,8 @@ static PyObject *eng_set_masks(Engine *e, PyObject *args) {
     m->ctr_lo = calloc(e->n_term + 1, sizeof(int32_t));
     m->ctr_hi = calloc(e->n_term + 1, sizeof(int32_t));
     m->cls = calloc(e->n_term + 1, sizeof(int64_t *));
-    if (!m->eos || !m->scratch || !m->ctr_w || !m->ctr_lo || !m->ctr_hi || !m->cls || map_init(&m->ts) < 0
+    m->single = calloc(e->n_term + 1, sizeof(int16_t *));
+    if (!m->eos || !m->scratch || !m->ctr_w || !m->ctr_lo || !m->ctr_hi || !m->cls || !m->single || map_init(&m->ts) < 0
         || map_init(&m->cl) < 0 || map_init(&m->cnt) < 0 || map_init(&m->base) < 0) { PyErr_NoMemory(); goto fail; }
     memcpy(m->eos, be.buf, be.len);
     for (int32_t k = 0; k < e->n_term; k++) {
