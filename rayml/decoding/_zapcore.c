@@ -1779,8 +1779,12 @@ struct Masks {
     int64_t n_cons, cap_cons;
     int64_t bytes;           /* held by the infos, the contributions and the state cache */
     /* the state cache (issue 44, fourth round): an LRU of cache_size masks keyed by state id (the set's
-     * mslot1), slots linked most recent first; freed slots (a failed computation) are reused first */
-    uint32_t **sc_words;
+     * mslot1), slots linked most recent first; freed slots (a failed computation) are reused first.
+     * A slot's mask is sc_words[k]: its own buffer sc_buf[k] (made on first need), or, for a state with
+     * one scan group and no EOS, that group's info or contribution itself (read-only, not copied; a
+     * slot that points at a contribution, sc_con[k], is dropped when the contributions are forgotten) */
+    uint32_t **sc_words, **sc_buf;
+    uint8_t *sc_con;
     int32_t *sc_owner, *sc_prev, *sc_next, *sc_free;
     int32_t sc_n, sc_cap, sc_n_free, sc_head, sc_tail;
     int64_t hits, misses, sim_total;
@@ -1817,8 +1821,8 @@ static void masks_clear_cons(Masks *m) {
 static void masks_free(Masks *m) {
     if (!m) return;
     masks_clear_cons(m);
-    for (int32_t i = 0; i < m->sc_n; i++) free(m->sc_words[i]);
-    free(m->sc_words); free(m->sc_owner); free(m->sc_prev); free(m->sc_next); free(m->sc_free);
+    for (int32_t i = 0; i < m->sc_n; i++) free(m->sc_buf[i]);
+    free(m->sc_words); free(m->sc_buf); free(m->sc_con); free(m->sc_owner); free(m->sc_prev); free(m->sc_next); free(m->sc_free);
     Py_XDECREF(m->trie);
     free(m->eos); free(m->scratch); free(m->ctr_w); free(m->ctr_lo); free(m->ctr_hi); free(m->cons);
     if (m->cls) for (int32_t t = 0; t < m->n_term; t++) free(m->cls[t]);
@@ -2044,6 +2048,21 @@ static int64_t info_of(Engine *e, int32_t t, int32_t s, PyObject *base_of) {
     return id;
 }
 
+static void sc_unlink(Masks *m, int32_t k);
+
+/* forget the state-cache slots that point at a contribution (before the contributions are freed) */
+static void sc_drop_cons(Engine *e) {
+    Masks *m = e->m;
+    for (int32_t k = 0; k < m->sc_n; k++)
+        if (m->sc_con[k]) {
+            m->sc_con[k] = 0;
+            e->sets[m->sc_owner[k]]->mslot1 = 0;
+            sc_unlink(m, k);
+            m->sc_words[k] = NULL;
+            m->sc_free[m->sc_n_free++] = k;
+        }
+}
+
 /* the contribution of scan group (t, st) of chart c with info id (inside tokens and the walks below its
  * exits, from their exit charts), cached by (info, exit charts): NULL with an exception set */
 static const uint32_t *contrib(Engine *e, int32_t c, int32_t t, int32_t st, int64_t id, int64_t *n_sim) {
@@ -2071,6 +2090,7 @@ static const uint32_t *contrib(Engine *e, int32_t c, int32_t t, int32_t st, int6
         store = 0;  /* a hash collision of two exit-chart lists: computed, not cached */
     }
     if (store && m->n_cons >= m->cache_size) {  /* bounded: forget every contribution */
+        sc_drop_cons(e);
         masks_clear_cons(m);
         if (map_init(&m->con) < 0) { if (xp != xs) free(xp); PyErr_NoMemory(); return NULL; }
     }
@@ -2216,13 +2236,19 @@ static int sc_grow(Masks *m) {
     uint32_t **w = realloc(m->sc_words, sizeof(uint32_t *) * cap);
     if (!w) { PyErr_NoMemory(); return -1; }
     m->sc_words = w;
+    w = realloc(m->sc_buf, sizeof(uint32_t *) * cap);
+    if (!w) { PyErr_NoMemory(); return -1; }
+    m->sc_buf = w;
+    uint8_t *cn = realloc(m->sc_con, cap);
+    if (!cn) { PyErr_NoMemory(); return -1; }
+    m->sc_con = cn;
     int32_t **arr[4] = {&m->sc_owner, &m->sc_prev, &m->sc_next, &m->sc_free};
     for (int j = 0; j < 4; j++) {
         int32_t *x = realloc(*arr[j], sizeof(int32_t) * cap);
         if (!x) { PyErr_NoMemory(); return -1; }
         *arr[j] = x;
     }
-    m->bytes += (int64_t)(cap - m->sc_cap) * 24;
+    m->bytes += (int64_t)(cap - m->sc_cap) * 33;
     m->sc_cap = cap;
     return 0;
 }
@@ -2243,20 +2269,39 @@ static const uint32_t *mask_cached(Engine *e, int32_t c, PyObject *base_of) {
     if (m->sc_n_free) k = m->sc_free[--m->sc_n_free];
     else if (m->sc_n < m->cache_size) {
         if (m->sc_n == m->sc_cap && sc_grow(m) < 0) return NULL;
-        uint32_t *w = malloc(m->nw * 4 + 4);
-        if (!w) { PyErr_NoMemory(); return NULL; }
         k = m->sc_n++;
-        m->sc_words[k] = w;
-        m->bytes += (int64_t)(m->nw * 4);
+        m->sc_buf[k] = NULL;
     } else {  /* full: the least recently used mask makes room */
         k = m->sc_tail;
         sc_unlink(m, k);
         e->sets[m->sc_owner[k]]->mslot1 = 0;
     }
+    m->sc_con[k] = 0;
+    m->sc_words[k] = NULL;
     int64_t n_sim = 0;
-    if (mask_compute(e, c, m->sc_words[k], base_of, &n_sim) < 0) {
-        m->sc_free[m->sc_n_free++] = k;
-        return NULL;
+    const uint32_t *src = NULL;
+    int64_t id = -1;
+    if (s->n_scan == 1 && !s->accepting) {  /* one group: its info or contribution is the mask */
+        int32_t t = s->scan_t[0], st = s->scan_s[0];
+        id = info_of(e, t, st, base_of);
+        if (id >= 0) src = m->infos[id].n_ex ? contrib(e, c, t, st, id, &n_sim) : m->infos[id].inside;
+        if (!src) { m->sc_free[m->sc_n_free++] = k; return NULL; }
+    }
+    if (!src || src == m->scratch) {  /* a mask of its own (the scratch of an uncached contribution copied) */
+        if (!m->sc_buf[k]) {
+            m->sc_buf[k] = malloc(m->nw * 4 + 4);
+            if (!m->sc_buf[k]) { m->sc_free[m->sc_n_free++] = k; PyErr_NoMemory(); return NULL; }
+            m->bytes += (int64_t)(m->nw * 4);
+        }
+        if (src) memcpy(m->sc_buf[k], src, m->nw * 4);
+        else if (mask_compute(e, c, m->sc_buf[k], base_of, &n_sim) < 0) {
+            m->sc_free[m->sc_n_free++] = k;
+            return NULL;
+        }
+        m->sc_words[k] = m->sc_buf[k];
+    } else {
+        m->sc_words[k] = (uint32_t *)src;
+        m->sc_con[k] = m->infos[id].n_ex != 0;
     }
     m->sim_total += n_sim;
     m->sc_owner[k] = c;

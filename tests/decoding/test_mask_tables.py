@@ -134,3 +134,34 @@ def test_fill_row_declines_what_numpy_must_check():
         e.fill_row(10 ** 9, np.zeros((2, nw), np.int32), 0, cg._native_base)
     with pytest.raises(ValueError, match="words must have"):
         e.mask_copy(c, np.zeros(nw + 1, np.uint32), cg._native_base)
+
+
+@needs_core
+@pytest.mark.parametrize("size", [1, 2, 5])
+def test_state_cache_slots_that_point_at_infos_and_contributions(size):
+    """Session 10: a state with one scan group and no EOS keeps a pointer to that group's info or
+    contribution in its state-cache slot instead of a copy; when the bounded contribution cache is
+    emptied, the slots that point into it are dropped (and recomputed on the next visit). With tiny
+    caches both happen again and again: every fill must equal the pure engine's mask of the state."""
+    schema = {"type": "object", "properties": {"s": {"type": "string", "maxLength": 4}, "t": {"type": "string"},
+                                               "k": {"enum": ["alpha", "beta"]}, "n": {"type": "integer"}}}
+    text = b'{"s":"ab","t":"xyz","k":"beta","n":12}'
+    ref = GrammarMatcher(compile_json_schema(schema, byte_vocabulary(), MatcherConfig(native=False)))
+    cg = compile_json_schema(schema, byte_vocabulary(), MatcherConfig(cache_size=size))
+    e, bm, m = cg.engine._e, allocate_token_bitmask(2, cg.index.vocab_size), GrammarMatcher(cg)
+    charts, want = [], []
+    for b in text:
+        charts.append(m.chart)
+        want.append(ref.next_token_words().copy())
+        assert m.accept_token(b) and ref.accept_token(b)
+    order = list(range(len(charts)))
+    visits = order + order[::-1] + order[::3] + order
+    for j in visits:
+        assert e.fill_row(charts[j], bm, 0, cg._native_base) is True
+        assert np.array_equal(bm[0].view(np.uint32), want[j]), j
+        words = np.zeros(cg.index.n_words, np.uint32)
+        e.mask_copy(charts[j], words, cg._native_base)
+        assert np.array_equal(words, want[j]), j
+    hits, misses, _ = e.mask_stats()
+    assert hits + misses == 2 * len(visits) and misses > len(set(charts))  # evictions happened
+
