@@ -406,6 +406,19 @@ static PyObject *bits_op(PyObject *args, int set) {
 }
 
 static PyObject *py_set_bits(PyObject *self, PyObject *args) { return bits_op(args, 1); }
+
+/* same_bytes(a, b) -> bool: two C-contiguous buffers hold the same bytes (a.tobytes() == b.tobytes()
+ * without the copies; TokenIndex.share_walk_key compares tens of KiB of DFA tables with it) */
+static PyObject *py_same_bytes(PyObject *self, PyObject *args) {
+    PyObject *oa, *ob;
+    if (!PyArg_ParseTuple(args, "OO", &oa, &ob)) return NULL;
+    Py_buffer a, b;
+    if (PyObject_GetBuffer(oa, &a, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (PyObject_GetBuffer(ob, &b, PyBUF_C_CONTIGUOUS) < 0) { PyBuffer_Release(&a); return NULL; }
+    int same = a.len == b.len && (!a.len || !memcmp(a.buf, b.buf, a.len));
+    PyBuffer_Release(&a); PyBuffer_Release(&b);
+    return PyBool_FromLong(same);
+}
 static PyObject *py_clear_bits(PyObject *self, PyObject *args) { return bits_op(args, 0); }
 
 /* or_into(out uint32[W], arrays sequence of uint32[W] buffers): out = the OR of every array, in
@@ -2375,6 +2388,7 @@ static PyMethodDef methods[] = {
     {"literal", py_literal, METH_VARARGS, "Tokens that are prefixes of a string, and its trie node."},
     {"set_bits", py_set_bits, METH_VARARGS, "OR the bits of int64 token ids into uint32 words."},
     {"clear_bits", py_clear_bits, METH_VARARGS, "Clear the bits of int64 token ids in uint32 words."},
+    {"same_bytes", py_same_bytes, METH_VARARGS, "Whether two C-contiguous buffers hold the same bytes."},
     {"or_into", py_or_into, METH_VARARGS, "out = the OR of a sequence of packed uint32 arrays."},
     {"fill_rows", py_fill_rows, METH_VARARGS, "Copy packed mask words into rows of an int32 bitmask."},
     {"mask_logits", py_mask_logits, METH_VARARGS, "Set float32 logits to -inf where the bitmask's bit is 0."},

@@ -163,9 +163,13 @@ class TokenIndex:
         key (each grammar compile makes new ``Counter`` objects). The key is equal either way."""
         if "walk_key" in counter.__dict__:
             return
-        local = counter.local.tobytes()
-        for key in getattr(self, "_pre_walk_keys", ()):
-            if key[1] == local and key[0] == counter.char.key():
+        keys = getattr(self, "_pre_walk_keys", ())
+        if not keys:  # none precomputed (no compiled core)
+            return
+        same = _native.core.same_bytes  # the bytes compared in place: no copies of the tables
+        local, char = np.ascontiguousarray(counter.local), counter.char
+        for key in keys:
+            if same(local, key[1]) and same(char.trans, key[0][0]) and same(np.ascontiguousarray(char.accept), key[0][1]):
                 counter.__dict__["walk_key"] = key  # the cached_property's slot
                 return
 
@@ -690,6 +694,9 @@ class CompiledGrammar:
             _native.trie_of(index)
             counters = [(d.counter.w, d.counter.lo, -1 if d.counter.hi is None else d.counter.hi)
                         if d.counter is not None else (0, 0, -1) for d in grammar.terminals]
+            for d in grammar.terminals:  # the JSON string counters adopt the precomputed walk keys here, at
+                if d.counter is not None:  # compile time (a few us each), not in the first fill that needs them
+                    index.share_walk_key(d.counter)
             e = self.engine._e
             e.set_masks(index._native_trie, index.eos_words, counters, config.cache_size)
             self._mask_into, self._fill_row, self._mask_copy = e.mask_into, e.fill_row, e.mask_copy

@@ -165,3 +165,14 @@ def test_state_cache_slots_that_point_at_infos_and_contributions(size):
     hits, misses, _ = e.mask_stats()
     assert hits + misses == 2 * len(visits) and misses > len(set(charts))  # evictions happened
 
+
+@needs_core
+def test_same_bytes_compares_buffers_in_place():
+    same = native.core.same_bytes
+    a = np.arange(12, dtype=np.int32).reshape(3, 4)
+    assert same(a, a.tobytes()) and same(a, a.copy()) and same(b"", np.zeros(0, np.uint8))
+    b = a.copy()
+    b[2, 3] += 1
+    assert not same(a, b) and not same(a, a.tobytes()[:-1]) and not same(a[:2], a.tobytes())
+    with pytest.raises((BufferError, ValueError, TypeError)):
+        same(a[:, ::2], a.tobytes())  # not contiguous: refused, never compared wrongly
