@@ -1666,6 +1666,8 @@ typedef struct {
     const int64_t *ids, *key, *close_n, *close_ends, *close_end_at;
     const uint32_t *all;
     Py_ssize_t n, n_close;
+    const uint32_t *lv;      /* optional: the inside bits for each room in [lv_lo, lv_lo + n_lv), n_lv rows */
+    int64_t lv_lo, n_lv;
 } CutTables;
 
 static int cut_core(const CutTables *c, int64_t need, int64_t room, uint32_t *out, Py_ssize_t nw, Py_ssize_t *lo,
@@ -1673,7 +1675,9 @@ static int cut_core(const CutTables *c, int64_t need, int64_t room, uint32_t *ou
     const int64_t *ids = c->ids;
     Py_ssize_t n = c->n, cut = bsearch64(c->key, n, 2 * room, 1);
     int bad = 0;
-    if (n - cut < cut) {  /* clear the few excluded bits */
+    if (c->n_lv && room >= c->lv_lo && room < c->lv_lo + c->n_lv) {  /* a precomputed room: one copy */
+        memcpy(out, c->lv + (room - c->lv_lo) * nw, nw * 4);
+    } else if (n - cut < cut) {  /* clear the few excluded bits */
         memcpy(out, c->all, nw * 4);
         for (Py_ssize_t j = cut; j < n && !bad; j++) {
             int64_t id = ids[j];
@@ -1743,8 +1747,9 @@ static PyObject *py_count_cut(PyObject *self, PyObject *args) {
  *   set_masks(trie, eos_words uint32[W], counters [(w, lo, hi or -1) or (0, 0, -1) per terminal], cache_size)
  *   mask_into(c, words uint32[W], base_of) -> bytes stepped: the mask of chart c into words; base_of(t, i)
  *       is called once per (counted terminal t, local state i) for its counted walk, as the tuple
- *       (in_ids, in_key, all_words, close_n, close_ends, close_end_at, close_pre, n_max), close_pre the
- *       preorder trie node of each closing quote (-1: no longer token goes on after it); not cached
+ *       (in_ids, in_key, all_words, close_n, close_ends, close_end_at, close_pre, n_max, levels, lv_lo),
+ *       close_pre the preorder trie node of each closing quote (-1: no longer token goes on after it),
+ *       levels uint32 [k, W] the inside bits of rooms lv_lo .. lv_lo + k - 1 (k = 0: none); not cached
  *   fill_row(c, bitmask int32[B, W], row, base_of) -> True, or None where the bitmask or row does not
  *       fit (the caller takes NumPy's path): chart c's mask from the state cache into one row (fourth
  *       round: GrammarMatcher.fill_next_token_bitmask's whole fast path, hit or miss, in one call)
@@ -1763,7 +1768,7 @@ typedef struct {
 
 typedef struct {
     PyObject *held;          /* the tuple base_of returned (its arrays back the views) */
-    Py_buffer b[7];          /* in_ids, in_key, all_words, close_n, close_ends, close_end_at, close_pre */
+    Py_buffer b[8];          /* in_ids, in_key, all_words, close_n, close_ends, close_end_at, close_pre, levels */
     CutTables c;
     const int64_t *close_pre;
     int64_t n_max;
@@ -1848,7 +1853,7 @@ static void masks_free(Masks *m) {
     }
     free(m->infos);
     for (int64_t i = 0; i < m->n_bases; i++) {
-        for (int j = 0; j < 7; j++) PyBuffer_Release(&m->bases[i]->b[j]);
+        for (int j = 0; j < 8; j++) PyBuffer_Release(&m->bases[i]->b[j]);
         Py_XDECREF(m->bases[i]->held);
         free(m->bases[i]);
     }
@@ -1946,23 +1951,27 @@ static CBase *base_get(Engine *e, int32_t t, int32_t i, PyObject *base_of) {
         if (!x) { Py_DECREF(r); PyErr_NoMemory(); return NULL; }
         m->bases = x; m->cap_bases = c;
     }
-    PyObject *o[7];
-    long long n_max;
+    PyObject *o[8];
+    long long n_max, lv_lo;
     CBase *b = calloc(1, sizeof(CBase));
     if (!b) { Py_DECREF(r); PyErr_NoMemory(); return NULL; }
-    if (!PyArg_ParseTuple(r, "OOOOOOOL", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &n_max)
+    if (!PyArg_ParseTuple(r, "OOOOOOOLOL", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &n_max, &o[7], &lv_lo)
         || cut_tables(o, b->b, 6, &b->c) < 0) {
         Py_DECREF(r); free(b);
         return NULL;
     }
-    if (get_ro(o[6], &b->b[6], 8, "close_pre") < 0 || b->b[6].len / 8 != b->c.n_close || b->b[2].len != m->nw * 4) {
+    if (get_ro(o[6], &b->b[6], 8, "close_pre") < 0 || b->b[6].len / 8 != b->c.n_close || b->b[2].len != m->nw * 4
+        || get_ro(o[7], &b->b[7], 4, "levels") < 0 || (m->nw > 0 && b->b[7].len % (m->nw * 4)) || lv_lo < 0) {
         if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "base_of: close_pre must match close_n and all_words the mask width");
-        for (int j = 0; j < 6; j++) PyBuffer_Release(&b->b[j]);
-        if (b->b[6].obj) PyBuffer_Release(&b->b[6]);
+            PyErr_SetString(PyExc_ValueError, "base_of: close_pre must match close_n, all_words the mask width, and "
+                                              "levels be whole rows of it from a room lv_lo >= 0");
+        for (int j = 0; j < 8; j++) if (b->b[j].obj) PyBuffer_Release(&b->b[j]);
         Py_DECREF(r); free(b);
         return NULL;
     }
+    b->c.lv = b->b[7].buf;
+    b->c.lv_lo = lv_lo;
+    b->c.n_lv = m->nw ? b->b[7].len / (m->nw * 4) : 0;
     b->held = r;
     b->close_pre = b->b[6].buf;
     b->n_max = n_max;

@@ -155,7 +155,8 @@ class TokenIndex:
             for i in range(counter.w):
                 key = counter.walk_key + (i, True)
                 if key not in self._count_pre:
-                    self._count_pre[key] = self._native_count_base(counter, i)
+                    base = self._count_pre[key] = self._native_count_base(counter, i)
+                    base.make_levels()
 
     def share_walk_key(self, counter) -> None:
         """Give ``counter`` the ``walk_key`` of the precomputed string counter equal to it (the same
@@ -604,6 +605,22 @@ class _CountBase:
         if closing:
             self.n_max = max(self.n_max, int(self.close_n[-1]))
 
+    levels = np.zeros((0, 0), np.uint32)  # no precomputed rooms (make_levels)
+    level_lo = 0
+
+    def make_levels(self) -> None:
+        """Precompute the inside bits of each room whose cut would set or clear more bits than the
+        mask has words (``levels[r - level_lo]``: the tokens with ``key <= 2 r``), so that the
+        compiled core's cut for such a room is one copy; done for the JSON string walks with the
+        index (``TokenIndex.precompute_strings``), like the walks themselves."""
+        n, nw = len(self.in_ids), self.index.n_words
+        cuts = np.searchsorted(self.in_key, 2 * np.arange(self.n_max + 2), side="right")
+        big = np.flatnonzero(np.minimum(cuts, n - cuts) > nw)
+        if big.size:
+            lo, hi = int(big[0]), int(big[-1]) + 1
+            self.levels = np.stack([self.index.pack(self.in_ids[:cuts[r]], True) for r in range(lo, hi)])
+            self.level_lo = lo
+
     def info(self, need: int, room: int, final: int) -> "_TerminalInfo":
         """Allowed with ``need`` more characters required before the quote and ``room`` more
         allowed (``room > n_max``: unbounded); the exits lead to DFA state ``final``. The
@@ -823,7 +840,8 @@ class CompiledGrammar:
     def _native_base(self, t: int, i: int) -> tuple:
         """The counted walk of terminal ``t``'s character loop from local state ``i`` as
         ``Engine.mask_into`` reads it (called once per (terminal, local state) by the C tables):
-        ``(in_ids, in_key, all_words, close_n, close_ends, close_end_at, close_pre, n_max)``,
+        ``(in_ids, in_key, all_words, close_n, close_ends, close_end_at, close_pre, n_max, levels,
+        level_lo)`` (``levels``: the precomputed rooms of ``_CountBase.make_levels``, none: 0 rows),
         ``close_pre`` the preorder trie node of each closing quote's exit (-1: none)."""
         counter = self.grammar.terminals[t].counter
         self.index.share_walk_key(counter)
@@ -833,8 +851,9 @@ class CompiledGrammar:
             by_depth = self.index._native_pre
             pre = base.close_pre = np.array([-1 if x is None else by_depth[x[0]][x[1]] for x in base.close_nodes],
                                             np.int64)
+        levels = base.levels if base.levels.size else np.zeros((0, self.index.n_words), np.uint32)
         return (base.in_ids, base.in_key, base.all_words, base.close_n, base.close_ends, base.close_end_at, pre,
-                int(base.n_max))
+                int(base.n_max), levels, int(base.level_lo))
 
     # -- masks ------------------------------------------------------------------------------
     def _simulate(self, chart, p: int, node: int, out: list) -> None:

@@ -260,3 +260,29 @@ def test_compiled_state_setup_equals_pure():
                 assert native.core.literal_rest(dfa.trans, native._u8(dfa.accept), s) == _literal_rest(dfa, s), (k, t, s)
     with pytest.raises(ValueError, match="s in"):
         native.core.literal_rest(dfa.trans, native._u8(dfa.accept), dfa.n_states)
+
+
+@needs_core
+@pytest.mark.parametrize("vocab_name", ["mistral-32k", "tekken-131k"])
+def test_precomputed_rooms_equal_the_cut_they_replace(vocab_name):
+    """Session 10: the precomputed JSON string walks keep the inside bits of each room whose cut would
+    touch more bits than the mask has words (``_CountBase.make_levels``); each row must equal the cut
+    (``count_cut`` with no closing quote in range) and the tokens with ``key <= 2 room``."""
+    from rayml.decoding.matcher import _set_bits
+
+    vocab, index = zf.vocab_and_index(vocab_name)
+    with_levels = [b for b in index._count_pre.values() if b.levels.size]
+    assert with_levels  # the big walks (from between characters) have rooms worth a copy
+    for b in with_levels:
+        n = len(b.in_ids)
+        for j, words in enumerate(b.levels):
+            room = b.level_lo + j
+            cut = int(np.searchsorted(b.in_key, 2 * room, side="right"))
+            assert min(cut, n - cut) > index.n_words or 0 < j < len(b.levels) - 1
+            ref = np.zeros(index.n_words, np.uint32)
+            _set_bits(ref, b.in_ids[:cut])
+            assert np.array_equal(words, ref), (room, cut)
+            out = np.empty(index.n_words, np.uint32)
+            native.core.count_cut(b.in_ids, b.in_key, b.all_words, b.close_n, b.close_ends, b.close_end_at,
+                                  room + 1, room, out)
+            assert np.array_equal(out, ref), room
