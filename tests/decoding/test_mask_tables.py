@@ -146,8 +146,11 @@ def test_state_cache_slots_that_point_at_infos_and_contributions(size):
     schema = {"type": "object", "properties": {"s": {"type": "string", "maxLength": 4}, "t": {"type": "string"},
                                                "k": {"enum": ["alpha", "beta"]}, "n": {"type": "integer"}}}
     text = b'{"s":"ab","t":"xyz","k":"beta","n":12}'
-    ref = GrammarMatcher(compile_json_schema(schema, byte_vocabulary(), MatcherConfig(native=False)))
-    cg = compile_json_schema(schema, byte_vocabulary(), MatcherConfig(cache_size=size))
+    # tokens across the terminals' ends (a closing quote and what follows it): states with exits, whose
+    # masks are contributions
+    vocab = byte_vocabulary([b'b",', b'z","', b'",', b'","', b'":"', b'a"', b'ta",', b'12}', b'":1'])
+    ref = GrammarMatcher(compile_json_schema(schema, vocab, MatcherConfig(native=False)))
+    cg = compile_json_schema(schema, vocab, MatcherConfig(cache_size=size))
     e, bm, m = cg.engine._e, allocate_token_bitmask(2, cg.index.vocab_size), GrammarMatcher(cg)
     charts, want = [], []
     for b in text:
@@ -156,6 +159,9 @@ def test_state_cache_slots_that_point_at_infos_and_contributions(size):
         assert m.accept_token(b) and ref.accept_token(b)
     order = list(range(len(charts)))
     visits = order + order[::-1] + order[::3] + order
+    for j in order[::3]:  # a cached state revisited between misses that refill the contribution cache
+        for k in order:
+            visits += [j, k]
     for j in visits:
         assert e.fill_row(charts[j], bm, 0, cg._native_base) is True
         assert np.array_equal(bm[0].view(np.uint32), want[j]), j
