@@ -443,6 +443,12 @@ def _check(config: Mapping[str, Any], n_layers: int | None = None) -> None:
             raise ValueError(f"{key} must be an integer >= 1, got {v!r}")
 
 
+def _check_effective(config: Mapping[str, Any]) -> None:
+    """The pre-run check (``rayml run`` calls it before Ray starts) on the config ``run`` uses: a real
+    model's settings come from ``config["real"]``."""
+    _check(_effective(config))
+
+
 @torch.no_grad()
 def _prepare_seed(model, tok, card: Mapping, config: Mapping, s: int, start: int, names: list[str]) -> tuple:
     """Calibration inputs of block ``start``, evaluation batches (their inputs of block ``start`` and
@@ -863,6 +869,6 @@ EXPERIMENT = Experiment(
     checked_against="paper text (arXiv 2501.12956 v2: eqs. 1-20, Algorithm 1, Remark 3.1, Sec. 3.3, Appendix A "
                     "Algorithm 2); calibration protocol, T^0 and outlier code from a port that mirrors the authors' "
                     "code (PrunaAI/pruna); authors' repository (Evans-Z/GANQ) not reachable",
-    sizes=SIZES, run=run, check=_check, claims=CLAIMS, plots=plots,
+    sizes=SIZES, run=run, check=_check_effective, claims=CLAIMS, plots=plots,
     bench_sizes=BENCH_SIZES, bench=bench, bench_claims=BENCH_CLAIMS,
 )

@@ -117,3 +117,17 @@ def test_the_record_carries_a_power_estimate_per_paired_paper_claim(tiny_record)
         est = power[c.text]
         assert est is not None and est["test"] == "wilcoxon" and est["power"] == 0.8
         assert f"over {est['pilot_pairs']} pairs" in evaluated[c.text]["measured"]
+
+
+def test_the_pre_run_check_takes_a_real_models_own_settings():
+    """`rayml run ganq --quick --set model=smollm2-135m` was refused before Ray started ("heldout_texts
+    must be an integer >= 1, got None"): the registry's check saw the size's substrate settings, not the
+    `real` entry run() uses. The check takes the effective config, as run() does."""
+    from rayml.experiments import ganq as E
+
+    for size in ("quick", "full"):
+        E.EXPERIMENT.check({**E.SIZES[size], "model": "smollm2-135m"})
+        E.EXPERIMENT.check({**E.SIZES[size], "model": "base"})
+    with pytest.raises(ValueError, match="heldout_texts"):
+        E.EXPERIMENT.check({**E.SIZES["quick"], "model": "smollm2-135m",
+                            "real": {**E.SIZES["quick"]["real"], "heldout_texts": 0}})
