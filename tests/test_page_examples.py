@@ -17,7 +17,7 @@ PAGES = pathlib.Path(__file__).resolve().parents[1] / "docs" / "methods"
 RUNNABLE = ["kl-bandit", "cross-learning", "equal-share", "eig-augment", "multinoulli-scg", "kernel-pde",
             "parallel-sampling", "gdro-sparsity", "implicit-bias", "direct", "emloc", "l2d", "moe-x", "epic",
             "ganq", "graph-of-net", "poisonedeye", "stop", "cur-mgae", "fdgen", "hybridgs", "design-dsl", "fedag",
-            "merge3", "ssni"]
+            "merge3", "ssni", "syncmind"]
 
 
 @pytest.mark.parametrize("name", RUNNABLE)
