@@ -423,6 +423,12 @@ def _curve_rows(runs: list[dict], cases: list[str]) -> list[dict]:
     return rows
 
 
+def feasible(setting: Mapping[str, Any]) -> bool:
+    """Whether a tuning setting lies in its method's domain: a homotopy's final scale ``sigma_min`` may not
+    exceed its starting ``sigma`` (an extended ``sigma`` axis can go below the ``sigma_min`` grid's top)."""
+    return not ("sigma_min" in setting and "sigma" in setting and float(setting["sigma_min"]) > float(setting["sigma"]))
+
+
 def _axes(config: Mapping[str, Any]) -> dict:
     """Every method's grid axes for ``config``: ``AXES`` (or ``SMALL_AXES``) with ``lr`` from ``lrs``."""
     base = SMALL_AXES if config.get("grid", "paper") == "small" else AXES
@@ -442,11 +448,17 @@ def _tune(cases: list[str], tune_seeds: list[int], config: Mapping[str, Any]) ->
     kept: dict = {}
 
     def evaluate(batch):
-        items = [(c, m, j, s, setting) for (c, m), setting in batch for j, s in enumerate(tune_seeds)]
-        out = runtime.pmap(run_one, items, shared=dict(config), desc="gs-poweropt tuning")
+        # a setting outside its method's domain (an extended sigma below a homotopy's sigma_min) is not run: NaN
+        ok = [(cm, setting) for cm, setting in batch if feasible(setting)]
+        items = [(c, m, j, s, setting) for (c, m), setting in ok for j, s in enumerate(tune_seeds)]
+        out = runtime.pmap(run_one, items, shared=dict(config), desc="gs-poweropt tuning") if items else []
         n = len(tune_seeds)
-        scores = []
-        for b, ((c, m), setting) in enumerate(batch):
+        scores, b = [], -1
+        for (c, m), setting in batch:
+            if not feasible(setting):
+                scores.append(float("nan"))
+                continue
+            b += 1
             rs = out[b * n:(b + 1) * n]
             kept[(c, m, tuple(sorted(setting.items())))] = rs
             scores.append(float(np.mean([r["sq_err_best" if c == TABLE2 else "best_gap"] for r in rs])))

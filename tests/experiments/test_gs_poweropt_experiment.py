@@ -46,3 +46,11 @@ def test_the_grid_reaches_the_regime_where_the_power_matters():
     for size in ("quick", "full"):
         assert E.SIZES[size]["case_seeds"].get("two-peak-2", E.SIZES[size]["seeds"]) >= 30
     assert "two-peak-5" in E.SIZES["full"]["cases"] and E.SIZES["full"]["table2_seeds"] == 100
+
+
+def test_a_sigma_extended_below_a_homotopys_sigma_min_is_not_run():
+    from rayml.experiments import gs_poweropt as gp
+
+    assert gp.feasible({"sigma": 0.125, "lr": 0.1, "sigma_min": 0.1})
+    assert not gp.feasible({"sigma": 0.0625, "lr": 0.1, "sigma_min": 0.1})  # the full run's crash (session 10)
+    assert gp.feasible({"sigma": 0.0625, "lr": 0.1, "power": 3.0})  # no sigma_min: any sigma
