@@ -148,7 +148,7 @@ class TokenIndex:
         them and forgets only their grammar-dependent bound cuts."""
         from rayml.decoding.json_schema import string_counters
 
-        keys = self.__dict__.setdefault("_pre_walk_keys", [])
+        keys = self._pre_walk_keys
         for counter in string_counters():
             if all(k != counter.walk_key for k in keys):
                 keys.append(counter.walk_key)
@@ -164,7 +164,7 @@ class TokenIndex:
         key (each grammar compile makes new ``Counter`` objects). The key is equal either way."""
         if "walk_key" in counter.__dict__:
             return
-        keys = getattr(self, "_pre_walk_keys", ())
+        keys = self._pre_walk_keys
         if not keys:  # none precomputed (no compiled core)
             return
         same = _native.core.same_bytes  # the bytes compared in place: no copies of the tables
@@ -843,9 +843,7 @@ class CompiledGrammar:
         ``(in_ids, in_key, all_words, close_n, close_ends, close_end_at, close_pre, n_max, levels,
         level_lo)`` (``levels``: the precomputed rooms of ``_CountBase.make_levels``, none: 0 rows),
         ``close_pre`` the preorder trie node of each closing quote's exit (-1: none)."""
-        counter = self.grammar.terminals[t].counter
-        self.index.share_walk_key(counter)
-        base = self._count_base(counter, i)
+        base = self._count_base(self.grammar.terminals[t].counter, i)  # its walk key was shared at compile
         pre = getattr(base, "close_pre", None)
         if pre is None:
             by_depth = self.index._native_pre
