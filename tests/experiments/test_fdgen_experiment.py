@@ -163,11 +163,12 @@ def test_structure_claims_are_per_case_and_gated_on_a_discriminating_case():
     assert {c.metric for c in paper} == {"metrics.structure.mmd.within_share",
                                         "metrics.structure.community.within_share"}
     assert all(len(c.gates) == 1 and c.controls for c in paper)
-    rec = {"metrics": {"structure": {s: {"discriminating_cases": 0, "within_share": float("nan"),
-                                         "control_within_share": float("nan")} for s in ("mmd", "community")}}}
+    rec = {"metrics": {"structure": {s: {"discriminating_cases": 0, "discriminating_cells": 0,
+                                         "within_share": float("nan"), "control_within_share": float("nan")}
+                                     for s in ("mmd", "community")}}}
     out = evaluate_claims(rec, claims)
     assert all(e["status"] == "incomplete" for e in out if e["kind"] == "paper")
-    rec["metrics"]["structure"]["mmd"] = {"discriminating_cases": 2, "within_share": 0.5, "control_within_share": 0.0}
+    rec["metrics"]["structure"]["mmd"] = {"discriminating_cells": 2, "within_share": 0.5, "control_within_share": 0.0}
     rec["metrics"]["structure"]["community"] = {"discriminating_cases": 1, "within_share": 1.0,
                                                 "control_within_share": 0.0}
     st = {e["metric"]: e["status"] for e in evaluate_claims(rec, claims) if e["kind"] == "paper"}
@@ -188,3 +189,58 @@ def test_bethe_hessian_statistic_tells_a_two_block_sbm_from_gnm():
     # invariant to the order and direction of the edge list; undefined on an empty graph
     assert exp.bethe_l2(g.edges[::-1, ::-1], 300) == __import__("pytest").approx(sbm_l2, abs=1e-9)
     assert np.isnan(exp.bethe_l2(np.zeros((2, 0), dtype=np.int64), 10))
+
+
+# ------------------------------------------------------------------------------------------
+# session 10 (outside review R5): the MMD claim decided per (case, statistic) cell, not on the mean
+
+
+def _stat_rows(per_case):
+    """Rows ``{case, seed, method, metric, value}`` from ``{case: {metric: {method: [values over seeds]}}}``."""
+    return [{"case": c, "seed": k, "method": m, "metric": metric, "value": v}
+            for c, ms in per_case.items() for metric, by in ms.items() for m, vs in by.items() for k, v in enumerate(vs)]
+
+
+def test_structure_claim_is_judged_in_every_case_statistic_cell_not_on_the_mean():
+    """R5's karate shape: degree and spectral close, clustering far; the mean of the three is within the
+    margin (and its cell holds), but the clustering cell is shown outside it, so the one MMD claim fails
+    and names the cell. A statistic where random graphs are within the margin too is left out."""
+    import numpy as np
+
+    from rayml.results import evaluate_claims
+
+    jit = np.array([0.0, 0.004, -0.003, 0.002, -0.001, 0.003, -0.002, 0.001])
+    plain = {"degree_mmd": 0.30 + jit, "clustering_mmd": 0.60 + jit, "spectral_mmd": 0.50 + jit}
+    fd = {"degree_mmd": 0.31 - jit, "clustering_mmd": 0.75 - jit, "spectral_mmd": 0.40 - jit}   # +0.01, +0.15, -0.1
+    ctl = {"degree_mmd": 0.70 + 2 * jit, "clustering_mmd": 0.62 - jit, "spectral_mmd": 0.90 + jit}  # clustering: noise
+    post = {k: v + 0.01 for k, v in plain.items()}
+    per = {k: {"plain": plain[k], "fdgen": fd[k], "fairgen-post": post[k], "random-graph": ctl[k]} for k in plain}
+    per["mmd_mean"] = {m: np.mean([per[k][m] for k in plain], axis=0) for m in per["degree_mmd"]}
+    per["community_gap"] = {"plain": 0.1 + jit, "fdgen": 0.11 + jit, "fairgen-post": 0.1 + jit,
+                            "random-graph": 0.5 + jit}
+    rows = _stat_rows({"karate": per})
+    metrics, table = exp.structure_summary(rows)
+    mean_cell = exp.structure_verdicts(rows, "mmd_mean")["per_case"]["karate"]
+    assert mean_cell["verdict"] == "holds"                                   # the mean alone passes
+    cell = {(r["statistic"], r["case"]): r for r in table}
+    assert cell[("degree_mmd", "karate")]["verdict"] == "holds"
+    assert cell[("spectral_mmd", "karate")]["verdict"] == "holds"
+    assert cell[("clustering_mmd", "karate")]["verdict"] == "not discriminating"  # random graphs within: left out
+    assert metrics["mmd"]["discriminating_cells"] == 2 and metrics["mmd"]["within_share"] == 1.0
+    # now clustering discriminates (random graphs far) and FDGen is shown outside the margin there
+    per["clustering_mmd"]["random-graph"] = 0.95 + jit
+    rows = _stat_rows({"karate": per})
+    metrics, table = exp.structure_summary(rows)
+    assert exp.structure_verdicts(rows, "mmd_mean")["per_case"]["karate"]["verdict"] == "holds"
+    assert metrics["mmd_mean"]["within_share"] == 1.0                         # kept for reference
+    assert metrics["mmd"]["discriminating_cells"] == 3 and metrics["mmd"]["cells"] == 3
+    assert metrics["mmd"]["within_share"] == 2 / 3 and metrics["mmd"]["failing"] == "karate clustering_mmd"
+    assert {r["claim"] for r in table} == {"mmd", "none", "community"}
+    st = {e["metric"]: e["status"] for e in evaluate_claims({"metrics": {"structure": metrics}},
+                                                           [c for c in exp.CLAIMS if "structure." in c.metric])
+          if e["kind"] == "paper"}
+    assert st == {"metrics.structure.mmd.within_share": "fails", "metrics.structure.community.within_share": "holds"}
+    # the gate counts (case, statistic) cells: one cell where random graphs are shown beyond the margin opens it
+    gate = [c for c in exp.CLAIMS if c.metric == "metrics.structure.mmd.discriminating_cells"]
+    assert len(gate) == 1 and gate[0].kind == "sanity"
+    assert [c for c in exp.CLAIMS if c.metric == "metrics.structure.mmd.within_share"][0].gates == (gate[0].text,)
