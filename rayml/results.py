@@ -52,6 +52,8 @@ __all__ = [
     "summarize_claims",
     "claims_fingerprint",
     "evaluate_claims",
+    "rejudge",
+    "CONTRACT",
     "lookup",
     "environment",
     "validate_record",
@@ -123,14 +125,17 @@ class Claim:
 
     ``holds`` is ``metric op compare + margin`` (for ``>``/``>=``) or ``metric op compare - margin``
     (for ``<``/``<=``), and, when ``test`` is given, the one-sided paired test over seeds in the
-    claim's direction must also give ``p_value < 0.05``.
+    claim's direction must also give ``p_value < 0.05``. The test carries the margin (contract v2.1,
+    session 11): it pairs ``a`` with ``b + margin`` (``b - margin`` for ``<``/``<=``), so "beats by more
+    than 5 points" is tested against the 5 points, not against 0, and a negative margin makes the
+    test a non-inferiority test; wins, losses and ties count against the same shifted rows.
 
     Args:
         text: the claim in words.
         metric: a dotted path into the record, e.g. ``"metrics.success_rate"``.
         compare: a dotted path (``"baselines.homotopy.success_rate"``) or a number.
         op: one of ``>``, ``>=``, ``<``, ``<=``.
-        margin: how far past ``compare`` the metric must be.
+        margin: how far past ``compare`` the metric must be (on the mean, and pair by pair in ``test``).
         test: ``None`` or one of ``TESTS``.
         table, value, a, b, pair_on: for a test, the rows of ``tables[table]`` matching filter
             ``a`` and filter ``b`` are paired on the ``pair_on`` columns and their ``value``
@@ -291,6 +296,7 @@ def _measure(record: Mapping, c: Claim, metric: str, a: Mapping[str, Any],
     if c.test is not None:
         rows = lookup(record, f"tables.{c.table}")
         xa, xb = _paired_values(rows, c, a, b)
+        xb = xb + c.margin if greater else xb - c.margin  # the margin is inside the test (v2.1)
         p = _one_sided_p(xa, xb, greater, c.test, c.tie) if xa.size else 1.0
         out["p_value"] = p
         out["holds"] = holds and p < ALPHA
@@ -384,6 +390,26 @@ def evaluate_claims(record: Mapping, claims: Sequence[Claim]) -> list[dict]:
             if failed:
                 e["gated_by"] = failed
                 e["status"] = "incomplete"
+    return out
+
+
+# The claim contract: "2.1" puts a claim's margin inside its paired test (session 11).
+CONTRACT = "2.1"
+
+
+def rejudge(record: Mapping, claims: Sequence[Claim], *, git: str | None = None) -> dict:
+    """``record`` with its verdicts evaluated again from its own numbers and tables under today's
+    contract (``CONTRACT``), without re-running anything. Only the same declarations may re-judge a
+    record: ``claims`` must have the record's claims fingerprint (else ``ValueError``). The record
+    keeps its provenance and gains ``env.judged = {"git": ..., "contract": CONTRACT}``."""
+    fp = claims_fingerprint(claims)
+    if fp != record.get("claims_fingerprint"):
+        raise ValueError(f"claims: fingerprint {fp} is not the record's {record.get('claims_fingerprint')!r}; "
+                         "changed declarations need a new run, not a re-judgement")
+    out = dict(record)
+    out["claims"] = evaluate_claims(record, claims)
+    out["summary"] = summarize_claims(out["claims"])
+    out["env"] = {**record["env"], "judged": {"git": git if git is not None else git_commit(), "contract": CONTRACT}}
     return out
 
 

@@ -108,7 +108,9 @@ def record_block(record: dict, variant: str | None = None) -> str:
         f"From `docs/records/{record_file(name, size, variant)}`, written by "
         f"`rayml {record['kind']} {name} {flag} --seed {seed}` "
         f"(commit `{env.get('git')}`, claims fingerprint `{record['claims_fingerprint']}`, {env['seconds']:.0f} s "
-        f"on {env['cpus']} CPUs, {env['tasks']} Ray tasks on {env['worker_pids']} worker processes).",
+        f"on {env['cpus']} CPUs, {env['tasks']} Ray tasks on {env['worker_pids']} worker processes)."
+        + (f" Verdicts re-judged from the record's own tables under claim contract {env['judged']['contract']} "
+           f"(`scripts/rejudge_records.py`, commit `{env['judged']['git']}`)." if env.get("judged") else ""),
         "",
         f"Paper claims held: **{p['held']} / {p['total']}** (not discriminating: {p['not_discriminating']}, "
         f"incomplete: {p['incomplete']}); sanity checks passed: {s['passed']} / {s['total']}.",

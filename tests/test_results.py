@@ -323,6 +323,31 @@ def test_special_files_are_refused_not_replaced(tmp_path):
         results.check_writable("/proc/rayml-out", is_dir=True)
 
 
+def test_the_paired_test_carries_the_margin():
+    # contract v2.1: "beats by more than 0.05" is tested against b + 0.05 pair by pair, not against 0.
+    # Seven gains of 0.02 and one of 0.5 pass the mean (0.0775 > 0.05) and a test against 0 (p = 0.004),
+    # but not the margin: only one pair beats it.
+    gains = [0.02] * 7 + [0.5]
+    rows = [{"method": m, "seed": s, "metric": "acc", "value": v}
+            for s, g in enumerate(gains) for m, v in (("ours", 0.5 + g), ("base", 0.5))]
+    rec = _record(tables={"runs": rows}, metrics={"acc": 0.5 + float(np.mean(gains))}, baselines={"base": {"acc": 0.5}})
+    paired = dict(test="wilcoxon signed-rank over seeds", table="runs", a={"method": "ours"}, b={"method": "base"})
+    beyond, plain = results.evaluate_claims(rec, [
+        Claim("beats by more than 0.05", "metrics.acc", "baselines.base.acc", ">", margin=0.05, **paired),
+        Claim("beats", "metrics.acc", "baselines.base.acc", ">", **paired)])
+    assert plain["holds"] is True
+    assert beyond["holds"] is False
+    assert beyond["p_value"] == pytest.approx(
+        stats.wilcoxon(np.array(gains) - 0.05, alternative="greater").pvalue)
+    # a negative margin is a non-inferiority test: 0.01 below on every pair is within 0.05
+    rows = [{"method": m, "seed": s, "metric": "acc", "value": v}
+            for s in range(8) for m, v in (("ours", 0.49 + 0.001 * s), ("base", 0.5 + 0.001 * s))]
+    rec = _record(tables={"runs": rows}, metrics={"acc": 0.4935}, baselines={"base": {"acc": 0.5035}})
+    (noninf,) = results.evaluate_claims(rec, [
+        Claim("on par within 0.05", "metrics.acc", "baselines.base.acc", ">=", margin=-0.05, **paired)])
+    assert noninf["holds"] is True and noninf["p_value"] < 0.01
+
+
 # --- tie tolerance and gates of paired claims (issue 35: rayml.evidence's scaffolding) ----------------
 
 
@@ -423,3 +448,19 @@ def test_outputs_of_a_record_read_without_its_tables_are_refused(tmp_path):
         results.write_outputs(records.load_record(path, tables=False), tmp_path / "out")
     assert not (tmp_path / "out").exists()
     assert len(results.tidy_rows(records.load_record(path))) == 900
+
+
+def test_rejudge_reevaluates_a_record_under_the_same_declarations_only():
+    rec = _record()
+    claim = Claim("gap lower by 0.3", "metrics.gap", "baselines.base.gap", "<", margin=0.3,
+                  test="wilcoxon signed-rank over seeds", table="runs", a={"method": "ours"}, b={"method": "base"})
+    rec["claims"] = [{"status": "stale"}]
+    rec["claims_fingerprint"] = results.claims_fingerprint([claim])
+    new = results.rejudge(rec, [claim], git="abc1234")
+    assert new["claims"] == results.evaluate_claims(rec, [claim])
+    assert new["env"]["judged"] == {"git": "abc1234", "contract": results.CONTRACT}
+    assert rec["claims"] == [{"status": "stale"}] and "judged" not in rec["env"]  # the input is not changed
+    results.validate_record(new)
+    other = Claim("gap lower", "metrics.gap", "baselines.base.gap", "<")
+    with pytest.raises(ValueError, match="claims: fingerprint"):
+        results.rejudge(rec, [other])
