@@ -271,3 +271,48 @@ def test_a_gate_margin_is_tested_pair_by_pair_not_only_on_the_mean():
     claim, g_maj, _ = _on_par(_record(full, full, maj, [0.0] * 12, two=[0.0] * 12))
     assert sum(full) / 12 - sum(maj) / 12 > 0.05
     assert not g_maj["holds"] and claim["status"] == "incomplete"
+
+
+def test_fixed_ratio_control_keeps_at_most_its_ratio_and_reaches_below_half():
+    """Session 11 (outside review R5): ratio 0.5 rounded odd contexts up (195 of 389 tokens, 0.501 > 0.5), and
+    the SmolLM2 grid {0.5, 1.0} could not show where SnapKV stops being on par; every size now sweeps 0.3 / 0.4
+    / 0.5 and a ratio keeps at most its share of the context."""
+    from rayml.experiments import emloc
+
+    assert emloc.fixed_keep(0.5, 389) == 194 and emloc.fixed_keep(0.5, 388) == 194
+    for n in range(1, 1200, 7):
+        for r in (0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0):
+            k = emloc.fixed_keep(r, n)
+            assert 1 <= k <= n and (k <= r * n + 1e-9 or k == 1) and k > r * n - 1
+    assert emloc.fixed_keep(1.0, 389) == 389
+    for bad in ((0.0, 10), (1.5, 10), (0.5, 0)):
+        with pytest.raises(ValueError):
+            emloc.fixed_keep(*bad)
+    for cfg in (emloc.SIZES["quick"], emloc._effective(dict(emloc.SIZES["quick"], model="smollm2-135m")),
+                emloc.SIZES["full"]):
+        assert {0.3, 0.4, 0.5, 1.0} <= set(cfg["fixed_ratios"])
+
+
+def test_power_estimates_carry_the_claims_margin():
+    """R5: the on-par test's differences are EMLoC + 0.05 - full (mean -0.023 -> +0.027 with the margin), not
+    EMLoC - full, which shows no effect in the claim's direction; a gate's are full - reference - 0.05."""
+    import numpy as np
+
+    from rayml import evidence
+    from rayml.experiments import emloc
+
+    rng = np.random.default_rng(3)
+    full = list(np.round(rng.uniform(0.3, 0.7, 16) * 24) / 24)
+    em = [f + d for f, d in zip(full, [-0.125, 0.125, 0.0, -0.25, 0.083, -0.042, 0.0, 0.167,
+                                       -0.167, 0.042, -0.083, 0.125, -0.042, 0.0, -0.125, 0.0])]
+    maj = [f - 0.1 for f in full]
+    rec = _record(full, em, maj, [f - 0.2 for f in full])
+    got = emloc.power_estimates(rec["tables"]["test"])
+    d = np.array(em) - np.array(full)
+    assert d.mean() < 0 and evidence.power_from_pilot(d, test="wilcoxon")["pairs_needed"] is None
+    want = evidence.power_from_pilot(d + emloc.PAR_MARGIN, test="wilcoxon")
+    assert got["on_par"]["pairs_needed"] == want["pairs_needed"] is not None
+    assert abs(got["on_par"]["mean_difference_with_margin"] - (d.mean() + 0.05)) < 1e-12
+    # every pair is 10 points above the majority rule: 5 past the gate's margin
+    assert abs(got["gate_majority"]["mean_difference_with_margin"] - 0.05) < 1e-9
+    assert got["gate_shuffled"]["mean_difference_with_margin"] > got["gate_majority"]["mean_difference_with_margin"]
