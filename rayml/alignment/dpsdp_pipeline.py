@@ -363,8 +363,63 @@ def _train_system(system, data, config, sft, beta, lr, seed):
                            single_agent=system == "single_agent", trainer=lora if rank else None)
 
 
+def matched_noise(trained, reference, seed: int, rank: int = 0) -> tuple:
+    """The null of the movement gate (session 11, the session-10 review R6): ``reference`` moved by random
+    Gaussian noise as large as ``trained``'s update, tensor by tensor, and untrained otherwise.
+
+    Full fine-tuning (``rank=0``): each parameter tensor gets an isotropic Gaussian direction scaled to
+    ``||theta_trained - theta_reference||`` of that tensor (tensors DPO left alone get none). LoRA
+    (``rank > 0``, ``trained`` a ``lora_view`` of ``reference``): each adapted projection gets a random
+    rank-``rank`` update ``scale * B A`` (Gaussian ``A`` and ``B``) with the Frobenius norm of the trained
+    adapter's ``scale * B A``. Returns ``(null_model, norms)``, ``norms`` the matched norm per tensor.
+    Deterministic in ``seed``; ``trained is reference`` (a role left untrained) gives ``reference``."""
+    import copy
+
+    import torch
+
+    from rayml.alignment.dpo import LoRALinear
+
+    if trained is reference:
+        return reference, {}
+    gen = torch.Generator().manual_seed(int(seed))
+    norms: dict = {}
+    with torch.no_grad():
+        if rank:
+            src = {n: m for n, m in trained.named_modules() if isinstance(m, LoRALinear)}
+            out = lora_view(reference, int(rank), int(seed))
+            for n, m in out.named_modules():
+                if not isinstance(m, LoRALinear):
+                    continue
+                t = src[n]
+                d = float(torch.linalg.norm(t.scale * (t.lora_B @ t.lora_A)))
+                a = torch.randn(m.lora_A.shape, generator=gen, dtype=m.lora_A.dtype)
+                b = torch.randn(m.lora_B.shape, generator=gen, dtype=m.lora_B.dtype)
+                e = float(torch.linalg.norm(m.scale * (b @ a)))
+                m.lora_A.copy_(a)
+                m.lora_B.copy_(b * (d / e if e > 0 else 0.0))
+                norms[n] = d
+            return out.eval(), norms
+        ref = dict(reference.named_parameters())
+        tr = dict(trained.named_parameters())
+        out = copy.deepcopy(reference)
+        for n, p in out.named_parameters():
+            d = float(torch.linalg.norm(tr[n].detach().float() - ref[n].detach().float()))
+            norms[n] = d
+            if d > 0:
+                z = torch.randn(p.shape, generator=gen, dtype=torch.float32)
+                p.add_((z * (d / float(torch.linalg.norm(z)))).to(p.dtype))
+    return out.eval(), norms
+
+
+NULL_SEED_OFFSET = 7919  # the noise null's seed: the system's DPO seed plus this (critic: plus one more)
+
+
 def system_task(item: tuple, shared: Mapping[str, Any]) -> dict:
-    """Train one system (or take the reference one) on a replicate's pairs and refine its questions greedily."""
+    """Train one system (or take the reference one) on a replicate's pairs and refine its questions greedily.
+
+    A trained system on a test replicate also brings its null (``out["null"]``, session 11): the
+    reference moved by noise matched to the system's update per tensor (``matched_noise``; actor and
+    critic each their own), refined on the same in-distribution questions, with the update's norms."""
     from rayml.alignment import dpsdp as dp
 
     phase, system, beta, lr, seed = item
@@ -381,6 +436,16 @@ def system_task(item: tuple, shared: Mapping[str, Any]) -> dict:
         ro = dp.refine(actor, critic, tok, [fmt.question(it) for it in items], turns=int(config["turns"]), fmt=fmt)
         # the answers themselves: the experiment compares them with the reference's (does DPO move the policy?)
         out[split] = {**dp.refine_metrics(ro, items, fmt), "answers": ro.answers}
+    if system != "sft" and phase != "tune":
+        ref, rank = _reference(config, shared["sft"]), int(config["lora_rank"])
+        s0 = int(seed) + NULL_SEED_OFFSET
+        na, norms_a = matched_noise(actor, ref, s0, rank)
+        nc, norms_c = (na, norms_a) if critic is actor else matched_noise(critic, ref, s0 + 1, rank)
+        items = shared["eval"][phase]["id"]
+        ro = dp.refine(na, nc, tok, [fmt.question(it) for it in items], turns=int(config["turns"]), fmt=fmt)
+        out["null"] = {"id": {**dp.refine_metrics(ro, items, fmt), "answers": ro.answers},
+                       "update_norm": {"actor": float(np.sqrt(sum(v * v for v in norms_a.values()))),
+                                       "critic": float(np.sqrt(sum(v * v for v in norms_c.values())))}}
     return out
 
 

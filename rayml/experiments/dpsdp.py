@@ -46,7 +46,12 @@ Claims: a sanity claim (the reference loop keeps its answers: SFT turn-2 accurac
 minus 2 points, the review's gate) gates the paper claims (``rayml.evidence.gate``), and so does a
 second (session 8, worded as a difference in session 10): the tuned system differs from the reference on
 at least ``MOVE_MIN`` = 5% of the in-distribution majority-vote verdicts, in either direction (the
-paper's headline gain; ``changed_vs_reference``, which also records the helped and hurt shares; the ablations also need the single agent moved); the single
+paper's headline gain; ``changed_vs_reference``, which also records the helped and hurt shares; the ablations
+also need the single agent moved),
+and a third (session 11, the session-10 review R6: weight noise alone passed the 5% gate): the tuned system differs
+from the reference on more verdicts than its null, the reference moved by Gaussian noise as large as the system's
+DPO update tensor by tensor (``dpsdp_pipeline.matched_noise``, no training, refined on the same questions beside
+the system in its task), paired over the replicates (one-sided Wilcoxon); the single
 agent is the paper's ablation, a comparison claim of its own, once at each system's tuned setting
 and once at equal settings; the untrained reference (SFT) is a control of both (a do-nothing system
 that beats the single agent as well makes the claim "not discriminating").
@@ -191,10 +196,27 @@ def changed_vs_reference(out: list) -> list:
     return rows
 
 
+NULL = "_null"  # the suffix of a system's noise null in the rows and baselines
+
+
+def null_rows(out: list) -> list:
+    """The noise nulls that ``system_task`` ran beside each trained system on a test replicate, as rows
+    of their own (system ``<system>_null``, in-distribution split only), for ``changed_vs_reference``."""
+    return [{"phase": r["phase"], "system": r["system"] + NULL, "id": r["null"]["id"],
+             "update_norm": r["null"]["update_norm"]} for r in out if "null" in r]
+
+
 def _summarize(config, out, choices, pairs, info, sft_tune_score=None) -> Outcome:
     n_seeds = int(config["seeds"])
     seed_rows, turn_rows = [], []
-    out = changed_vs_reference(out)
+    out = changed_vs_reference(out + null_rows(out))
+    nulls = [r for r in out if r["system"].endswith(NULL)]
+    out = [r for r in out if not r["system"].endswith(NULL)]
+    for r in nulls:  # in distribution only: the gate's null (and its accuracy, for the page)
+        for metric, key in (("maj", "maj_turnT"), ("maj_flipped", "maj_flipped"), ("maj_helped", "maj_helped"),
+                            ("maj_hurt", "maj_hurt")):
+            seed_rows.append({"system": r["system"], "split": "id", "seed": r["phase"], "metric": metric,
+                              "value": float(r["id"][key])})
     for r in out:
         for split in ("id", "ood"):
             m = r[split]
@@ -244,6 +266,16 @@ def _summarize(config, out, choices, pairs, info, sft_tune_score=None) -> Outcom
                                   "lr": best["single_agent"][1]},
                  "single_agent_eq": {**block("single_agent_eq"), "beta": best["dpsdp"][0], "lr": best["dpsdp"][1],
                                      "same_run_as_tuned": bool(eq_same)}}
+    for system in SYSTEMS[1:] + ("single_agent_eq",):  # the noise nulls of the movement gates (session 11)
+        rs = [r for r in nulls if r["system"] == system + NULL]
+        baselines[system + NULL] = {
+            "id": {k: float(np.mean([r["id"][k] for r in rs])) if rs else float("nan")
+                   for k in ("pass1_turn1", "maj_turnT", "maj_flipped", "maj_helped", "maj_hurt", "maj_changed",
+                             "answers_changed")},
+            "update_norm": {role: float(np.mean([r["update_norm"][role] for r in rs])) if rs else float("nan")
+                            for role in ("actor", "critic")},
+            "null": "the reference (SFT) with Gaussian noise of the same norm as this system's DPO update, tensor "
+                    "by tensor (rayml.alignment.dpsdp_pipeline.matched_noise), no training; the same test questions"}
     steps = sorted({r["steps"] for r in out if r["system"] != "sft"})
     budget = {"dpo_steps_total": int(config["dpo_steps"]), "pairs_per_step": int(config["batch_size"]),
               "steps_used": steps, "trainable": "full" if not config["lora_rank"] else f"lora{config['lora_rank']}",
@@ -331,6 +363,30 @@ def _moves(system: str, where: str) -> Claim:
 GATE_MOVES = _moves("DPSDP (actor and critic)", "metrics")
 GATE_MOVES_SINGLE = _moves("the single agent", "baselines.single_agent")
 GATE_MOVES_SINGLE_EQ = _moves("the single agent at DPSDP's (beta, lr)", "baselines.single_agent_eq")
+
+
+# session 11 (the session-10 review R6): Gaussian noise at 5% of each tensor's std on the SFT weights, no training,
+# changed 7.2% of the quick verdicts (helped = hurt), so ">= 5%" alone is passed by a random perturbation. The gate
+# is calibrated against a null measured in the same run: the reference moved by noise as large as the system's own
+# DPO update, tensor by tensor (``dpsdp_pipeline.matched_noise``), refined on the same questions of the same
+# replicate. The system must differ from the reference on more verdicts than its null does, paired over the
+# replicates (one-sided Wilcoxon, ties dropped): DPO must move the verdicts in a way an update of its size in a
+# random direction does not. Still direction-free (the R3 reading: harm fails the comparison claims instead).
+def _beats_null(system: str, where: str, name: str) -> Claim:
+    return Claim(text=f"{system} at its tuned setting differs from the reference (SFT) system on more in-distribution "
+                      f"majority-vote verdicts than its null does: the reference moved by Gaussian noise of the same "
+                      f"norm as its DPO update, tensor by tensor, no training, on the same questions "
+                      f"(paired over the replicates; a system that moves the verdicts no more than a random update of "
+                      f"its size shows nothing DPO did)",
+                 metric=f"{where}.id.maj_flipped", compare=f"baselines.{name}{NULL}.id.maj_flipped", op=">", **_TEST,
+                 a={"system": name, "split": "id", "metric": "maj_flipped"},
+                 b={"system": name + NULL, "split": "id", "metric": "maj_flipped"}, kind="sanity")
+
+
+GATE_NULL = _beats_null("DPSDP (actor and critic)", "metrics", "dpsdp")
+GATE_NULL_SINGLE = _beats_null("the single agent", "baselines.single_agent", "single_agent")
+GATE_NULL_SINGLE_EQ = _beats_null("the single agent at DPSDP's (beta, lr)", "baselines.single_agent_eq",
+                                  "single_agent_eq")
 _CLAIMS_ID_GATED = evidence.gate(
     GATE,
     Claim(text="after DPSDP, majority vote over the turns is more often correct than the first turn (in distribution; "
@@ -353,20 +409,29 @@ _CLAIMS_ID_GATED = evidence.gate(
     _ablation("single_agent", "each system at its own tuned (beta, lr)"),
     _ablation("single_agent_eq", "the single agent at DPSDP's tuned (beta, lr)"),
 )
-_EXTRA_GATES = {"metrics.ood.maj_turnT": GATE_OOD, "baselines.single_agent.id.maj_turnT": GATE_MOVES_SINGLE,
-                "baselines.single_agent_eq.id.maj_turnT": GATE_MOVES_SINGLE_EQ}
+_EXTRA_GATES = {"metrics.ood.maj_turnT": (GATE_OOD,),
+                "baselines.single_agent.id.maj_turnT": (GATE_MOVES_SINGLE, GATE_NULL_SINGLE),
+                "baselines.single_agent_eq.id.maj_turnT": (GATE_MOVES_SINGLE_EQ, GATE_NULL_SINGLE_EQ)}
 
 
 def _gated(c: Claim) -> tuple:
-    """A paper claim behind GATE (already), GATE_MOVES, and the gate of its own comparison (if any)."""
+    """A paper claim behind GATE (already), GATE_MOVES and GATE_NULL, and the gates of its own comparison (if
+    any), each gate listed once, before the first claim it gates."""
     if c.kind != "paper":
         return (c,)
-    c = evidence.gate(GATE_MOVES, c)[1]
-    extra = _EXTRA_GATES.get(c.metric) or _EXTRA_GATES.get(str(c.compare))
-    return evidence.gate(extra, c) if extra is not None else (c,)
+    c = evidence.gate(GATE_NULL, evidence.gate(GATE_MOVES, c)[1])[1]
+    extra = _EXTRA_GATES.get(c.metric) or _EXTRA_GATES.get(str(c.compare)) or ()
+    for g in extra:
+        c = evidence.gate(g, c)[1]
+    return (*extra, c)
 
 
-CLAIMS = (GATE, GATE_MOVES, *(c2 for c in _CLAIMS_ID_GATED[1:] for c2 in _gated(c)))
+def _dedup(claims) -> tuple:
+    seen: set = set()
+    return tuple(c for c in claims if not (c.text in seen or seen.add(c.text)))
+
+
+CLAIMS = _dedup((GATE, GATE_MOVES, GATE_NULL, *(c2 for c in _CLAIMS_ID_GATED[1:] for c2 in _gated(c))))
 
 
 def plots(record: Mapping) -> dict:

@@ -61,8 +61,9 @@ def test_the_paper_claims_are_gated_on_the_reference_loop_keeping_its_answers():
 
     gate, *rest = E.CLAIMS
     paper = [c for c in rest if c.kind == "paper"]
-    assert [c for c in rest if c.kind == "sanity"] == [E.GATE_MOVES, E.GATE_OOD, E.GATE_MOVES_SINGLE,
-                                                        E.GATE_MOVES_SINGLE_EQ] and len(paper) == 5
+    assert [c for c in rest if c.kind == "sanity"] == [E.GATE_MOVES, E.GATE_NULL, E.GATE_OOD, E.GATE_MOVES_SINGLE,
+                                                        E.GATE_NULL_SINGLE, E.GATE_MOVES_SINGLE_EQ,
+                                                        E.GATE_NULL_SINGLE_EQ] and len(paper) == 5
     assert gate.kind == "sanity" and "turn-2" in gate.text and gate.compare == -0.02
     assert all(c.gates[0] == gate.text for c in paper)  # the out-of-distribution claim has GATE_OOD too
     # the single agent is the paper's ablation: a comparison claim, never a control
@@ -72,13 +73,9 @@ def test_the_paper_claims_are_gated_on_the_reference_loop_keeping_its_answers():
                                               "baselines.single_agent_eq.id.maj_turnT"]
     assert all([ctl.name for ctl in c.controls] == ["sft"] for c in ablations)
     # a reference loop that loses 3 points at turn 2 makes every paper claim incomplete
-    rows = [{"system": s, "split": sp, "seed": k, "metric": m, "value": v} for k in range(5)
-            for s in ("dpsdp", "sft", "single_agent", "single_agent_eq", "none") for sp in ("id", "ood")
-            for m, v in (("maj", 0.5 + 0.1 * (s == "dpsdp")), ("maj_gain", 0.1 * (s == "dpsdp")))]
-    blk = {"id": {"maj_turnT": 0.5, "turn2_minus_turn1": -0.03, "maj_flipped": 0.2},
-           "ood": {"maj_turnT": 0.5, "turn2_minus_turn1": 0.0}, "maj_gain_id": 0.0}
-    record = {"metrics": {"id": {"maj_turnT": 0.6, "maj_flipped": 0.2}, "ood": {"maj_turnT": 0.6}, "maj_gain_id": 0.1},
-              "baselines": {"sft": blk, "single_agent": blk, "single_agent_eq": blk}, "tables": {"seeds": rows}}
+    record = _moved_record()
+    blk = record["baselines"]["sft"]
+    blk["id"]["turn2_minus_turn1"] = -0.03
     out = evaluate_claims(record, E.CLAIMS)
     assert out[0]["holds"] is False
     assert [c["status"] for c in out if c["kind"] == "paper"] == ["incomplete"] * 5
@@ -93,10 +90,13 @@ def test_an_untrained_reference_that_beats_the_single_agent_too_makes_the_ablati
     val = {"dpsdp": 0.64, "sft": 0.65, "single_agent": 0.61, "single_agent_eq": 0.61}
     rows = [{"system": s, "split": "id", "seed": k, "metric": "maj", "value": v + 0.001 * k}
             for k in range(8) for s, v in val.items()]
+    rows += _null_rows(8, moved=0.1)
     blk = {s: {"id": {"maj_turnT": v, "turn2_minus_turn1": 0.0, "maj_flipped": 0.1}} for s, v in val.items()}
+    blk.update({s + E.NULL: {"id": {"maj_flipped": 0.02}} for s in MOVED})
     record = {"metrics": {"id": {"maj_turnT": 0.64, "maj_flipped": 0.1}}, "baselines": blk, "tables": {"seeds": rows}}
-    ablations = [c for c in E.CLAIMS if str(c.compare).startswith("baselines.single_agent")]
-    gates = [E.GATE, E.GATE_MOVES, E.GATE_MOVES_SINGLE, E.GATE_MOVES_SINGLE_EQ]
+    ablations = [c for c in E.CLAIMS if c.kind == "paper" and str(c.compare).startswith("baselines.single_agent")]
+    gates = [E.GATE, E.GATE_MOVES, E.GATE_NULL, E.GATE_MOVES_SINGLE, E.GATE_NULL_SINGLE, E.GATE_MOVES_SINGLE_EQ,
+             E.GATE_NULL_SINGLE_EQ]
     out = evaluate_claims(record, [*gates, *ablations])
     assert [c["status"] for c in out[len(gates):]] == ["not discriminating"] * 2
     for r in rows:  # a reference below the single agent: the same comparison now discriminates
@@ -202,9 +202,22 @@ def test_the_out_of_distribution_claim_is_gated_on_the_reference_keeping_its_ans
         rec["baselines"]["sft"]["id"]["turn2_minus_turn1"] = 0.0
         for blk in (rec["metrics"], rec["baselines"]["single_agent"], rec["baselines"]["single_agent_eq"]):
             blk["id"]["maj_flipped"] = 0.2  # the session-8 gate (DPO moves the systems) passes
+        rows = [r for r in rec["tables"]["seeds"] if not (r["metric"] == "maj_flipped" and r["split"] == "id")]
+        rec["tables"]["seeds"] = rows + _null_rows(5, moved=0.2)  # and the session-11 one (more than the null)
+        rec["baselines"].update({s + E.NULL: {"id": {"maj_flipped": 0.02}} for s in MOVED})
         by_metric = {c["metric"]: c for c in results.evaluate_claims(rec, exp.CLAIMS) if c["kind"] == "paper"}
         assert (by_metric["metrics.ood.maj_turnT"]["status"] == "incomplete") is incomplete
         assert by_metric["metrics.id.maj_turnT"]["status"] != "incomplete"
+
+
+MOVED = ("dpsdp", "single_agent", "single_agent_eq")  # the trained systems, each with its noise null
+
+
+def _null_rows(n, moved, null=(0.02, 0.0, 0.04, 0.02, 0.0, 0.02, 0.04, 0.0), systems=MOVED):
+    """Per-seed maj_flipped rows: each trained system ``moved`` (a number or one per seed), its null ``null``."""
+    moved = [moved] * n if isinstance(moved, (int, float)) else list(moved)
+    return [{"system": s + suffix, "split": "id", "seed": k, "metric": "maj_flipped", "value": float(v)}
+            for s in systems for k in range(n) for suffix, v in (("", moved[k]), (E.NULL, null[k]))]
 
 
 def _moved_record():
@@ -212,12 +225,101 @@ def _moved_record():
     rows = [{"system": s, "split": sp, "seed": k, "metric": m, "value": v} for k in range(5)
             for s in ("dpsdp", "sft", "single_agent", "single_agent_eq", "none") for sp in ("id", "ood")
             for m, v in (("maj", 0.5 + 0.1 * (s == "dpsdp")), ("maj_gain", 0.1 * (s == "dpsdp")))]
+    rows += _null_rows(5, moved=0.2)
     blk = {"id": {"maj_turnT": 0.5, "turn2_minus_turn1": 0.0, "maj_flipped": 0.2},
            "ood": {"maj_turnT": 0.5, "turn2_minus_turn1": 0.0}, "maj_gain_id": 0.0}
     import copy
     return {"metrics": {"id": {"maj_turnT": 0.6, "maj_flipped": 0.2}, "ood": {"maj_turnT": 0.6}, "maj_gain_id": 0.1},
-            "baselines": {s: copy.deepcopy(blk) for s in ("sft", "single_agent", "single_agent_eq")},
+            "baselines": {**{s: copy.deepcopy(blk) for s in ("sft", "single_agent", "single_agent_eq")},
+                          **{s + E.NULL: {"id": {"maj_flipped": 0.016}} for s in MOVED}},
             "tables": {"seeds": rows}}
+
+
+def _set_flips(rec, system, moved, null):
+    """``system``'s per-seed maj_flipped and its null's in ``rec`` (means in the blocks too)."""
+    import numpy as np
+
+    rows = rec["tables"]["seeds"]
+    rows[:] = [r for r in rows if not (r["metric"] == "maj_flipped" and r["system"] in (system, system + E.NULL))]
+    rows += _null_rows(len(moved), moved, null, systems=(system,))
+    blk = rec["metrics"] if system == "dpsdp" else rec["baselines"][system]
+    blk["id"]["maj_flipped"] = float(np.mean(moved))
+    rec["baselines"][system + E.NULL]["id"]["maj_flipped"] = float(np.mean(null))
+
+
+def test_a_system_that_moves_the_verdicts_no_more_than_its_noise_null_makes_the_paper_claims_incomplete():
+    """Session 10, review R6: Gaussian noise on the SFT weights (5% of each tensor's std) changed 7.2% of the quick
+    verdicts, so the ">= 5% of verdicts" gate alone was passed by a random perturbation. On today's main's quick
+    numbers (DPSDP's per-seed share of changed verdicts 0.04, 0.14, 0.08, 0.10, 0.12: mean 0.096, the 5% gate
+    holds) the null-calibrated gate fails when the null changes as many verdicts, and when it changes R6's
+    noise numbers (0.08, 0.02, 0.06, 0.10, 0.10); it holds only when DPSDP beats its null on every replicate."""
+    from rayml.results import evaluate_claims
+
+    main = [0.04, 0.14, 0.08, 0.10, 0.12]  # docs/records/dpsdp.json at 6c1124f, dpsdp's id maj_flipped per seed
+
+    def run(null):
+        rec = _moved_record()
+        _set_flips(rec, "dpsdp", main, null)
+        out = evaluate_claims(rec, E.CLAIMS)
+        by_text = {c["text"]: c for c in out}
+        return by_text[E.GATE_MOVES.text]["holds"], by_text[E.GATE_NULL.text], [
+            c["status"] for c in out if c["kind"] == "paper"]
+
+    for null in (main, [0.08, 0.02, 0.06, 0.10, 0.10]):  # the null equals DPSDP; R6's weight-noise null
+        moves, gate, paper = run(null)
+        assert moves is True  # the old gate passes on these numbers
+        assert gate["holds"] is False and paper == ["incomplete"] * 5
+    moves, gate, paper = run([0.0, 0.02, 0.0, 0.04, 0.02])  # a null below DPSDP on every replicate
+    assert gate["holds"] is True and gate["pairs"]["wins"] == 5 and paper == ["holds"] * 5
+    # the ablations also need the single agent to beat its own null
+    rec = _moved_record()
+    _set_flips(rec, "single_agent", [0.2] * 5, [0.2] * 5)
+    assert [c["status"] for c in evaluate_claims(rec, E.CLAIMS) if c["kind"] == "paper"] == \
+        ["holds"] * 3 + ["incomplete", "holds"]
+
+
+def test_the_noise_null_matches_the_update_norm_tensor_by_tensor():
+    import copy
+
+    from rayml.alignment import dpsdp_pipeline as D
+
+    cfg = ModelConfig(vocab_size=20, d_model=16, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=32, max_seq_len=32)
+    ref = TransformerLM(cfg)
+    ref.reset_parameters(torch.Generator().manual_seed(0))
+    ref.eval()
+    trained = copy.deepcopy(ref)
+    with torch.no_grad():  # an "update" of two tensors only
+        trained.layers[0].mlp.up_proj.weight.add_(0.3)
+        trained.layers[1].self_attn.q_proj.weight.mul_(1.5)
+    null, norms = D.matched_noise(trained, ref, seed=5)
+    r, t, n = (dict(m.named_parameters()) for m in (ref, trained, null))
+    moved = 0
+    for k in r:
+        d_t, d_n = float(torch.linalg.norm(t[k] - r[k])), float(torch.linalg.norm(n[k] - r[k]))
+        assert d_n == pytest.approx(d_t, rel=1e-5, abs=1e-7) and norms[k] == pytest.approx(d_t, rel=1e-6)
+        if d_t > 0:
+            moved += 1  # a random direction, not the update's
+            cos = float(torch.sum((t[k] - r[k]) * (n[k] - r[k]))) / (d_t * d_n)
+            assert abs(cos) < 0.5
+    assert moved == 2
+    again, _ = D.matched_noise(trained, ref, seed=5)  # deterministic in the seed, another seed another direction
+    assert all(torch.equal(a, b) for a, b in zip(again.parameters(), null.parameters()))
+    other, _ = D.matched_noise(trained, ref, seed=6)
+    assert not torch.equal(dict(other.named_parameters())["layers.0.mlp.up_proj.weight"],
+                           n["layers.0.mlp.up_proj.weight"])
+    assert D.matched_noise(ref, ref, seed=5)[0] is ref  # an untrained role stays the reference
+    # LoRA: a random rank-r update with the trained adapter's norm, on the shared frozen weights
+    lt = E.lora_view(ref, 2, 3)
+    with torch.no_grad():
+        lt.layers[0].self_attn.q_proj.lora_B.add_(0.5)
+    ln, lnorms = D.matched_noise(lt, ref, seed=1, rank=2)
+    for name, m in ln.named_modules():
+        if isinstance(m, dpo.LoRALinear):
+            src = dict(lt.named_modules())[name]
+            want = float(torch.linalg.norm(src.scale * src.lora_B @ src.lora_A))
+            assert float(torch.linalg.norm(m.scale * m.lora_B @ m.lora_A)) == pytest.approx(want, rel=1e-5, abs=1e-7)
+            assert m.base.weight is dict(ref.named_modules())[name].weight
+    assert sum(v > 0 for v in lnorms.values()) == 1
 
 
 def test_a_dpo_that_does_not_move_the_policy_makes_the_paper_claims_incomplete():
