@@ -316,3 +316,23 @@ def test_power_estimates_carry_the_claims_margin():
     # every pair is 10 points above the majority rule: 5 past the gate's margin
     assert abs(got["gate_majority"]["mean_difference_with_margin"] - 0.05) < 1e-9
     assert got["gate_shuffled"]["mean_difference_with_margin"] > got["gate_majority"]["mean_difference_with_margin"]
+
+
+def test_on_par_controls_pair_on_accuracy_rows_not_on_the_last_metric():
+    """Session 11: a control's filter replaces the claim's ``a``; without ``metric`` random tokens and StreamingLLM
+    (which have kl / top1 / kept_fraction / query_flops rows in ``test``) were paired on query FLOPs and passed."""
+    from rayml.experiments import emloc
+
+    full = [0.9, 0.8, 1.0, 0.9, 0.85, 0.95, 0.9, 0.8]
+    rec = _record(full, list(full), [0.35] * 8, [0.4] * 8, random=[0.3] * 8, streaming=[0.2] * 8)
+    rec["tables"]["test"] += [dict(task="iris", n_demos=16, item=i, method=m, metric=k, value=v)
+                              for m in ("full", "emloc", "random", "streaming") for i in range(8)
+                              for k, v in (("kl", 0.1), ("query_flops", 1e7 if m != "full" else 2e7))]
+    claim, _, _ = _on_par(rec)
+    ctl = {c["name"]: c for c in claim["controls"]}
+    assert claim["status"] == "holds"
+    for name in ("random tokens at EMLoC's budget", "streaming"):
+        assert not ctl[name]["holds"] and ctl[name]["p_value"] > 0.5
+    for c in emloc.CLAIMS:
+        for k in c.controls:
+            assert c.test is None or k.a is None or "metric" in k.a
