@@ -451,7 +451,8 @@ def claim_power(tables: Mapping[str, Sequence[Mapping]], claims: Sequence[Claim]
     For each claim of ``claims`` whose ``kind`` is in ``kinds`` and that has a paired ``test``, the
     rows of ``tables[claim.table]`` matching ``claim.a`` and ``claim.b`` are paired on
     ``claim.pair_on`` exactly as ``rayml.results.evaluate_claims`` pairs them, the differences are
-    oriented so that a positive one favours the claim (``a - b`` for ``>``/``>=``, ``b - a`` for
+    oriented so that a positive one favours the claim and measured past the claim's margin, as the
+    claim's test is (contract 2.1: ``a - (b + margin)`` for ``>``/``>=``, ``(b - margin) - a`` for
     ``<``/``<=``), and ``power_from_pilot`` estimates the pairs the claim's own test (the sign test for
     a ``paired sign`` test, else Wilcoxon) needs, with the claim's tie tolerance. Returns
     ``{claim text: estimate}`` with ``pilot_mean_difference`` added; ``None`` for a claim with fewer
@@ -464,7 +465,8 @@ def claim_power(tables: Mapping[str, Sequence[Mapping]], claims: Sequence[Claim]
         if c.kind not in kinds or c.test is None:
             continue
         xa, xb = _paired_values(tables.get(c.table, ()), c, c.a, c.b)
-        d = (xa - xb) if c.op in (">", ">=") else (xb - xa)
+        # the margin is inside the test (contract 2.1): a positive difference clears it
+        d = (xa - (xb + c.margin)) if c.op in (">", ">=") else ((xb - c.margin) - xa)
         d = d[np.isfinite(d)]
         if d.size < 2:
             out[c.text] = None

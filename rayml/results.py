@@ -222,10 +222,18 @@ def lookup(record: Mapping, path: str) -> Any:
 def _paired_values(rows: Sequence[Mapping], claim: Claim, a: Mapping[str, Any],
                    b: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     def select(flt):
+        # One value per pair key: a filter that matches several different values under one key would pair
+        # an arbitrary one of them (a control whose filter lacks the metric column, say), so it is refused;
+        # repeated identical rows are one value.
         out = {}
         for r in rows:
             if all(r.get(k) == v for k, v in flt.items()):
-                out[tuple(r.get(k) for k in claim.pair_on)] = float(r[claim.value])
+                key, value = tuple(r.get(k) for k in claim.pair_on), float(r[claim.value])
+                if key in out and not (out[key] == value or (math.isnan(out[key]) and math.isnan(value))):
+                    raise ValueError(f"claim {claim.text[:80]!r}: rows matching {dict(flt)} in table "
+                                     f"{claim.table!r} hold several values for {dict(zip(claim.pair_on, key))} "
+                                     f"({out[key]} and {value}); add the column that tells them apart to the filter")
+                out[key] = value
         return out
 
     xa, xb = select(a), select(b)

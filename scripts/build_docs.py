@@ -73,6 +73,30 @@ def variant_records(name: str, size: str = "quick") -> list[tuple[str, dict]]:
     return out
 
 
+_FINGERPRINTS: dict = {}
+
+
+def current_fingerprint(name: str, kind: str = "run") -> str | None:
+    """The claims fingerprint of ``name``'s experiment as the code declares it today (``None`` where the
+    method has no experiment to load): a record with another fingerprint quotes older declarations."""
+    key = (name, kind)
+    if key not in _FINGERPRINTS:
+        from rayml import registry, results
+
+        try:
+            exp = registry.get(name).load_experiment()
+            _FINGERPRINTS[key] = results.claims_fingerprint(exp.claims if kind == "run" else exp.bench_claims)
+        except Exception:  # noqa: BLE001 - a planned method or missing extra: nothing to compare with
+            _FINGERPRINTS[key] = None
+    return _FINGERPRINTS[key]
+
+
+def is_stale(record: dict) -> bool:
+    """Whether ``record``'s claim declarations are no longer the code's (see ``current_fingerprint``)."""
+    fp = current_fingerprint(record["name"], record["kind"])
+    return fp is not None and fp != record["claims_fingerprint"]
+
+
 def _cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -115,6 +139,12 @@ def record_block(record: dict, variant: str | None = None) -> str:
         f"Paper claims held: **{p['held']} / {p['total']}** (not discriminating: {p['not_discriminating']}, "
         f"incomplete: {p['incomplete']}); sanity checks passed: {s['passed']} / {s['total']}.",
         "",
+    ]
+    if is_stale(record):
+        lines += [f"**Stale:** the claims have changed since this run (today's claims fingerprint "
+                  f"`{current_fingerprint(name, record['kind'])}`): these verdicts are those of older "
+                  f"declarations, and the command above re-runs it.", ""]
+    lines += [
         "| kind | status | claim | source | measured | controls |",
         "|---|---|---|---|---|---|",
     ]
@@ -162,9 +192,9 @@ def not_yet_run_block(name: str) -> str:
 
 
 def held(record: dict | None) -> str:
-    """``held / total`` paper claims of a record."""
+    """``held / total`` paper claims of a record, marked ``(stale)`` when its claims have changed since."""
     p = record["summary"]["paper"]
-    return f"{p['held']} / {p['total']}"
+    return f"{p['held']} / {p['total']}" + (" (stale)" if is_stale(record) else "")
 
 
 def _held_cell(name: str, size: str, link: str | None) -> str:

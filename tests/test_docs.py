@@ -87,6 +87,18 @@ def test_a_record_block_quotes_every_claim_and_its_controls():
     assert "`rayml run x --size full --set model=m --seed 0`" in full and "12 s" in full
 
 
+def test_a_record_whose_claims_changed_since_is_marked_stale():
+    docs = _build_docs()
+    today = docs.current_fingerprint("kl-bandit")
+    assert today is not None
+    record = json.loads((ROOT / "docs" / "records" / "kl-bandit.json").read_text())
+    assert not docs.is_stale(record) and "**Stale:**" not in docs.record_block(record)
+    old = {**record, "claims_fingerprint": "0000000000000000"}
+    assert docs.is_stale(old) and docs.held(old).endswith("(stale)")
+    assert f"**Stale:** the claims have changed since this run (today's claims fingerprint `{today}`)" \
+        in docs.record_block(old)
+
+
 def test_record_file_names_parse_to_name_size_and_variant():
     docs = _build_docs()
     assert docs.parse_record_file("epic") == ("epic", "quick", None)
@@ -112,7 +124,8 @@ def _synthetic(name, size, held, total, seconds, git):
             "config": {}, "metrics": {"a": 1.0}, "baselines": {}, "claims": claims,
             "summary": {"paper": {"total": total, "held": held, "failed": total - held, "not_discriminating": 0,
                                   "incomplete": 0, "with_controls": 0}, "sanity": {"total": 0, "passed": 0}},
-            "claims_fingerprint": "fp" + size, "tables": {"curve": [{"step": i, "value": i / 3} for i in range(900)],
+            "claims_fingerprint": results.claims_fingerprint(registry.get(name).load_experiment().claims),  # current
+            "tables": {"curve": [{"step": i, "value": i / 3} for i in range(900)],
                                                           "short": [{"value": 1}]},
             "env": {"ray_nodes": 1, "cpus": 2, "gpus": 0, "seconds": seconds, "rayml": "0", "git": git,
                     "python": "3", "torch": "2", "ray": "2", "tasks": 3, "worker_pids": 2}}

@@ -304,3 +304,9 @@ def test_claim_power_pairs_and_orients_like_the_claims_test():
     assert out["ours lower (sign)"]["test"] == "sign"
     assert out["ours lower (sign)"]["tie_share"] == 0.5 and out["ours lower (sign)"]["pilot_losses"] == 0
     assert out["one pair"] is None
+    # contract 2.1: the margin is inside the differences, as it is inside the claim's test
+    by = Claim("ours lower by 0.5", "metrics.x", "baselines.b.x", op="<", margin=0.5,
+               test="wilcoxon signed-rank over seeds", table="t", a={"m": "ours"}, b={"m": "base"}, source="s")
+    (est,) = evidence.claim_power({"t": rows}, [by]).values()
+    assert est["pilot_mean_difference"] == pytest.approx(0.125)
+    assert (est["pilot_wins"], est["pilot_losses"]) == (2, 1)  # 0.5 and 1.0 clear the margin; 0 ties; -1.0 loses

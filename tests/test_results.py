@@ -464,3 +464,18 @@ def test_rejudge_reevaluates_a_record_under_the_same_declarations_only():
     other = Claim("gap lower", "metrics.gap", "baselines.base.gap", "<")
     with pytest.raises(ValueError, match="claims: fingerprint"):
         results.rejudge(rec, [other])
+
+
+def test_a_filter_that_pairs_several_values_under_one_key_is_refused():
+    # session-11 review R7: a control filter without the metric column paired whichever metric row came last
+    rows = [{"method": m, "seed": s, "metric": metric, "value": v}
+            for s in range(4) for m in ("ours", "base")
+            for metric, v in (("acc", 0.5 + 0.1 * (m == "ours")), ("flops", 100.0))]
+    rec = _record(tables={"runs": rows + rows[:2]})  # a repeated identical row is one value
+    ok = Claim("acc higher", "metrics.rate", "baselines.base.rate", ">", test="paired sign test over seeds", table="runs",
+               a={"method": "ours", "metric": "acc"}, b={"method": "base", "metric": "acc"})
+    assert results.evaluate_claims(rec, [ok])[0]["measured"].endswith("over 4 paired seeds, p=0.0625")
+    bad = Claim("acc higher", "metrics.rate", "baselines.base.rate", ">", test="paired sign test over seeds",
+                table="runs", a={"method": "ours"}, b={"method": "base", "metric": "acc"})
+    with pytest.raises(ValueError, match="several values for {'seed': 0}.*add the column"):
+        results.evaluate_claims(rec, [bad])
