@@ -175,9 +175,11 @@ def _cache_of(_item: int) -> str:
 @pytest.mark.parametrize("name", NAMES)
 def test_tiny_run_on_nodes_with_their_own_caches_equals_one_node(name, single_node, cluster_without_shared_disk):
     record = experiments.run(name, size="tiny", seed=1)
-    if record["env"]["worker_pids"] < 2:  # on a busy machine one node's worker can take every short task
+    for _ in range(4):  # one worker can take every short task (busy machine, or an idle one: gdro-sparsity's
+        if record["env"]["worker_pids"] >= 2:  # 17 sub-second tasks in session 11's idle CI): run it again
+            break
         record = experiments.run(name, size="tiny", seed=1)
     assert record["env"]["ray_nodes"] == 3
-    assert record["env"]["worker_pids"] >= 2, "the work ran in more than one Ray worker process"
+    assert record["env"]["worker_pids"] >= 2, "the work never reached a second Ray worker process in 5 runs"
     assert name in single_node, f"{name}: no one-node record (its test_tiny_run_on_one_node failed in this run)"
     assert record_numbers(record) == single_node[name]
