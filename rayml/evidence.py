@@ -45,6 +45,7 @@ import numpy as np
 from rayml.results import TESTS, Claim, _one_sided_p, tie_mask
 
 __all__ = [
+    "claim_differences",
     "paired_counts",
     "per_case",
     "margin_p",
@@ -444,6 +445,17 @@ def power_from_pilot(diffs: Sequence[float] | None = None, *, effect: float | No
             "tie_share": tie_share, **source}
 
 
+def claim_differences(rows: Sequence[Mapping], claim: Claim) -> np.ndarray:
+    """The finite paired differences of ``claim``'s test on ``rows``, paired as
+    ``rayml.results.evaluate_claims`` pairs them and oriented so that a positive one clears the claim's
+    margin (contract 2.1): ``a - (b + margin)`` for ``>``/``>=``, ``(b - margin) - a`` for ``<``/``<=``."""
+    from rayml.results import _paired_values
+
+    xa, xb = _paired_values(rows, claim, claim.a, claim.b)
+    d = (xa - (xb + claim.margin)) if claim.op in (">", ">=") else ((xb - claim.margin) - xa)
+    return d[np.isfinite(d)]
+
+
 def claim_power(tables: Mapping[str, Sequence[Mapping]], claims: Sequence[Claim], *, kinds: Sequence[str] = ("paper",),
                 power: float = 0.8, alpha: float = 0.05) -> dict:
     """This run as the pilot of every paired claim: ``power_from_pilot`` on the claim's own pairs.
@@ -458,16 +470,11 @@ def claim_power(tables: Mapping[str, Sequence[Mapping]], claims: Sequence[Claim]
     ``{claim text: estimate}`` with ``pilot_mean_difference`` added; ``None`` for a claim with fewer
     than 2 finite pairs (nothing to estimate from). Claims without a test are left out.
     """
-    from rayml.results import _paired_values
-
     out: dict = {}
     for c in claims:
         if c.kind not in kinds or c.test is None:
             continue
-        xa, xb = _paired_values(tables.get(c.table, ()), c, c.a, c.b)
-        # the margin is inside the test (contract 2.1): a positive difference clears it
-        d = (xa - (xb + c.margin)) if c.op in (">", ">=") else ((xb - c.margin) - xa)
-        d = d[np.isfinite(d)]
+        d = claim_differences(tables.get(c.table, ()), c)
         if d.size < 2:
             out[c.text] = None
             continue

@@ -833,17 +833,13 @@ def power_estimates(test_rows, *, power: float = 0.8, alpha: float = 0.05) -> di
 
     The differences carry the claim's margin as its test does (contract v2.1): ``a - (b + margin)`` for
     ``>``/``>=``, ``(b - margin) - a`` for ``<``/``<=``, so the on-par claim's are EMLoC + 0.05 - full
-    and a gate's are full - reference - 0.05 (``evidence.claim_power`` pairs ``a - b`` without the margin,
-    which reads a non-inferiority test as having no effect in its direction). Also the normal-theory
+    and a gate's are full - reference - 0.05 (``evidence.claim_differences``, as ``evidence.claim_power``
+    pairs them). Also the normal-theory
     estimate from the mean and sd (``effect``/``sd`` form), and ``None`` where there is nothing to estimate.
     """
-    from rayml.results import _paired_values
-
     out = {}
     for name, c in POWER_CLAIMS.items():
-        xa, xb = _paired_values(test_rows, c, c.a, c.b)
-        d = xa - (xb + c.margin) if c.op in (">", ">=") else (xb - c.margin) - xa
-        d = d[np.isfinite(d)]
+        d = evidence.claim_differences(test_rows, c)
         if d.size < 2:
             out[name] = None
             continue
