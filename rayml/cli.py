@@ -412,6 +412,23 @@ def _train(args) -> int:
     return 0
 
 
+def _port_is_free(host: str, port: int) -> bool:
+    """Whether a listener could bind ``host:port`` now. Checked after Ray has started, because
+    Ray's own agents take ports of their own at start-up and one of them may be the asked one."""
+    import socket
+
+    if host not in ("127.0.0.1", "localhost", "0.0.0.0", "::", "::1"):
+        return True  # a remote or interface address: leave the verdict to Serve
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is fine; a listener is not
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def _serve(args) -> int:
     from ray import serve
 
@@ -437,6 +454,12 @@ def _serve(args) -> int:
     runtime.connect(args.address)
     if args.request_timeout_s <= 0:
         raise UsageError(f"--request-timeout-s must be > 0, got {args.request_timeout_s}")
+    from ray.serve.context import _get_global_client
+
+    running = _get_global_client(raise_if_no_controller_running=False) is not None
+    if not running and not _port_is_free(args.host, args.port):
+        raise UsageError(f"--port {args.port}: another program already listens on {args.host}:{args.port}; "
+                         "pick another port")
     serve.start(http_options={"host": args.host, "port": args.port, "request_timeout_s": args.request_timeout_s})
     serve.run(app, name=args.app.replace(":", "-").replace(".", "-"), route_prefix="/")
     print(f"serving {target} on http://{args.host}:{args.port}/ (Ctrl-C to stop)", flush=True)
