@@ -13,7 +13,11 @@ Version 2 of the claim contract:
   solver checks). Only paper claims count in a method's verdict (``summary``).
 - a claim may name ``controls``: baselines run through the same claim with their numbers in the
   method's place. A paper claim that a control also passes is *not discriminating*, whatever it
-  measured. A threshold claim (``compare`` a number) must name at least one control.
+  measured. A threshold claim (``compare`` a number) must name at least one control. A control
+  equal to what the claim compares with (on every pair of its paired test, or in value without
+  one) counts neither way (``equals_baseline``, contract 2.2): a strongest baseline chosen at run
+  time and run as its own control, or a control that ties it everywhere, shows only that the test
+  refuses a zero difference.
 - each evaluated claim gets a ``status``: ``holds``, ``fails``, ``not discriminating`` or
   ``incomplete`` (a paper claim without a source, or a threshold paper claim without a
   control: it is not evidence until declared properly).
@@ -301,9 +305,13 @@ def _measure(record: Mapping, c: Claim, metric: str, a: Mapping[str, Any],
     # A metric that could not be measured (None/NaN) never makes a claim hold.
     holds = bool(_OPS[c.op](value, threshold)) and math.isfinite(value) and math.isfinite(ref)
     out = {"holds": holds, "p_value": None, "measured": f"{_fmt(value)} vs {_fmt(ref)}"}
+    # Equal to what it is compared with (every pair, or the value without a test): as a control,
+    # such a run shows only that the test refuses a zero difference, not that the claim discriminates.
+    out["equals_baseline"] = not isinstance(compare, (int, float)) and math.isfinite(value) and value == ref
     if c.test is not None:
         rows = lookup(record, f"tables.{c.table}")
         xa, xb = _paired_values(rows, c, a, b)
+        out["equals_baseline"] = bool(xa.size) and bool(np.array_equal(xa, xb))
         xb = xb + c.margin if greater else xb - c.margin  # the margin is inside the test (v2.1)
         p = _one_sided_p(xa, xb, greater, c.test, c.tie) if xa.size else 1.0
         out["p_value"] = p
@@ -334,7 +342,7 @@ def _status(c: Claim, own: dict, controls: list[dict]) -> tuple[str, bool | None
     measured (``unmeasured``) neither passes nor fails the claim, so a claim whose controls are all
     unmeasured has no evidence of discrimination (``None``); a claim whose own number could not be
     measured, or a threshold paper claim that holds without any measured control, is ``incomplete``."""
-    measured = [ctl for ctl in controls if not ctl.get("unmeasured")]
+    measured = [ctl for ctl in controls if not ctl.get("unmeasured") and not ctl.get("equals_baseline")]
     discriminating = None if not measured else not any(ctl["holds"] for ctl in measured)
     if c.kind == "paper" and (not c.source.strip() or (is_threshold(c) and not controls)):
         return "incomplete", discriminating
@@ -371,11 +379,16 @@ def evaluate_claims(record: Mapping, claims: Sequence[Claim]) -> list[dict]:
         for ctl in c.controls:
             m = _measure(record, c, ctl.metric, ctl.a or c.a, ctl.b, ctl.compare)
             unmeasured = m.pop("unmeasured")
+            same = m.pop("equals_baseline") and not unmeasured
+            if same:
+                m["measured"] += ("; equal to the baseline on every pair" if c.test is not None
+                                  else "; equal to the baseline") + ": does not count"
             own_ref = {k: v for k, v in (("b", ctl.b), ("compare", ctl.compare)) if v is not None}
             controls.append({"name": ctl.name, "metric": ctl.metric, **own_ref, **m,
-                             **({"unmeasured": True} if unmeasured else {})})
+                             **({"unmeasured": True} if unmeasured else {}),
+                             **({"equals_baseline": True} if same else {})})
         status, discriminating = _status(c, own, controls)
-        del own["unmeasured"]
+        del own["unmeasured"], own["equals_baseline"]
         out.append({
             "text": c.text,
             "kind": c.kind,
@@ -401,8 +414,9 @@ def evaluate_claims(record: Mapping, claims: Sequence[Claim]) -> list[dict]:
     return out
 
 
-# The claim contract: "2.1" puts a claim's margin inside its paired test (session 11).
-CONTRACT = "2.1"
+# The claim contract: "2.1" puts a claim's margin inside its paired test (session 11); "2.2": a
+# control equal to the claim's baseline (every pair, or its value) is no evidence of discrimination.
+CONTRACT = "2.2"
 
 
 def rejudge(record: Mapping, claims: Sequence[Claim], *, git: str | None = None) -> dict:

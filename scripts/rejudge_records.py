@@ -17,6 +17,14 @@ from rayml import records, registry, results
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _verdicts(record: dict) -> list:
+    """What a re-judgement may change: each claim's status, outcome and measured text, and its
+    controls' outcomes and marks."""
+    return [(c["status"], c["holds"], c["measured"], c.get("discriminating"),
+             [(x["holds"], x["measured"], x.get("unmeasured"), x.get("equals_baseline")) for x in c["controls"]])
+            for c in record["claims"]]
+
+
 def main(names: list[str]) -> int:
     paths = sorted((ROOT / "docs" / "records").glob("*.json"))
     for path in paths:
@@ -32,8 +40,7 @@ def main(names: list[str]) -> int:
         except ValueError:
             print(f"needs a new run (declarations changed): {path.name}")
             continue
-        if [(c["status"], c["holds"], c["measured"]) for c in new["claims"]] == \
-           [(c["status"], c["holds"], c["measured"]) for c in record["claims"]]:
+        if _verdicts(new) == _verdicts(record):
             continue
         records.write_record(new, path)
         print(f"re-judged: {path.name}: held {record['summary']['paper']['held']} -> {new['summary']['paper']['held']}"

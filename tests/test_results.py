@@ -182,6 +182,39 @@ def test_a_control_of_a_paired_claim_is_tested_on_its_own_rows():
         Claim("x", "metrics.gap", 1.0, kind="anecdote")
 
 
+def test_a_control_equal_to_the_baseline_counts_neither_way():
+    # contract 2.2: the run-time strongest baseline run as its own control fails "beats the
+    # baseline" by construction; it must not make the claim look discriminating
+    rows = [{"method": m, "seed": s, "value": v}
+            for m, vals in (("ours", [0.1, 0.2, 0.1, 0.1, 0.0, 0.1, 0.2, 0.1]),
+                            ("base", [0.5, 0.4, 0.6, 0.2, 0.9, 0.8, 0.7, 0.6]),
+                            ("near", [0.5, 0.4, 0.6, 0.2, 0.9, 0.8, 0.7, 0.61])) for s, v in enumerate(vals)]
+    rec = _record(tables={"runs": rows}, baselines={"base": {"gap": 0.5875}, "near": {"gap": 0.58875}})
+    claim = Claim("gap lower", "metrics.gap", "baselines.base.gap", "<", test="paired sign test over seeds",
+                  table="runs", a={"method": "ours"}, b={"method": "base"}, source=SRC,
+                  controls=(Control("base", "baselines.base.gap", a={"method": "base"}),))
+    (out,) = results.evaluate_claims(rec, [claim])
+    ctl = out["controls"][0]
+    assert ctl["holds"] is False and ctl["equals_baseline"] is True and "does not count" in ctl["measured"]
+    assert out["status"] == "holds" and out["discriminating"] is None
+    # a control that differs from the baseline on one pair still counts
+    near = Claim("gap lower", "metrics.gap", "baselines.base.gap", "<", test="paired sign test over seeds",
+                 table="runs", a={"method": "ours"}, b={"method": "base"}, source=SRC,
+                 controls=(Control("near", "baselines.near.gap", a={"method": "near"}),))
+    (out,) = results.evaluate_claims(rec, [near])
+    assert "equals_baseline" not in out["controls"][0] and out["discriminating"] is True
+    # without a test: a control whose value equals the compared value; a threshold claim's control
+    # is compared with a number and is never "the baseline"
+    rec = _record(metrics={"rate": 0.9}, baselines={"base": {"rate": 0.4}, "same": {"rate": 0.4}})
+    (mean_claim, threshold) = results.evaluate_claims(rec, [
+        Claim("rate above base", "metrics.rate", "baselines.base.rate", ">", source=SRC,
+              controls=(Control("same", "baselines.same.rate"),)),
+        Claim("rate above 0.4", "metrics.rate", 0.4, ">=", source=SRC,
+              controls=(Control("same", "baselines.same.rate"),))])
+    assert mean_claim["controls"][0]["equals_baseline"] is True and mean_claim["discriminating"] is None
+    assert "equals_baseline" not in threshold["controls"][0] and threshold["status"] == "not discriminating"
+
+
 def test_a_control_may_bring_its_own_reference_rows_and_number():
     # an "in-regime beats out-of-regime" claim; its control compares random subsets with the
     # same out-of-regime reference (b) and is measured against the random subsets' own number
