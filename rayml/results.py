@@ -14,8 +14,8 @@ Version 2 of the claim contract:
 - a claim may name ``controls``: baselines run through the same claim with their numbers in the
   method's place. A paper claim that a control also passes is *not discriminating*, whatever it
   measured. A threshold claim (``compare`` a number) must name at least one control. A control
-  equal to what the claim compares with (on every pair of its paired test, or in value without
-  one) counts neither way (``equals_baseline``, contract 2.2): a strongest baseline chosen at run
+  equal to the measured baseline the claim compares with (``compare`` a path; on every pair of its
+  paired test, or in value without one) counts neither way (``equals_baseline``, contract 2.2): a strongest baseline chosen at run
   time and run as its own control, or a control that ties it everywhere, shows only that the test
   refuses a zero difference.
 - each evaluated claim gets a ``status``: ``holds``, ``fails``, ``not discriminating`` or
@@ -307,11 +307,14 @@ def _measure(record: Mapping, c: Claim, metric: str, a: Mapping[str, Any],
     out = {"holds": holds, "p_value": None, "measured": f"{_fmt(value)} vs {_fmt(ref)}"}
     # Equal to what it is compared with (every pair, or the value without a test): as a control,
     # such a run shows only that the test refuses a zero difference, not that the claim discriminates.
-    out["equals_baseline"] = not isinstance(compare, (int, float)) and math.isfinite(value) and value == ref
+    # (Only against a measured baseline: a control at exactly a stated reference such as a zero gain
+    # is a null control that tells something.)
+    against_baseline = not isinstance(compare, (int, float))
+    out["equals_baseline"] = against_baseline and math.isfinite(value) and value == ref
     if c.test is not None:
         rows = lookup(record, f"tables.{c.table}")
         xa, xb = _paired_values(rows, c, a, b)
-        out["equals_baseline"] = bool(xa.size) and bool(np.array_equal(xa, xb))
+        out["equals_baseline"] = against_baseline and bool(xa.size) and bool(np.array_equal(xa, xb))
         xb = xb + c.margin if greater else xb - c.margin  # the margin is inside the test (v2.1)
         p = _one_sided_p(xa, xb, greater, c.test, c.tie) if xa.size else 1.0
         out["p_value"] = p

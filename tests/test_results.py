@@ -203,6 +203,12 @@ def test_a_control_equal_to_the_baseline_counts_neither_way():
                  controls=(Control("near", "baselines.near.gap", a={"method": "near"}),))
     (out,) = results.evaluate_claims(rec, [near])
     assert "equals_baseline" not in out["controls"][0] and out["discriminating"] is True
+    # against a stated number (a zero gain), a control at exactly that number is a null control: it counts
+    zero = Claim("gap above zero", "metrics.gap", 0.0, ">", test="paired sign test over seeds", table="runs",
+                 a={"method": "ours"}, b={"method": "base"}, source=SRC,
+                 controls=(Control("base", "baselines.base.gap", a={"method": "base"}),))
+    (out,) = results.evaluate_claims(rec, [zero])
+    assert "equals_baseline" not in out["controls"][0] and out["discriminating"] is True
     # without a test: a control whose value equals the compared value; a threshold claim's control
     # is compared with a number and is never "the baseline"
     rec = _record(metrics={"rate": 0.9}, baselines={"base": {"rate": 0.4}, "same": {"rate": 0.4}})
