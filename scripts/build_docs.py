@@ -29,6 +29,7 @@ RECORDS = DOCS / "records"
 README = ROOT / "README.md"
 MARK = {"header": ("<!-- registry:start -->", "<!-- registry:end -->"),
         "record": ("<!-- record:start -->", "<!-- record:end -->"),
+        "glance": ("<!-- glance:start -->", "<!-- glance:end -->"),
         "methods": ("<!-- methods:start -->", "<!-- methods:end -->")}
 
 
@@ -164,12 +165,58 @@ def _replace_block(text: str, key: str, body: str, *, where: str) -> str:
     if where == "after-title":
         first, _, rest = text.partition("\n")
         return f"{first}\n\n{block}\n{rest}"
+    if where == "after-header" and MARK["header"][1] in text:
+        head, mark, rest = text.partition(MARK["header"][1])
+        return f"{head}{mark}\n\n{block}\n{rest}"
     return text.rstrip("\n") + f"\n\n{block}\n"
+
+
+_SHORT_STATUS = {"holds": "**holds**", "fails": "fails", "not discriminating": "not discriminating",
+                 "incomplete": "incomplete"}
+
+
+def _short_claim(text: str, width: int = 110) -> str:
+    """The opening of a claim's text, cut at a word boundary."""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width].rsplit(" ", 1)[0] + " ..."
+
+
+def glance_block(name: str) -> str | None:
+    """Every paper claim of a method's committed records in one small table (a row per claim text,
+    a column per record: quick, full, variants), with the sanity checks passed, so a reader sees the
+    verdicts before the page's history; ``None`` without a record."""
+    columns = [(size, "#measured" if size == "quick" else f"#measured-{size}-run", record)
+               for size in SIZES if (record := load_record(name, size)) is not None]
+    columns += [(f"{size} {variant}" if size != "quick" else variant, None, r)
+                for size in SIZES for variant, r in variant_records(name, size)]
+    if not columns:
+        return None
+    texts: list[str] = []
+    for _, _, record in columns:
+        texts += [c["text"] for c in record["claims"] if c["kind"] == "paper" and c["text"] not in texts]
+    heads = [(f"[{label}]({link})" if link else label) + (" (stale)" if is_stale(r) else "")
+             for label, link, r in columns]
+    lines = ["**At a glance** (paper claims in the committed records; each record's table below has the "
+             "measured numbers, controls and sources):", "",
+             "| paper claim | " + " | ".join(heads) + " |", "|---|" + "---|" * len(columns)]
+    for text in texts:
+        cells = []
+        for _, _, record in columns:
+            status = next((c["status"] for c in record["claims"] if c["text"] == text), None)
+            cells.append(_SHORT_STATUS.get(status, "-"))
+        lines.append(f"| {_cell(_short_claim(text))} | " + " | ".join(cells) + " |")
+    sanity = " · ".join(f"{label} {r['summary']['sanity']['passed']} / {r['summary']['sanity']['total']}"
+                        for label, _, r in columns)
+    lines += ["", f"Sanity checks and gates passed: {sanity}."]
+    return "\n".join(lines)
 
 
 def page_text(method, text: str) -> str:
     """A method page with its registry header and its record block regenerated."""
     text = _replace_block(text, "header", header_block(method), where="after-title")
+    glance = glance_block(method.name)
+    if glance is not None:
+        text = _replace_block(text, "glance", glance, where="after-header")
     blocks = []
     for size in SIZES:
         record = load_record(method.name, size)

@@ -174,3 +174,16 @@ def test_the_site_builds_strictly(tmp_path):
                          env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert res.returncode == 0, res.stdout + res.stderr
     assert (tmp_path / "site" / "methods" / "epic" / "index.html").exists()
+
+
+def test_a_page_opens_with_every_paper_claims_verdict_per_record(synthetic_records):
+    page = synthetic_records.page_text(registry.get("gs-poweropt"), "# gs-poweropt\n\nprose\n")
+    glance = page[page.index("<!-- glance:start -->"):page.index("<!-- glance:end -->")]
+    assert page.index("<!-- registry:end -->") < page.index("<!-- glance:start -->") < page.index("prose")
+    assert "| paper claim | [quick](#measured) | [full](#measured-full-run) |" in glance
+    # quick holds claims 0-3 of 8, full claims 0-5: a row per claim text, a column per record
+    assert "| claim 3 | **holds** | **holds** |" in glance and "| claim 5 | fails | **holds** |" in glance
+    assert "| claim 7 | fails | fails |" in glance and glance.count("| claim ") == 8
+    ssni = synthetic_records.page_text(registry.get("ssni"), "# ssni\n")
+    assert "| paper claim | [quick](#measured) |" in ssni and "| claim 4 | **holds** |" in ssni
+    assert synthetic_records.page_text(registry.get("gs-poweropt"), page) == page  # stable on re-build
