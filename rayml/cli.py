@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from rayml import registry
 
@@ -214,17 +214,22 @@ def _method_names(args) -> list[str]:
     return names
 
 
-def recorded_seconds(name: str, kind: str, size: str) -> float | None:
-    """Seconds of ``name``'s last run at ``size``: this machine's own, else its committed record's."""
+def recorded_seconds(name: str, kind: str, size: str, overrides: Mapping | None = None) -> float | None:
+    """Seconds of ``name``'s last run at ``size`` with these ``--set`` ``overrides``: this machine's
+    own, else its committed record's (with one override ``KEY=VALUE``, the variant record
+    ``NAME[@SIZE]@KEY=VALUE.json``; with several, none is known)."""
     from pathlib import Path
 
     from rayml import experiments
 
-    last = experiments.last_seconds(name, kind, size)
-    if last is not None or kind != "run":
+    last = experiments.last_seconds(name, kind, size, overrides)
+    if last is not None or kind != "run" or len(overrides or {}) > 1:
         return last
     records = Path(__file__).resolve().parents[1] / "docs" / "records"
-    path = records / (f"{name}.json" if size == "quick" else f"{name}@{size}.json")
+    stem = name if size == "quick" else f"{name}@{size}"
+    for key, value in (overrides or {}).items():
+        stem += f"@{key}={value if isinstance(value, str) else json.dumps(value)}"
+    path = records / f"{stem}.json"
     try:
         return float(json.loads(path.read_text())["env"]["seconds"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -334,8 +339,10 @@ def _run_or_bench(args) -> int:
 
         results.check_writable(args.out_dir, is_dir=True)
     if len(names) == 1:
-        last = recorded_seconds(names[0], args.command, size)
-        estimate = f"about {last:.0f} s (its last recorded run)" if last is not None else "not measured here yet"
+        last = recorded_seconds(names[0], args.command, size, overrides)
+        estimate = (f"about {last:.0f} s (its last recorded run{' with these settings' if overrides else ''})"
+                    if last is not None else
+                    "not measured with these settings yet" if overrides else "not measured here yet")
         print(f"{names[0]}: {args.command} at size {size}; estimated time {estimate}", flush=True)
         extra = {"resume": True} if getattr(args, "resume", False) else {}
         rec = fn(names[0], size=size, seed=args.seed, overrides=overrides, address=args.address,

@@ -336,3 +336,25 @@ def test_the_record_names_the_commit_the_run_started_from(ray_session, monkeypat
     monkeypatch.setattr(results, "git_commit", lambda: next(commits, "moved11"))
     rec = experiments.run("gs-poweropt", size="tiny", seed=3)
     assert rec["env"]["git"] == "start00"
+
+
+def test_the_time_estimate_of_a_variant_is_the_variants_own(tmp_path, monkeypatch):
+    # session 11: `--set model=smollm2-135m` was promised quick's 5 s for a run of 55 minutes
+    from rayml import experiments
+    from rayml.cli import recorded_seconds
+
+    monkeypatch.setenv("RAYML_CACHE", str(tmp_path))
+    from pathlib import Path
+
+    records = Path(__file__).resolve().parents[1] / "docs" / "records"
+    quick = json.loads((records / "emloc.json").read_text())["env"]["seconds"]
+    smol = json.loads((records / "emloc@model=smollm2-135m.json").read_text())["env"]["seconds"]
+    assert recorded_seconds("emloc", "run", "quick") == quick
+    assert recorded_seconds("emloc", "run", "quick", {"model": "smollm2-135m"}) == smol != quick
+    assert recorded_seconds("emloc", "run", "quick", {"items": 3}) is None
+    assert recorded_seconds("emloc", "run", "quick", {"model": "smollm2-135m", "items": 3}) is None
+    # this machine's own timing is kept per setting too
+    experiments._remember_seconds("emloc", "run", "quick", 7.0, {"items": 3})
+    assert experiments.last_seconds("emloc", "run", "quick", {"items": 3}) == 7.0
+    assert experiments.last_seconds("emloc", "run", "quick") is None
+    assert recorded_seconds("emloc", "run", "quick", {"items": 3}) == 7.0

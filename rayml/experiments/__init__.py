@@ -176,23 +176,34 @@ def _timings_path():
     return runtime.cache_root() / "timings.json"
 
 
-def last_seconds(name: str, kind: str, size: str) -> float | None:
-    """Wall seconds of the last ``kind`` run of ``name`` at ``size`` on this machine, if any."""
+def _timing_key(name: str, kind: str, size: str, overrides: Mapping[str, Any] | None) -> str:
+    """``kind/name/size``, and the ``--set`` settings after a ``?`` when there are any (a SmolLM2
+    variant takes an hour where the default quick run takes seconds)."""
+    import json
+
+    key = f"{kind}/{name}/{size}"
+    return key + ("?" + json.dumps(dict(sorted(overrides.items())), sort_keys=True) if overrides else "")
+
+
+def last_seconds(name: str, kind: str, size: str, overrides: Mapping[str, Any] | None = None) -> float | None:
+    """Wall seconds of the last ``kind`` run of ``name`` at ``size`` with these ``overrides`` on this
+    machine, if any."""
     import json
 
     try:
-        return float(json.loads(_timings_path().read_text())[f"{kind}/{name}/{size}"])
+        return float(json.loads(_timings_path().read_text())[_timing_key(name, kind, size, overrides)])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def _remember_seconds(name: str, kind: str, size: str, seconds: float) -> None:
+def _remember_seconds(name: str, kind: str, size: str, seconds: float,
+                      overrides: Mapping[str, Any] | None = None) -> None:
     import json
 
     path = _timings_path()
     try:
         data = json.loads(path.read_text()) if path.exists() else {}
-        data[f"{kind}/{name}/{size}"] = round(float(seconds), 1)
+        data[_timing_key(name, kind, size, overrides)] = round(float(seconds), 1)
         results.write_json(data, path)
     except (OSError, ValueError):
         pass  # a cache that cannot be written only loses the next estimate
@@ -250,7 +261,7 @@ def _execute(kind: str, name: str, *, size: str, seed: int, overrides, address, 
     seconds = time.perf_counter() - t0
     if resume_at is not None:
         shutil.rmtree(resume_at, ignore_errors=True)  # finished: the next --resume starts afresh
-    _remember_seconds(name, kind, size, seconds)
+    _remember_seconds(name, kind, size, seconds, overrides)
     record = {
         "schema_version": results.SCHEMA_VERSION,
         "name": name,
