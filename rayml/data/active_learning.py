@@ -7,7 +7,8 @@
   (``noise``: the label is replaced by a uniformly drawn *other* class). The test set is the
   held-out original images, balanced and clean.
 - ``fit_head``: the model retrained every round, a multinomial logistic-regression head on the
-  frozen pixel features (class-balanced weights), returning probabilities over all classes.
+  frozen features (class-balanced weights by default; ``class_weight=None`` is the unweighted
+  loss of the authors' LabelBench probe configurations), returning probabilities over all classes.
 - ``al_round``: one labelling round of one run: retrain, score (balanced accuracy on the test
   set, minority labels collected), choose the next batch with the run's strategy, annotate it.
 - ``ActiveLearningClassifier``: the loop as a scikit-learn classifier; ``fit(X, y)`` treats
@@ -31,6 +32,7 @@ from rayml.data.direct import B1_DEFAULT, MIN_BUDGET_PER_CLASS_DEFAULT, direct_s
 
 __all__ = [
     "STRATEGIES",
+    "CLASS_WEIGHTS",
     "ActiveData",
     "RunState",
     "imbalanced_digits",
@@ -120,13 +122,19 @@ def imbalanced_digits(seed: int, *, n_majority: int = 2, minority_fraction: floa
                       y_test=y[test], n_classes=C, minority=tuple(int(c) for c in range(C) if c not in majority))
 
 
-def fit_head(X: np.ndarray, y: np.ndarray, C: float, n_classes: int):
-    """A class-balanced multinomial logistic head; ``None`` when ``y`` has a single class."""
+CLASS_WEIGHTS = ("balanced", None)
+
+
+def fit_head(X: np.ndarray, y: np.ndarray, C: float, n_classes: int, class_weight: str | None = "balanced"):
+    """A multinomial logistic head (``class_weight``: ``"balanced"``, scikit-learn's inverse class
+    frequencies, or ``None``, unweighted); ``("constant", label)`` when ``y`` has a single class."""
     from sklearn.linear_model import LogisticRegression
 
+    if class_weight not in CLASS_WEIGHTS:
+        raise ValueError(f"class_weight must be one of {CLASS_WEIGHTS}, got {class_weight!r}")
     if np.unique(y).size < 2:
         return ("constant", int(y[0]))
-    model = LogisticRegression(C=C, max_iter=300, class_weight="balanced")
+    model = LogisticRegression(C=C, max_iter=300, class_weight=class_weight)
     model.fit(X, y)
     return model
 
@@ -146,9 +154,20 @@ def _balanced_accuracy(y: np.ndarray, pred: np.ndarray, n_classes: int) -> float
     return float(np.mean(recalls))
 
 
+def _mean_recall(y: np.ndarray, pred: np.ndarray, classes) -> float | None:
+    """The mean recall over those of ``classes`` present in ``y`` (``None`` if none is)."""
+    recalls = [np.mean(pred[y == c] == c) for c in classes if np.any(y == c)]
+    return float(np.mean(recalls)) if recalls else None
+
+
 def al_round(state: RunState, data: ActiveData, *, round_index: int, batch: int, select: bool,
-             n_annotators: int = B1_DEFAULT, min_budget_per_class: int = MIN_BUDGET_PER_CLASS_DEFAULT) -> RunState:
+             n_annotators: int = B1_DEFAULT, min_budget_per_class: int = MIN_BUDGET_PER_CLASS_DEFAULT,
+             class_weight: str | None = "balanced") -> RunState:
     """Retrain on the labelled set, score, and (if ``select``) label the next batch.
+
+    Each round's curve point holds the labels used, the balanced accuracy on the test set, the
+    minority labels collected, and the head's mean recall over the minority classes and over the
+    other classes (``minority_recall`` / ``majority_recall``, where the test set has them).
 
     Randomness comes from ``SeedSequence([state.seed, round_index])`` only, so a run gives the same
     result wherever and in whatever order its rounds run.
@@ -157,17 +176,22 @@ def al_round(state: RunState, data: ActiveData, *, round_index: int, batch: int,
 
     with threadpool_limits(1):  # multi-threaded BLAS is 10x slower on these small fits
         return _al_round(state, data, round_index=round_index, batch=batch, select=select,
-                         n_annotators=n_annotators, min_budget_per_class=min_budget_per_class)
+                         n_annotators=n_annotators, min_budget_per_class=min_budget_per_class,
+                         class_weight=class_weight)
 
 
-def _al_round(state, data, *, round_index, batch, select, n_annotators, min_budget_per_class):
+def _al_round(state, data, *, round_index, batch, select, n_annotators, min_budget_per_class, class_weight):
     labeled = np.asarray(state.labeled, dtype=np.int64)
     observed = np.asarray(state.observed, dtype=np.int64)
-    model = fit_head(data.X_pool[labeled], observed, state.C, data.n_classes)
+    model = fit_head(data.X_pool[labeled], observed, state.C, data.n_classes, class_weight=class_weight)
     pred = predict_proba(model, data.X_test, data.n_classes).argmax(1)
     minority = int(np.isin(data.y_true[labeled], data.minority).sum())
     point = {"labels": int(labeled.size), "balanced_accuracy": _balanced_accuracy(data.y_test, pred, data.n_classes),
              "minority_labels": minority}
+    if data.minority:
+        point["minority_recall"] = _mean_recall(data.y_test, pred, data.minority)
+        point["majority_recall"] = _mean_recall(data.y_test, pred, [c for c in range(data.n_classes)
+                                                                   if c not in data.minority])
     curve = state.curve + (point,)
     if not select:
         return replace(state, curve=curve)

@@ -266,3 +266,45 @@ def test_active_learning_classifier_passes_sklearn_estimator_checks(estimator, c
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         check(estimator)
+
+
+def test_fit_head_class_weight_balanced_and_unweighted_match_sklearn():
+    from sklearn.linear_model import LogisticRegression
+
+    from rayml.data.active_learning import fit_head
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 5))
+    y = np.r_[np.zeros(50, int), np.ones(6, int), np.full(4, 2)]
+    X[y == 1] += 1.0
+    for cw in ("balanced", None):
+        ours = fit_head(X, y, 0.5, 3, class_weight=cw)
+        ref = LogisticRegression(C=0.5, max_iter=300, class_weight=cw).fit(X, y)
+        np.testing.assert_allclose(ours.coef_, ref.coef_, atol=1e-6)
+    # the default is the balanced head, and the two differ on imbalanced labels
+    assert not np.allclose(fit_head(X, y, 0.5, 3).intercept_, fit_head(X, y, 0.5, 3, class_weight=None).intercept_)
+    with pytest.raises(ValueError, match="class_weight"):
+        fit_head(X, y, 0.5, 3, class_weight="inverse")
+
+
+def test_al_round_records_minority_and_majority_recall_by_hand():
+    from rayml.data.active_learning import RunState, fit_head, predict_proba
+
+    data = imbalanced_digits(1, noise=0.0)
+    st = initial_state("random", data, initial=60, seed=2, C=1.0)
+    point = al_round(st, data, round_index=0, batch=10, select=False).curve[-1]
+    lab = np.asarray(st.labeled)
+    pred = predict_proba(fit_head(data.X_pool[lab], np.asarray(st.observed), 1.0, 10), data.X_test, 10).argmax(1)
+    recall = {c: np.mean(pred[data.y_test == c] == c) for c in range(10)}
+    assert point["minority_recall"] == pytest.approx(np.mean([recall[c] for c in data.minority]))
+    assert point["majority_recall"] == pytest.approx(np.mean([recall[c] for c in range(10) if c not in data.minority]))
+    # balanced accuracy is the class-count-weighted mean of the two
+    k = len(data.minority)
+    assert point["balanced_accuracy"] == pytest.approx((k * point["minority_recall"]
+                                                        + (10 - k) * point["majority_recall"]) / 10)
+    # an unweighted head is what class_weight=None runs
+    unw = al_round(RunState(**{**st.__dict__}), data, round_index=0, batch=10, select=False, class_weight=None)
+    pred_u = predict_proba(fit_head(data.X_pool[lab], np.asarray(st.observed), 1.0, 10, class_weight=None),
+                           data.X_test, 10).argmax(1)
+    assert unw.curve[-1]["balanced_accuracy"] == pytest.approx(
+        np.mean([np.mean(pred_u[data.y_test == c] == c) for c in range(10)]))

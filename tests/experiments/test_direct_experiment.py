@@ -68,3 +68,11 @@ def test_quick_batch_lets_the_interval_search_shrink():
         assert cfg["dataset"] == "docstrings-rare"
         assert cfg["batch"] >= 2 * (cfg["n_rare"] + 1) * cfg["n_annotators"] * 3
     assert exp.SIZES["full"]["n_annotators"] == exp.PAPER_B1
+
+
+def test_class_weight_setting_is_validated_and_reaches_the_head():
+    config = experiments.resolve_config(exp.SIZES, "tiny", {"class_weight": "inverse"})
+    with pytest.raises(ValueError, match="class_weight"):
+        exp.run(config, 0)
+    assert exp.CLASS_WEIGHTS == {"balanced": "balanced", "none": None}
+    assert all(exp.SIZES[size]["class_weight"] == "balanced" for size in exp.SIZES)
