@@ -75,6 +75,9 @@ CLASS_WEIGHTS = {"balanced": "balanced", "none": None}  # "none": the unweighted
 # tuning ties: mean balanced accuracies over the rounds within this of the best one are tied, and the middle of the
 # tied C values wins (as C -> 0 the class-balanced head tends to one limit, a plateau, whose lowest end is no choice)
 TUNE_TIE = 0.002
+# how far tuning may extend C: at C <= 1e-4 scikit-learn's lbfgs stops after one step from zero on these unit-norm
+# embeddings (the class-balanced head's C -> 0 limit, a nearest-class-mean rule), so the low end reaches that plateau
+C_LIMITS = (1e-6, 1e4)
 
 
 def _validate(config: Mapping[str, Any]) -> None:
@@ -231,7 +234,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     if len(grid) > 1:
         # every strategy on the same C grid (sklearn's default C = 1 inside), extended up to twice past an edge
         choices = evidence.tune(evaluate, {(s_, nz): {"C": grid} for s_ in strategies for nz in noises},
-                                lower_is_better=False, extend=2, limits={"C": (1e-4, 1e4)}, tie=TUNE_TIE,
+                                lower_is_better=False, extend=2, limits={"C": C_LIMITS}, tie=TUNE_TIE,
                                 tie_break="middle")
         chosen = {k: float(c.setting["C"]) for k, c in choices.items()}
         tuning_table = evidence.tuning_rows(choices, keys=("method", "noise"), metric="mean_auc_tuning_seeds")
