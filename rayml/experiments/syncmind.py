@@ -622,13 +622,15 @@ def plots(record: Mapping) -> dict:
         fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
         xs = np.arange(len(sagents))
         nan = (float("nan"), 0)  # the vague control runs only where a collaborator answers
+        width = 0.8 / len(LM_SETTINGS)  # the settings' bars side by side inside one agent's slot
         for j, setting in enumerate(LM_SETTINGS):
             ps = np.array([sval.get((a, setting, "sr"), nan)[0] for a in sagents])
             ns = [sval.get((a, setting, "sr"), nan)[1] for a in sagents]
             lo_hi = np.array([_wilson(p, n) for p, n in zip(ps, ns)])
-            axes[0].bar(xs + (j - 1.5) * 0.2, ps, 0.2, label=setting,
+            off = (j - (len(LM_SETTINGS) - 1) / 2) * width
+            axes[0].bar(xs + off, ps, width, label=setting,
                         yerr=np.nan_to_num([ps - lo_hi[:, 0], lo_hi[:, 1] - ps]), capsize=2)
-            axes[1].bar(xs + (j - 1.5) * 0.2, [sval.get((a, setting, "asr"), nan)[0] for a in sagents], 0.2,
+            axes[1].bar(xs + off, [sval.get((a, setting, "asr"), nan)[0] for a in sagents], width,
                         label=setting)
         for ax, lab in ((axes[0], "SR (95% Wilson)"), (axes[1], "ASR (questions per turn)")):
             ax.set_xticks(xs, sagents, rotation=25, fontsize=7)
