@@ -75,4 +75,18 @@ def test_class_weight_setting_is_validated_and_reaches_the_head():
     with pytest.raises(ValueError, match="class_weight"):
         exp.run(config, 0)
     assert exp.CLASS_WEIGHTS == {"balanced": "balanced", "none": None}
-    assert all(exp.SIZES[size]["class_weight"] == "balanced" for size in exp.SIZES)
+    # quick and full train the unweighted head of the authors' LabelBench probe configs (no ``weighted`` flag)
+    assert exp.SIZES["quick"]["class_weight"] == exp.SIZES["full"]["class_weight"] == "none"
+    assert exp.SIZES["tiny"]["class_weight"] == "balanced"
+    config = experiments.resolve_config(exp.SIZES, "quick", {"class_weight": "balanced"})
+    assert config["class_weight"] == "balanced"
+
+
+def test_quick_and_full_c_grids_hold_sklearns_default_and_the_unweighted_heads_range():
+    # sklearn's default C = 1 and the unweighted head's choices (10 to 1e5 on the pilot) inside every grid; the
+    # tuning may extend past the grid's top (C_LIMITS above it)
+    for size in ("quick", "full"):
+        grid = exp.SIZES[size]["C_grid"]
+        assert grid == sorted(grid) and min(grid) < 1.0 < max(grid)
+        assert max(grid) > 1e5 and {1.0, 10.0, 100.0, 1e3, 1e4, 1e5} <= set(grid)
+        assert exp.C_LIMITS[0] < min(grid) and max(grid) < exp.C_LIMITS[1]
