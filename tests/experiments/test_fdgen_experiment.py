@@ -98,12 +98,13 @@ def _rows(per_case):
 
 
 def test_structure_is_decided_per_case_with_the_control_per_case():
-    """The reviewed record's shape: on the SBM random graphs are within 0.05 of plain on every seed (not
-    discriminating); on karate they are not, and FDGen is 0.1 above plain there: the pooled mean would pass,
-    per case it fails (shown outside the margin by the seed-level test)."""
+    """The reviewed record's shape: on the SBM random graphs are as close as plain (not discriminating); on
+    karate they are 0.34 farther, and FDGen is 0.1 above plain there (more than a quarter of the random graphs'
+    gap, session 12): the pooled mean would pass, per case it fails (shown outside the margin by the seed-level
+    test)."""
     jit = [0.0, 0.004, -0.003, 0.002, -0.001, 0.003]
     rows = _rows({"sbm-h0.9": {"plain": [0.09 + j for j in jit], "fdgen": [0.04 + j for j in jit],
-                               "fairgen-post": [0.1] * 6, "random-graph": [0.105 - j for j in jit]},
+                               "fairgen-post": [0.1] * 6, "random-graph": [0.09 - j for j in jit]},
                   "karate": {"plain": [0.47 + j for j in jit], "fdgen": [0.57 - j for j in jit],
                              "fairgen-post": [0.7] * 6, "random-graph": [0.81 + 2 * j for j in jit]}})
     v = exp.structure_verdicts(rows, "mmd_mean")
@@ -117,10 +118,10 @@ def test_structure_is_decided_per_case_with_the_control_per_case():
                                                   "fairgen-post": [0.6] * 6, "random-graph": [0.81] * 6}}), "mmd_mean")
     assert ok["within_share"] == 1.0 and ok["per_case"]["karate"]["verdict"] == "holds"
     none = exp.structure_verdicts(_rows({"sbm-h0.5": {"plain": [0.07] * 6, "fdgen": [0.07] * 6,
-                                                      "fairgen-post": [0.07] * 6, "random-graph": [0.08] * 6}}),
+                                                      "fairgen-post": [0.07] * 6, "random-graph": [0.07 + j for j in jit]}}),
                                   "mmd_mean")
     import math
-    assert none["discriminating_cases"] == 0 and math.isnan(none["within_share"])
+    assert none["counted_cases"] == 0 and math.isnan(none["within_share"])
 
 
 def test_structure_verdict_needs_the_seeds_not_the_mean():
@@ -135,11 +136,11 @@ def test_structure_verdict_needs_the_seeds_not_the_mean():
     assert c["verdict"] == "fails (not shown within)" and c["p_fdgen_within"] > 0.05 and c["p_fdgen_beyond"] > 0.05
     assert c["loo_fdgen_minus_plain_min"] < 0.05 < c["loo_fdgen_minus_plain_max"]  # a mean rule would flip
     assert c["seeds"] == 6 and c["fdgen_pairs_needed"] > 6
-    # a control only 0.06 above plain with noise is neither within nor beyond: the case is left out
+    # a control only 0.06 above plain with noise is not shown farther than plain: the case is left out
     wobbly = [0.5 + d for d in (0.2, -0.1, 0.15, -0.05, 0.1, 0.06)]
     u = exp.structure_verdicts(_rows({"karate": {"plain": plain, "fdgen": plain, "random-graph": wobbly}}),
                                "mmd_mean")
-    assert u["per_case"]["karate"]["verdict"] == "control undecided" and u["discriminating_cases"] == 0
+    assert u["per_case"]["karate"]["verdict"] == "not discriminating" and u["counted_cases"] == 0
 
 
 def test_extra_structure_seeds_of_the_small_graphs_leave_the_fairness_pairs_alone():
@@ -163,13 +164,13 @@ def test_structure_claims_are_per_case_and_gated_on_a_discriminating_case():
     assert {c.metric for c in paper} == {"metrics.structure.mmd.within_share",
                                         "metrics.structure.community.within_share"}
     assert all(len(c.gates) == 1 and c.controls for c in paper)
-    rec = {"metrics": {"structure": {s: {"discriminating_cases": 0, "discriminating_cells": 0,
+    rec = {"metrics": {"structure": {s: {"counted_cases": 0, "counted_cells": 0,
                                          "within_share": float("nan"), "control_within_share": float("nan")}
                                      for s in ("mmd", "community")}}}
     out = evaluate_claims(rec, claims)
     assert all(e["status"] == "incomplete" for e in out if e["kind"] == "paper")
-    rec["metrics"]["structure"]["mmd"] = {"discriminating_cells": 2, "within_share": 0.5, "control_within_share": 0.0}
-    rec["metrics"]["structure"]["community"] = {"discriminating_cases": 1, "within_share": 1.0,
+    rec["metrics"]["structure"]["mmd"] = {"counted_cells": 2, "within_share": 0.5, "control_within_share": 0.0}
+    rec["metrics"]["structure"]["community"] = {"counted_cases": 1, "within_share": 1.0,
                                                 "control_within_share": 0.0}
     st = {e["metric"]: e["status"] for e in evaluate_claims(rec, claims) if e["kind"] == "paper"}
     assert st == {"metrics.structure.mmd.within_share": "fails", "metrics.structure.community.within_share": "holds"}
@@ -204,15 +205,16 @@ def _stat_rows(per_case):
 def test_structure_claim_is_judged_in_every_case_statistic_cell_not_on_the_mean():
     """R5's karate shape: degree and spectral close, clustering far; the mean of the three is within the
     margin (and its cell holds), but the clustering cell is shown outside it, so the one MMD claim fails
-    and names the cell. A statistic where random graphs are within the margin too is left out."""
+    and names the cell. A statistic where random graphs are as close as plain is left out while FDGen is no
+    farther than them, and fails when it is (session 12, R7)."""
     import numpy as np
 
     from rayml.results import evaluate_claims
 
     jit = np.array([0.0, 0.004, -0.003, 0.002, -0.001, 0.003, -0.002, 0.001])
     plain = {"degree_mmd": 0.30 + jit, "clustering_mmd": 0.60 + jit, "spectral_mmd": 0.50 + jit}
-    fd = {"degree_mmd": 0.31 - jit, "clustering_mmd": 0.75 - jit, "spectral_mmd": 0.40 - jit}   # +0.01, +0.15, -0.1
-    ctl = {"degree_mmd": 0.70 + 2 * jit, "clustering_mmd": 0.62 - jit, "spectral_mmd": 0.90 + jit}  # clustering: noise
+    fd = {"degree_mmd": 0.31 - jit, "clustering_mmd": 0.60 - jit, "spectral_mmd": 0.40 - jit}   # +0.01, 0, -0.1
+    ctl = {"degree_mmd": 0.70 + 2 * jit, "clustering_mmd": 0.60 + jit[::-1], "spectral_mmd": 0.90 + jit}  # clust.: noise
     post = {k: v + 0.01 for k, v in plain.items()}
     per = {k: {"plain": plain[k], "fdgen": fd[k], "fairgen-post": post[k], "random-graph": ctl[k]} for k in plain}
     per["mmd_mean"] = {m: np.mean([per[k][m] for k in plain], axis=0) for m in per["degree_mmd"]}
@@ -226,14 +228,25 @@ def test_structure_claim_is_judged_in_every_case_statistic_cell_not_on_the_mean(
     assert cell[("degree_mmd", "karate")]["verdict"] == "holds"
     assert cell[("spectral_mmd", "karate")]["verdict"] == "holds"
     assert cell[("clustering_mmd", "karate")]["verdict"] == "not discriminating"  # random graphs within: left out
-    assert metrics["mmd"]["discriminating_cells"] == 2 and metrics["mmd"]["within_share"] == 1.0
+    assert metrics["mmd"]["counted_cells"] == 2 and metrics["mmd"]["within_share"] == 1.0
+    # FDGen 0.15 farther on clustering while random graphs are as close as plain: worse than noise, a failure (R7)
+    per["clustering_mmd"]["fdgen"] = 0.75 - jit
+    per["mmd_mean"] = {m: np.mean([per[k][m] for k in plain], axis=0) for m in per["degree_mmd"]}
+    metrics, table = exp.structure_summary(_stat_rows({"karate": per}))
+    cell = {(r["statistic"], r["case"]): r for r in table}
+    assert cell[("clustering_mmd", "karate")]["verdict"] == "fails (farther than random graphs)"
+    assert metrics["mmd"]["counted_cells"] == 3 and metrics["mmd"]["discriminating_cells"] == 2
+    assert metrics["mmd"]["within_share"] == 2 / 3
     # now clustering discriminates (random graphs far) and FDGen is shown outside the margin there
     per["clustering_mmd"]["random-graph"] = 0.95 + jit
+    per["mmd_mean"] = {m: np.mean([per[k][m] for k in plain], axis=0) for m in per["degree_mmd"]}
     rows = _stat_rows({"karate": per})
     metrics, table = exp.structure_summary(rows)
     assert exp.structure_verdicts(rows, "mmd_mean")["per_case"]["karate"]["verdict"] == "holds"
     assert metrics["mmd_mean"]["within_share"] == 1.0                         # kept for reference
     assert metrics["mmd"]["discriminating_cells"] == 3 and metrics["mmd"]["cells"] == 3
+    assert {(r["statistic"], r["case"]): r for r in table}[("clustering_mmd", "karate")]["verdict"] == \
+        "fails (shown outside)"
     assert metrics["mmd"]["within_share"] == 2 / 3 and metrics["mmd"]["failing"] == "karate clustering_mmd"
     assert {r["claim"] for r in table} == {"mmd", "none", "community"}
     st = {e["metric"]: e["status"] for e in evaluate_claims({"metrics": {"structure": metrics}},
@@ -241,6 +254,80 @@ def test_structure_claim_is_judged_in_every_case_statistic_cell_not_on_the_mean(
           if e["kind"] == "paper"}
     assert st == {"metrics.structure.mmd.within_share": "fails", "metrics.structure.community.within_share": "holds"}
     # the gate counts (case, statistic) cells: one cell where random graphs are shown beyond the margin opens it
-    gate = [c for c in exp.CLAIMS if c.metric == "metrics.structure.mmd.discriminating_cells"]
+    gate = [c for c in exp.CLAIMS if c.metric == "metrics.structure.mmd.counted_cells"]
     assert len(gate) == 1 and gate[0].kind == "sanity"
     assert [c for c in exp.CLAIMS if c.metric == "metrics.structure.mmd.within_share"][0].gates == (gate[0].text,)
+
+
+# ------------------------------------------------------------------------------------------
+# session 12 (outside review R7): a cell where FDGen is farther than noise fails; a scale-free margin
+
+
+def _r7_rows(clustering_random, n_seeds=16):
+    """R7's ``fdgen_dropped_cell.py`` shape on karate: degree discriminates and FDGen is close; on clustering
+    FDGen is 0.30 farther than plain while the random graphs are ``clustering_random`` (values around plain);
+    spectral is the same for every method."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    spec = {"degree_mmd": (0.50, 0.52, 0.52, 0.80), "clustering_mmd": (0.30, 0.60, 0.30, clustering_random),
+            "spectral_mmd": (0.10, 0.10, 0.10, 0.10)}
+    rows = []
+    for s in range(n_seeds):
+        for met, v in spec.items():
+            for m, x in zip(("plain", "fdgen", "fairgen-post", "random-graph"), v):
+                rows.append({"case": "karate", "seed": s, "method": m, "metric": met,
+                             "value": x + rng.normal(0, 0.005)})
+    return rows
+
+
+def test_a_cell_where_fdgen_is_farther_than_random_graphs_counts_as_a_failure():
+    """R7: FDGen 0.30 farther than plain on clustering while random graphs are within 0.05 of plain; the cell
+    was "not discriminating" and the claim held 1 / 1. It must fail, whether or not the random graphs are shown
+    (slightly) farther than plain there."""
+    from rayml.results import evaluate_claims
+
+    for rnd in (0.31, 0.30):  # R7's numbers; random graphs with plain's own distribution on clustering
+        metrics, table = exp.structure_summary(_r7_rows(rnd))
+        cell = {r["statistic"]: r for r in table if r["claim"] == "mmd"}
+        assert cell["clustering_mmd"]["verdict"].startswith("fails"), (rnd, cell["clustering_mmd"]["verdict"])
+        assert cell["degree_mmd"]["verdict"] == "holds"
+        assert cell["spectral_mmd"]["verdict"] == "not discriminating"  # FDGen no farther than noise: left out
+        assert metrics["mmd"]["counted_cells"] == 2 and metrics["mmd"]["within_share"] == 0.5
+        assert metrics["mmd"]["failing"] == "karate clustering_mmd"
+        claims = [c for c in exp.CLAIMS if c.metric.startswith("metrics.structure.mmd")]
+        st = {e["metric"]: e["status"] for e in evaluate_claims({"metrics": {"structure": metrics}}, claims)}
+        assert st["metrics.structure.mmd.within_share"] == "fails"
+    # random graphs with plain's distribution: the cell does not discriminate, FDGen is worse than noise
+    assert cell["clustering_mmd"]["verdict"] == "fails (farther than random graphs)"
+    assert cell["clustering_mmd"]["p_fdgen_worse_than_noise"] < 1e-4
+
+
+def test_structure_margin_is_a_share_of_the_control_gap_so_small_scale_statistics_count():
+    """R7: plain's SBM clustering MMD is 0.0006-0.0008, so one absolute 0.05 margin left every SBM cell out.
+    The margin is a share of the random graphs' gap over plain in the cell: an SBM-scale cell counts, FDGen
+    holds when it keeps plain's value and fails when it gives up more than that share of plain's advantage;
+    multiplying the statistic by 60 changes no verdict and no p."""
+    import numpy as np
+
+    jit = np.array([0.0, 0.4, -0.3, 0.2, -0.1, 0.3, -0.2, 0.1]) * 1e-4
+
+    def cell(fd, scale=1.0):
+        rows = _stat_rows({"sbm-h0.9": {"clustering_mmd": {
+            "plain": scale * (0.0007 + jit), "fdgen": scale * (fd - jit), "fairgen-post": scale * (0.0007 + jit),
+            "random-graph": scale * (0.0030 + jit[::-1])}}})
+        return exp.structure_verdicts(rows, "clustering_mmd")
+
+    close, far = cell(0.0007), cell(0.0007 + 0.5 * 0.0023)  # FDGen gives up nothing / half of plain's advantage
+    assert close["per_case"]["sbm-h0.9"]["verdict"] == "holds" and close["counted_cases"] == 1
+    assert far["counted_cases"] == 1 and far["per_case"]["sbm-h0.9"]["verdict"] == "fails (shown outside)"
+    assert far["per_case"]["sbm-h0.9"]["share_of_control_gap"] == pytest.approx(0.5, abs=0.02)
+    assert far["per_case"]["sbm-h0.9"]["margin"] == pytest.approx(exp.STRUCTURE_SHARE * 0.0023, rel=0.02)
+    for v in (close, far):
+        big = cell(0.0007 if v is close else 0.0007 + 0.5 * 0.0023, scale=60.0)["per_case"]["sbm-h0.9"]
+        small = v["per_case"]["sbm-h0.9"]
+        assert big["verdict"] == small["verdict"]
+        for k in ("p_fdgen_within", "p_fdgen_beyond", "p_control_beyond", "p_fdgen_worse_than_noise"):
+            assert big[k] == pytest.approx(small[k])
+    # the share is fixed in the code before a run, strictly between 0 and 1/2 (closer to plain than to noise)
+    assert 0 < exp.STRUCTURE_SHARE < 0.5
