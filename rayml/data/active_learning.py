@@ -11,6 +11,9 @@
   loss of the authors' LabelBench probe configurations), returning probabilities over all classes.
 - ``al_round``: one labelling round of one run: retrain, score (balanced accuracy on the test
   set, minority labels collected), choose the next batch with the run's strategy, annotate it.
+- ``oracle_balanced``: a reference, not a method: it reads the pool's true labels and labels ``batch / C``
+  unlabelled examples of each class per round (at random within the class; a class that runs out gives
+  its share to the others, so the batch is spent), the class balance a minority-seeking strategy aims at.
 - ``ActiveLearningClassifier``: the loop as a scikit-learn classifier; ``fit(X, y)`` treats
   ``y`` as the annotator (a label is read only when its example is queried).
 
@@ -32,6 +35,9 @@ from rayml.data.direct import B1_DEFAULT, MIN_BUDGET_PER_CLASS_DEFAULT, direct_s
 
 __all__ = [
     "STRATEGIES",
+    "ORACLE",
+    "MAX_ITER",
+    "oracle_balanced",
     "CLASS_WEIGHTS",
     "ActiveData",
     "RunState",
@@ -43,7 +49,9 @@ __all__ = [
     "ActiveLearningClassifier",
 ]
 
-STRATEGIES = ("direct",) + BASELINES
+ORACLE = "oracle-balanced"  # reads the pool's true labels: a gate of the setting, not a method
+STRATEGIES = ("direct",) + BASELINES + (ORACLE,)
+MAX_ITER = 300  # lbfgs iterations of the head; al_round records each fit's count (``head_iterations``)
 
 
 @dataclass(frozen=True)
@@ -134,9 +142,37 @@ def fit_head(X: np.ndarray, y: np.ndarray, C: float, n_classes: int, class_weigh
         raise ValueError(f"class_weight must be one of {CLASS_WEIGHTS}, got {class_weight!r}")
     if np.unique(y).size < 2:
         return ("constant", int(y[0]))
-    model = LogisticRegression(C=C, max_iter=300, class_weight=class_weight)
+    model = LogisticRegression(C=C, max_iter=MAX_ITER, class_weight=class_weight)
     model.fit(X, y)
     return model
+
+
+def oracle_balanced(y_pool: np.ndarray, labeled: np.ndarray, budget: int, n_classes: int,
+                    rng: np.random.Generator) -> np.ndarray:
+    """``budget`` unlabelled pool indices, as evenly over the true classes ``y_pool`` as the pool allows.
+
+    Each class gets ``budget // n_classes`` (the remainder to classes drawn at random); a class with
+    fewer unlabelled examples gives all it has and its shortfall is shared among the others the same
+    way, until the budget is spent or the pool is empty. Within a class the examples are drawn at
+    random. An oracle: it reads labels a strategy could not see before querying them.
+    """
+    y_pool = np.asarray(y_pool)
+    taken = np.zeros(y_pool.size, dtype=bool)
+    taken[np.asarray(labeled, dtype=np.int64)] = True
+    free = [np.flatnonzero(~taken & (y_pool == k)) for k in range(n_classes)]
+    avail = np.array([f.size for f in free])
+    counts = np.zeros(n_classes, dtype=np.int64)
+    left = min(int(budget), int(avail.sum()))
+    while left > 0:
+        active = np.flatnonzero(counts < avail)
+        share = left // active.size
+        if share == 0:  # fewer labels left than classes with room: one each to classes drawn at random
+            counts[rng.choice(active, size=left, replace=False)] += 1
+            break
+        give = np.minimum(share, avail[active] - counts[active])
+        counts[active] += give
+        left -= int(give.sum())
+    return np.concatenate([rng.choice(f, size=int(n), replace=False) for f, n in zip(free, counts)]).astype(np.int64)
 
 
 def predict_proba(model, X: np.ndarray, n_classes: int) -> np.ndarray:
@@ -166,7 +202,8 @@ def al_round(state: RunState, data: ActiveData, *, round_index: int, batch: int,
     """Retrain on the labelled set, score, and (if ``select``) label the next batch.
 
     Each round's curve point holds the labels used, the balanced accuracy on the test set, the
-    minority labels collected, and the head's mean recall over the minority classes and over the
+    minority labels collected, the head's lbfgs iterations (``head_iterations``; 0 for a
+    single-class head, ``MAX_ITER`` when the solver stopped unconverged), and the head's mean recall over the minority classes and over the
     other classes (``minority_recall`` / ``majority_recall``, where the test set has them).
 
     Randomness comes from ``SeedSequence([state.seed, round_index])`` only, so a run gives the same
@@ -187,7 +224,8 @@ def _al_round(state, data, *, round_index, batch, select, n_annotators, min_budg
     pred = predict_proba(model, data.X_test, data.n_classes).argmax(1)
     minority = int(np.isin(data.y_true[labeled], data.minority).sum())
     point = {"labels": int(labeled.size), "balanced_accuracy": _balanced_accuracy(data.y_test, pred, data.n_classes),
-             "minority_labels": minority}
+             "minority_labels": minority,
+             "head_iterations": 0 if isinstance(model, tuple) else int(np.max(model.n_iter_))}
     if data.minority:
         point["minority_recall"] = _mean_recall(data.y_test, pred, data.minority)
         point["majority_recall"] = _mean_recall(data.y_test, pred, [c for c in range(data.n_classes)
@@ -201,7 +239,9 @@ def _al_round(state, data, *, round_index, batch, select, n_annotators, min_budg
     def annotate(idx):
         return data.y_noisy[np.asarray(idx, dtype=np.int64)]
 
-    if state.strategy == "direct":
+    if state.strategy == ORACLE:
+        query = oracle_balanced(data.y_true, labeled, batch, data.n_classes, rng)
+    elif state.strategy == "direct":
         query, _ = direct_select(probs, labeled, observed, batch, annotate, n_annotators=n_annotators,
                                  min_budget_per_class=min_budget_per_class, rng=rng)
     else:

@@ -308,3 +308,33 @@ def test_al_round_records_minority_and_majority_recall_by_hand():
                            data.X_test, 10).argmax(1)
     assert unw.curve[-1]["balanced_accuracy"] == pytest.approx(
         np.mean([np.mean(pred_u[data.y_test == c] == c) for c in range(10)]))
+
+
+def test_oracle_balanced_labels_each_true_class_evenly_and_shares_a_short_class():
+    from rayml.data.active_learning import oracle_balanced
+
+    y = np.array([0] * 50 + [1] * 50 + [2] * 3 + [3] * 10)
+    rng = np.random.default_rng(0)
+    q = oracle_balanced(y, np.array([0, 50]), 20, 4, rng)
+    assert q.size == 20 and np.unique(q).size == 20 and not np.isin(q, [0, 50]).any()
+    # class 2 has 3 examples: all of them, its shortfall of 2 shared by the others (5 + 1 or 5 + 0 each)
+    counts = np.bincount(y[q], minlength=4)
+    assert counts[2] == 3 and sorted(counts[[0, 1, 3]]) == [5, 6, 6]
+    assert counts.sum() == 20 and counts[[0, 1, 3]].min() >= 5
+    # the labels read are the true ones, the budget is spent while the pool lasts, and the pool can run out
+    assert oracle_balanced(y, np.arange(100), 50, 4, rng).size == 13
+    # a remainder smaller than the classes with room goes to distinct classes
+    assert sorted(np.bincount(y[oracle_balanced(y, np.array([], dtype=int), 6, 4, rng)], minlength=4)) == [1, 1, 2, 2]
+
+
+def test_al_round_runs_the_oracle_on_true_labels_and_records_head_iterations():
+    from rayml.data.active_learning import MAX_ITER, ORACLE, STRATEGIES
+
+    assert ORACLE in STRATEGIES
+    data = imbalanced_digits(0, noise=0.3)
+    st = initial_state(ORACLE, data, initial=20, seed=5, C=1.0)
+    nxt = al_round(st, data, round_index=0, batch=40, select=True)
+    new = np.asarray(nxt.labeled[20:])
+    assert np.bincount(data.y_true[new], minlength=10).tolist() == [4] * 10  # true classes, not noisy labels
+    assert list(nxt.observed[20:]) == data.y_noisy[new].tolist()  # the annotations stay noisy
+    assert 0 < nxt.curve[-1]["head_iterations"] < MAX_ITER

@@ -90,3 +90,18 @@ def test_quick_and_full_c_grids_hold_sklearns_default_and_the_unweighted_heads_r
         assert grid == sorted(grid) and min(grid) < 1.0 < max(grid)
         assert max(grid) > 1e5 and {1.0, 10.0, 100.0, 1e3, 1e4, 1e5} <= set(grid)
         assert exp.C_LIMITS[0] < min(grid) and max(grid) < exp.C_LIMITS[1]
+
+
+def test_paper_claims_are_gated_on_the_class_balanced_oracle_beating_random():
+    from rayml.data import active_learning as al
+
+    gate = exp.ORACLE_GATE
+    assert gate.kind == "sanity" and gate.a["method"] == al.ORACLE and gate.b["method"] == "random"
+    paper = [c for c in exp.CLAIMS if c.kind == "paper"]
+    assert len(paper) == 3 and all(c.gates == (gate.text,) for c in paper)
+    assert sum(c.text == gate.text for c in exp.CLAIMS) == 1
+    # the oracle is no baseline of the paper claims: not among their controls, the strategies must include it
+    assert all(al.ORACLE not in ctrl.name for c in paper for ctrl in c.controls)
+    config = experiments.resolve_config(exp.SIZES, "tiny", {"strategies": ["direct", "random"]})
+    with pytest.raises(ValueError, match="strategies"):
+        exp.run(config, 0)
