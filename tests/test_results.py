@@ -161,15 +161,23 @@ def test_an_unmeasured_control_neither_passes_nor_fails_a_claim():
     assert "over 6 paired seeds" in out["measured"]
 
 
+def _method_rows(**more):
+    """Tidy rows of "ours" and "base" over 8 seeds, plus the methods named in ``more``."""
+    methods = {"ours": [0.1, 0.2, 0.1, 0.1, 0.0, 0.1, 0.2, 0.1], "base": [0.5, 0.4, 0.6, 0.2, 0.9, 0.8, 0.7, 0.6], **more}
+    return [{"method": m, "seed": s, "value": v} for m, vals in methods.items() for s, v in enumerate(vals)]
+
+
+def _lower_than_base(control: str) -> Claim:
+    """"ours has a lower gap than base" over the paired seeds, with ``control`` run in ours' place."""
+    return Claim("gap lower", "metrics.gap", "baselines.base.gap", "<", test="paired sign test over seeds",
+                 table="runs", a={"method": "ours"}, b={"method": "base"}, source=SRC,
+                 controls=(Control(control, f"baselines.{control}.gap", a={"method": control}),))
+
+
 def test_a_control_of_a_paired_claim_is_tested_on_its_own_rows():
-    rows = [{"method": m, "seed": s, "value": v}
-            for m, vals in (("ours", [0.1, 0.2, 0.1, 0.1, 0.0, 0.1, 0.2, 0.1]),
-                            ("ctl", [0.6, 0.5, 0.7, 0.6, 0.9, 0.5, 0.6, 0.7]),
-                            ("base", [0.5, 0.4, 0.6, 0.2, 0.9, 0.8, 0.7, 0.6])) for s, v in enumerate(vals)]
+    rows = _method_rows(ctl=[0.6, 0.5, 0.7, 0.6, 0.9, 0.5, 0.6, 0.7])
     rec = _record(tables={"runs": rows}, baselines={"base": {"gap": 0.59}, "ctl": {"gap": 0.51}})
-    claim = Claim("gap lower", "metrics.gap", "baselines.base.gap", "<", test="paired sign test over seeds",
-                  table="runs", a={"method": "ours"}, b={"method": "base"}, source=SRC,
-                  controls=(Control("ctl", "baselines.ctl.gap", a={"method": "ctl"}),))
+    claim = _lower_than_base("ctl")
     (out,) = results.evaluate_claims(rec, [claim])
     assert out["status"] == "holds"
     ctl = out["controls"][0]
@@ -185,22 +193,15 @@ def test_a_control_of_a_paired_claim_is_tested_on_its_own_rows():
 def test_a_control_equal_to_the_baseline_counts_neither_way():
     # contract 2.2: the run-time strongest baseline run as its own control fails "beats the
     # baseline" by construction; it must not make the claim look discriminating
-    rows = [{"method": m, "seed": s, "value": v}
-            for m, vals in (("ours", [0.1, 0.2, 0.1, 0.1, 0.0, 0.1, 0.2, 0.1]),
-                            ("base", [0.5, 0.4, 0.6, 0.2, 0.9, 0.8, 0.7, 0.6]),
-                            ("near", [0.5, 0.4, 0.6, 0.2, 0.9, 0.8, 0.7, 0.61])) for s, v in enumerate(vals)]
+    rows = _method_rows(near=[0.5, 0.4, 0.6, 0.2, 0.9, 0.8, 0.7, 0.61])
     rec = _record(tables={"runs": rows}, baselines={"base": {"gap": 0.5875}, "near": {"gap": 0.58875}})
-    claim = Claim("gap lower", "metrics.gap", "baselines.base.gap", "<", test="paired sign test over seeds",
-                  table="runs", a={"method": "ours"}, b={"method": "base"}, source=SRC,
-                  controls=(Control("base", "baselines.base.gap", a={"method": "base"}),))
+    claim = _lower_than_base("base")
     (out,) = results.evaluate_claims(rec, [claim])
     ctl = out["controls"][0]
     assert ctl["holds"] is False and ctl["equals_baseline"] is True and "does not count" in ctl["measured"]
     assert out["status"] == "holds" and out["discriminating"] is None
     # a control that differs from the baseline on one pair still counts
-    near = Claim("gap lower", "metrics.gap", "baselines.base.gap", "<", test="paired sign test over seeds",
-                 table="runs", a={"method": "ours"}, b={"method": "base"}, source=SRC,
-                 controls=(Control("near", "baselines.near.gap", a={"method": "near"}),))
+    near = _lower_than_base("near")
     (out,) = results.evaluate_claims(rec, [near])
     assert "equals_baseline" not in out["controls"][0] and out["discriminating"] is True
     # against a stated number (a zero gain), a control at exactly that number is a null control: it counts
