@@ -24,7 +24,10 @@ Baselines (the paper's kinds, able to fail the way the paper's do on new nodes a
 graph): ``stid`` (the backbone plus STID's learnable node embeddings: a node unseen in training
 keeps its untrained embedding) and ``gwnet-like`` (the same embedding, then diffusion convolutions
 over the given road graph, forward and backward, 2 hops, plus Graph WaveNet's adaptive adjacency
-``softmax(relu(E1 E2^T))`` from learnable node embeddings).
+``softmax(relu(E1 E2^T))`` from learnable node embeddings). Two linear forecasters (issue 39, outside
+review R8: they matched the learned models): ``fit_ridge`` with ``neighbours=False`` (``ridge``: a
+node's own history and time of day) and ``neighbours=True`` (``ridge-graph``: its given-graph
+neighbours' mean history added), one closed-form ridge regression shared by every node.
 
 Every method shares the training regularisers (assumed, declared on the page): dropout in the
 feed-forward layers, gradient-norm clipping and early stopping on the validation MAE (the best
@@ -45,9 +48,11 @@ from rayml.graphs.stop_data import neighbour_gain, rewire, road_graph, simulate_
 from rayml.training import EarlyStopping
 
 __all__ = ["road_graph", "rewire", "simulate_traffic", "windows", "neighbour_gain", "Backbone",
-           "ContextAwareUnit", "STOP", "GWNetLike", "STConfig", "train_forecaster", "predict", "METHODS"]
+           "ContextAwareUnit", "STOP", "GWNetLike", "STConfig", "train_forecaster", "predict", "METHODS",
+           "RidgeForecaster", "fit_ridge", "RIDGES"]
 
 METHODS = ("stop", "stop-nodro", "stid", "gwnet-like")
+RIDGES = {"ridge": False, "ridge-graph": True}  # name -> whether the given graph's neighbour mean is a feature
 
 
 class _FF(nn.Module):
@@ -310,10 +315,75 @@ def train_forecaster(X: np.ndarray, Y: np.ndarray, edges: np.ndarray, cfg: STCon
     return model
 
 
+@dataclass(frozen=True)
+class RidgeForecaster:
+    """A fitted linear forecaster (``fit_ridge``): ``weights`` (features, horizon) over standardised values."""
+
+    weights: np.ndarray
+    neighbours: bool
+    tod_size: int
+    scale: tuple[float, float]
+    penalty: float
+
+    def predict(self, X: np.ndarray, edges: np.ndarray) -> np.ndarray:
+        """Forecasts (B, horizon, n) in the original units for windows ``X`` (B, seq, n, 4) on ``edges``."""
+        F = _ridge_features(X, edges, self.neighbours, self.tod_size, self.scale)
+        B, n = X.shape[0], X.shape[2]
+        out = (F @ self.weights).reshape(B, n, -1).transpose(0, 2, 1)
+        return out * self.scale[1] + self.scale[0]
+
+
+def _ridge_features(X: np.ndarray, edges: np.ndarray, neighbours: bool, tod_size: int,
+                    scale: tuple[float, float]) -> np.ndarray:
+    """Rows (B * n, features): the node's standardised history (seq), with ``neighbours`` the mean
+    standardised history of its in-neighbours in ``edges`` (0, the training mean, for a node with none),
+    and a one-hot of the last input step's time of day (``tod_size`` slots; it carries the intercept)."""
+    if X.ndim != 4 or X.shape[-1] != 4:
+        raise ValueError(f"X must be (B, seq, n, 4), got {X.shape}")
+    B, seq, n, _ = X.shape
+    v = (X[..., 0].astype(np.float64) - scale[0]) / scale[1]  # (B, seq, n)
+    parts = [v.transpose(0, 2, 1)]  # (B, n, seq)
+    if neighbours:
+        e = np.asarray(edges)
+        if e.ndim != 2 or e.shape[0] != 2 or (e.size and (e.min() < 0 or e.max() >= n)):
+            raise ValueError(f"edges must be a (2, E) list of node indices in [0, {n}), got shape {e.shape}")
+        A = np.zeros((n, n))
+        A[e[1], e[0]] = 1.0  # node e[1] receives from e[0]
+        A /= np.maximum(A.sum(1, keepdims=True), 1.0)
+        parts.append(np.einsum("ij,bsj->bis", A, v))
+    slot = np.rint(X[:, -1, :, 1].astype(np.float64) * tod_size).astype(np.int64) % tod_size  # (B, n)
+    parts.append(np.eye(tod_size)[slot])
+    return np.concatenate(parts, -1).reshape(B * n, -1)
+
+
+def fit_ridge(X: np.ndarray, Y: np.ndarray, edges: np.ndarray, *, penalty: float, neighbours: bool,
+              tod_size: int, scale: tuple[float, float]) -> RidgeForecaster:
+    """Closed-form ridge regression from windows ``X`` (B, seq, n, 4) to ``Y`` (B, horizon, n), one set of
+    weights for every node (so it applies to unseen nodes): ``W = (F^T F + penalty I)^-1 F^T Y`` over
+    the rows of ``_ridge_features`` (the penalty on every weight, the time-of-day one-hots included)."""
+    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not penalty > 0 or not np.isfinite(penalty):
+        raise ValueError(f"penalty must be a finite number > 0, got {penalty!r}")
+    if isinstance(tod_size, bool) or not isinstance(tod_size, (int, np.integer)) or tod_size < 1:
+        raise ValueError(f"tod_size must be an integer >= 1, got {tod_size!r}")
+    if Y.ndim != 3 or X.ndim != 4 or X.shape[0] != Y.shape[0] or X.shape[2] != Y.shape[2]:
+        raise ValueError(f"X must be (B, seq, n, 4) and Y (B, horizon, n) with matching B and n, "
+                         f"got {X.shape} and {Y.shape}")
+    if not scale[1] > 0:
+        raise ValueError(f"scale must be (mean, sd > 0), got {scale!r}")
+    F = _ridge_features(X, edges, bool(neighbours), int(tod_size), scale)
+    T = ((Y.astype(np.float64) - scale[0]) / scale[1]).transpose(0, 2, 1).reshape(F.shape[0], -1)
+    W = np.linalg.solve(F.T @ F + float(penalty) * np.eye(F.shape[1]), F.T @ T)
+    return RidgeForecaster(W, bool(neighbours), int(tod_size), (float(scale[0]), float(scale[1])), float(penalty))
+
+
 @torch.no_grad()
-def predict(model: nn.Module, X: np.ndarray, edges: np.ndarray, scale: tuple[float, float]) -> np.ndarray:
+def predict(model: nn.Module | RidgeForecaster, X: np.ndarray, edges: np.ndarray,
+            scale: tuple[float, float]) -> np.ndarray:
     """Forecasts (B, horizon, n) in the original units for windows ``X`` (B, seq, n, 4) on the graph
-    ``edges`` (any node set whose ids the model's node tables hold)."""
+    ``edges`` (any node set whose ids the model's node tables hold). A ``RidgeForecaster`` uses the
+    scale it was fitted with."""
+    if isinstance(model, RidgeForecaster):
+        return model.predict(X, edges)
     mu, sd = scale
     was = model.training
     model.eval()

@@ -23,7 +23,9 @@ def test_the_strongest_baseline_is_never_its_own_control(tiny_record):
     rec = tiny_record("stop")
     strongest = rec["config"]["budget"]["strongest_baseline"]
     assert strongest in ex.BASELINES and rec["baselines"]["best_baseline"]["name"] == strongest
-    assert rec["baselines"]["other_baseline"]["name"] in set(ex.BASELINES) - {strongest}
+    others = [rec["baselines"][f"baseline_{k}"]["name"] for k in range(2, len(ex.BASELINES) + 1)]
+    assert sorted(others) == sorted(set(ex.BASELINES) - {strongest})
+    assert rec["config"]["budget"]["baselines_ranked"] == [strongest, *others]
     rows = rec["tables"]["per_model"]
     against_best = [c for c in ex.CLAIMS if c.b and c.b.get("method") == "best-baseline"]
     assert len(against_best) == 2
@@ -43,12 +45,18 @@ def _cfg(**kw):
 
 
 def test_data_holds_the_papers_test_setting():
-    """Sensors gone (drop_at_test of the training ones), new sensors present, and the two test graphs
-    over the present sensors: the pre-shift road graph (stale) and the rewired one (true)."""
+    """The authors' sensor split (N / 1.3 in training, 10% of those new at test, 10% gone), new sensors
+    present, and the two test graphs over the present sensors: the pre-shift road graph (stale) and the
+    rewired one (true)."""
+    assert ex._split_sizes(_cfg(nodes=40)) == (30, 3, 3)  # int(40 / 1.3), int(30 x 0.1), int(30 x 0.1)
+    assert ex._split_sizes(_cfg(nodes=80)) == (61, 6, 6)
+    assert ex._split_sizes(_cfg(nodes=716)) == (550, 55, 55)  # LargeST SD: main.py's int() arithmetic
     c = _cfg(nodes=30, drop_at_test=0.2)
     d = ex._data(c, 7)
     n_train = len(d["train_nodes"])
-    assert len(d["kept"]) == n_train - round(0.2 * n_train)
+    assert n_train == 23 and len(d["new_nodes"]) == 2 and not set(d["new_nodes"]) & set(d["train_nodes"])
+    assert set(d["observed"]) == set(d["train_nodes"]) | set(d["new_nodes"])
+    assert len(d["kept"]) == n_train - int(0.2 * n_train)
     assert set(d["kept"]) <= set(d["train_nodes"]) and not set(d["present"]) & (set(d["train_nodes"]) - set(d["kept"]))
     assert set(d["present"]) == set(d["kept"]) | set(d["new_nodes"])
     pres = d["present"]
@@ -63,11 +71,30 @@ def test_data_holds_the_papers_test_setting():
 @pytest.mark.parametrize("test_graph", ex.TEST_GRAPHS)
 def test_only_graph_models_see_the_test_graph_and_the_claims_use_the_configured_one(test_graph):
     c = _cfg(test_graph=test_graph)
-    outs = {m: ex.run_task(("main", m, 2e-3, 0, 11, 12), c) for m in ("stop", "gwnet-like")}
+    outs = {m: ex.run_task(("main", m, 2e-3 if m in ex.LEARNED else 1.0, 0, 11, 12), c)
+            for m in ("stop", "gwnet-like", "ridge", "ridge-graph")}
     for o in outs.values():
         assert o["ood"] == o[f"ood_{test_graph}"] and o["inductive"] == o[f"inductive_{test_graph}"]
-    assert outs["stop"]["ood_stale"] == outs["stop"]["ood_true"]  # STOP takes no graph
-    assert outs["gwnet-like"]["ood_stale"] != outs["gwnet-like"]["ood_true"]
+    for m in set(outs) - set(ex.GRAPH_MODELS):  # no graph
+        assert outs[m]["ood_stale"] == outs[m]["ood_true"], m
+    for m in ex.GRAPH_MODELS:
+        assert outs[m]["ood_stale"] != outs[m]["ood_true"], m
+
+
+def test_the_gate_on_the_shift_size_reads_the_stale_cost(tiny_record):
+    """The gate compares GWNet-like's stale-graph MAE with (1 + STALE_COST) x its true-graph MAE, seed by seed."""
+    rec = tiny_record("stop")
+    rows = rec["tables"]["per_model"]
+    stale = dict(_rows(rows, {"method": "gwnet-like", "split": "ood_stale"}))
+    true = dict(_rows(rows, {"method": "gwnet-like", "split": "ood_true"}))
+    ref = dict(_rows(rows, {"method": "gwnet-like", "split": "ood_true_plus_gate"}))
+    assert ref and set(ref) == set(true) == set(stale)
+    for k in ref:
+        assert ref[k] == pytest.approx((1 + ex.STALE_COST) * true[k])
+    gate = [c for c in ex.CLAIMS if c.kind == "sanity" and c.b.get("split") == "ood_true_plus_gate"]
+    assert len(gate) == 1 and all(gate[0].text in c.gates for c in ex.CLAIMS if c.b.get("method") == "best-baseline")
+    gw = rec["baselines"]["gwnet_like"]
+    assert gw["stale_graph_cost"] == pytest.approx(gw["ood_stale_mae"] / gw["ood_true_mae"] - 1)
 
 
 def test_power_estimate_for_the_papers_effect():
@@ -93,6 +120,8 @@ def test_power_estimate_for_the_papers_effect():
     ({"test_graph": "rewired"}, "test_graph"),
     ({"drop_at_test": 1.0}, "drop_at_test"),
     ({"drop_at_test": -0.1}, "drop_at_test"),
+    ({"max_increase": 1.0}, "max_increase"),
+    ({"add_at_test": 0.9, "max_increase": 0.05, "nodes": 20}, "add_at_test"),
 ])
 def test_bad_settings_are_rejected_before_any_work(overrides, match):
     runtime.reset_stats()

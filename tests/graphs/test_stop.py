@@ -148,3 +148,83 @@ def test_training_is_deterministic_and_bad_input_rejected():
         st.train_forecaster(X[0], Y, edges, cfg, 0, tod_size=12, scale=(0.0, 1.0))
     with pytest.raises(ValueError, match="shift_day"):
         st.simulate_traffic(rng, np.zeros((8, 2)), edges, days=2, steps_per_day=12, shift_day=5)
+
+
+def _ar_windows(rng, coef, *, n=30, T=600, spd=12, seq=4, nbr=0.0, edges=None, noise=0.1):
+    """A linear AR process per node (lags ``coef``, plus ``nbr`` x the mean of its ring neighbours' last
+    value, plus a time-of-day level), windowed as the models see it (horizon 1)."""
+    level = rng.normal(size=spd)
+    x = np.zeros((T, n))
+    src, dst = edges
+    for t in range(len(coef), T):
+        own = sum(c * x[t - 1 - k] for k, c in enumerate(coef))
+        nb = np.zeros(n)
+        np.add.at(nb, dst, x[t - 1, src])
+        nb /= np.bincount(dst, minlength=n)
+        x[t] = own + nbr * nb + level[t % spd] + noise * rng.normal(size=n)
+    return st.windows(x, spd, 0, T, seq, 1), level
+
+
+def _ring(n):
+    i = np.arange(n)
+    return np.concatenate([np.stack([i, (i + 1) % n]), np.stack([(i + 1) % n, i])], 1)
+
+
+def test_ridge_recovers_a_linear_ar_process():
+    """Own history: the lag coefficients (last input step first in time order: weights[seq-1] is lag 1);
+    with neighbours: the neighbour-mean coefficient of the last step, the others near zero."""
+    rng = np.random.default_rng(0)
+    edges = _ring(30)
+    (X, Y), _ = _ar_windows(rng, [0.5, -0.2], edges=edges)
+    m = st.fit_ridge(X, Y, edges, penalty=1e-3, neighbours=False, tod_size=12, scale=(0.0, 1.0))
+    w = m.weights[:4, 0]
+    np.testing.assert_allclose(w, [0.0, 0.0, -0.2, 0.5], atol=0.02)
+    (X, Y), _ = _ar_windows(rng, [0.3], edges=edges, nbr=0.4)
+    own = st.fit_ridge(X, Y, edges, penalty=1e-3, neighbours=False, tod_size=12, scale=(0.0, 1.0))
+    m = st.fit_ridge(X, Y, edges, penalty=1e-3, neighbours=True, tod_size=12, scale=(0.0, 1.0))
+    np.testing.assert_allclose(m.weights[3, 0], 0.3, atol=0.03)
+    np.testing.assert_allclose(m.weights[7, 0], 0.4, atol=0.03)
+    np.testing.assert_allclose(m.weights[4:7, 0], 0.0, atol=0.03)
+    err = lambda f: np.abs(st.predict(f, X, edges, (0.0, 1.0)) - Y).mean()  # noqa: E731
+    assert err(m) < 0.1 and err(m) < err(own)  # noise sd 0.1: MAE near 0.08 (0.8 sd) once the neighbours are in
+    # a scale only changes units: the same forecasts (the penalty is tiny against the data)
+    scaled = st.fit_ridge(X * np.array([3.0, 1, 1, 1], np.float32) + np.array([2.0, 0, 0, 0], np.float32),
+                          3 * Y + 2, edges, penalty=1e-6, neighbours=True, tod_size=12, scale=(2.0, 3.0))
+    np.testing.assert_allclose(scaled.predict(X * np.array([3.0, 1, 1, 1], np.float32)
+                                              + np.array([2.0, 0, 0, 0], np.float32), edges),
+                               3 * st.predict(m, X, edges, (0.0, 1.0)) + 2, atol=2e-3)
+
+
+def test_ridge_penalty_shrinks_and_the_graph_matters_only_with_neighbours():
+    rng = np.random.default_rng(1)
+    edges = _ring(30)
+    (X, Y), _ = _ar_windows(rng, [0.3], edges=edges, nbr=0.4)
+    small = st.fit_ridge(X, Y, edges, penalty=1e-3, neighbours=True, tod_size=12, scale=(0.0, 1.0))
+    big = st.fit_ridge(X, Y, edges, penalty=1e5, neighbours=True, tod_size=12, scale=(0.0, 1.0))
+    assert np.linalg.norm(big.weights) < 0.1 * np.linalg.norm(small.weights)
+    other = _ring(30)[:, ::-1][[1, 0]][:, : 30]  # half the ring's edges
+    own = st.fit_ridge(X, Y, edges, penalty=1.0, neighbours=False, tod_size=12, scale=(0.0, 1.0))
+    assert np.array_equal(own.predict(X, edges), own.predict(X, other))
+    assert not np.allclose(small.predict(X, edges), small.predict(X, other))
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"penalty": 0.0}, "penalty"), ({"penalty": -1.0}, "penalty"), ({"penalty": float("nan")}, "penalty"),
+    ({"penalty": True}, "penalty"), ({"tod_size": 0}, "tod_size"), ({"scale": (0.0, 0.0)}, "scale"),
+])
+def test_ridge_refuses_bad_arguments(kw, match):
+    rng = np.random.default_rng(2)
+    (X, Y), _ = _ar_windows(rng, [0.3], n=6, T=60, edges=_ring(6))
+    args = dict(penalty=1.0, neighbours=True, tod_size=12, scale=(0.0, 1.0)) | kw
+    with pytest.raises(ValueError, match=match):
+        st.fit_ridge(X, Y, _ring(6), **args)
+
+
+def test_ridge_refuses_bad_shapes_and_edges():
+    rng = np.random.default_rng(3)
+    (X, Y), _ = _ar_windows(rng, [0.3], n=6, T=60, edges=_ring(6))
+    args = dict(penalty=1.0, neighbours=True, tod_size=12, scale=(0.0, 1.0))
+    with pytest.raises(ValueError, match="X must be"):
+        st.fit_ridge(X, Y[:, :, :5], _ring(6), **args)
+    with pytest.raises(ValueError, match="edges"):
+        st.fit_ridge(X, Y, _ring(7), **args)
