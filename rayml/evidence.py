@@ -58,6 +58,7 @@ __all__ = [
     "power_from_pilot",
     "claim_power",
     "holm",
+    "mcnemar_exact",
     "gate",
     "nulled",
 ]
@@ -505,6 +506,42 @@ def holm(p_values: Mapping[Hashable, float] | Sequence[float]) -> Any:
         running = max(running, min(1.0, (m - rank) * v))
         adj[i] = running
     return dict(zip(keys, adj)) if isinstance(p_values, Mapping) else adj
+
+
+def mcnemar_exact(before: Sequence[Any], after: Sequence[Any], *, alpha: float = 0.05) -> dict:
+    """The exact one-sided McNemar test that paired binary outcomes got worse from ``before`` to
+    ``after`` (a correct outcome turned wrong more often than a wrong one turned correct).
+
+    ``before`` and ``after`` are paired 0/1 (or boolean) outcomes of the same units, any shape (they
+    are flattened). Only the discordant pairs count: ``losses`` (1 -> 0) and ``gains`` (0 -> 1); under
+    the null of no change each discordant pair is a loss with probability 1/2, so
+    ``p = P(X >= losses)`` for ``X ~ Binomial(losses + gains, 1/2)`` (1.0 with no discordant pair). It
+    is the exact paired sign test on binary outcomes (``rayml.results``' ``paired sign test``), here
+    with the counts and the test's actual false-alarm rate at this many discordant pairs: ``size`` is
+    ``P(p <= alpha)`` under the null, at most ``alpha`` and below it where the binomial is coarse (0
+    under 5 discordant pairs at ``alpha = 0.05``: such a test cannot reject at all).
+    """
+    from scipy import stats
+
+    x, y = np.asarray(before).ravel(), np.asarray(after).ravel()
+    if x.shape != y.shape:
+        raise ValueError(f"before and after must hold the same number of outcomes, got {x.size} and {y.size}")
+    for name, v in (("before", x), ("after", y)):
+        if v.size and not np.isin(v.astype(float), (0.0, 1.0)).all():
+            raise ValueError(f"{name} must hold binary outcomes (0/1 or booleans)")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    x, y = x.astype(bool), y.astype(bool)
+    losses, gains = int((x & ~y).sum()), int((~x & y).sum())
+    n = losses + gains
+    p = float(stats.binom.sf(losses - 1, n, 0.5)) if n else 1.0
+    # the smallest loss count that rejects, and the null probability of reaching it
+    k = int(stats.binom.ppf(1 - alpha, n, 0.5)) + 1 if n else 1
+    while k > 0 and stats.binom.sf(k - 2, n, 0.5) <= alpha:  # ppf's float edge: step down while k - 1 rejects too
+        k -= 1
+    size = float(stats.binom.sf(k - 1, n, 0.5)) if n and k <= n else 0.0
+    return {"losses": losses, "gains": gains, "discordant": n, "units": int(x.size), "p": p, "size": size,
+            "alpha": float(alpha)}
 
 
 # ------------------------------------------------------------------------------------------

@@ -310,3 +310,29 @@ def test_claim_power_pairs_and_orients_like_the_claims_test():
     (est,) = evidence.claim_power({"t": rows}, [by]).values()
     assert est["pilot_mean_difference"] == pytest.approx(0.125)
     assert (est["pilot_wins"], est["pilot_losses"]) == (2, 1)  # 0.5 and 1.0 clear the margin; 0 ties; -1.0 loses
+
+
+def test_mcnemar_exact_counts_discordant_pairs_and_matches_brute_force():
+    from itertools import product
+    from math import comb
+
+    before = np.array([1, 1, 1, 1, 1, 0, 0, 1, 0, 1], bool)
+    after = np.array([0, 0, 0, 0, 0, 0, 1, 1, 0, 1], bool)
+    r = evidence.mcnemar_exact(before, after)
+    assert (r["losses"], r["gains"], r["discordant"], r["units"]) == (5, 1, 6, 10)
+    assert abs(r["p"] - (comb(6, 5) + comb(6, 6)) / 2 ** 6) < 1e-12  # P(X >= 5 | n=6)
+    # worse-only direction: the reverse change is no evidence of getting worse
+    assert evidence.mcnemar_exact(after, before)["p"] > 0.9
+    assert evidence.mcnemar_exact([1, 0], [1, 0]) == {"losses": 0, "gains": 0, "discordant": 0, "units": 2,
+                                                      "p": 1.0, "size": 0.0, "alpha": 0.05}
+    # any shape (replicates x images) is flattened; the size is the exact false-alarm rate: the null
+    # probability of a p at or below alpha, enumerated over every sign pattern of n discordant pairs
+    for n in range(0, 11):
+        size = sum(evidence.mcnemar_exact(np.array(s), 1 - np.array(s))["p"] <= 0.05 for s in product((0, 1), repeat=n))
+        r = evidence.mcnemar_exact(np.ones((1, n)), np.zeros((1, n)))
+        assert abs(r["size"] - size / 2 ** n) < 1e-12 and r["size"] <= 0.05
+        assert r["size"] == 0.0 if n < 5 else r["size"] > 0.0
+    with pytest.raises(ValueError, match="binary"):
+        evidence.mcnemar_exact([0, 2], [0, 1])
+    with pytest.raises(ValueError, match="same number"):
+        evidence.mcnemar_exact([0, 1], [0])

@@ -28,7 +28,14 @@ t* = 250 went 0.656 -> 0.635 -> 0.594, each step under 0.05, 0.062 in all) and a
 the schedule's last step is the cap, and a defence that reaches it unconverged is reported
 ``capped``. Beside it, a one-sided sign test over the defences asks whether the last step still
 lowered more defences' accuracy than it raised (``last_step_sign_p``): a stronger attack lowers
-them all a little, which no single defence's tolerance sees. The decision is the
+them all a little, which no single defence's tolerance sees. And per defence, for the defences the
+equal-clean claims are about (SSNI-N, SSNI-L and every DiffPure level of their envelope candidates),
+an exact one-sided McNemar test over (image, draw) outcomes between the last two steps asks whether
+that defence's last step still turned more correct outcomes wrong than wrong ones correct (session 11,
+R7: the sign test counts a slide in SSNI alone as one loss among 17). The range tolerance is stated in
+outcomes (``ceil(tolerance x images x draws)`` fails: 5 of 96 at full size, 2 of 32 at quick) with its
+false-alarm rate on a flat plateau at the run's size, computed from each defence's own changed outcomes
+(``_range_false_alarm``), and each McNemar test's exact size at its discordant count. The decision is the
 driver's, between rounds of Ray tasks over the chunks (``next_jobs``), so it is taken on all
 images and does not depend on the number of workers; each attack's seed is keyed by (chunk,
 radius, defence, attack, step), not drawn in order. Each input set is purified ``replicates``
@@ -72,6 +79,7 @@ its mean-reduced MSE (a 100-image CIFAR-10 batch, 307200), since the guidance he
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Mapping
 
@@ -100,6 +108,9 @@ CEILING_W = 0.95
 CEILING_SHARE = 0.1
 TUNE_IMAGES = 64
 CONTROL_T = 90.0
+# the per-defence convergence test of the claims' own defences (session 11, R7): exact one-sided McNemar
+# over (image, draw) outcomes between the last two adaptive steps, at this level per defence
+MCNEMAR_ALPHA = 0.05
 GDMP_SCALE = 60000.0 / (100 * 3 * 32 * 32)
 
 
@@ -480,6 +491,63 @@ def _last_step_sign(changes) -> dict:
     return {"losses": losses, "gains": gains, "ties": int(c.size - n), "p": p}
 
 
+def _range_fail_outcomes(tol: float, outcomes: int) -> int:
+    """The range tolerance in outcomes: the smallest number of (image, draw) outcomes whose range fails
+    the rule ``range / outcomes < tol`` (5 of 96 at full size, 2 of 32 at quick at ``tol = 0.05``)."""
+    return max(int(math.ceil(float(tol) * int(outcomes) - 1e-9)), 0)
+
+
+def _range_false_alarm(discordant, outcomes: int, tol: float) -> float:
+    """The false-alarm rate of the range rule on a flat plateau: the probability that the last
+    ``len(discordant) + 1`` accuracies span ``_range_fail_outcomes(tol, outcomes)`` outcomes or more
+    when nothing strengthens.
+
+    ``discordant[j]``: the number of (image, draw) outcomes that changed on the window's ``j``-th step.
+    Null model (assumed; R7's plateau): each changed outcome is a loss or a gain with probability 1/2,
+    independently, so a step's net change is ``2 Binomial(d, 1/2) - d``, independent across steps (an
+    outcome that flips and flips back makes neighbouring steps' changes negatively correlated, which
+    narrows the range: the rate is then an upper estimate). Exact, by dynamic programming over
+    (position - running min, running max - position), absorbing once the range reaches the tolerance.
+    """
+    from scipy import stats
+
+    m = _range_fail_outcomes(tol, outcomes)
+    if m <= 0:
+        return 1.0
+    prob = np.zeros((m, m))
+    prob[0, 0] = 1.0
+    a_idx, b_idx = np.indices(prob.shape)
+    for d in discordant:
+        d = int(d)
+        k = np.arange(d + 1)
+        new = np.zeros_like(prob)
+        alive = prob > 0
+        for x, px in zip(2 * k - d, stats.binom.pmf(k, d, 0.5)):
+            a2, b2 = np.maximum(a_idx + x, 0), np.maximum(b_idx - x, 0)
+            ok = alive & (a2 + b2 < m)
+            np.add.at(new, (a2[ok], b2[ok]), px * prob[ok])
+        prob = new
+    return float(min(max(1.0 - prob.sum(), 0.0), 1.0))
+
+
+def _step_discordance(parts: list[dict], lab: str, name: str, steps: int) -> list[int]:
+    """Per schedule step after the first: how many (image, draw) outcomes of the adaptive attack changed."""
+    outs = [_cat(parts, (lab, name, f"adaptive_{k}")) for k in range(steps)]
+    return [int((a != b).sum()) for a, b in zip(outs, outs[1:])]
+
+
+def _last_step_mcnemar(parts: list[dict], lab: str, name: str, steps: int) -> dict:
+    """The exact one-sided McNemar test over (image, draw) outcomes between a defence's last two
+    adaptive steps: did the last step still turn more correct outcomes wrong than wrong ones correct
+    (``rayml.evidence.mcnemar_exact``)? ``p = 1`` where fewer than two steps ran."""
+    from rayml.evidence import mcnemar_exact
+
+    if steps < 2:
+        return {"losses": 0, "gains": 0, "discordant": 0, "units": 0, "p": 1.0, "size": 0.0, "alpha": MCNEMAR_ALPHA}
+    return mcnemar_exact(_cat(parts, (lab, name, f"adaptive_{steps - 2}")),
+                         _cat(parts, (lab, name, f"adaptive_{steps - 1}")), alpha=MCNEMAR_ALPHA)
+
+
 def next_jobs(parts: list[dict], config: Mapping[str, Any]) -> list[tuple]:
     """The attack jobs ``(radius, defence, attack, step)`` of the next round, from the rounds so far.
 
@@ -621,6 +689,16 @@ def _summarise(parts: list[dict], config: Mapping[str, Any]) -> tuple[dict, dict
             d["steps"] = steps
             d["schedule_reached"] = [int(v) for v in config["schedule"][steps - 1]]
             d["capped"] = bool(not d["converged"] and steps == nsched)
+            # the range rule in outcomes, and its false-alarm rate on a flat plateau with this defence's
+            # own changes per step over the window (session 11, R7)
+            outcomes = int(_cat(parts, (lab, name, "adaptive_0")).size)
+            window = _step_discordance(parts, lab, name, steps)[-patience:]
+            d["outcomes"] = outcomes
+            d["window_changed_outcomes"] = window
+            d["recent_range_outcomes"] = int(round(d["recent_range"] * outcomes)) if np.isfinite(d["recent_range"]) \
+                else None
+            d["range_false_alarm"] = _range_false_alarm(window, outcomes, tol) if len(window) == patience else None
+            d["last_step_mcnemar"] = _last_step_mcnemar(parts, lab, name, steps)
             robust[name] = np.all([_cat(parts, (lab, name, a)) for a in attacks], axis=0)
             d["robust"] = float(robust[name].mean())
             per_image = robust[name].mean(0)
@@ -668,6 +746,21 @@ def _summarise(parts: list[dict], config: Mapping[str, Any]) -> tuple[dict, dict
                                   # the (in-sample) envelope candidate's adaptive accuracy at each schedule
                                   # step beside this defence's own (R5: is the envelope still moving?)
                                   f"envelope_schedule{suffix}": _candidate_schedule(info_in, grids[base], acc)})
+                if base == "diffpure" and name in OURS:
+                    # the per-defence convergence test of the claim's own defences (session 11, R7): SSNI and
+                    # every DiffPure level of its envelope candidates (both folds and in-sample; a mixture's
+                    # two levels), each an exact one-sided McNemar between its last two adaptive steps
+                    levels = [grids[base][j] for i in (*infos, info_in) for j in i["points"]]
+                    tested = [name, *dict.fromkeys(levels)]
+                    tests = {n: acc[n]["last_step_mcnemar"] for n in tested}
+                    acc[name].update({"convergence_defences": tested,
+                                      "mcnemar_min_p": float(min(t["p"] for t in tests.values())),
+                                      "mcnemar_alpha": MCNEMAR_ALPHA,
+                                      # the family's false-alarm rate on a flat plateau (each defence's exact size
+                                      # at its own discordant count; assumed independent across defences)
+                                      "mcnemar_family_false_alarm": float(1 - np.prod([1 - t["size"]
+                                                                                       for t in tests.values()])),
+                                      "mcnemar": tests})
                 if base == "diffpure":
                     # the power of the claim's test at this many images: the smallest mean gap a one-sided
                     # test at 0.05 detects with 80% power, (z_.95 + z_.8) sd / sqrt(ARE n), with the
@@ -720,6 +813,16 @@ def _summarise(parts: list[dict], config: Mapping[str, Any]) -> tuple[dict, dict
                                   "last_step_losses": sign["losses"], "last_step_gains": sign["gains"],
                                   "last_step_ties": sign["ties"], "last_step_sign_p": sign["p"],
                                   "converged_defences": int(sum(c < tol for c in converged)),
+                                  # the range tolerance in outcomes and its false-alarm rate at this run's size:
+                                  # per defence on a flat plateau with its own changed outcomes (R7), and for
+                                  # the every-defence gate (assumed independent across defences)
+                                  "outcomes": int(acc[names[0]]["outcomes"]),
+                                  "range_fails_at_outcomes": _range_fail_outcomes(tol, acc[names[0]]["outcomes"]),
+                                  "range_false_alarm": {n: acc[n]["range_false_alarm"] for n in names},
+                                  "range_family_false_alarm": (float(1 - np.prod([1 - acc[n]["range_false_alarm"]
+                                                                                  for n in names]))
+                                                               if all(acc[n]["range_false_alarm"] is not None
+                                                                      for n in names) else None),
                                   "capped_defences": int(sum(acc[n]["capped"] for n in names)),
                                   "defences": len(names)}
         baselines[lab] = {name: acc[name] for name in ("classifier", *[n for n in names if n not in OURS])}
@@ -804,7 +907,9 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                                f"until its accuracy moved by less than {float(config['tolerance'])} over its last "
                                f"{int(config['patience'])} steps (max - min of the last "
                                f"{int(config['patience']) + 1} accuracies), up to the schedule's last step; "
-                               f"a one-sided sign test over defences on the last step checks for a common trend",
+                               f"a one-sided sign test over defences on the last step checks for a common trend, "
+                               f"and an exact one-sided McNemar test over (image, draw) outcomes between the last "
+                               f"two steps checks SSNI-N, SSNI-L and their envelopes' DiffPure levels each",
               "attack_rounds": rounds,
               "bpda_and_fixed_t": "at each defence's last reached step", "replicates": int(config["replicates"]),
               "images_attacked": n_test, "images_clean": int(config["n_clean"]),
@@ -892,8 +997,10 @@ def _converged_every(lab: str) -> Claim:
     unconverged attacks on t* = 90, SSNI-N and SSNI-L). The rule is on the range over the window,
     not each step's change (session 10, R5: each step under 0.05, 0.062 over two)."""
     return Claim(text=f"attack convergence (two-sided), every defence: its adaptive accuracy moved by less than "
-                      f"{TOLERANCE} over its last {PATIENCE} steps (max - min of the last {PATIENCE + 1}; "
-                      f"none stopped at the schedule's cap unconverged; l_inf {lab})",
+                      f"{TOLERANCE} over its last {PATIENCE} steps (max - min of the last {PATIENCE + 1}; in "
+                      f"outcomes: fewer than ceil({TOLERANCE} x images x draws), false-alarm rate on a flat plateau "
+                      f"computed in attack.range_family_false_alarm; none stopped at the schedule's cap "
+                      f"unconverged; l_inf {lab})",
                  metric=f"metrics.{lab}.attack.max_recent_range", compare=TOLERANCE, op="<", kind="sanity")
 
 
@@ -912,11 +1019,30 @@ def _no_common_trend(lab: str) -> Claim:
                  metric=f"metrics.{lab}.attack.last_step_sign_p", compare=SIGN_ALPHA, op=">=", kind="sanity")
 
 
+def _claim_defences_flat(variant: str, lab: str) -> Claim:
+    """The per-defence convergence test of one equal-clean claim's own defences (session 11, R7): the
+    sign test over defences counts a slide in SSNI alone as one loss among 17 (R7: SSNI sliding 0.021 a
+    step, the others flat, passed both gates in 100% of simulations), so SSNI-``variant`` and every
+    DiffPure level of its envelope candidate are each tested across (image, draw) outcomes: an exact
+    one-sided McNemar between the last two adaptive steps (``rayml.evidence.mcnemar_exact``), each
+    ``p >= MCNEMAR_ALPHA``. Its false-alarm rate at the run's size (each test's exact size at its own
+    discordant count) is ``mcnemar_family_false_alarm``."""
+    name = f"diffpure_ssni_{variant}"
+    return Claim(text=f"attack convergence (per defence), SSNI-{variant.upper()} and its envelope's DiffPure levels: "
+                      f"on the last step none lost more (image, draw) outcomes than it gained beyond chance (exact "
+                      f"one-sided McNemar between the last two adaptive steps, each p >= {MCNEMAR_ALPHA}; "
+                      f"l_inf {lab})",
+                 metric=f"metrics.{lab}.{name}.mcnemar_min_p", compare=MCNEMAR_ALPHA, op=">=", kind="sanity")
+
+
 def _robustness_claims(lab: str) -> tuple[Claim, ...]:
-    """The radius's attack gate, then SSNI-N / SSNI-L against DiffPure's curve, gated on both the attack
-    working on the undefended classifier and every defence's adaptive attack having converged (the
-    convergence claim itself is listed with the other schedule checks)."""
-    gated = gate(_no_common_trend(lab), *[_equal_clean(v, lab) for v in ("n", "l")])[1:]
+    """The radius's attack gate, then SSNI-N / SSNI-L against DiffPure's curve, gated on the attack
+    working on the undefended classifier, every defence's adaptive attack having converged, no common
+    trend across the defences, and no trend in the claim's own defences (SSNI and its envelope's levels,
+    per defence across images; the convergence claims over every defence are listed with the other
+    schedule checks)."""
+    paper = [gate(_claim_defences_flat(v, lab), _equal_clean(v, lab))[1] for v in ("n", "l")]
+    gated = gate(_no_common_trend(lab), *paper)[1:]
     gated = gate(_converged_every(lab), *gated)[1:]
     return gate(_attack_gate(lab), *gated)
 
@@ -937,6 +1063,7 @@ CLAIMS = (
       for who, where in ((CONTROL, "baselines"), ("diffpure_ssni_n", "metrics"), ("diffpure_ssni_l", "metrics"))],
     *[_converged_every(lab) for lab in LABELS],
     *[_no_common_trend(lab) for lab in LABELS],
+    *[_claim_defences_flat(v, lab) for lab in LABELS for v in ("n", "l")],
 )
 
 

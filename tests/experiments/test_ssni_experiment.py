@@ -39,6 +39,8 @@ def _with_attack(record, lab, recent_range, sign_p):
     from before the range rule lacks; they gate nothing)."""
     for where, name in (("baselines", ssni.CONTROL), ("metrics", "diffpure_ssni_n"), ("metrics", "diffpure_ssni_l")):
         record[where][lab][name].setdefault("recent_range", 0.0)
+    for name in ssni.OURS:  # the per-defence McNemar gate (session 11, R7): not what these tests are about
+        record["metrics"][lab][name].setdefault("mcnemar_min_p", 1.0)
     record["metrics"][lab]["attack"]["max_recent_range"] = recent_range
     record["metrics"][lab]["attack"]["last_step_sign_p"] = sign_p
 
@@ -133,3 +135,138 @@ def test_envelope_candidate_schedule_follows_its_levels():
     assert ssni._candidate_schedule({"points": [0], "weight": 1.0}, grid, acc) == [0.9, 0.8, 0.7]
     mixed = ssni._candidate_schedule({"points": [0, 1], "weight": 0.25}, grid, acc)
     assert np.allclose(mixed, [0.25 * 0.9 + 0.75 * 0.5, 0.25 * 0.8 + 0.75 * 0.5])
+
+
+# --- session 11, R7: a slide in SSNI alone, and a noisy plateau -----------------------------------------
+
+
+def _schedule_parts(config, images, draws, outcomes_by_name):
+    """One part (all ``images``) whose adaptive steps hold, per defence at both radii, the given
+    ``(draws, images)`` boolean outcomes per step; the other keys ``_summarise`` reads are constant."""
+    names = ssni.defences(config)
+    correct, norms, norm_levels = {}, {}, {}
+    for lab in ssni.LABELS:
+        for a in ("clean", "pgd", "random"):  # PGD works on the bare classifier (the radius's attack gate)
+            correct[(lab, "classifier", a)] = np.full((1, images), a != "pgd")
+        for name in names:
+            correct[(lab, name, "clean")] = np.ones((draws, images), bool)
+            correct[(lab, name, "clean_extra")] = np.zeros((draws, 0), bool)
+            correct[(lab, name, "pgd")] = np.ones((draws, images), bool)
+            for k, out in enumerate(outcomes_by_name[name]):
+                correct[(lab, name, f"adaptive_{k}")] = out
+        norms.update({(lab, k): np.full(images, 3.0) for k in ("pgd", "random")})
+        norm_levels.update({(lab, k): np.full(images, 50.0) for k in ("clean", "pgd", "random")})
+    norms.update({("all", "clean"): np.ones(images), ("all", "clean_redraw"): np.ones(images)})
+    return [{"chunk": 0, "seed": 0, "start": 0, "n": images, "correct": correct, "levels": {}, "norms": norms,
+             "norm_levels": norm_levels}]
+
+
+def _evaluated(parts, config):
+    metrics, baselines, tables = ssni._summarise(parts, config)
+    out = evaluate_claims({"metrics": metrics, "baselines": baselines, "tables": tables}, ssni.CLAIMS)
+    return metrics, {c["text"]: c for c in out}
+
+
+def _nested(count, draws, images):
+    """``(draws, images)`` outcomes with the first ``count`` (in draw-major order) correct."""
+    return np.arange(draws * images).reshape(draws, images) < count
+
+
+def test_r7_slide_in_ssni_alone_fails_the_per_defence_gate_and_passed_the_old_ones():
+    """Session 11, R7: SSNI-N alone slides 0.021 a step (10 of 480 outcomes per step: 240 images x 2
+    draws), every other defence is flat. The old gates pass it -- the range over the last 3 steps is
+    20 / 480 = 0.042 < 0.05, and the sign test over defences sees 1 loss and 16 ties (p = 0.5) -- but the
+    exact McNemar between SSNI-N's last two steps (10 losses, 0 gains, p = 2^-10) makes its equal-clean
+    claim incomplete; SSNI-L's claim, whose defences are flat, is not gated by its own test."""
+    config = {**ssni.SIZES["full"], "n_test": 240, "n_clean": 240}
+    images, draws = 240, 2
+    flat = [_nested(400, draws, images)] * 4
+    outcomes = {n: flat for n in ssni.defences(config)}
+    outcomes["diffpure_ssni_n"] = [_nested(420 - 10 * k, draws, images) for k in range(4)]
+    metrics, out = _evaluated(_schedule_parts(config, images, draws, outcomes), config)
+    for lab in ssni.LABELS:
+        att = metrics[lab]["attack"]
+        assert abs(att["max_recent_range"] - 20 / 480) < 1e-12 and 20 / 480 < ssni.TOLERANCE  # old gate passes
+        assert (att["last_step_losses"], att["last_step_gains"], att["last_step_sign_p"]) == (1, 0, 0.5)
+        assert out[ssni._converged_every(lab).text]["holds"] and out[ssni._no_common_trend(lab).text]["holds"]
+        n_test = metrics[lab]["diffpure_ssni_n"]["mcnemar"]["diffpure_ssni_n"]
+        assert (n_test["losses"], n_test["gains"]) == (10, 0) and abs(n_test["p"] - 2.0 ** -10) < 1e-15
+        assert not out[ssni._claim_defences_flat("n", lab).text]["holds"]
+        assert out[ssni._claim_defences_flat("l", lab).text]["holds"]
+        claim_n, claim_l = (out[ssni._equal_clean(v, lab).text] for v in ("n", "l"))
+        assert claim_n["status"] == "incomplete"
+        assert claim_n["gated_by"] == [ssni._claim_defences_flat("n", lab).text]
+        assert "gated_by" not in claim_l
+        # the envelope's DiffPure levels are tested too (here every grid level ties, the lowest t* is kept)
+        assert metrics[lab]["diffpure_ssni_n"]["convergence_defences"][0] == "diffpure_ssni_n"
+        assert len(metrics[lab]["diffpure_ssni_n"]["convergence_defences"]) >= 2
+
+
+def test_a_slide_in_an_envelope_level_gates_the_claim_too():
+    config = {**ssni.SIZES["full"], "n_test": 240, "n_clean": 240}
+    images, draws = 240, 2
+    outcomes = {n: [_nested(400, draws, images)] * 4 for n in ssni.defences(config)}
+    # DiffPure t* = 25 is the best level (the envelope candidate) and is still sliding
+    outcomes["diffpure_t25"] = [_nested(470 - 10 * k, draws, images) for k in range(4)]
+    metrics, out = _evaluated(_schedule_parts(config, images, draws, outcomes), config)
+    lab = ssni.LABELS[0]
+    assert "diffpure_t25" in metrics[lab]["diffpure_ssni_n"]["convergence_defences"]
+    for v in ("n", "l"):
+        assert out[ssni._equal_clean(v, lab).text]["gated_by"] == [ssni._claim_defences_flat(v, lab).text]
+
+
+def test_a_flat_noisy_plateau_passes_every_convergence_gate_at_full_size():
+    """Full size (48 images x 2 draws = 96 outcomes): every defence re-decides 6 outcomes at each step, 3
+    each way (accuracy flat at 80 / 96). Every gate passes: the range is 0 outcomes (the tolerance is 5),
+    each McNemar test sees 3 losses and 3 gains (p = 42 / 64), no defence's last step is a loss. The
+    computed false-alarm rates at this size: each McNemar test at 6 discordant outcomes rejects a flat
+    plateau with probability 1 / 64, and the range rule with this plateau's changes (6 a step) fails 5
+    outcomes with the probability the exact recursion gives (checked by brute force below)."""
+    config = ssni.SIZES["full"]
+    images, draws = 48, 2
+    base = _nested(80, draws, images).ravel()
+    seq = []
+    for k in range(4):
+        out = base.copy()
+        if k % 2:  # alternate: 3 correct turn wrong and 3 wrong turn correct, then back
+            out[[0, 1, 2]] = False
+            out[[90, 91, 92]] = True
+        seq.append(out.reshape(draws, images))
+    outcomes = {n: seq for n in ssni.defences(config)}
+    metrics, out = _evaluated(_schedule_parts(config, images, draws, outcomes), config)
+    for lab in ssni.LABELS:
+        att = metrics[lab]["attack"]
+        assert att["outcomes"] == 96 and att["range_fails_at_outcomes"] == 5 and att["max_recent_range"] == 0.0
+        for v in ("n", "l"):
+            d = metrics[lab][f"diffpure_ssni_{v}"]
+            assert all(t["losses"] == 3 and t["gains"] == 3 for t in d["mcnemar"].values())
+            assert abs(d["mcnemar_min_p"] - 42 / 64) < 1e-12
+            k = len(d["convergence_defences"])
+            assert abs(d["mcnemar_family_false_alarm"] - (1 - (1 - 1 / 64) ** k)) < 1e-12
+            assert out[ssni._equal_clean(v, lab).text]["status"] != "incomplete"
+        fa = att["range_false_alarm"]["diffpure_ssni_n"]
+        assert abs(fa - ssni._range_false_alarm([6, 6], 96, ssni.TOLERANCE)) < 1e-15 and 0 < fa < 1
+        for gate_claim in (ssni._converged_every(lab), ssni._no_common_trend(lab)):
+            assert out[gate_claim.text]["holds"]
+
+
+def test_range_false_alarm_matches_brute_force_and_states_the_tolerance_in_outcomes():
+    import itertools
+
+    assert ssni._range_fail_outcomes(0.05, 96) == 5 and ssni._range_fail_outcomes(0.05, 32) == 2
+    assert ssni._range_fail_outcomes(0.05, 100) == 5  # 5 / 100 is not < 0.05
+    for window, outcomes in (([3, 4], 96), ([2, 1, 3], 32), ([5, 0], 60)):
+        m = ssni._range_fail_outcomes(ssni.TOLERANCE, outcomes)
+        fail = 0.0
+        for signs in itertools.product(*[list(itertools.product((-1, 1), repeat=d)) for d in window]):
+            pos = np.cumsum([0] + [sum(s) for s in signs])
+            fail += float(pos.max() - pos.min() >= m) * 2.0 ** -sum(window)
+        assert abs(ssni._range_false_alarm(window, outcomes, ssni.TOLERANCE) - fail) < 1e-12
+    assert ssni._range_false_alarm([0, 0], 96, ssni.TOLERANCE) == 0.0
+    # R7: at quick size (16 images x 2 draws) two outcomes re-decided per step already fail often
+    assert ssni._range_false_alarm([2, 2], 32, ssni.TOLERANCE) > 0.5
+    # and at full size the largest last-step slide the range rule passes (4 of 96 outcomes lost, none
+    # gained) is beyond what the per-defence McNemar test can detect at 0.05: p = 1 / 16
+    from rayml.evidence import mcnemar_exact
+
+    assert mcnemar_exact(np.ones(4), np.zeros(4))["p"] == 1 / 16
