@@ -57,7 +57,7 @@ SIZES = {
                  instances=2, trap_instances=2, seeds=2, scg_iterations=[1, 4], **{**_COMMON, "roundings": 4}),
     "quick": dict(objectives=[*OBJECTIVES, TRAP], n=15, parts=3, budget=2, trap_n=60, trap_parts=4, trap_budget=3,
                   instances=6, trap_instances=10, seeds=3, scg_iterations=[1, 2, 5, 10, 20], **_COMMON),
-    "full": dict(objectives=[*OBJECTIVES, TRAP], n=18, parts=3, budget=2, trap_n=120, trap_parts=6, trap_budget=3,
+    "full": dict(objectives=[*OBJECTIVES, TRAP], n=18, parts=3, budget=2, trap_n=200, trap_parts=6, trap_budget=3,
                  instances=8, trap_instances=10, seeds=4, scg_iterations=[1, 2, 5, 10, 20], **_COMMON),
 }
 BENCH_SIZES = {
