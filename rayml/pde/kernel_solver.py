@@ -21,7 +21,9 @@ Kernel-Based Solvers for Nonlinear PDEs", ICML 2025 (arXiv 2410.11165).
    The authors' code (XZT008/PDE-GP-Solver) runs Adam for Burgers and for Allen-Cahn:
    ``allen_cahn.py`` has a Gauss-Newton branch, but its ``run`` trains with ``method="GD"``,
    i.e. ``optax.adam(1e-4)`` for 1e4 to 5e5 epochs at ``a = 15`` and ``20`` (``v = 1e4``,
-   ``tau = 1e12``). Before issue 36 this docstring said Allen-Cahn used Gauss-Newton.
+   ``tau = 1e12``). Before issue 36 this docstring said Allen-Cahn used Gauss-Newton. Every solve
+   counts its mode products (one grid-by-factor matrix product each) in ``info["mode_products"]``:
+   the unit of an equal budget across the optimisers (``rayml.experiments.kernel_pde``'s hard cases).
 
 Details from the authors' code: squared-exponential kernels per axis with a small jitter; the PDE
 residual is penalised at every grid point; one lengthscale per axis, fixed.
@@ -81,11 +83,14 @@ class KernelPDEConfig:
         jitter: added to each 1-D kernel matrix's diagonal.
         v: weight of the squared PDE residual.
         tau: weight of the squared boundary residual.
-        optimizer: ``"gauss-newton"`` or ``"adam"``.
+        optimizer: ``"gauss-newton"`` (dense), ``"gauss-newton-cg"`` (matrix-free) or ``"adam"``.
         iterations: Gauss-Newton steps or Adam steps.
         lr: Adam's learning rate.
         boundary_steps: Adam only: steps fitting the boundary alone before the PDE term is
             switched on (the authors' Burgers schedule).
+        boundary_lr: Adam only: the learning rate of those boundary steps (default ``lr``); when
+            given, Adam's moments restart at the switch, as the authors' code starts a new
+            ``optax.adam(1e-4)`` after 800 boundary steps at ``1e-3`` (Burgers).
         tol: stop Gauss-Newton when the relative decrease of the loss is below this.
         cg_iterations, cg_tol: ``"gauss-newton-cg"`` only: the most conjugate-gradient steps per
             Gauss-Newton step and their relative residual tolerance.
@@ -100,6 +105,7 @@ class KernelPDEConfig:
     iterations: int = 30
     lr: float = 1e-3
     boundary_steps: int = 0
+    boundary_lr: float | None = None
     tol: float = 1e-10
     cg_iterations: int = 300
     cg_tol: float = 1e-8
@@ -119,6 +125,8 @@ class KernelPDEConfig:
         object.__setattr__(self, "lengthscale", tuple(float(v) for v in ls))
         for name in ("jitter", "v", "tau", "lr", "tol", "cg_tol"):
             _pos(name, getattr(self, name))
+        if self.boundary_lr is not None:
+            _pos("boundary_lr", self.boundary_lr)
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         for name in ("iterations", "boundary_steps", "cg_iterations"):
@@ -190,6 +198,7 @@ class KroneckerInterpolant:
 
     def __init__(self, axes: tuple[np.ndarray, np.ndarray], lengthscale, jitter: float, orders=(0, 1, 2)):
         self.factors = tuple(axis_factors(p, ls, jitter, orders) for p, ls in zip(axes, lengthscale))
+        self.mode_products = 0   # grid-by-factor matrix products so far (the optimisers' shared cost unit)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -198,11 +207,13 @@ class KroneckerInterpolant:
     def field(self, Xi: np.ndarray, ab: tuple[int, int]) -> np.ndarray:
         """``d^a/dx1^a d^b/dx2^b u`` on the grid: ``A_a Xi B_b^T`` (two small matrix products)."""
         a, b = ab
+        self.mode_products += 2
         return self.factors[0].ops[a] @ Xi @ self.factors[1].ops[b].T
 
     def field_adjoint(self, R: np.ndarray, ab: tuple[int, int]) -> np.ndarray:
         """The adjoint of ``field`` applied to a grid array ``R``: ``A_a^T R B_b``."""
         a, b = ab
+        self.mode_products += 2
         return self.factors[0].ops[a].T @ R @ self.factors[1].ops[b]
 
     def predict(self, Xi: np.ndarray, x1: np.ndarray, x2: np.ndarray, ab: tuple[int, int] = (0, 0)) -> np.ndarray:
@@ -326,6 +337,7 @@ class KroneckerPreconditioner:
 
     def __init__(self, obj: _Objective, C: dict):
         cfg, (f1, f2) = obj.config, obj.interp.factors
+        self.interp = obj.interp
         s = {ab: float(np.mean(C[ab] ** 2)) for ab in obj.problem.fields}
         self.Q1 = np.linalg.eigh(f1.ops[0].T @ f1.ops[0])[1]
         self.Q2 = np.linalg.eigh(f2.ops[0].T @ f2.ops[0])[1]
@@ -342,6 +354,7 @@ class KroneckerPreconditioner:
         self.scale = scale + 2 * cfg.tau * float(obj.mask.mean()) * np.outer(d1[0], d2[0])
 
     def __call__(self, S: np.ndarray) -> np.ndarray:
+        self.interp.mode_products += 4
         return self.Q1 @ ((self.Q1.T @ S @ self.Q2) / self.scale) @ self.Q2.T
 
 
@@ -401,12 +414,18 @@ def _adam(obj: _Objective, Xi: np.ndarray, config: KernelPDEConfig):
     m, s = np.zeros_like(Xi), np.zeros_like(Xi)
     b1, b2, eps = 0.9, 0.999, 1e-8
     history = []
+    restart = config.boundary_lr is not None and config.boundary_steps > 0
+    t0 = 0   # the step the moments (and their bias corrections) started at
     for t in range(1, config.iterations + 1):
-        weight = 0.0 if t <= config.boundary_steps else 1.0
-        val, grad = obj.value_and_grad(Xi, pde_weight=weight)
+        boundary = t <= config.boundary_steps
+        if restart and t == config.boundary_steps + 1:
+            m, s, t0 = np.zeros_like(Xi), np.zeros_like(Xi), config.boundary_steps
+        lr = config.boundary_lr if (boundary and config.boundary_lr is not None) else config.lr
+        val, grad = obj.value_and_grad(Xi, pde_weight=0.0 if boundary else 1.0)
         m = b1 * m + (1 - b1) * grad
         s = b2 * s + (1 - b2) * grad**2
-        Xi = Xi - config.lr * (m / (1 - b1**t)) / (np.sqrt(s / (1 - b2**t)) + eps)
+        k = t - t0
+        Xi = Xi - lr * (m / (1 - b1**k)) / (np.sqrt(s / (1 - b2**k)) + eps)
         history.append(val)
     history.append(obj.value(Xi))
     return Xi, history, config.iterations
@@ -433,6 +452,7 @@ def solve(problem: Problem, config: KernelPDEConfig = KernelPDEConfig(), *, Xi0:
         raise ValueError(f"Xi0 must have the grid's shape {config.grid}, got {Xi.shape}")
     run = {"gauss-newton": _gauss_newton, "gauss-newton-cg": _gauss_newton_cg, "adam": _adam}[config.optimizer]
     Xi, history, iters = run(obj, Xi, config)
+    products = obj.interp.mode_products   # the optimiser's cost, before the evaluation below
     U = obj.interp.field(Xi, (0, 0))
     # the relative change of the solution on the grid in the last accepted Gauss-Newton step (NaN for Adam or
     # when no step was accepted): the quantity a convergence check can compare across solvers
@@ -447,7 +467,7 @@ def solve(problem: Problem, config: KernelPDEConfig = KernelPDEConfig(), *, Xi0:
         rel_l2=float(np.linalg.norm(err) / max(np.linalg.norm(ref), 1e-300)),
         loss_history=np.asarray(history), seconds=seconds, iterations=int(iters),
         info={"Xi": Xi, "interpolant": obj.interp, "cg_steps": list(getattr(obj, "cg_steps", [])),
-              "last_change": last_change},
+              "last_change": last_change, "mode_products": int(products)},
     )
 
 

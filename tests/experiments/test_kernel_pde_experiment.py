@@ -164,3 +164,44 @@ def test_accuracy_value_at_fixed_daks_nuggets_by_hand():
     assert out["0.0001"]["below_limit"] is False and out["0.0001"]["daks_converged_share"] == 0.5
     assert math.isclose(out["0.001"]["log10_rmse_ratio_vs_daks"], -0.5) and out["0.001"]["below_limit"] is True
     assert math.isclose(out["0.001"]["per_case"]["b"], -1.0)
+
+
+def test_hard_cases_adam_gets_the_gauss_newton_mode_products_and_dense_respects_the_cap():
+    import pytest
+
+    from rayml.experiments import kernel_pde as kp
+
+    cfg = {**kp.SIZES["tiny"], "max_gram_mib": 1.0}
+    case = "allen-cahn-15-25x25"
+    gn = kp.hard_cell((case, kp.OURS, 0), cfg)
+    adam = kp.hard_cell((case, "adam", gn["mode_products"]), cfg)
+    per = kp.adam_step_products(kp.make_problem("allen-cahn", a=15.0))
+    assert gn["mode_products"] > 0 and adam["adam_steps"] == (gn["mode_products"] - 6) // per   # 6: the final loss
+    assert gn["mode_products"] - per < adam["mode_products"] <= gn["mode_products"]
+    assert adam["lr"] == 1e-4   # the authors' Allen-Cahn learning rate
+    dense = kp.hard_cell((case, kp.DENSE, 0), cfg)   # 4 N^2 doubles = 11.9 MiB > 1 MiB
+    assert dense["ran"] is False and dense["needed_mib"] > 1.0
+    with pytest.raises(ValueError, match="hard_cases"):
+        kp._check_config({**kp.SIZES["tiny"], "hard_cases": ["allen-cahn-15-1x1"]})
+    for size in ("quick", "full"):   # every size has two Allen-Cahn a = 15 grids and a Burgers nu = 0.001 case
+        hard = kp.SIZES[size]["hard_cases"]
+        assert sum(kp.HARD_CASES[c][1].get("a") == 15.0 for c in hard) >= 2
+        assert any(kp.HARD_CASES[c][1].get("nu") == 0.001 for c in hard)
+
+
+def test_hard_summary_by_hand():
+    import math
+
+    from rayml.experiments import kernel_pde as kp
+
+    def row(case, rmse, rel):
+        return {"case": case, "method": kp.OURS, "rmse": rmse, "rel_l2": rel, "mode_products": 10, "gn_iterations": 3,
+                "last_u_change": 0.0, "cg_steps": 5, "cg_capped": 0, "points": kp.HARD_CASES[case][2][0] ** 2}
+
+    rows = [row("allen-cahn-15-70x70", 0.01, 0.1), row("allen-cahn-15-49x49", 0.1, 0.5),
+            row("allen-cahn-20-49x49", 1.0, 0.9), row("burgers-0.001-60x20", 0.2, 0.3)]
+    out = kp.hard_summary(rows, kp.OURS)
+    assert math.isclose(out["allen_cahn_geo_mean_rmse"], 0.1)   # (0.01 * 0.1 * 1) ** (1/3)
+    assert math.isclose(out["burgers_geo_mean_rmse"], 0.2)
+    assert out["allen_cahn_15_rel_l2_smallest_grid"] == 0.5 and out["allen_cahn_15_rel_l2_largest_grid"] == 0.1
+    assert math.isnan(kp.hard_summary(rows[1:], kp.OURS)["allen_cahn_15_rel_l2_largest_grid"])   # one a = 15 grid

@@ -237,3 +237,50 @@ def test_daks_reports_the_change_of_u_in_every_gauss_newton_step():
     assert len(d.u_changes) == d.iterations == 3 and d.u_changes[-1] == d.last_u_change
     assert d.u_changes[0] == 1.0   # from z = 0 every entry of u is new
     assert all(np.isfinite(d.u_changes)) and d.u_changes[-1] < d.u_changes[0]
+
+
+def test_burgers_reference_is_trustworthy_at_nu_0_001():
+    # issue 36: the paper's hard Burgers case. An independent Cole-Hopf quadrature (trapezoid rule in
+    # s = x - y over the whole support of the integrand, whose mass sits near |s| ~ 0.7 at nu = 0.001, far
+    # from the Gauss-Hermite nodes' centre) agrees with the reference, which also satisfies the PDE.
+    nu = 0.001
+    p = Burgers(nu=nu)
+    x = np.array([-0.9, -0.4, -0.05, 0.02, 0.3, 0.85])
+    X, T = np.meshgrid(x, [0.05, 0.4, 1.0], indexing="ij")
+    s = np.linspace(-1.0, 1.0, 20001)[None, :] * np.sqrt(4 * T.ravel()[:, None] * (1 / np.pi + 60 * nu))
+    y = X.ravel()[:, None] - s
+    expo = -np.cos(np.pi * y) / (2 * np.pi * nu) - s**2 / (4 * nu * T.ravel()[:, None])
+    w = np.exp(expo - expo.max(axis=1, keepdims=True))
+    direct = -np.sum(w * np.sin(np.pi * y), axis=1) / np.sum(w, axis=1)
+    assert np.max(np.abs(p.reference(X, T).ravel() - direct)) < 1e-9
+    away = np.abs(X) > 0.2   # away from the shock at x = 0 (width ~ nu) a central difference resolves u
+    h = 1e-4
+    u = p.reference(X, T)
+    ut = (p.reference(X, T + h) - p.reference(X, T - h)) / (2 * h)
+    ux = (p.reference(X + h, T) - p.reference(X - h, T)) / (2 * h)
+    uxx = (p.reference(X + h, T) - 2 * u + p.reference(X - h, T)) / h**2
+    assert np.max(np.abs((ut + u * ux - nu * uxx)[away])) < 1e-4
+
+
+def test_solvers_count_their_mode_products_and_adam_uses_its_boundary_learning_rate():
+    from rayml.experiments.kernel_pde import adam_step_products
+
+    p = AllenCahn(a=2.0)
+    base = dict(grid=(10, 9), lengthscale=(0.2, 0.2), jitter=1e-6)
+    res = solve(p, KernelPDEConfig(**base, optimizer="adam", iterations=7, lr=1e-3))
+    # the unit of the hard cases' equal budget: 7 steps and the final loss evaluation (the fields, 2 each)
+    assert res.info["mode_products"] == 7 * adam_step_products(p) + 2 * len(p.fields)
+    gn = solve(p, KernelPDEConfig(**base, optimizer="gauss-newton-cg", iterations=3, cg_iterations=50))
+    steps = gn.info["cg_steps"]
+    # a CG step: the fields and their adjoints (2 each) and the boundary (4), the preconditioner (4); per
+    # Gauss-Newton step also the gradient, the fields for the coefficients, the preconditioner's set-up-free
+    # first application and the line search's loss evaluations; so at least 4 x fields + 8 per CG step
+    assert gn.info["mode_products"] >= sum(steps) * (4 * len(p.fields) + 8)
+    # boundary steps at boundary_lr: lr is not read while only the boundary is fitted
+    b = dict(**base, optimizer="adam", iterations=5, boundary_steps=5, boundary_lr=1e-2)
+    one, two = solve(p, KernelPDEConfig(**b, lr=1e-3)), solve(p, KernelPDEConfig(**b, lr=0.5))
+    assert np.array_equal(one.U, two.U)
+    plain = solve(p, KernelPDEConfig(**{**b, "boundary_lr": None}, lr=1e-3))
+    assert not np.allclose(one.U, plain.U)
+    with pytest.raises(ValueError, match="boundary_lr"):
+        KernelPDEConfig(boundary_lr=0.0)
