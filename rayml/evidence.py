@@ -18,6 +18,9 @@ evaluates the claims) and imports nothing from a method's core or from ``rayml.e
   sign test or Wilcoxon signed-rank test needs for a target power, from a pilot's paired
   differences or from an effect size and standard deviation; the result is a JSON-ready dict the
   experiment records (``budget`` or ``metrics``), with the method of the estimate named.
+- **Binary outcomes.** ``mcnemar_exact`` is the exact one-sided McNemar test that paired 0/1
+  outcomes got worse (a convergence check of an attack between two steps, say), with the test's
+  exact false-alarm rate at its number of discordant pairs.
 - **Gates.** ``gate`` attaches a sanity claim (the paper's precondition holds in this setting) to
   the paper claims that depend on it: ``rayml.results.evaluate_claims`` then makes those claims
   ``incomplete`` when the gate does not hold. ``nulled`` blanks an outcome's numbers when a run
