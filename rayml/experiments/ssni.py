@@ -32,11 +32,14 @@ them all a little, which no single defence's tolerance sees. And per defence, fo
 equal-clean claims are about (SSNI-N, SSNI-L and every DiffPure level of their envelope candidates),
 an exact one-sided McNemar test over (image, draw) outcomes between the last two steps asks whether
 that defence's last step still turned more correct outcomes wrong than wrong ones correct (session 11,
-R7: the sign test counts a slide in SSNI alone as one loss among 17). The range tolerance is stated in
-outcomes (``ceil(tolerance x images x draws)`` fails: 5 of 96 at full size, 2 of 32 at quick) with its
-false-alarm rate on a flat plateau at the run's size, computed from each defence's own changed outcomes
-(``_range_false_alarm``), and each McNemar test's exact size at its discordant count. The decision is the
-driver's, between rounds of Ray tasks over the chunks (``next_jobs``), so it is taken on all
+R7: the sign test counts a slide in SSNI alone as one loss among 17). The range over the window is
+judged by an exact test per defence against a flat plateau with that defence's own changed outcomes
+per step (``_range_test``: each changed outcome a loss or a gain with probability 1/2), Holm across
+the defences, so the every-defence gate's false-alarm rate is at most 0.05 whatever the run's size and
+noise (the fixed 0.05 tolerance it replaces failed a flat plateau with the full run's changes with
+probability 0.86); each McNemar test's exact size at its discordant count, and its power against R7's
+slide (0.021 a step) at the run's outcomes, are in the record. ``tolerance`` is only the stopping rule
+of a schedule run past ``min_steps`` (no size does). The stopping decision is the driver's, between rounds of Ray tasks over the chunks (``next_jobs``), so it is taken on all
 images and does not depend on the number of workers; each attack's seed is keyed by (chunk,
 radius, defence, attack, step), not drawn in order. Each input set is purified ``replicates``
 times with the same noise seeds for every set of one defence, at both radii (common random
@@ -111,6 +114,12 @@ CONTROL_T = 90.0
 # the per-defence convergence test of the claims' own defences (session 11, R7): exact one-sided McNemar
 # over (image, draw) outcomes between the last two adaptive steps, at this level per defence
 MCNEMAR_ALPHA = 0.05
+# the range gate (after R7): an exact range test per defence against a flat plateau with its own changed
+# outcomes, Holm across the defences at this family false-alarm rate (per defence: RANGE_ALPHA alone)
+RANGE_ALPHA = 0.05
+# R7's slide (0.021 a step in one defence): the power of the per-defence McNemar gate against it
+R7_SLIDE = 0.021
+POWER_TARGET = 0.8
 GDMP_SCALE = 60000.0 / (100 * 3 * 32 * 32)
 
 
@@ -131,11 +140,13 @@ SIZES = {
     "quick": dict(n_test=16, n_clean=96, chunk=8, t_grid=[25.0, 50.0, 100.0, 150.0, 250.0],
                   schedule=[[1, 1], [2, 1], [4, 2]], min_steps=3, replicates=2, stride=50.0,
                   attack_stride=50.0, **{**_COMMON, "reference_size": 200}),
-    # issue 35's budget (30 min idle): 48 attacked / 256 clean images, the quick stride, one more schedule
-    # step (8x4); every size runs its whole schedule (min_steps = its length; session 10, R5: convergence
-    # declared after 3 of 4 steps while the attack still strengthened); PAPER_SCALE (540 images, stride
-    # 1, the schedule to 160x32: enough power for the paper's +4.2 points) is the cluster's --set
-    "full": dict(n_test=48, n_clean=256, chunk=8, t_grid=[25.0, 50.0, 75.0, 100.0, 125.0, 150.0, 250.0],
+    # issue 35's budget (30 min idle): 160 attacked / 256 clean images (after R7: 320 (image, draw) outcomes,
+    # where the exact one-sided McNemar between two steps detects R7's clean 0.021-a-step slide with power
+    # 0.80; 319 needed, _mcnemar_outcomes_needed), the quick stride, one more schedule step (8x4); every size
+    # runs its whole schedule (min_steps = its length; session 10, R5: convergence declared after 3 of 4
+    # steps while the attack still strengthened); PAPER_SCALE (540 images, stride 1, the schedule to 160x32:
+    # enough power for the paper's +4.2 points) is the cluster's --set
+    "full": dict(n_test=160, n_clean=256, chunk=8, t_grid=[25.0, 50.0, 75.0, 100.0, 125.0, 150.0, 250.0],
                  schedule=[[1, 1], [2, 1], [4, 2], [8, 4]], min_steps=4, replicates=2, stride=50.0,
                  attack_stride=50.0, **_COMMON),
 }
@@ -491,30 +502,22 @@ def _last_step_sign(changes) -> dict:
     return {"losses": losses, "gains": gains, "ties": int(c.size - n), "p": p}
 
 
-def _range_fail_outcomes(tol: float, outcomes: int) -> int:
-    """The range tolerance in outcomes: the smallest number of (image, draw) outcomes whose range fails
-    the rule ``range / outcomes < tol`` (5 of 96 at full size, 2 of 32 at quick at ``tol = 0.05``)."""
-    return max(int(math.ceil(float(tol) * int(outcomes) - 1e-9)), 0)
-
-
-def _range_false_alarm(discordant, outcomes: int, tol: float) -> float:
-    """The false-alarm rate of the range rule on a flat plateau: the probability that the last
-    ``len(discordant) + 1`` accuracies span ``_range_fail_outcomes(tol, outcomes)`` outcomes or more
-    when nothing strengthens.
+def _range_distribution(discordant) -> np.ndarray:
+    """The null distribution of the range (in outcomes) of the last ``len(discordant) + 1`` adaptive
+    accuracies on a flat plateau: ``P(range = r)`` for ``r = 0 .. sum(discordant)``.
 
     ``discordant[j]``: the number of (image, draw) outcomes that changed on the window's ``j``-th step.
     Null model (assumed; R7's plateau): each changed outcome is a loss or a gain with probability 1/2,
-    independently, so a step's net change is ``2 Binomial(d, 1/2) - d``, independent across steps (an
-    outcome that flips and flips back makes neighbouring steps' changes negatively correlated, which
-    narrows the range: the rate is then an upper estimate). Exact, by dynamic programming over
-    (position - running min, running max - position), absorbing once the range reaches the tolerance.
+    independently (on a stationary plateau a correct outcome turns wrong as often as a wrong one turns
+    correct), so a step's net change is ``2 Binomial(d, 1/2) - d``, independent across steps (an outcome
+    that flips and flips back makes neighbouring steps' changes negatively correlated, which narrows the
+    range: the test is then conservative). Exact, by dynamic programming over (position - running min,
+    running max - position); the range is their sum.
     """
     from scipy import stats
 
-    m = _range_fail_outcomes(tol, outcomes)
-    if m <= 0:
-        return 1.0
-    prob = np.zeros((m, m))
+    total = int(sum(int(d) for d in discordant))
+    prob = np.zeros((total + 1, total + 1))
     prob[0, 0] = 1.0
     a_idx, b_idx = np.indices(prob.shape)
     for d in discordant:
@@ -524,10 +527,107 @@ def _range_false_alarm(discordant, outcomes: int, tol: float) -> float:
         alive = prob > 0
         for x, px in zip(2 * k - d, stats.binom.pmf(k, d, 0.5)):
             a2, b2 = np.maximum(a_idx + x, 0), np.maximum(b_idx - x, 0)
-            ok = alive & (a2 + b2 < m)
+            ok = alive & (a2 + b2 <= total)
             np.add.at(new, (a2[ok], b2[ok]), px * prob[ok])
         prob = new
-    return float(min(max(1.0 - prob.sum(), 0.0), 1.0))
+    dist = np.bincount((a_idx + b_idx).ravel(), weights=prob.ravel(), minlength=total + 1)[:total + 1]
+    return dist / dist.sum()
+
+
+def _range_test(discordant, observed: int, level: float = RANGE_ALPHA) -> dict:
+    """The exact range test of one defence (session 11, after R7): is the range of its last
+    ``len(discordant) + 1`` adaptive accuracies (``observed``, in outcomes) larger than a flat plateau
+    with the same changed outcomes per step gives? ``p = P(range >= observed)`` under
+    :func:`_range_distribution`'s null (1 at a range of 0); two-sided by construction (a rise widens
+    the range as a fall does). ``size``: the exact false-alarm rate of ``p < level`` at these changed
+    outcomes (at most ``level``, below it where the distribution is coarse)."""
+    dist = _range_distribution(discordant)
+    tail = np.cumsum(dist[::-1])[::-1]  # tail[r] = P(range >= r)
+    observed = int(observed)
+    p = 1.0 if observed <= 0 else (float(min(tail[observed], 1.0)) if observed < tail.size else 0.0)
+    rejecting = np.nonzero(tail < level)[0]
+    size = float(tail[rejecting[0]]) if rejecting.size else 0.0
+    return {"changed": [int(d) for d in discordant], "range": observed, "p": p, "size": size}
+
+
+def _holm(pvalues: Mapping[str, float]) -> dict:
+    """Holm's step-down adjusted p-values (``min(1, max_{j <= i} (m - j + 1) p_(j))``): rejecting where
+    the adjusted p is below ``alpha`` keeps the family's false-alarm rate at most ``alpha`` under any
+    dependence between the tests; none is rejected exactly when ``m min(p) >= alpha``."""
+    names = sorted(pvalues, key=lambda n: pvalues[n])
+    m, running, out = len(names), 0.0, {}
+    for j, n in enumerate(names):
+        running = max(running, min(1.0, (m - j) * float(pvalues[n])))
+        out[n] = running
+    return out
+
+
+def _mcnemar_thresholds(d: np.ndarray, alpha: float) -> np.ndarray:
+    """Per discordant count ``d``: the smallest loss count the exact one-sided McNemar test at ``alpha``
+    rejects (``d + 1`` where none does), as in ``rayml.evidence.mcnemar_exact``."""
+    from scipy import stats
+
+    k = np.asarray(stats.binom.ppf(1 - alpha, d, 0.5), float) + 1
+    for _ in range(3):  # ppf's float edges, either way
+        k = np.where((k >= 2) & (stats.binom.sf(k - 2, d, 0.5) <= alpha), k - 1, k)
+        k = np.where(stats.binom.sf(k - 1, d, 0.5) > alpha, k + 1, k)
+    return np.minimum(k, d + 1)
+
+
+def _mcnemar_power(outcomes: int, slide: float, churn: float, alpha: float = MCNEMAR_ALPHA) -> float:
+    """The exact power of the one-sided McNemar test between two steps over ``outcomes`` (image, draw)
+    outcomes against a slide: each outcome independently turns correct -> wrong with probability
+    ``slide + churn / 2`` and wrong -> correct with probability ``churn / 2`` (the net slide is
+    ``slide`` a step; ``churn``: outcomes re-decided with no net change). The discordant count is
+    ``Binomial(outcomes, slide + churn)``, the losses among them ``Binomial(d, q)`` with
+    ``q = (slide + churn / 2) / (slide + churn)``; summed exactly over ``d``."""
+    from scipy import stats
+
+    n, rate = int(outcomes), float(slide) + float(churn)
+    if n <= 0 or rate <= 0:
+        return 0.0
+    d = np.arange(n + 1)
+    k = _mcnemar_thresholds(d, alpha)
+    q = (float(slide) + float(churn) / 2) / rate
+    reject = np.where(k <= d, stats.binom.sf(k - 1, d, q), 0.0)
+    return float(np.sum(stats.binom.pmf(d, n, min(rate, 1.0)) * reject))
+
+
+def _mcnemar_outcomes_needed(slide: float, churn: float, alpha: float = MCNEMAR_ALPHA,
+                             power: float = POWER_TARGET, limit: int = 1 << 20) -> int | None:
+    """The number of (image, draw) outcomes at which :func:`_mcnemar_power` first reaches ``power``
+    (doubling, then bisection: the power is near-monotone in the outcomes, not exactly, the binomial
+    being discrete); ``None`` past ``limit``."""
+    hi = 8
+    while _mcnemar_power(hi, slide, churn, alpha) < power:
+        hi *= 2
+        if hi > limit:
+            return None
+    lo = hi // 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _mcnemar_power(mid, slide, churn, alpha) >= power:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def _r7_power(outcomes: int, tests: Mapping[str, dict]) -> dict:
+    """The power of a claim's per-defence McNemar gate against R7's slide (0.021 a step in one defence)
+    at this run's outcomes, and the outcomes it needs for ``POWER_TARGET``: for a clean slide (no churn)
+    and at each tested defence's own churn (assumed: its last step's changed-outcome share, slide
+    included, so an upper estimate of the noise); beside it, a McNemar over the two-step window (0.042)."""
+    per = {}
+    for n, t in tests.items():
+        churn = float(t["discordant"]) / max(int(t["units"]), 1)
+        per[n] = {"churn": churn, "power": _mcnemar_power(outcomes, R7_SLIDE, churn),
+                  "outcomes_needed": _mcnemar_outcomes_needed(R7_SLIDE, churn)}
+    return {"slide_per_step": R7_SLIDE, "alpha": MCNEMAR_ALPHA, "target": POWER_TARGET, "outcomes": int(outcomes),
+            "clean_power": _mcnemar_power(outcomes, R7_SLIDE, 0.0),
+            "clean_outcomes_needed": _mcnemar_outcomes_needed(R7_SLIDE, 0.0),
+            "clean_outcomes_needed_over_window": _mcnemar_outcomes_needed(2 * R7_SLIDE, 0.0),
+            "per_defence": per}
 
 
 def _step_discordance(parts: list[dict], lab: str, name: str, steps: int) -> list[int]:
@@ -697,7 +797,10 @@ def _summarise(parts: list[dict], config: Mapping[str, Any]) -> tuple[dict, dict
             d["window_changed_outcomes"] = window
             d["recent_range_outcomes"] = int(round(d["recent_range"] * outcomes)) if np.isfinite(d["recent_range"]) \
                 else None
-            d["range_false_alarm"] = _range_false_alarm(window, outcomes, tol) if len(window) == patience else None
+            # the range gate (after R7): the exact range test against a flat plateau with these changes
+            d["range_test"] = (_range_test(window, d["recent_range_outcomes"]) if len(window) == patience
+                               else {"changed": window, "range": None, "p": 0.0, "size": None})
+            d["range_p"] = d["range_test"]["p"]
             d["last_step_mcnemar"] = _last_step_mcnemar(parts, lab, name, steps)
             robust[name] = np.all([_cat(parts, (lab, name, a)) for a in attacks], axis=0)
             d["robust"] = float(robust[name].mean())
@@ -760,7 +863,9 @@ def _summarise(parts: list[dict], config: Mapping[str, Any]) -> tuple[dict, dict
                                       # at its own discordant count; assumed independent across defences)
                                       "mcnemar_family_false_alarm": float(1 - np.prod([1 - t["size"]
                                                                                        for t in tests.values()])),
-                                      "mcnemar": tests})
+                                      "mcnemar": tests,
+                                      # its power against R7's slide at this size, and the outcomes it needs
+                                      "mcnemar_r7_power": _r7_power(acc[name]["outcomes"], tests)})
                 if base == "diffpure":
                     # the power of the claim's test at this many images: the smallest mean gap a one-sided
                     # test at 0.05 detects with 80% power, (z_.95 + z_.8) sd / sqrt(ARE n), with the
@@ -800,6 +905,10 @@ def _summarise(parts: list[dict], config: Mapping[str, Any]) -> tuple[dict, dict
                                   for i, v in enumerate(vals)]
         converged = [acc[n]["recent_range"] for n in names]
         sign = _last_step_sign([acc[n]["schedule_change"] for n in names])
+        holm = _holm({n: acc[n]["range_p"] for n in names})
+        sizes = [_range_test(acc[n]["range_test"]["changed"], 0, RANGE_ALPHA / len(names))["size"]
+                 if acc[n]["range_test"]["size"] is not None else None for n in names]
+        range_family = float(1 - np.prod([1 - z for z in sizes])) if all(z is not None for z in sizes) else None
         metrics[lab] = {name: acc[name] for name in OURS}
         metrics[lab]["curve"] = {base: {g.split("_t")[-1]: {"clean": acc[g]["clean"], "robust": acc[g]["robust"]}
                                         for g in grid} for base, grid in grids.items()}
@@ -813,16 +922,18 @@ def _summarise(parts: list[dict], config: Mapping[str, Any]) -> tuple[dict, dict
                                   "last_step_losses": sign["losses"], "last_step_gains": sign["gains"],
                                   "last_step_ties": sign["ties"], "last_step_sign_p": sign["p"],
                                   "converged_defences": int(sum(c < tol for c in converged)),
-                                  # the range tolerance in outcomes and its false-alarm rate at this run's size:
-                                  # per defence on a flat plateau with its own changed outcomes (R7), and for
-                                  # the every-defence gate (assumed independent across defences)
+                                  # the range gate (after R7): each defence's exact range test against a flat
+                                  # plateau with its own changed outcomes, Holm across the defences
                                   "outcomes": int(acc[names[0]]["outcomes"]),
-                                  "range_fails_at_outcomes": _range_fail_outcomes(tol, acc[names[0]]["outcomes"]),
-                                  "range_false_alarm": {n: acc[n]["range_false_alarm"] for n in names},
-                                  "range_family_false_alarm": (float(1 - np.prod([1 - acc[n]["range_false_alarm"]
-                                                                                  for n in names]))
-                                                               if all(acc[n]["range_false_alarm"] is not None
-                                                                      for n in names) else None),
+                                  "range_p": {n: acc[n]["range_p"] for n in names},
+                                  "range_holm_p": holm,
+                                  "range_holm_min_p": float(min(holm.values())),
+                                  "range_alpha": RANGE_ALPHA,
+                                  "range_rejected": [n for n in names if holm[n] < RANGE_ALPHA],
+                                  # its exact false-alarm rate at this run's changed outcomes: at most
+                                  # RANGE_ALPHA under any dependence (Holm); the product form assumes the
+                                  # defences independent
+                                  "range_family_false_alarm": range_family,
                                   "capped_defences": int(sum(acc[n]["capped"] for n in names)),
                                   "defences": len(names)}
         baselines[lab] = {name: acc[name] for name in ("classifier", *[n for n in names if n not in OURS])}
@@ -907,9 +1018,12 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                                f"until its accuracy moved by less than {float(config['tolerance'])} over its last "
                                f"{int(config['patience'])} steps (max - min of the last "
                                f"{int(config['patience']) + 1} accuracies), up to the schedule's last step; "
-                               f"a one-sided sign test over defences on the last step checks for a common trend, "
-                               f"and an exact one-sided McNemar test over (image, draw) outcomes between the last "
-                               f"two steps checks SSNI-N, SSNI-L and their envelopes' DiffPure levels each",
+                               f"convergence is judged by an exact range test per defence against a flat plateau "
+                               f"with its own changed outcomes (Holm across the defences, family false-alarm "
+                               f"<= {RANGE_ALPHA}), a one-sided sign test over defences on the last step for a "
+                               f"common trend, and an exact one-sided McNemar test over (image, draw) outcomes "
+                               f"between the last two steps for SSNI-N, SSNI-L and their envelopes' DiffPure "
+                               f"levels each",
               "attack_rounds": rounds,
               "bpda_and_fixed_t": "at each defence's last reached step", "replicates": int(config["replicates"]),
               "images_attacked": n_test, "images_clean": int(config["n_clean"]),
@@ -990,18 +1104,19 @@ def _attack_gate(lab: str) -> Claim:
 
 
 def _converged_every(lab: str) -> Claim:
-    """Every defence's adaptive attack at a radius met the stopping rule: the equal-clean claims
-    compare SSNI with DiffPure's whole curve and the control, so a robust accuracy from an attack
-    that had not converged (still falling at the cap) on either side decides nothing; it gates that
-    radius's robustness claims (issue 40 audit: the full record's two holds at 0.2 stood on
-    unconverged attacks on t* = 90, SSNI-N and SSNI-L). The rule is on the range over the window,
-    not each step's change (session 10, R5: each step under 0.05, 0.062 over two)."""
-    return Claim(text=f"attack convergence (two-sided), every defence: its adaptive accuracy moved by less than "
-                      f"{TOLERANCE} over its last {PATIENCE} steps (max - min of the last {PATIENCE + 1}; in "
-                      f"outcomes: fewer than ceil({TOLERANCE} x images x draws), false-alarm rate on a flat plateau "
-                      f"computed in attack.range_family_false_alarm; none stopped at the schedule's cap "
-                      f"unconverged; l_inf {lab})",
-                 metric=f"metrics.{lab}.attack.max_recent_range", compare=TOLERANCE, op="<", kind="sanity")
+    """Every defence's adaptive attack at a radius has stopped moving: the equal-clean claims compare
+    SSNI with DiffPure's whole curve and the control, so a robust accuracy from an attack still moving
+    on either side decides nothing; it gates that radius's robustness claims (issue 40 audit: the full
+    record's two holds at 0.2 stood on unconverged attacks). Judged on the range of each defence's last
+    ``PATIENCE + 1`` accuracies, which a slow slide adds up in (session 10, R5), by an exact test against
+    a flat plateau with that defence's own changed outcomes per step (``_range_test``), Holm across the
+    defences: a stated family false-alarm rate of at most ``RANGE_ALPHA`` (session 11, R7: the fixed
+    0.05 tolerance failed a flat plateau with the full run's changes with probability 0.86)."""
+    return Claim(text=f"attack convergence (two-sided), every defence: the range of its last {PATIENCE + 1} adaptive "
+                      f"accuracies is not larger than a flat plateau with its own changed (image, draw) outcomes "
+                      f"gives (exact range test per defence, Holm across the defences: family false-alarm rate "
+                      f"<= {RANGE_ALPHA}; l_inf {lab})",
+                 metric=f"metrics.{lab}.attack.range_holm_min_p", compare=RANGE_ALPHA, op=">=", kind="sanity")
 
 
 SIGN_ALPHA = 0.05
@@ -1056,10 +1171,11 @@ CLAIMS = (
     Claim(text=f"attack sanity: the adaptive attack is at least as strong as transfer PGD (DiffPure t*={int(CONTROL_T)})",
           metric=f"baselines.{SHIPPED}.{CONTROL}.adaptive", compare=f"baselines.{SHIPPED}.{CONTROL}.pgd", op="<=",
           kind="sanity"),
-    *[Claim(text=f"attack convergence (two-sided): {who}'s adaptive accuracy moved by less than {TOLERANCE} "
-                 f"over its last {PATIENCE} steps (max - min of the last {PATIENCE + 1}; l_inf 0.2)",
-            metric=f"{where}.{SHIPPED}.{who}.recent_range",
-            compare=TOLERANCE, op="<", kind="sanity")
+    *[Claim(text=f"attack convergence (two-sided): {who}'s range of its last {PATIENCE + 1} adaptive accuracies "
+                 f"is not larger than a flat plateau with its own changed outcomes gives (exact range test, "
+                 f"p >= {RANGE_ALPHA}; l_inf 0.2)",
+            metric=f"{where}.{SHIPPED}.{who}.range_p",
+            compare=RANGE_ALPHA, op=">=", kind="sanity")
       for who, where in ((CONTROL, "baselines"), ("diffpure_ssni_n", "metrics"), ("diffpure_ssni_l", "metrics"))],
     *[_converged_every(lab) for lab in LABELS],
     *[_no_common_trend(lab) for lab in LABELS],

@@ -34,14 +34,14 @@ def _robust_claims(out, lab):
     return texts
 
 
-def _with_attack(record, lab, recent_range, sign_p):
+def _with_attack(record, lab, range_holm_p, sign_p):
     """Set a radius's convergence numbers (and the per-defence ones the claims read, which a record
-    from before the range rule lacks; they gate nothing)."""
+    from before the range test lacks; they gate nothing)."""
     for where, name in (("baselines", ssni.CONTROL), ("metrics", "diffpure_ssni_n"), ("metrics", "diffpure_ssni_l")):
-        record[where][lab][name].setdefault("recent_range", 0.0)
+        record[where][lab][name].setdefault("range_p", 1.0)
     for name in ssni.OURS:  # the per-defence McNemar gate (session 11, R7) passes: not what these tests are about
         record["metrics"][lab][name]["mcnemar_min_p"] = 1.0
-    record["metrics"][lab]["attack"]["max_recent_range"] = recent_range
+    record["metrics"][lab]["attack"]["range_holm_min_p"] = range_holm_p
     record["metrics"][lab]["attack"]["last_step_sign_p"] = sign_p
 
 
@@ -51,8 +51,8 @@ def test_robustness_claims_are_incomplete_where_an_attack_did_not_converge():
     converged at that radius (and on the attack working), so the same record with one radius unconverged
     makes exactly that radius's claims incomplete."""
     record = copy.deepcopy(records.load_record(FULL))
-    _with_attack(record, "eps100", 0.0, 1.0)                     # converged, no common trend
-    _with_attack(record, "eps200", 2 * ssni.TOLERANCE, 1.0)      # one defence still moving
+    _with_attack(record, "eps100", 1.0, 1.0)                     # converged, no common trend
+    _with_attack(record, "eps200", ssni.RANGE_ALPHA / 2, 1.0)    # one defence still moving
     out = {c["text"]: c for c in evaluate_claims(record, ssni.CLAIMS)}
     for text in _robust_claims(out, "eps200"):
         assert out[text]["status"] == "incomplete"
@@ -89,28 +89,35 @@ def test_r5_slow_slide_is_not_convergence():
     assert sorted(jobs) == sorted((float(r), "diffpure_t250", "adaptive", 3) for r in config["radii"])
 
 
-def test_r5_trajectories_fail_both_convergence_gates_at_full_size():
-    """R5's l_inf 0.1 numbers make the radius's robustness claims incomplete: the largest range over the
-    window is 0.0625 >= 0.05 (DiffPure t* = 250), and 13 of 14 non-tied last steps lost accuracy
-    (one-sided sign test p = 15 / 2**14)."""
-    ranges = [ssni._recent_change(v, ssni.PATIENCE) for v in R5_EPS100.values()]
+def _r5_range_tests():
+    """R5's l_inf 0.1 windows through the range test, with the fewest changed outcomes their accuracies
+    allow (each step's change all losses or all gains: the test's most powerful case)."""
+    tests = {}
+    for name, accs in R5_EPS100.items():
+        counts = [round(a * 96) for a in accs]
+        tests[name] = ssni._range_test([abs(b - a) for a, b in zip(counts, counts[1:])], max(counts) - min(counts))
+    return tests
+
+
+def test_r5_trajectories_fail_the_trend_gate_at_the_old_full_size():
+    """R5's l_inf 0.1 numbers make the radius's robustness claims incomplete through the sign test over
+    defences: 13 of 14 non-tied last steps lost accuracy (one-sided p = 15 / 2**14). The range test per
+    defence does not see this shared slide at 96 outcomes: DiffPure t* = 250's 63 -> 61 -> 57 is the
+    most extreme window (p = 2 / 2**6 with no churn), and Holm across the 17 defences makes that 17 / 32;
+    a slide all defences share is the sign test's job, which is why it stays."""
     sign = ssni._last_step_sign([v[-1] - v[-2] for v in R5_EPS100.values()])
     assert (sign["losses"], sign["gains"], sign["ties"]) == (13, 1, 3)
     assert abs(sign["p"] - 15 / 2 ** 14) < 1e-12
-    # the old rule's number (largest single step) passed: 4 / 96 = 0.042 < 0.05
-    assert max(max(abs(b - a) for a, b in zip(v, v[1:])) for v in R5_EPS100.values()) < ssni.TOLERANCE
+    tests = _r5_range_tests()
+    assert abs(tests["diffpure_t250"]["p"] - 2 / 2 ** 6) < 1e-12
+    holm = ssni._holm({n: t["p"] for n, t in tests.items()})
+    assert abs(min(holm.values()) - 17 / 32) < 1e-12
     record = copy.deepcopy(records.load_record(FULL))
-    _with_attack(record, "eps100", max(ranges), sign["p"])
-    _with_attack(record, "eps200", 0.0, 1.0)
+    _with_attack(record, "eps100", min(holm.values()), sign["p"])
+    _with_attack(record, "eps200", 1.0, 1.0)
     out = {c["text"]: c for c in evaluate_claims(record, ssni.CLAIMS)}
     for text in _robust_claims(out, "eps100"):
         assert out[text]["status"] == "incomplete"
-        assert set(out[text]["gated_by"]) == {ssni._converged_every("eps100").text,
-                                              ssni._no_common_trend("eps100").text}
-    # each gate alone is enough: the window range passing, the sign test still fails the claims
-    _with_attack(record, "eps100", 0.0, sign["p"])
-    out = {c["text"]: c for c in evaluate_claims(record, ssni.CLAIMS)}
-    for text in _robust_claims(out, "eps100"):
         assert out[text]["gated_by"] == [ssni._no_common_trend("eps100").text]
 
 
@@ -172,12 +179,13 @@ def _nested(count, draws, images):
     return np.arange(draws * images).reshape(draws, images) < count
 
 
-def test_r7_slide_in_ssni_alone_fails_the_per_defence_gate_and_passed_the_old_ones():
+def test_r7_slide_in_ssni_alone_fails_the_range_and_per_defence_gates_at_480_outcomes():
     """Session 11, R7: SSNI-N alone slides 0.021 a step (10 of 480 outcomes per step: 240 images x 2
-    draws), every other defence is flat. The old gates pass it -- the range over the last 3 steps is
-    20 / 480 = 0.042 < 0.05, and the sign test over defences sees 1 loss and 16 ties (p = 0.5) -- but the
-    exact McNemar between SSNI-N's last two steps (10 losses, 0 gains, p = 2^-10) makes its equal-clean
-    claim incomplete; SSNI-L's claim, whose defences are flat, is not gated by its own test."""
+    draws), every other defence is flat. The sign test over defences sees 1 loss and 16 ties (p = 0.5)
+    and the old fixed tolerance passed it (range 20 / 480 = 0.042 < 0.05); the exact range test sees 20
+    outcomes of range from 20 changed ones (p = 2 / 2**20; Holm across the 17 defences 17 / 2**19), so
+    the every-defence gate fails, and the exact McNemar between SSNI-N's last two steps (10 losses, 0
+    gains, p = 2^-10) gates its claim on its own; SSNI-L's own defences are flat."""
     config = {**ssni.SIZES["full"], "n_test": 240, "n_clean": 240}
     images, draws = 240, 2
     flat = [_nested(400, draws, images)] * 4
@@ -186,20 +194,42 @@ def test_r7_slide_in_ssni_alone_fails_the_per_defence_gate_and_passed_the_old_on
     metrics, out = _evaluated(_schedule_parts(config, images, draws, outcomes), config)
     for lab in ssni.LABELS:
         att = metrics[lab]["attack"]
-        assert abs(att["max_recent_range"] - 20 / 480) < 1e-12 and 20 / 480 < ssni.TOLERANCE  # old gate passes
+        assert abs(att["max_recent_range"] - 20 / 480) < 1e-12 and 20 / 480 < 0.05  # the old tolerance passed
         assert (att["last_step_losses"], att["last_step_gains"], att["last_step_sign_p"]) == (1, 0, 0.5)
-        assert out[ssni._converged_every(lab).text]["holds"] and out[ssni._no_common_trend(lab).text]["holds"]
+        assert out[ssni._no_common_trend(lab).text]["holds"]
+        assert abs(att["range_p"]["diffpure_ssni_n"] - 2.0 ** -19) < 1e-15
+        assert abs(att["range_holm_min_p"] - 17 * 2.0 ** -19) < 1e-15 and att["range_rejected"] == ["diffpure_ssni_n"]
+        assert not out[ssni._converged_every(lab).text]["holds"]
         n_test = metrics[lab]["diffpure_ssni_n"]["mcnemar"]["diffpure_ssni_n"]
         assert (n_test["losses"], n_test["gains"]) == (10, 0) and abs(n_test["p"] - 2.0 ** -10) < 1e-15
         assert not out[ssni._claim_defences_flat("n", lab).text]["holds"]
         assert out[ssni._claim_defences_flat("l", lab).text]["holds"]
         claim_n, claim_l = (out[ssni._equal_clean(v, lab).text] for v in ("n", "l"))
-        assert claim_n["status"] == "incomplete"
-        assert claim_n["gated_by"] == [ssni._claim_defences_flat("n", lab).text]
-        assert "gated_by" not in claim_l
+        assert claim_n["status"] == claim_l["status"] == "incomplete"
+        assert set(claim_n["gated_by"]) == {ssni._claim_defences_flat("n", lab).text, ssni._converged_every(lab).text}
+        assert claim_l["gated_by"] == [ssni._converged_every(lab).text]
         # the envelope's DiffPure levels are tested too (here every grid level ties, the lowest t* is kept)
         assert metrics[lab]["diffpure_ssni_n"]["convergence_defences"][0] == "diffpure_ssni_n"
         assert len(metrics[lab]["diffpure_ssni_n"]["convergence_defences"]) >= 2
+
+
+def test_r7_slide_in_one_claim_defence_fails_the_range_gate_at_full_size():
+    """At the full size (160 images x 2 draws = 320 outcomes) R7's slide in SSNI-N alone is 7 outcomes a
+    step; with no churn its window's range is 14 of 320 = 0.044, under the old 0.05 tolerance, while the
+    range test gives p = 2 / 2**14 and Holm across the 17 defences 17 / 2**13 < 0.05: the every-defence
+    gate fails, and the McNemar gate (7 losses, p = 2^-7) fails the claim too."""
+    config = ssni.SIZES["full"]
+    images, draws = config["n_test"], config["replicates"]
+    assert images * draws == 320
+    outcomes = {n: [_nested(260, draws, images)] * 4 for n in ssni.defences(config)}
+    outcomes["diffpure_ssni_n"] = [_nested(281 - 7 * k, draws, images) for k in range(4)]
+    metrics, out = _evaluated(_schedule_parts(config, images, draws, outcomes), config)
+    for lab in ssni.LABELS:
+        att = metrics[lab]["attack"]
+        assert abs(att["max_recent_range"] - 14 / 320) < 1e-12 and 14 / 320 < 0.05
+        assert abs(att["range_holm_min_p"] - 17 * 2.0 ** -13) < 1e-15
+        assert not out[ssni._converged_every(lab).text]["holds"] and out[ssni._no_common_trend(lab).text]["holds"]
+        assert not out[ssni._claim_defences_flat("n", lab).text]["holds"]
 
 
 def test_a_slide_in_an_envelope_level_gates_the_claim_too():
@@ -212,61 +242,93 @@ def test_a_slide_in_an_envelope_level_gates_the_claim_too():
     lab = ssni.LABELS[0]
     assert "diffpure_t25" in metrics[lab]["diffpure_ssni_n"]["convergence_defences"]
     for v in ("n", "l"):
-        assert out[ssni._equal_clean(v, lab).text]["gated_by"] == [ssni._claim_defences_flat(v, lab).text]
+        assert set(out[ssni._equal_clean(v, lab).text]["gated_by"]) == {ssni._claim_defences_flat(v, lab).text,
+                                                                          ssni._converged_every(lab).text}
+
+
+def _plateau(images, draws, base, steps):
+    """``(draws, images)`` outcomes over the schedule: ``base`` correct, then each step re-decides the given
+    (losses, gains) relative to the step before (a flat plateau when they balance out)."""
+    cur = _nested(base, draws, images).ravel()
+    seq = [cur.reshape(draws, images)]
+    for losses, gains in steps:
+        cur = cur.copy()
+        right, wrong = np.nonzero(cur)[0], np.nonzero(~cur)[0]
+        cur[right[:losses]] = False
+        cur[wrong[-gains:] if gains else []] = True
+        seq.append(cur.reshape(draws, images))
+    return seq
 
 
 def test_a_flat_noisy_plateau_passes_every_convergence_gate_at_full_size():
-    """Full size (48 images x 2 draws = 96 outcomes): every defence re-decides 6 outcomes at each step, 3
-    each way (accuracy flat at 80 / 96). Every gate passes: the range is 0 outcomes (the tolerance is 5),
-    each McNemar test sees 3 losses and 3 gains (p = 42 / 64), no defence's last step is a loss. The
-    computed false-alarm rates at this size: each McNemar test at 6 discordant outcomes rejects a flat
-    plateau with probability 1 / 64, and the range rule with this plateau's changes (6 a step) fails 5
-    outcomes with the probability the exact recursion gives (checked by brute force below)."""
+    """Full size (160 images x 2 draws = 320 outcomes): every defence re-decides 30 outcomes a step (the
+    churn of SSNI-L at 0.1 in the 96-outcome record, 9 of 96), 20 lost and 10 gained, then 7 lost and 23
+    gained: the accuracy wanders 0, -10, +6 outcomes. Its range, 16 of 320 = 0.05, failed the old fixed
+    tolerance (0.05 not < 0.05); the exact range test gives p = 0.056 per defence (Holm across 17: 0.95),
+    the McNemar tests see a net gain, the sign test no loss: every gate passes."""
     config = ssni.SIZES["full"]
-    images, draws = 48, 2
-    base = _nested(80, draws, images).ravel()
-    seq = []
-    for k in range(4):
-        out = base.copy()
-        if k % 2:  # alternate: 3 correct turn wrong and 3 wrong turn correct, then back
-            out[[0, 1, 2]] = False
-            out[[90, 91, 92]] = True
-        seq.append(out.reshape(draws, images))
+    images, draws = config["n_test"], config["replicates"]
+    seq = _plateau(images, draws, 250, [(5, 5), (20, 10), (7, 23)])
     outcomes = {n: seq for n in ssni.defences(config)}
     metrics, out = _evaluated(_schedule_parts(config, images, draws, outcomes), config)
     for lab in ssni.LABELS:
         att = metrics[lab]["attack"]
-        assert att["outcomes"] == 96 and att["range_fails_at_outcomes"] == 5 and att["max_recent_range"] == 0.0
+        assert att["outcomes"] == 320 and abs(att["max_recent_range"] - 16 / 320) < 1e-12 and not 16 / 320 < 0.05
+        d = metrics[lab]["diffpure_ssni_n"]
+        assert d["range_test"]["changed"] == [30, 30] and d["range_test"]["range"] == 16
+        assert abs(d["range_p"] - ssni._range_test([30, 30], 16)["p"]) < 1e-15 and 0.05 < d["range_p"] < 0.06
+        assert att["range_holm_min_p"] > 0.9 and att["range_rejected"] == []
+        assert att["range_family_false_alarm"] <= ssni.RANGE_ALPHA
         for v in ("n", "l"):
-            d = metrics[lab][f"diffpure_ssni_{v}"]
-            assert all(t["losses"] == 3 and t["gains"] == 3 for t in d["mcnemar"].values())
-            assert abs(d["mcnemar_min_p"] - 42 / 64) < 1e-12
-            k = len(d["convergence_defences"])
-            assert abs(d["mcnemar_family_false_alarm"] - (1 - (1 - 1 / 64) ** k)) < 1e-12
             assert out[ssni._equal_clean(v, lab).text]["status"] != "incomplete"
-        fa = att["range_false_alarm"]["diffpure_ssni_n"]
-        assert abs(fa - ssni._range_false_alarm([6, 6], 96, ssni.TOLERANCE)) < 1e-15 and 0 < fa < 1
-        for gate_claim in (ssni._converged_every(lab), ssni._no_common_trend(lab)):
+        for gate_claim in (ssni._converged_every(lab), ssni._no_common_trend(lab), ssni._claim_defences_flat("n", lab)):
             assert out[gate_claim.text]["holds"]
 
 
-def test_range_false_alarm_matches_brute_force_and_states_the_tolerance_in_outcomes():
+def test_range_test_matches_brute_force_and_its_size_is_at_most_its_level():
     import itertools
 
-    assert ssni._range_fail_outcomes(0.05, 96) == 5 and ssni._range_fail_outcomes(0.05, 32) == 2
-    assert ssni._range_fail_outcomes(0.05, 100) == 5  # 5 / 100 is not < 0.05
-    for window, outcomes in (([3, 4], 96), ([2, 1, 3], 32), ([5, 0], 60)):
-        m = ssni._range_fail_outcomes(ssni.TOLERANCE, outcomes)
-        fail = 0.0
+    for window in ([3, 4], [2, 1, 3], [5, 0], [6, 6]):
+        ranges = {}
         for signs in itertools.product(*[list(itertools.product((-1, 1), repeat=d)) for d in window]):
             pos = np.cumsum([0] + [sum(s) for s in signs])
-            fail += float(pos.max() - pos.min() >= m) * 2.0 ** -sum(window)
-        assert abs(ssni._range_false_alarm(window, outcomes, ssni.TOLERANCE) - fail) < 1e-12
-    assert ssni._range_false_alarm([0, 0], 96, ssni.TOLERANCE) == 0.0
-    # R7: at quick size (16 images x 2 draws) two outcomes re-decided per step already fail often
-    assert ssni._range_false_alarm([2, 2], 32, ssni.TOLERANCE) > 0.5
-    # and at full size the largest last-step slide the range rule passes (4 of 96 outcomes lost, none
-    # gained) is beyond what the per-defence McNemar test can detect at 0.05: p = 1 / 16
+            r = int(pos.max() - pos.min())
+            ranges[r] = ranges.get(r, 0.0) + 2.0 ** -sum(window)
+        for observed in range(sum(window) + 2):
+            brute = sum(pr for r, pr in ranges.items() if r >= observed) if observed > 0 else 1.0
+            t = ssni._range_test(window, observed)
+            assert abs(t["p"] - brute) < 1e-12
+        tail = {m: sum(pr for r, pr in ranges.items() if r >= m) for m in range(sum(window) + 2)}
+        size = ssni._range_test(window, 0, 0.1)["size"]
+        assert size <= 0.1 and abs(size - max([v for v in tail.values() if v < 0.1], default=0.0)) < 1e-12
+    assert ssni._range_test([0, 0], 0)["p"] == 1.0 and ssni._range_test([0, 0], 0)["size"] == 0.0
+
+
+def test_holm_adjusts_step_down():
+    adj = ssni._holm({"a": 0.01, "b": 0.04, "c": 0.5, "d": 0.03})
+    assert np.allclose([adj["a"], adj["d"], adj["b"], adj["c"]], [0.04, 0.09, 0.09, 0.5])
+
+
+def test_mcnemar_power_matches_enumeration_and_r7_needs_319_outcomes():
+    """The exact power of the per-defence McNemar gate, against enumerating every (losses, gains) of a
+    small run through ``rayml.evidence.mcnemar_exact``; R7's clean 0.021 slide needs 319 outcomes for
+    power 0.8 (0.05 at the old full size's 96), the 0.042 over the two-step window 159."""
+    from scipy import stats
+
     from rayml.evidence import mcnemar_exact
 
-    assert mcnemar_exact(np.ones(4), np.zeros(4))["p"] == 1 / 16
+    n, slide, churn = 14, 0.1, 0.2
+    pl, pg = slide + churn / 2, churn / 2
+    brute = 0.0
+    for losses in range(n + 1):
+        for gains in range(n + 1 - losses):
+            pr = stats.multinomial.pmf([losses, gains, n - losses - gains], n, [pl, pg, 1 - pl - pg])
+            test = mcnemar_exact(np.r_[np.ones(losses), np.zeros(gains)], np.r_[np.zeros(losses), np.ones(gains)])
+            brute += pr * (test["p"] <= 0.05)
+    assert abs(ssni._mcnemar_power(n, slide, churn) - brute) < 1e-12
+    assert ssni._mcnemar_outcomes_needed(ssni.R7_SLIDE, 0.0) == 319
+    assert ssni._mcnemar_power(318, ssni.R7_SLIDE, 0.0) < 0.8 <= ssni._mcnemar_power(319, ssni.R7_SLIDE, 0.0)
+    assert ssni._mcnemar_power(96, ssni.R7_SLIDE, 0.0) < 0.06
+    assert ssni._mcnemar_outcomes_needed(2 * ssni.R7_SLIDE, 0.0) == 159
+    # more churn needs more outcomes
+    assert ssni._mcnemar_outcomes_needed(ssni.R7_SLIDE, 0.05) > ssni._mcnemar_outcomes_needed(ssni.R7_SLIDE, 0.01) > 319
