@@ -177,6 +177,34 @@ def test_baselines_are_feasible_and_count_evaluations():
     assert dls.evals > 8 * P.rank  # each potential estimate costs `samples` evaluations
 
 
+def test_random_order_greedy_is_feasible_counts_evaluations_and_escapes_the_trap():
+    from rayml.optim.subset_objectives import greedy_trap_instance
+
+    f, labels, opt = greedy_trap_instance(40, 4, 2, np.random.default_rng(0))
+    P = Partition(labels, [2] * 4)
+    planted = f(opt[None])[0]
+    one = sb.random_order_greedy(f, P, orders=1, seed=3)
+    best = sb.random_order_greedy(f, P, orders=8, seed=3)
+    for res in (one, best):
+        mask = np.isin(np.arange(P.n), res.selected)
+        assert P.is_feasible(mask) and len(res.selected) == P.rank
+        assert res.value == pytest.approx(f(mask[None])[0])
+    # per order: each part's budget picks over its open elements, then one evaluation of the set
+    per_order = sum(sum(len(part) - j for j in range(b)) for part, b in zip(P.parts, P.budgets)) + 1
+    assert one.evals == per_order and best.evals == 8 * per_order
+    # the first order is shared (same seed), so the best of 8 is at least the first
+    assert best.value >= one.value
+    # greedy takes every bait; some part order fills a victim part before its bait part
+    assert sb.partition_greedy(f, P).value <= 0.6 * planted < best.value
+    # one part: the order cannot matter, so it is partition greedy
+    P1 = Partition(np.zeros(10, dtype=int), [3])
+    f1, _ = make_instance("coverage", 10, 1, seed=4)
+    assert sb.random_order_greedy(f1, P1, orders=3).selected.tolist() == sb.partition_greedy(f1, P1).selected.tolist()
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="orders"):
+            sb.random_order_greedy(f, P, orders=bad)
+
+
 def test_exact_distorted_potential_matches_quadrature_and_monte_carlo():
     from scipy.integrate import quad
 
