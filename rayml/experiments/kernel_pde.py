@@ -351,6 +351,7 @@ def hard_cell(item: tuple, config: Mapping[str, Any]) -> dict:
             "gn_iterations": int(getattr(res, "iterations", 0)), "cg_steps": int(sum(cg)),
             "cg_capped": int(sum(k >= int(config["cg_iterations"]) for k in cg)),
             "mode_products": int(getattr(res, "info", {}).get("mode_products", 0)) if method != "fd" else 0,
+            "fd_newton_capped": int(res.capped_steps) if method == "fd" else 0,
             "last_u_change": _u_change(method, res) if method in (OURS, DENSE) else float("nan")}
 
 

@@ -103,6 +103,17 @@ def test_burgers_kernel_solver_beats_fd_on_a_coarse_grid():
     assert ours.rmse < 0.05 and ours.rmse < fd.rmse
 
 
+def test_fd_burgers_is_stable_and_converged_at_the_papers_small_viscosity():
+    # session 13, outside review R11: the central difference of u u_x blew up at nu = 0.001 (max |u| 72 on
+    # 60 x 20 where the solution is bounded by 1, Newton capped unconverged on 3 of 19 time steps); the
+    # conservative Godunov flux stays bounded, every Newton solve converges, and it refines
+    p = Burgers(nu=0.001)
+    coarse, fine = fd_solve(p, (60, 20)), fd_solve(p, (120, 40))
+    for r in (coarse, fine):
+        assert np.abs(r.U).max() <= 1.0 + 1e-6 and r.capped_steps == 0
+    assert fine.rel_l2 < coarse.rel_l2 < 0.1
+
+
 def test_daks_and_fd_converge_on_the_elliptic_equation():
     p = NonlinearElliptic()
     d = daks_solve(p, (12, 12), (0.25, 0.25))
