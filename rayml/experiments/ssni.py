@@ -574,6 +574,19 @@ def _mcnemar_thresholds(d: np.ndarray, alpha: float) -> np.ndarray:
     return np.minimum(k, d + 1)
 
 
+_THRESHOLDS: dict[float, np.ndarray] = {}
+
+
+def _thresholds_upto(n: int, alpha: float) -> np.ndarray:
+    """:func:`_mcnemar_thresholds` for the discordant counts ``0 .. n``, computed once per ``alpha`` and
+    grown by doubling (they do not depend on ``n``; the power searches ask for thousands of ``n``)."""
+    have = _THRESHOLDS.get(alpha)
+    if have is None or len(have) <= n:
+        size = max(n + 1, 2 * (0 if have is None else len(have)), 1024)
+        have = _THRESHOLDS[alpha] = _mcnemar_thresholds(np.arange(size), alpha)
+    return have[: n + 1]
+
+
 def _mcnemar_power(outcomes: int, slide: float, churn: float, alpha: float = MCNEMAR_ALPHA) -> float:
     """The exact power of the one-sided McNemar test between two steps over ``outcomes`` (image, draw)
     outcomes against a slide: each outcome independently turns correct -> wrong with probability
@@ -587,7 +600,7 @@ def _mcnemar_power(outcomes: int, slide: float, churn: float, alpha: float = MCN
     if n <= 0 or rate <= 0:
         return 0.0
     d = np.arange(n + 1)
-    k = _mcnemar_thresholds(d, alpha)
+    k = _thresholds_upto(n, alpha)
     q = (float(slide) + float(churn) / 2) / rate
     reject = np.where(k <= d, stats.binom.sf(k - 1, d, q), 0.0)
     return float(np.sum(stats.binom.pmf(d, n, min(rate, 1.0)) * reject))
