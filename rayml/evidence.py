@@ -62,6 +62,7 @@ __all__ = [
     "claim_power",
     "holm",
     "mcnemar_exact",
+    "sign_test_thresholds",
     "gate",
     "nulled",
 ]
@@ -511,6 +512,20 @@ def holm(p_values: Mapping[Hashable, float] | Sequence[float]) -> Any:
     return dict(zip(keys, adj)) if isinstance(p_values, Mapping) else adj
 
 
+def sign_test_thresholds(d: Any, alpha: float = 0.05) -> np.ndarray:
+    """Per discordant count ``d`` (array-like): the smallest loss count at which the exact one-sided
+    sign (McNemar) test at ``alpha`` rejects, i.e. the smallest ``k`` with ``P(X >= k) <= alpha`` for
+    ``X ~ Binomial(d, 1/2)``; ``d + 1`` where no count rejects."""
+    from scipy import stats
+
+    d = np.asarray(d)
+    k = np.asarray(stats.binom.ppf(1 - alpha, d, 0.5), float) + 1
+    for _ in range(3):  # ppf's float edges, either way
+        k = np.where((k >= 2) & (stats.binom.sf(k - 2, d, 0.5) <= alpha), k - 1, k)
+        k = np.where(stats.binom.sf(k - 1, d, 0.5) > alpha, k + 1, k)
+    return np.minimum(k, d + 1)
+
+
 def mcnemar_exact(before: Sequence[Any], after: Sequence[Any], *, alpha: float = 0.05) -> dict:
     """The exact one-sided McNemar test that paired binary outcomes got worse from ``before`` to
     ``after`` (a correct outcome turned wrong more often than a wrong one turned correct).
@@ -539,9 +554,7 @@ def mcnemar_exact(before: Sequence[Any], after: Sequence[Any], *, alpha: float =
     n = losses + gains
     p = float(stats.binom.sf(losses - 1, n, 0.5)) if n else 1.0
     # the smallest loss count that rejects, and the null probability of reaching it
-    k = int(stats.binom.ppf(1 - alpha, n, 0.5)) + 1 if n else 1
-    while k > 0 and stats.binom.sf(k - 2, n, 0.5) <= alpha:  # ppf's float edge: step down while k - 1 rejects too
-        k -= 1
+    k = int(sign_test_thresholds(n, alpha)) if n else 1
     size = float(stats.binom.sf(k - 1, n, 0.5)) if n and k <= n else 0.0
     return {"losses": losses, "gains": gains, "discordant": n, "units": int(x.size), "p": p, "size": size,
             "alpha": float(alpha)}

@@ -88,7 +88,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from rayml import runtime
+from rayml import evidence, runtime
 from rayml.evidence import gate
 from rayml.experiments import Experiment, Outcome
 from rayml.results import Claim, Control
@@ -562,28 +562,16 @@ def _holm(pvalues: Mapping[str, float]) -> dict:
     return out
 
 
-def _mcnemar_thresholds(d: np.ndarray, alpha: float) -> np.ndarray:
-    """Per discordant count ``d``: the smallest loss count the exact one-sided McNemar test at ``alpha``
-    rejects (``d + 1`` where none does), as in ``rayml.evidence.mcnemar_exact``."""
-    from scipy import stats
-
-    k = np.asarray(stats.binom.ppf(1 - alpha, d, 0.5), float) + 1
-    for _ in range(3):  # ppf's float edges, either way
-        k = np.where((k >= 2) & (stats.binom.sf(k - 2, d, 0.5) <= alpha), k - 1, k)
-        k = np.where(stats.binom.sf(k - 1, d, 0.5) > alpha, k + 1, k)
-    return np.minimum(k, d + 1)
-
-
 _THRESHOLDS: dict[float, np.ndarray] = {}
 
 
 def _thresholds_upto(n: int, alpha: float) -> np.ndarray:
-    """:func:`_mcnemar_thresholds` for the discordant counts ``0 .. n``, computed once per ``alpha`` and
+    """``evidence.sign_test_thresholds`` for the discordant counts ``0 .. n``, computed once per ``alpha`` and
     grown by doubling (they do not depend on ``n``; the power searches ask for thousands of ``n``)."""
     have = _THRESHOLDS.get(alpha)
     if have is None or len(have) <= n:
         size = max(n + 1, 2 * (0 if have is None else len(have)), 1024)
-        have = _THRESHOLDS[alpha] = _mcnemar_thresholds(np.arange(size), alpha)
+        have = _THRESHOLDS[alpha] = evidence.sign_test_thresholds(np.arange(size), alpha)
     return have[: n + 1]
 
 
