@@ -21,12 +21,17 @@ is at least 1, *out of it* when at most ``1 / ln k`` (the increase is at most on
 One pmap task per instance seed runs every level.
 
 The regime claim (session 10, R6) is the abstract's statement against the strongest fair baseline: one
-rounding's extra share over one random ``k``-subset (both expected values: the mean of the ``R``
-draws) is larger in the regime than out of it, per instance (a difference in differences), so a rise
-that a random subset shows too (the instances', not the rounding's) cancels. Its control is a second,
-independent draw of ``R`` random subsets in the rounding's place (no extra share in or out). The plain
-in-vs-out shares stay in the metrics, and ``tables.per_level`` gives the extra share per weak-share
-level (wins / losses over instances, a sign test per level as a description).
+rounding's extra share over one random subset (both expected values: the mean of the ``R`` draws) is
+larger in the regime than out of it, per instance (a difference in differences), so a rise that a
+random subset shows too (the instances', not the rounding's) cancels. Since session 14 (after R10) the
+random subset is matched to the rounding draw by draw: for each of the ``R`` draws a uniformly random
+subset of as many distinct indices as that draw kept (``same_size_subsets``); the ``"iid"`` rounding
+keeps about 7 of ``k = 10``, so a random ``k``-subset, which always fills all ``k`` slots, had charged
+it for the items it did not pick. Controls, in the rounding's place: a second, independent same-size
+draw (no extra share in or out: the null) and one random ``k``-subset (the former baseline). The plain
+in-vs-out shares and the extra share over a ``k``-subset stay in the metrics, and ``tables.per_level``
+gives the extra share over the same-size subset per weak-share level (wins / losses over instances, a
+sign test per level as a description) beside the ``k``-subset's.
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ import numpy as np
 
 from rayml import evidence, runtime
 from rayml.experiments import Experiment, Outcome
-from rayml.optim.eig_augment import SCHEMES, AugmentationProblem, brute_force, greedy, round_many, solve_relaxation
+from rayml.optim.eig_augment import (SCHEMES, AugmentationProblem, brute_force, greedy, round_many,
+                                     same_size_subsets, solve_relaxation)
 from rayml.results import Claim, Control
 
 PAPER = "Simple Randomized Rounding for Max-Min Eigenvalue Augmentation, ICML 2025"
@@ -116,8 +122,9 @@ def build_problem(config: Mapping[str, Any], share: float, inst_seed: int) -> Au
 
 
 def solve_instance(item: tuple, config: Mapping[str, Any]) -> list[dict]:
-    """Every level of one instance: relaxation, greedy, ``R`` roundings, ``R`` random subsets, and
-    brute force when ``inst < bf_instances``."""
+    """Every level of one instance: relaxation, greedy, ``R`` roundings, ``R`` random ``k``-subsets, two
+    independent draws of ``R`` random subsets of the roundings' sizes (draw by draw), and brute force
+    when ``inst < bf_instances``."""
     inst, inst_seed = item
     out = []
     for level, share in enumerate(config["shares"]):
@@ -125,26 +132,37 @@ def solve_instance(item: tuple, config: Mapping[str, Any]) -> list[dict]:
         rel = solve_relaxation(problem)
         g = greedy(problem)
         R = greedy_evals(problem.m, problem.k)
-        # spawn(3) keeps the first two children of spawn(2): the roundings and the control draw as before
-        rs, cs, cs2 = np.random.SeedSequence([inst_seed, level]).spawn(3)
+        # spawn(4) keeps the first two children of spawn(2) and spawn(3): the roundings and the random
+        # k-subsets draw as before; the third child (session 10's second k-subset draw) now seeds the
+        # same-size null control, the fourth the same-size baseline
+        rs, cs, cs2, ss = np.random.SeedSequence([inst_seed, level]).spawn(4)
         rounds = round_many(problem, rel.x, R, seed=np.random.default_rng(rs), scheme=str(config["scheme"]))
         rng = np.random.default_rng(cs)
         rand = [problem.value(rng.choice(problem.m, size=problem.k, replace=False)) for _ in range(R)]
-        # a second, independent draw of R random k-subsets: the regime claim's null control (a random
-        # subset in the rounding's place has no extra share over a random subset, in or out of the regime)
-        rng2 = np.random.default_rng(cs2)
-        rand2 = [problem.value(rng2.choice(problem.m, size=problem.k, replace=False)) for _ in range(R)]
+        # session 14 (R10): per rounding draw, a uniformly random subset of as many distinct indices as
+        # that draw kept, the regime claim's baseline; a second, independent such draw is its null control
+        same = same_size_subsets(rounds.sizes, problem.m, np.random.default_rng(ss))
+        same2 = same_size_subsets(rounds.sizes, problem.m, np.random.default_rng(cs2))
+        same_vals = [problem.value(t) for t in same]
+        same2_vals = [problem.value(t) for t in same2]
         opt = brute_force(problem, limit=500_000).value if inst < int(config["bf_instances"]) else None
         gap = rel.bound - problem.base
         rec = {"instance": inst, "share": float(share), "condition": problem.condition(rel.bound),
-               "bound": rel.bound, "base": problem.base, "opt": opt, "solver": rel.solver}
+               "bound": rel.bound, "base": problem.base, "opt": opt, "solver": rel.solver,
+               "rounding_size": float(rounds.sizes.mean()), "samesize_size": float(np.mean([t.size for t in same])),
+               "samesize2_size": float(np.mean([t.size for t in same2]))}
         for name, v in (("rounding_best", rounds.value), ("rounding_mean", float(rounds.values.mean())),
                         ("greedy", g.value), ("random_best", max(rand)), ("random_mean", float(np.mean(rand))),
-                        ("random2_mean", float(np.mean(rand2)))):
+                        ("samesize_best", max(same_vals)), ("samesize_mean", float(np.mean(same_vals))),
+                        ("samesize2_mean", float(np.mean(same2_vals)))):
             rec[name] = (v - problem.base) / gap
-        # the regime claim's quantity: one rounding's extra share over one random k-subset (expected values)
-        rec["rounding_excess"] = rec["rounding_mean"] - rec["random_mean"]
-        rec["random2_excess"] = rec["random2_mean"] - rec["random_mean"]
+        # the regime claim's quantity: one rounding's extra share over one random subset of the same size
+        # (expected values); its controls put a second same-size draw and a random k-subset in its place
+        rec["rounding_excess"] = rec["rounding_mean"] - rec["samesize_mean"]
+        rec["samesize2_excess"] = rec["samesize2_mean"] - rec["samesize_mean"]
+        rec["random_excess"] = rec["random_mean"] - rec["samesize_mean"]
+        # the former (session 10-13) quantity, against a random k-subset, kept for comparison
+        rec["rounding_excess_k"] = rec["rounding_mean"] - rec["random_mean"]
         out.append(rec)
     return out
 
@@ -164,8 +182,10 @@ def _check(config: Mapping[str, Any]) -> None:
         raise ValueError(f"shares must be weak shares in (0, 1], got {config['shares']}")
 
 
-NAMES = ("rounding_best", "rounding_mean", "greedy", "random_best", "random_mean", "random2_mean", "rounding_excess",
-         "random2_excess")
+NAMES = ("rounding_best", "rounding_mean", "greedy", "random_best", "random_mean", "samesize_best", "samesize_mean",
+         "samesize2_mean", "rounding_excess", "samesize2_excess", "random_excess", "rounding_excess_k")
+# the mean number of distinct indices per draw: the rounding's and its same-size baselines' (equal by construction)
+SIZE_NAMES = ("rounding_size", "samesize_size", "samesize2_size")
 
 
 def power_estimates(per_regime: list[dict]) -> dict:
@@ -173,7 +193,7 @@ def power_estimates(per_regime: list[dict]) -> dict:
     0.05, power 0.8; this run as the pilot): instances needed for the in-vs-out comparison of one
     rounding (and of its random-subset control) and for the best of ``R`` roundings against greedy
     in the regime, and for the regime claim's difference in differences (the rounding's extra share over
-    a random subset in the regime against out of it). ``pairs_needed`` is ``None`` where the run shows no effect in the claim's direction."""
+    a same-size random subset in the regime against out of it). ``pairs_needed`` is ``None`` where the run shows no effect in the claim's direction."""
     val = {(r["instance"], r["regime"], r["method"]): r["value"] for r in per_regime}
     insts = sorted({i for i, _, _ in val})
 
@@ -184,6 +204,7 @@ def power_estimates(per_regime: list[dict]) -> dict:
     return {"pilot": "this run (instances as pairs)",
             "rounding_in_vs_out": estimate(("in", "rounding_mean"), ("out", "rounding_mean")),
             "random_subset_in_vs_out": estimate(("in", "random_mean"), ("out", "random_mean")),
+            "samesize_subset_in_vs_out": estimate(("in", "samesize_mean"), ("out", "samesize_mean")),
             "rounding_excess_in_vs_out": estimate(("in", "rounding_excess"), ("out", "rounding_excess")),
             "best_of_r_vs_greedy_in_regime": estimate(("in", "rounding_best"), ("in", "greedy"))}
 
@@ -202,8 +223,11 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         r["regime"] = regime
         for name in NAMES:
             rows.append({"instance": r["instance"], "share": r["share"], "regime": regime, "method": name,
-                         "metric": "excess_over_random" if name.endswith("_excess") else "fraction",
+                         "metric": "excess_over_random" if "_excess" in name else "fraction",
                          "value": r[name]})
+        for name in SIZE_NAMES:
+            rows.append({"instance": r["instance"], "share": r["share"], "regime": regime, "method": name,
+                         "metric": "distinct_indices", "value": r[name]})
         rows.append({"instance": r["instance"], "share": r["share"], "regime": regime, "method": "relaxation",
                      "metric": "condition", "value": r["condition"]})
     # one row per (instance, regime, method): the mean over that instance's levels in the regime
@@ -224,21 +248,26 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     for share in config["shares"]:
         sel = [r for r in recs if r["share"] == float(share)]
         by_share[str(share)] = {"condition": float(np.mean([r["condition"] for r in sel])),
-                                **{name: float(np.mean([r[name] for r in sel])) for name in NAMES}}
-    # R6: the regime claim's quantity per weak-share level, paired over instances: the rounding's extra
-    # share over a random k-subset (wins / losses over instances and a one-sided sign test per level; a
-    # description, not a claim)
+                                **{name: float(np.mean([r[name] for r in sel])) for name in NAMES + SIZE_NAMES}}
+    # R6 / R10: the regime claim's quantity per weak-share level, paired over instances: the rounding's
+    # extra share over a same-size random subset (wins / losses over instances and a one-sided sign test
+    # per level; a description, not a claim), beside its extra share over a random k-subset
     per_level = evidence.per_case(rows, a={"method": "rounding_mean", "metric": "fraction"},
-                                  b={"method": "random_mean", "metric": "fraction"}, by=("share",),
+                                  b={"method": "samesize_mean", "metric": "fraction"}, by=("share",),
                                   pair_on=("instance",), lower_is_better=False, test="paired sign test over seeds")
     for row in per_level:
         sel = [r for r in recs if r["share"] == row["share"]]
         row.update({"condition": float(np.mean([r["condition"] for r in sel])),
                     "in_regime": sum(r["regime"] == "in" for r in sel),
                     "out_of_regime": sum(r["regime"] == "out" for r in sel),
+                    "rounding_size": float(np.mean([r["rounding_size"] for r in sel])),
                     "rounding_mean": float(np.mean([r["rounding_mean"] for r in sel])),
+                    "samesize_mean": float(np.mean([r["samesize_mean"] for r in sel])),
                     "random_mean": float(np.mean([r["random_mean"] for r in sel])),
-                    "rounding_excess": float(np.mean([r["rounding_excess"] for r in sel]))})
+                    "rounding_excess": float(np.mean([r["rounding_excess"] for r in sel])),
+                    "rounding_excess_k": float(np.mean([r["rounding_excess_k"] for r in sel])),
+                    "k_subset_wins": sum(r["rounding_excess_k"] > 0 for r in sel),
+                    "k_subset_losses": sum(r["rounding_excess_k"] < 0 for r in sel)})
     bf = [r for r in recs if r["opt"] is not None]
     metrics = {
         "fraction_mean_rounding_in_regime": mean("rounding_mean", "in"),
@@ -247,6 +276,9 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         "fraction_best_rounding_out_of_regime": mean("rounding_best", "out"),
         "rounding_excess_in_regime": mean("rounding_excess", "in"),
         "rounding_excess_out_of_regime": mean("rounding_excess", "out"),
+        "rounding_excess_over_k_subset_in_regime": mean("rounding_excess_k", "in"),
+        "rounding_excess_over_k_subset_out_of_regime": mean("rounding_excess_k", "out"),
+        "rounding_distinct_mean": mean("rounding_size"),
         "levels_in_regime": sum(r["regime"] == "in" for r in recs),
         "levels_out_of_regime": sum(r["regime"] == "out" for r in recs),
         "max_condition": float(max(r["condition"] for r in recs)),
@@ -260,13 +292,18 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         "power": power_estimates(per_regime),
     }
     baselines = {name: {"fraction_in_regime": mean(name, "in"), "fraction_out_of_regime": mean(name, "out"),
-                        "fraction": mean(name)} for name in ("greedy", "random_best", "random_mean", "random2_mean")}
-    baselines["random2_mean"].update({"excess_in_regime": mean("random2_excess", "in"),
-                                      "excess_out_of_regime": mean("random2_excess", "out")})
+                        "fraction": mean(name)}
+                 for name in ("greedy", "random_best", "random_mean", "samesize_best", "samesize_mean", "samesize2_mean")}
+    # the regime claim's controls: their extra share over the same-size subset, in and out of the regime
+    baselines["samesize2_mean"].update({"excess_in_regime": mean("samesize2_excess", "in"),
+                                        "excess_out_of_regime": mean("samesize2_excess", "out")})
+    baselines["random_mean"].update({"excess_in_regime": mean("random_excess", "in"),
+                                     "excess_out_of_regime": mean("random_excess", "out")})
     budget = {"roundings": "R = greedy's lambda_min evaluations: sum_{t<k} (m - t)",
               "R": greedy_evals(int(config["m"]), k), "rounding_extra": "one SDP relaxation solve per instance-level",
-              "random_subsets": "two independent draws of R random k-subsets per instance-level (the comparison "
-                                "and the regime claim's null control)",
+              "random_subsets": "R random k-subsets and two independent draws of R random subsets of the "
+                                "roundings' sizes, draw by draw, per instance-level (the regime claim's baseline "
+                                "and its null control)",
               "scheme": config["scheme"], "instances": len(items), "levels": len(config["shares"]),
               "selection": "none: every instance seed is kept", "tuning": "none"}
     return Outcome(metrics=metrics, baselines=baselines,
@@ -281,21 +318,27 @@ _OUT_OF_REGIME = Claim(text="(gate) the sweep also covers the out-of-regime side
                             "of at most R (condition <= 1 / ln k)",
                        metric="metrics.min_condition", compare="metrics.out_of_regime_edge", op="<=", kind="sanity")
 _CONSTANT = Claim(text="constant factor when OPT - lambda_min(M) = Omega(R ln k), against the strongest fair "
-                       "baseline: a single rounding's extra share of the relaxation's increase over a random k-subset "
-                       "is larger in the regime (condition >= 1) than out of it (condition <= 1 / ln k): a difference "
-                       "in differences, paired over instances (same directions, different weak share)",
+                       "baseline: a single rounding's extra share of the relaxation's increase over a random subset of "
+                       "the same size (per draw, as many distinct indices as the rounding kept) is larger in the "
+                       "regime (condition >= 1) than out of it (condition <= 1 / ln k): a difference in differences, "
+                       "paired over instances (same directions, different weak share)",
                   metric="metrics.rounding_excess_in_regime", compare="metrics.rounding_excess_out_of_regime",
                   op=">", test="paired sign test over seeds", table="per_regime",
                   a={"method": "rounding_excess", "regime": "in"}, b={"method": "rounding_excess", "regime": "out"},
                   pair_on=("instance",), source=ABSTRACT,
                   # session 10, R6: one random subset rises from out of the regime to in it as much as one rounding
                   # (0.694 vs 0.656 against 0.554 vs 0.518), so the plain in-vs-out rise belongs to the instances;
-                  # the claim subtracts it. The same control as before, in the new form: a random subset (a
-                  # second, independent draw) in the rounding's place, its extra share over the random subset
-                  controls=(Control("one random subset", "baselines.random2_mean.excess_in_regime",
-                                    a={"method": "random2_excess", "regime": "in"},
-                                    b={"method": "random2_excess", "regime": "out"},
-                                    compare="baselines.random2_mean.excess_out_of_regime"),))
+                  # the claim subtracts it. Session 14, R10: the i.i.d. rounding keeps about 7 of k = 10 distinct
+                  # indices, so the random subset it is measured against has the same size, draw by draw. Controls
+                  # in the rounding's place: a second, independent same-size draw, and one random k-subset
+                  controls=(Control("one same-size random subset", "baselines.samesize2_mean.excess_in_regime",
+                                    a={"method": "samesize2_excess", "regime": "in"},
+                                    b={"method": "samesize2_excess", "regime": "out"},
+                                    compare="baselines.samesize2_mean.excess_out_of_regime"),
+                            Control("one random k-subset", "baselines.random_mean.excess_in_regime",
+                                    a={"method": "random_excess", "regime": "in"},
+                                    b={"method": "random_excess", "regime": "out"},
+                                    compare="baselines.random_mean.excess_out_of_regime")))
 _BEST_OF_R = Claim(text="in the regime the best of R roundings (R = greedy's lambda_min evaluations) reaches a larger "
                         "share of the relaxation's increase than greedy (log-det tie-break), paired over instances",
                    metric="metrics.fraction_best_rounding_in_regime", compare="baselines.greedy.fraction_in_regime",
@@ -318,7 +361,9 @@ CLAIMS = (
 
 
 _CURVES = (("rounding_best", "best of R roundings (ours)", "C0", "-"), ("rounding_mean", "one rounding (mean)", "C0", "--"),
-           ("greedy", "greedy (log-det ties)", "C1", "-"), ("random_best", "best of R random subsets", "C2", "-"))
+           ("greedy", "greedy (log-det ties)", "C1", "-"), ("random_best", "best of R random k-subsets", "C2", "-"),
+           ("samesize_mean", "one same-size random subset (mean)", "C3", "--"),
+           ("random_mean", "one random k-subset (mean)", "C2", "--"))
 
 
 def plots(record: Mapping) -> dict:

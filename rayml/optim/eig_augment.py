@@ -22,7 +22,11 @@ independent random PSD matrices. Only the abstract was available to us. Assumed:
   one after another with probability proportional to ``x`` among those not yet drawn (numpy's
   ``choice(replace=False, p=...)``), all of the support when it holds fewer than ``k``; every draw
   fills all ``k`` slots, where ``"iid"`` loses the slots of repeated indices;
-- repeated roundings with the best kept (``round_many``; the experiment runs them on Ray).
+- repeated roundings with the best kept (``round_many``; the experiment runs them on Ray);
+  ``round_many`` records how many distinct indices each draw kept (``sizes``), and
+  ``same_size_subsets`` draws, per rounding, a uniformly random subset of that many distinct
+  indices: the fair random baseline of a rounding whose draws select a variable number of items
+  (``"iid"`` keeps about 7 of ``k = 10``; session 14, after outside review R10).
 
 Examples:
     >>> import numpy as np
@@ -53,6 +57,7 @@ __all__ = [
     "solve_relaxation",
     "randomized_rounding",
     "round_many",
+    "same_size_subsets",
     "greedy",
     "brute_force",
     "raise_cap",
@@ -153,12 +158,14 @@ class AugmentationProblem:
 
 @dataclass(frozen=True)
 class AugmentResult:
-    """A chosen index set, its ``lambda_min`` and, for roundings, how many draws were made."""
+    """A chosen index set, its ``lambda_min`` and, for roundings, how many draws were made, every
+    draw's value (``values``) and how many distinct indices each draw kept (``sizes``)."""
 
     selected: np.ndarray
     value: float
     evaluations: int = 1
     values: np.ndarray | None = field(default=None, repr=False)
+    sizes: np.ndarray | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -226,14 +233,30 @@ def randomized_rounding(x, k: int, rng: np.random.Generator, scheme: str = "iid"
 
 def round_many(problem: AugmentationProblem, x, roundings: int, seed: int | np.random.Generator = 0,
                scheme: str = "iid") -> AugmentResult:
-    """``roundings`` independent roundings of ``x``; the best set is kept (``values``: all draws)."""
+    """``roundings`` independent roundings of ``x``; the best set is kept (``values``: all draws,
+    ``sizes``: the number of distinct indices of each draw)."""
     if isinstance(roundings, bool) or not isinstance(roundings, (int, np.integer)) or roundings < 1:
         raise ValueError(f"roundings must be an integer >= 1, got {roundings!r}")
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     sets = [randomized_rounding(x, problem.k, rng, scheme) for _ in range(int(roundings))]
     values = np.array([problem.value(s) for s in sets])
     best = int(np.argmax(values))
-    return AugmentResult(sets[best], float(values[best]), int(roundings), values)
+    sizes = np.array([s.size for s in sets], dtype=int)
+    return AugmentResult(sets[best], float(values[best]), int(roundings), values, sizes)
+
+
+def same_size_subsets(sizes, m: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """For each ``s`` in ``sizes``, a uniformly random subset of ``s`` distinct indices of ``range(m)``
+    (sorted): the random baseline matched to a rounding's draws one by one (``round_many``'s
+    ``sizes``), so it selects exactly as many items as the rounding did."""
+    sizes = np.asarray(sizes)
+    if sizes.ndim != 1 or not np.issubdtype(sizes.dtype, np.integer):
+        raise ValueError("sizes must be a 1-d array of integers")
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
+        raise ValueError(f"m must be a positive integer, got {m!r}")
+    if sizes.size and (sizes.min() < 0 or sizes.max() > m):
+        raise ValueError(f"sizes must lie in [0, m = {m}], got {sizes.min()}..{sizes.max()}")
+    return [np.sort(rng.choice(int(m), size=int(s), replace=False)) for s in sizes]
 
 
 def greedy(problem: AugmentationProblem, tie_tol: float = 1e-9) -> AugmentResult:

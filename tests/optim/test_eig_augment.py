@@ -15,6 +15,7 @@ from rayml.optim.eig_augment import (
     greedy,
     randomized_rounding,
     round_many,
+    same_size_subsets,
     solve_relaxation,
 )
 
@@ -85,6 +86,34 @@ def test_without_replacement_rounding_fills_k_slots_with_successive_sampling_inc
     assert np.allclose(counts, exact, atol=0.015)
     # a support smaller than k: all of it
     assert randomized_rounding(np.array([0.5, 0.0, 0.2]), 3, rng, "without-replacement").tolist() == [0, 2]
+
+
+def test_same_size_baseline_draws_as_many_distinct_indices_as_each_rounding():
+    """Session 14 (R10): the i.i.d. rounding keeps fewer than k distinct indices; its random baseline
+    draws, per rounding draw, a uniformly random subset of exactly that many distinct indices."""
+    m, k = 12, 6
+    x = np.array([1.0, 1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.5, 0.0, 0.0, 0.0, 0.0])
+    P = AugmentationProblem(np.eye(3), [np.diag(np.random.default_rng(i).uniform(0, 1, 3)) for i in range(m)], k)
+    rounds = round_many(P, x, 400, seed=3)
+    # sizes are the draws' distinct counts: re-draw the same sets with the same seed and count them
+    rng = np.random.default_rng(3)
+    direct = [np.unique(rng.choice(m, size=k, replace=True, p=x / x.sum())).size for _ in range(400)]
+    assert rounds.sizes.tolist() == direct
+    assert rounds.sizes.min() < k  # i.i.d. draws lose slots to repeats here (the case the baseline is for)
+    same = same_size_subsets(rounds.sizes, m, np.random.default_rng(4))
+    assert [t.size for t in same] == rounds.sizes.tolist()
+    assert all(np.unique(t).size == t.size and t.min() >= 0 and t.max() < m for t in same)
+    # uniform over all m candidates, not the rounding's support: each index's inclusion rate is size / m
+    draws = same_size_subsets(np.full(20000, 4), m, np.random.default_rng(5))
+    counts = np.bincount(np.concatenate(draws), minlength=m) / len(draws)
+    assert np.allclose(counts, 4 / m, atol=0.015)
+    # the without-replacement rounding always keeps k, so its same-size baseline is a random k-subset
+    wr = round_many(P, x, 50, seed=6, scheme="without-replacement")
+    assert wr.sizes.tolist() == [k] * 50
+    with pytest.raises(ValueError, match="sizes must lie"):
+        same_size_subsets([3, m + 1], m, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="sizes must be"):
+        same_size_subsets([2.5], m, np.random.default_rng(0))
 
 
 def test_greedy_by_hand():
