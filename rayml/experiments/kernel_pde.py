@@ -27,6 +27,12 @@ grid-by-factor matrix product each; the solver counts them), by the dense Gauss-
 (Allen-Cahn) and 3 GiB at 100^2, and a Cholesky per Gauss-Newton step of a 6,800-row matrix would take most of the
 full size's time budget.
 
+Finite differences (session 14, outside review R11): ``fd``, the claims' baseline, is the strongest fair scheme per
+equation (the fourth-order Laplacian with Newton for the elliptic and Allen-Cahn equations, ``fd_solve(order=4)``; the
+Godunov flux with Crank-Nicolson for Burgers); ``fd2``, the second-order 5-point scheme of the earlier records, is the
+control. The hard Allen-Cahn claim is gated on every solve it pools having converged, and the grid claim on the
+largest a = 15 grid beating the smallest at the smallest grid's lengthscale too (``FIXED_LS``).
+
 Every (case, method) and (grid, method) cell is one Ray task through ``rayml.runtime.pmap``.
 The solvers are deterministic, so there are no seeds to spread. Wall times and peak memory go
 under ``timings`` (they depend on what else runs); ``timing=False`` records zeros there.
@@ -66,7 +72,12 @@ PAPER = "Toward Efficient Kernel-Based Solvers for Nonlinear PDEs, ICML 2025"
 NAME = "kernel-pde"
 OURS = "kronecker"
 DENSE = "kronecker-dense"
-ACC_METHODS = (OURS, DENSE, "daks", "fd")
+# session 14 (outside review R11): "fd" is the strongest fair finite-difference scheme per equation, the claims'
+# baseline: the fourth-order Laplacian (``fd_solve(order=4)``) for the elliptic and Allen-Cahn equations, the Godunov
+# flux with Crank-Nicolson for Burgers; "fd2" is the second-order 5-point scheme (the same Godunov scheme for
+# Burgers), the baseline of the records before session 14, now a control
+FD_METHODS = ("fd", "fd2")
+ACC_METHODS = (OURS, DENSE, "daks", *FD_METHODS)
 SCALE_METHODS = (OURS, DENSE, "daks")
 # session 7: up to 1e-3 (was 1e-6), where DAKS converges on Burgers (session-3 and -6 reviews: its test RMSE
 # 0.0045 at 1e-4 against 0.126 at the 1e-9 the old grid chose)
@@ -116,7 +127,10 @@ HARD_CASES = {
     "burgers-0.001-84x28": ("burgers", {"nu": 0.001}, (84, 28), (0.04, 0.2), 1e-9, 100000, _B_ADAM),
     "burgers-0.001-120x40": ("burgers", {"nu": 0.001}, (120, 40), (0.025, 0.1), 1e-9, 300000, _B_ADAM),
 }
-HARD_METHODS = (OURS, DENSE, "adam", "fd")
+HARD_METHODS = (OURS, DENSE, "adam", *FD_METHODS)
+# session 14 (R11): the matrix-free Gauss-Newton on the largest Allen-Cahn a = 15 grid at the smallest grid's
+# lengthscale, the grid claim's gate (the error falls with the grid at a fixed lengthscale too)
+FIXED_LS = "kronecker-fixed-lengthscale"
 
 # cg_iterations: with the sum-of-Kronecker-terms preconditioner (issue 36) CG meets cg_tol in about 150-800 steps
 # on these grids; the cap of 1000 is a guard, and the record counts the Gauss-Newton steps that hit it.
@@ -182,9 +196,15 @@ def _solve(method: str, problem, grid, ls, reg: float, config: Mapping[str, Any]
     if method == "daks":
         return daks_solve(problem, grid, ls, nugget=reg, iterations=int(config["gn_iterations"]),
                           max_gram_bytes=float(config["max_gram_mib"]) * 2**20)
-    if method == "fd":
-        return fd_solve(problem, grid)
+    if method in FD_METHODS:
+        return fd_solve(problem, grid, order=fd_order(method, problem))
     raise ValueError(f"unknown method {method!r}")
+
+
+def fd_order(method: str, problem) -> int:
+    """The Laplacian's order of finite-difference ``method`` on ``problem``: "fd" (the strongest fair scheme) 4 on
+    the stationary equations, "fd2" 2; Burgers has one scheme (Godunov flux, Crank-Nicolson: ``order=2``)."""
+    return 4 if method == "fd" and problem.name != "burgers" else 2
 
 
 def _cg_steps(res) -> list[int]:
@@ -207,8 +227,11 @@ def _u_change(method: str, res) -> float:
 
 
 def _converged(method: str, res) -> bool:
-    """Finite differences always; a kernel solver when its last step moved u by less than CONVERGED_CHANGE."""
-    return bool(method == "fd" or _u_change(method, res) < CONVERGED_CHANGE)
+    """Finite differences when no Newton solve stopped at its cap; a kernel solver when its last step moved u by less
+    than CONVERGED_CHANGE."""
+    if method in FD_METHODS:
+        return int(getattr(res, "capped_steps", 0)) == 0
+    return bool(_u_change(method, res) < CONVERGED_CHANGE)
 
 
 def _measured(method, problem, grid, ls, reg, config):
@@ -333,10 +356,12 @@ def hard_cell(item: tuple, config: Mapping[str, Any]) -> dict:
         if row["needed_mib"] > config["max_gram_mib"]:
             return {**row, "ran": False, "rmse": float("nan"), "rel_l2": float("nan"), "seconds": float("nan"),
                     "gn_iterations": 0, "cg_steps": 0, "cg_capped": 0, "mode_products": 0,
-                    "last_u_change": float("nan")}
+                    "last_u_change": float("nan"), "converged": float("nan")}
     t0 = time.process_time()
-    if method == "fd":
-        res = fd_solve(problem, grid)
+    if method == FIXED_LS:   # the grid claim's gate: this grid at the smallest a = 15 grid's lengthscale
+        ls = fixed_lengthscale(config.get("hard_cases", []))
+        row["lengthscale"] = list(ls)
+        res = _solve(OURS, problem, grid, ls, jitter, config)
     elif method == "adam":
         # its final loss evaluation costs 2 x fields more: the steps keep Adam's total within the budget
         steps = max(1, (int(budget) - 2 * len(problem.fields)) // adam_step_products(problem))
@@ -350,9 +375,43 @@ def hard_cell(item: tuple, config: Mapping[str, Any]) -> dict:
     return {**row, "rmse": float(res.rmse), "rel_l2": float(res.rel_l2), "seconds": float(seconds),
             "gn_iterations": int(getattr(res, "iterations", 0)), "cg_steps": int(sum(cg)),
             "cg_capped": int(sum(k >= int(config["cg_iterations"]) for k in cg)),
-            "mode_products": int(getattr(res, "info", {}).get("mode_products", 0)) if method != "fd" else 0,
-            "fd_newton_capped": int(res.capped_steps) if method == "fd" else 0,
-            "last_u_change": _u_change(method, res) if method in (OURS, DENSE) else float("nan")}
+            "mode_products": int(getattr(res, "info", {}).get("mode_products", 0)) if method not in FD_METHODS else 0,
+            "fd_newton_capped": int(res.capped_steps) if method in FD_METHODS else 0,
+            "last_u_change": _u_change(OURS if method == FIXED_LS else method, res)
+            if method in (OURS, DENSE, FIXED_LS) else float("nan"),
+            # the convergence rule of the kernel solvers; FD: every Newton solve met its tolerance before its cap;
+            # Adam has no convergence test (NaN)
+            "converged": (float(int(res.capped_steps) == 0) if method in FD_METHODS else
+                          float(_u_change(OURS if method == FIXED_LS else method, res) < CONVERGED_CHANGE)
+                          if method in (OURS, DENSE, FIXED_LS) else float("nan"))}
+
+
+def ac15_cases(hard_cases) -> list[str]:
+    """The Allen-Cahn a = 15 cases of ``hard_cases``, smallest grid first."""
+    return sorted((c for c in hard_cases if HARD_CASES[c][0] == "allen-cahn" and HARD_CASES[c][1]["a"] == 15.0),
+                  key=lambda c: HARD_CASES[c][2][0] * HARD_CASES[c][2][1])
+
+
+def fixed_lengthscale(hard_cases) -> tuple[float, float]:
+    """The lengthscale of the smallest Allen-Cahn a = 15 grid of ``hard_cases`` (the grid claim's gate solves the
+    largest grid at it)."""
+    cases = ac15_cases(hard_cases)
+    if not cases:
+        raise ValueError(f"hard_cases has no Allen-Cahn a = 15 case: {list(hard_cases)!r}")
+    return tuple(float(v) for v in HARD_CASES[cases[0]][3])
+
+
+def hard_ac_text(sizes: Mapping[str, Mapping] | None = None) -> str:
+    """The hard Allen-Cahn cases of each size, in words, from ``SIZES`` (the claim's text follows the configs)."""
+    parts = []
+    for size, cfg in (sizes or SIZES).items():
+        by_a: dict = {}
+        for c in sorted(cfg.get("hard_cases", []), key=lambda c: HARD_CASES[c][2][0]):
+            if HARD_CASES[c][0] == "allen-cahn":
+                by_a.setdefault(HARD_CASES[c][1]["a"], []).append(f"{HARD_CASES[c][2][0]}^2")
+        if by_a:
+            parts.append(f"{size}: " + ", ".join(f"a = {a:g} at {' / '.join(g)}" for a, g in sorted(by_a.items())))
+    return "; ".join(parts)
 
 
 def _geo(values: list[float]) -> float:
@@ -372,6 +431,8 @@ def hard_summary(rows: list[dict], method: str) -> dict:
         out["last_u_change"] = {c: r["last_u_change"] for c, r in mine.items()}
     if method == OURS:
         out["cg_steps"] = {c: {"total": r["cg_steps"], "capped_gn_steps": r["cg_capped"]} for c, r in mine.items()}
+    if method != "adam":   # session 14 (R11): the convergence flag per case (kernel solvers' rule; FD: Newton uncapped)
+        out["converged"] = {c: bool(r["converged"] == 1.0) for c, r in mine.items() if r["ran"]}
     if method == "adam":
         out["adam_steps"] = {c: r["adam_steps"] for c, r in mine.items()}
         out["authors_epochs"] = {c: r["authors_epochs"] for c, r in mine.items()}
@@ -380,10 +441,32 @@ def hard_summary(rows: list[dict], method: str) -> dict:
     for fam in ("allen-cahn", "burgers"):
         cs = [c for c in mine if HARD_CASES[c][0] == fam]
         out[f"{fam.replace('-', '_')}_geo_mean_rmse"] = _geo([mine[c]["rmse"] for c in cs])
-    ac15 = sorted((c for c in mine if HARD_CASES[c][0] == "allen-cahn" and HARD_CASES[c][1]["a"] == 15.0),
-                  key=lambda c: mine[c]["points"])
+    ac15 = ac15_cases(mine)
     out["allen_cahn_15_rel_l2_smallest_grid"] = float(mine[ac15[0]]["rel_l2"]) if len(ac15) >= 2 else float("nan")
     out["allen_cahn_15_rel_l2_largest_grid"] = float(mine[ac15[-1]]["rel_l2"]) if len(ac15) >= 2 else float("nan")
+    return out
+
+
+def hard_allen_cahn_summary(rows: list[dict], hard_cases, fixed_row: Mapping | None) -> dict:
+    """The hard Allen-Cahn claim's gate and per-case reading (session 14, R11): the share of its cases where both
+    solves it pools converged (the matrix-free Gauss-Newton by ``CONVERGED_CHANGE``, the strongest FD's Newton
+    before its cap), the cases the matrix-free solver wins against each FD, and the grid claim's gate (the largest
+    a = 15 grid at the smallest one's lengthscale: ``fixed_row``, the matrix-free solve of that grid where the two
+    lengthscales are the same)."""
+    by = {(r["case"], r["method"]): r for r in rows}
+    ac = [c for c in hard_cases if HARD_CASES[c][0] == "allen-cahn"]
+    out = {"allen_cahn_pooled_converged_share": (float(np.mean([by[(c, OURS)]["converged"] == 1.0
+                                                                and by[(c, "fd")]["converged"] == 1.0 for c in ac]))
+                                                 if ac else float("nan"))}
+    for m in FD_METHODS:
+        out[f"allen_cahn_cases_more_accurate_than_{m}"] = int(sum(by[(c, OURS)]["rmse"] < by[(c, m)]["rmse"] for c in ac))
+    out["allen_cahn_cases"] = len(ac)
+    if fixed_row is not None:
+        out["allen_cahn_15_fixed_lengthscale"] = {"case": fixed_row["case"], "lengthscale": list(fixed_lengthscale(hard_cases)),
+                                                  "rel_l2": float(fixed_row["rel_l2"]), "rmse": float(fixed_row["rmse"]),
+                                                  "converged": bool(fixed_row["converged"] == 1.0)}
+    out["allen_cahn_15_rel_l2_largest_grid_fixed_lengthscale"] = (float(fixed_row["rel_l2"]) if fixed_row is not None
+                                                                  else float("nan"))
     return out
 
 
@@ -480,7 +563,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         choices.update(evidence.tune(evaluate_with(False), {cm: grid_of[cm] for cm in unconverged}, **rule))
     chosen = {cm: ch.setting["regulariser"] for cm, ch in choices.items()}
     chosen.update({(c, DENSE): chosen[(c, OURS)] for c in cases})
-    chosen.update({(c, "fd"): 0.0 for c in cases})
+    chosen.update({(c, m): 0.0 for c in cases for m in FD_METHODS})
     fixed_items = [(c, "daks", nug, True) for c in cases for nug in FIXED_DAKS_NUGGETS if nug != chosen[(c, "daks")]]
     cells = runtime.pmap(accuracy_cell, [(c, m, chosen[(c, m)], False) for c in cases for m in ACC_METHODS] + fixed_items,
                          shared=dict(config), chunk_size=1, desc="kernel-pde accuracy")
@@ -488,11 +571,19 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     # the paper's hard cases (issue 36): Gauss-Newton, dense Gauss-Newton and FD first, then Adam at the matrix-free
     # Gauss-Newton's mode products on the same case (largest grids first: the longest tasks start first)
     hard_cases = sorted(config.get("hard_cases", []), key=lambda c: -HARD_CASES[c][2][0] * HARD_CASES[c][2][1])
-    hard = runtime.pmap(hard_cell, [(c, m, 0) for c in hard_cases for m in (OURS, DENSE, "fd")], shared=dict(config),
+    # session 14 (R11): the largest a = 15 grid also at the smallest one's lengthscale (the grid claim's gate), where
+    # the two differ (else the matrix-free solve of that grid is the gate's solve)
+    ac15 = ac15_cases(hard_cases)
+    fixed_cell = (len(ac15) >= 2 and tuple(HARD_CASES[ac15[-1]][3]) != fixed_lengthscale(hard_cases))
+    hard = runtime.pmap(hard_cell, [(c, m, 0) for c in hard_cases for m in (OURS, DENSE, *FD_METHODS)]
+                        + ([(ac15[-1], FIXED_LS, 0)] if fixed_cell else []), shared=dict(config),
                         chunk_size=1, desc="kernel-pde hard cases")
     gn_products = {r["case"]: r["mode_products"] for r in hard if r["method"] == OURS}
     hard += runtime.pmap(hard_cell, [(c, "adam", gn_products[c]) for c in hard_cases], shared=dict(config),
                          chunk_size=1, desc="kernel-pde hard cases, Adam")
+    fixed_row = (next(r for r in hard if r["method"] == FIXED_LS) if fixed_cell else
+                 next((r for r in hard if len(ac15) >= 2 and r["case"] == ac15[-1] and r["method"] == OURS), None))
+    hard = [r for r in hard if r["method"] != FIXED_LS]
     daks_at = {(r["case"], r["regulariser"]): r for r in cells if r["method"] == "daks"}
     grids = sorted(set(int(n) for n in config["scaling_grids"]))
     scale = runtime.pmap(scaling_one, [(n, m) for n in grids for m in SCALE_METHODS], shared=dict(config),
@@ -527,7 +618,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                "converged_share": float(np.mean([r["converged"] for r in rows]))}
         if method == "daks":  # the relative change of DAKS's iterate in its last step
             out["last_change"] = {r["case"]: r["last_change"] for r in rows}
-        if method != "fd":   # the gate's common quantity: relative change of u in the last step
+        if method not in FD_METHODS:   # the gate's common quantity: relative change of u in the last step
             out["last_u_change"] = {r["case"]: r["last_u_change"] for r in rows}
         if method == OURS:
             out["cg_steps"] = {r["case"]: {"total": r["cg_steps"], "capped_gn_steps": r["cg_capped"]} for r in rows}
@@ -575,6 +666,8 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         t["at_largest_common_grid"] = ({"seconds": by[(largest, m)]["seconds"], "peak_mib": by[(largest, m)]["peak_mib"]}
                                        if largest is not None else {"seconds": float("nan"), "peak_mib": float("nan")})
     metrics = {**summary[OURS], "log10_rmse_ratio_vs_fd": log_ratio(OURS, "fd"),
+               # session 14: the cases the matrix-free solver wins against the strongest FD (descriptive)
+               "cases_more_accurate_than_fd": int(sum(rmse[(c, OURS)] < rmse[(c, "fd")] for c in cases)),
                "slope_grids": [n for n in ran_all],
                "largest_common_grid_points": (largest or 0) ** 2,
                "converged_share_with_daks": min(summary[OURS]["converged_share"], summary["daks"]["converged_share"]),
@@ -589,8 +682,9 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         metrics["hard"]["log10_rmse_ratio_vs_adam"] = {c: float(np.log10(ours_h["rmse"][c] / adam_h["rmse"][c]))
                                                        for c in hard_cases}
         baselines["adam"] = {"hard": adam_h}
-        for m in (DENSE, "fd"):
+        for m in (DENSE, *FD_METHODS):
             baselines[m]["hard"] = hard_summary(hard, m)
+        metrics["hard"].update(hard_allen_cahn_summary(hard, hard_cases, fixed_row))
         metrics["timings"]["hard_cpu_seconds"] = {r["case"]: r["seconds"] for r in hard if r["method"] == OURS}
         baselines["adam"]["timings"] = {"hard_cpu_seconds": {r["case"]: r["seconds"] for r in hard
                                                              if r["method"] == "adam"}}
@@ -606,7 +700,11 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     scale_rows = [{"n": s["n"], "points": s["points"], "method": s["method"], "metric": k, "value": float(s[k])}
                   for s in scale for k in ("rel_l2", "reached", "needed_mib")]
     hard_rows = [{"case": r["case"], "method": r["method"], "points": r["points"], "metric": k, "value": float(r[k])}
-                 for r in hard if r["ran"] for k in ("rmse", "rel_l2", "mode_products", "gn_iterations", "cg_steps")]
+                 for r in hard if r["ran"] for k in ("rmse", "rel_l2", "mode_products", "gn_iterations", "cg_steps",
+                                                     "converged")]
+    if fixed_row is not None:
+        hard_rows += [{"case": fixed_row["case"], "method": FIXED_LS, "points": fixed_row["points"], "metric": k,
+                       "value": float(fixed_row[k])} for k in ("rmse", "rel_l2", "gn_iterations", "converged")]
     timing_rows += [{"case": r["case"], "method": r["method"], "metric": "hard_seconds", "value": r["seconds"]}
                     for r in hard if r["ran"]]
     tune_rows = evidence.tuning_rows(choices, keys=("case", "method"), metric="tuning_rmse")
@@ -683,10 +781,26 @@ _CONVERGED = Claim(text="sanity (gate for accuracy vs DAKS): every accuracy solv
                         f"less than {CONVERGED_CHANGE:g} (relative)",
                    metric="metrics.converged_share_with_daks", compare=1.0, op=">=", kind="sanity")
 
-HARD_AC = Claim(text="at the paper's hard Allen-Cahn settings (a = 15 and 20 on the authors' grids, lengthscales and "
-                     "jitter) the matrix-free solver is more accurate than finite differences on the same grids "
-                     "(geometric mean RMSE over those cases)", metric="metrics.hard.allen_cahn_geo_mean_rmse",
-                compare="baselines.fd.hard.allen_cahn_geo_mean_rmse", op="<", source=ABSTRACT_RESULTS)
+# session 14 (outside review R11): the baseline is the strongest fair FD (the fourth-order Laplacian, R11's stencil),
+# the second-order FD its control; the claim pools by the geometric mean (fixed before the run: the cases' errors
+# differ by 10x and more, 0.007 to 0.3, and the arithmetic mean is the largest case's), and is decided only where
+# every solve it pools converged (the gate); the cases of each size are in the text, from SIZES
+_HARD_AC_GATE = Claim(text="sanity (gate for the hard Allen-Cahn claim): every solve it pools converged: the matrix-free "
+                           f"Gauss-Newton's last step changed u on the grid by less than {CONVERGED_CHANGE:g} (relative), "
+                           "and every Newton solve of the fourth-order FD met its tolerance before its cap",
+                      metric="metrics.hard.allen_cahn_pooled_converged_share", compare=1.0, op=">=", kind="sanity")
+HARD_AC = Claim(text=f"at the paper's hard Allen-Cahn settings ({hard_ac_text()}; the authors' grids, lengthscales "
+                     "and jitter) the matrix-free solver is more accurate than the strongest finite-difference scheme on "
+                     "the same grids (fourth-order Laplacian, Newton; geometric mean RMSE over those cases; control: "
+                     "second-order FD)", metric="metrics.hard.allen_cahn_geo_mean_rmse",
+                compare="baselines.fd.hard.allen_cahn_geo_mean_rmse", op="<", source=ABSTRACT_RESULTS,
+                controls=(Control("fd2", "baselines.fd2.hard.allen_cahn_geo_mean_rmse"),))
+# session 14 (R11): the grid claim's gate, the largest a = 15 grid solved at the smallest one's lengthscale too (the
+# authors' lengthscale shrinks from 0.04 to 0.03 at 90^2): more points must pay at a fixed lengthscale as well
+_HARD_AC_GRID_GATE = Claim(text="sanity (gate for the grid claim: not the lengthscale): at the smallest grid's lengthscale "
+                                "the matrix-free solver's rel-L2 on the largest a = 15 grid is below that on the smallest "
+                                "grid as well", metric="metrics.hard.allen_cahn_15_rel_l2_largest_grid_fixed_lengthscale",
+                           compare="metrics.hard.allen_cahn_15_rel_l2_smallest_grid", op="<", kind="sanity")
 HARD_AC_GRID = Claim(text="on Allen-Cahn a = 15 more collocation points pay: the matrix-free solver's rel-L2 on the "
                           "largest grid is below that on the smallest", metric="metrics.hard.allen_cahn_15_rel_l2_largest_grid",
                      compare="metrics.hard.allen_cahn_15_rel_l2_smallest_grid", op="<", source=ABSTRACT_SCALE)
@@ -699,10 +813,14 @@ CLAIMS = (
     *evidence.gate(_CONVERGED, Claim(
         text="accuracy comparable to the full-Gram kernel solver DAKS with a tuned nugget (mean log10 RMSE ratio "
              "below 0.5, i.e. within about 3x)", metric="metrics.log10_rmse_ratio_vs_daks", compare=ACCURACY_LIMIT, op="<",
-        source=ABSTRACT_RESULTS, controls=(Control("fd", "baselines.fd.log10_rmse_ratio_vs_daks"),))),
-    Claim(text="more accurate than finite differences on the same grids (geometric mean RMSE over the cases)",
-          metric="metrics.geo_mean_rmse", compare="baselines.fd.geo_mean_rmse", op="<", source=ABSTRACT_RESULTS),
-    HARD_AC, HARD_AC_GRID, HARD_B,
+        source=ABSTRACT_RESULTS, controls=(Control("fd", "baselines.fd.log10_rmse_ratio_vs_daks"),
+                                           Control("fd2", "baselines.fd2.log10_rmse_ratio_vs_daks")))),
+    Claim(text="more accurate than finite differences on the same grids (the strongest scheme per equation: the "
+               "fourth-order Laplacian for the elliptic and Allen-Cahn cases, the Godunov flux with Crank-Nicolson for "
+               "Burgers; geometric mean RMSE over the cases; control: second-order FD)",
+          metric="metrics.geo_mean_rmse", compare="baselines.fd.geo_mean_rmse", op="<", source=ABSTRACT_RESULTS,
+          controls=(Control("fd2", "baselines.fd2.geo_mean_rmse"),)),
+    *evidence.gate(_HARD_AC_GATE, HARD_AC), *evidence.gate(_HARD_AC_GRID_GATE, HARD_AC_GRID), HARD_B,
     _SLOPE_GATE,
     *evidence.gate(_PASSES_GATE, *evidence.gate(_SLOPE_GATE, _SLOPE)[1:]),
     # Decided by the configuration: DAKS is not run where its m x m Gram (arithmetic: daks_memory_bytes)

@@ -17,6 +17,15 @@
   per time step (session 13, outside review R11: the central difference of ``u u_x`` it replaced is
   unstable at the cell Peclet numbers of ``nu = 0.001``, ``max |u|`` grew to 72 where the solution is
   bounded by 1). ``capped_steps`` counts the Newton solves that stopped at ``iterations`` unconverged.
+  ``order=4`` (session 14, outside review R11; the elliptic and Allen-Cahn equations only): the
+  fourth-order Laplacian, in each axis the central ``[-1, 16, -30, 16, -1] / (12 h^2)`` and, on the
+  first interior row next to each boundary (where the central stencil would reach past it), the
+  second-order ``[1, -2, 1] / h^2`` (``_second_diff4``); same Newton. The O(h^2) truncation error on that
+  one row costs no order: its effect on the solution is O(h^2) times the discrete Green's function's
+  O(h) weight summed over O(1/h) rows of points, O(h^4) (measured: order 3.8-4.4 on the manufactured
+  solutions, ``tests/pde``). The one-sided fourth-order closure ``[10, -15, -4, 14, -6, 1] / (12 h^2)``
+  was measured too (session 14): more accurate on the coarse smooth cases, less on 4 of the 5 hard
+  Allen-Cahn cases; the record uses the second-order row (R11's stencil).
   (Assumed: the paper names a finite-difference baseline without these details.)
 
 Both report RMSE and relative L2 error at the collocation points against the problem's reference.
@@ -155,14 +164,28 @@ def _second_diff(n: int, h: float) -> sp.csr_matrix:
     return sp.diags([np.ones(n - 1), -2 * np.ones(n), np.ones(n - 1)], [-1, 0, 1]) / h**2
 
 
-def _fd_stationary(problem: Problem, grid, iterations: int, tol: float):
+def _second_diff4(n: int, h: float) -> sp.csr_matrix:
+    """Fourth-order second difference on ``n >= 4`` points: ``[-1, 16, -30, 16, -1] / (12 h^2)`` on rows
+    ``2 .. n - 3``, the second-order ``[1, -2, 1] / h^2`` on rows ``1`` and ``n - 2`` (next to the boundary, where
+    the five-point stencil would reach past it); rows ``0`` and ``n - 1`` (boundary points, never equations)
+    keep the central stencil's in-range part."""
+    D = sp.diags([-np.ones(n - 2), 16 * np.ones(n - 1), -30 * np.ones(n), 16 * np.ones(n - 1), -np.ones(n - 2)],
+                 [-2, -1, 0, 1, 2]).tolil() / 12.0
+    for i in (1, n - 2):
+        D[i, :] = 0.0
+        D[i, i - 1], D[i, i], D[i, i + 1] = 1.0, -2.0, 1.0
+    return D.tocsr() / h**2
+
+
+def _fd_stationary(problem: Problem, grid, iterations: int, tol: float, order: int = 2):
     axes, X1, X2 = _grid(problem, grid)
     n1, n2 = grid
     h1, h2 = axes[0][1] - axes[0][0], axes[1][1] - axes[1][0]
     mask = problem.boundary_mask(grid)
     U = np.where(mask, problem.boundary_values(X1, X2), 0.0)
     inner = ~mask.ravel()
-    lap = sp.kron(_second_diff(n1, h1), sp.eye(n2)) + sp.kron(sp.eye(n1), _second_diff(n2, h2))
+    d2 = _second_diff4 if order == 4 else _second_diff
+    lap = sp.kron(d2(n1, h1), sp.eye(n2)) + sp.kron(sp.eye(n1), d2(n2, h2))
     lap = lap.tocsr()
     it = 0
     for it in range(1, iterations + 1):
@@ -238,15 +261,23 @@ def _fd_burgers(problem: Burgers, grid, iterations: int, tol: float):
     return U, X1, X2, steps, capped
 
 
-def fd_solve(problem: Problem, grid: tuple[int, int], *, iterations: int = 50, tol: float = 1e-12) -> BaselineResult:
-    """Finite differences with Newton on the collocation grid (see the module docstring)."""
+def fd_solve(problem: Problem, grid: tuple[int, int], *, order: int = 2, iterations: int = 50,
+             tol: float = 1e-12) -> BaselineResult:
+    """Finite differences with Newton on the collocation grid (see the module docstring). ``order``: the
+    Laplacian's order for the elliptic and Allen-Cahn equations, 2 (5-point) or 4 (``_second_diff4``); Burgers
+    has one scheme (Godunov flux, Crank-Nicolson) and takes only ``order=2``."""
+    if order not in (2, 4) or isinstance(order, bool):
+        raise ValueError(f"order must be 2 or 4, got {order!r}")
+    if order == 4 and isinstance(problem, Burgers):
+        raise ValueError("order=4 is the fourth-order Laplacian of the stationary problems; Burgers takes order=2 "
+                         "(its Godunov / Crank-Nicolson scheme)")
     if min(grid) < 4:
         raise ValueError(f"grid too small: each axis needs >= 4 points, got {grid!r}")
     t0 = time.perf_counter()
     if isinstance(problem, Burgers):
         U, X1, X2, it, capped = _fd_burgers(problem, tuple(grid), iterations, tol)
     else:
-        U, X1, X2, it = _fd_stationary(problem, tuple(grid), iterations, tol)
+        U, X1, X2, it = _fd_stationary(problem, tuple(grid), iterations, tol, order)
         capped = int(it >= iterations)  # the last Newton step did not meet the tolerance (or landed on the cap)
     rmse, rel = _errors(problem, U, X1, X2)
     return BaselineResult(U, rmse, rel, it, time.perf_counter() - t0, capped_steps=capped)

@@ -196,7 +196,8 @@ def test_hard_summary_by_hand():
 
     def row(case, rmse, rel):
         return {"case": case, "method": kp.OURS, "rmse": rmse, "rel_l2": rel, "mode_products": 10, "gn_iterations": 3,
-                "last_u_change": 0.0, "cg_steps": 5, "cg_capped": 0, "points": kp.HARD_CASES[case][2][0] ** 2}
+                "last_u_change": 0.0, "cg_steps": 5, "cg_capped": 0, "points": kp.HARD_CASES[case][2][0] ** 2,
+                "ran": True, "converged": 1.0}
 
     rows = [row("allen-cahn-15-70x70", 0.01, 0.1), row("allen-cahn-15-49x49", 0.1, 0.5),
             row("allen-cahn-20-49x49", 1.0, 0.9), row("burgers-0.001-60x20", 0.2, 0.3)]
@@ -205,3 +206,63 @@ def test_hard_summary_by_hand():
     assert math.isclose(out["burgers_geo_mean_rmse"], 0.2)
     assert out["allen_cahn_15_rel_l2_smallest_grid"] == 0.5 and out["allen_cahn_15_rel_l2_largest_grid"] == 0.1
     assert math.isnan(kp.hard_summary(rows[1:], kp.OURS)["allen_cahn_15_rel_l2_largest_grid"])   # one a = 15 grid
+
+
+def test_hard_allen_cahn_gate_wins_and_fixed_lengthscale_by_hand():
+    import math
+
+    from rayml.experiments import kernel_pde as kp
+
+    cases = ["allen-cahn-15-49x49", "allen-cahn-15-90x90", "allen-cahn-20-49x49", "burgers-0.001-60x20"]
+    rmse = {kp.OURS: [0.1, 0.03, 3.0, 0.1], "fd": [0.07, 0.008, 0.2, 0.02], "fd2": [0.19, 0.05, 0.4, 0.02]}
+    conv = {kp.OURS: [1.0, 1.0, 0.0, 1.0], "fd": [1.0] * 4, "fd2": [1.0] * 4}
+    rows = [{"case": c, "method": m, "rmse": rmse[m][i], "rel_l2": rmse[m][i], "converged": conv[m][i], "ran": True,
+             "points": kp.HARD_CASES[c][2][0] * kp.HARD_CASES[c][2][1]} for m in rmse for i, c in enumerate(cases)]
+    fixed = {"case": "allen-cahn-15-90x90", "rel_l2": 0.05, "rmse": 0.04, "converged": 1.0}
+    out = kp.hard_allen_cahn_summary(rows, cases, fixed)
+    assert math.isclose(out["allen_cahn_pooled_converged_share"], 2 / 3)   # a = 20 did not converge: the gate fails
+    assert out["allen_cahn_cases"] == 3 and out["allen_cahn_cases_more_accurate_than_fd"] == 0
+    assert out["allen_cahn_cases_more_accurate_than_fd2"] == 2
+    assert out["allen_cahn_15_rel_l2_largest_grid_fixed_lengthscale"] == 0.05
+    assert out["allen_cahn_15_fixed_lengthscale"]["lengthscale"] == [0.04, 0.04]   # the 49^2 grid's
+    conv["fd"][0] = 0.0   # an FD Newton solve at its cap fails the gate too
+    rows = [{**r, "converged": conv[r["method"]][cases.index(r["case"])]} for r in rows]
+    assert math.isclose(kp.hard_allen_cahn_summary(rows, cases, None)["allen_cahn_pooled_converged_share"], 1 / 3)
+    assert math.isnan(kp.hard_allen_cahn_summary(rows, cases, None)["allen_cahn_15_rel_l2_largest_grid_fixed_lengthscale"])
+
+
+def test_hard_allen_cahn_claim_reads_the_strongest_fd_with_second_order_as_control_and_its_text_follows_sizes():
+    from rayml.experiments import kernel_pde as kp
+    from rayml.pde.problems import make_problem
+
+    assert kp.fd_order("fd", make_problem("allen-cahn", a=15.0)) == 4 and kp.fd_order("fd2", make_problem("elliptic")) == 2
+    assert kp.fd_order("fd", make_problem("burgers", nu=0.001)) == 2   # Burgers has one scheme (Godunov, CN)
+    declared = {c.text: c for c in kp.CLAIMS}
+    claim = declared[kp.HARD_AC.text]
+    assert claim.compare == "baselines.fd.hard.allen_cahn_geo_mean_rmse"
+    assert [c.name for c in claim.controls] == ["fd2"] and claim.gates == (kp._HARD_AC_GATE.text,)
+    assert declared[kp.HARD_AC_GRID.text].gates == (kp._HARD_AC_GRID_GATE.text,)
+    text = kp.hard_ac_text()
+    quick = text.split("quick: ")[1].split(";")[0]
+    full = text.split("full: ")[1]
+    assert quick == "a = 15 at 49^2 / 70^2" and "a = 20 at 49^2 / 70^2" in full   # quick runs a = 15 only
+    assert kp.hard_ac_text({"x": {"hard_cases": ["allen-cahn-20-70x70"]}}) == "x: a = 20 at 70^2"
+    assert quick in claim.text and full in claim.text
+
+
+def test_fixed_lengthscale_cell_solves_the_largest_grid_at_the_smallest_grids_lengthscale(monkeypatch):
+    from rayml.experiments import kernel_pde as kp
+
+    seen = {}
+
+    def fake_solve(method, problem, grid, ls, reg, config):
+        from types import SimpleNamespace
+
+        seen.update(method=method, grid=grid, ls=ls)
+        return SimpleNamespace(rmse=0.1, rel_l2=0.2, iterations=4, info={"last_change": 1e-9, "cg_steps": [10]})
+
+    monkeypatch.setattr(kp, "_solve", fake_solve)
+    cfg = {**kp.SIZES["full"]}
+    row = kp.hard_cell(("allen-cahn-15-90x90", kp.FIXED_LS, 0), cfg)
+    assert seen == {"method": kp.OURS, "grid": (90, 90), "ls": (0.04, 0.04)}   # 90^2 at 49^2's lengthscale
+    assert row["lengthscale"] == [0.04, 0.04] and row["converged"] == 1.0

@@ -295,3 +295,24 @@ def test_solvers_count_their_mode_products_and_adam_uses_its_boundary_learning_r
     assert not np.allclose(one.U, plain.U)
     with pytest.raises(ValueError, match="boundary_lr"):
         KernelPDEConfig(boundary_lr=0.0)
+
+
+def test_fourth_order_fd_converges_at_order_four_and_second_order_at_two():
+    """Session 14 (R11): ``fd_solve(order=4)`` on the manufactured solutions, grids 11 / 21 / 41 per axis: the
+    observed order (log2 of successive RMSE ratios) is near 4, the 5-point scheme's near 2; the stencil is exact on
+    quintics at the central rows and on cubics at the rows next to the boundary."""
+    from rayml.pde.baselines import _second_diff4
+
+    for problem in (NonlinearElliptic(), AllenCahn(a=2.0)):
+        for order, low, high in ((4, 3.3, 4.8), (2, 1.8, 2.2)):
+            e = [fd_solve(problem, (n, n), order=order).rmse for n in (11, 21, 41)]
+            observed = np.log2(np.array(e[:-1]) / np.array(e[1:]))
+            assert np.all((observed > low) & (observed < high)), (problem.name, order, observed)
+    x = np.linspace(0.0, 1.0, 12)
+    D = _second_diff4(12, x[1] - x[0]).toarray()
+    assert np.allclose((D @ x**5)[2:-2], 20 * x[2:-2] ** 3) and np.allclose((D @ x**3)[1:-1], 6 * x[1:-1])
+    assert not np.allclose((D @ x**4)[1], 12 * x[1] ** 2)   # the boundary row is second order, not exact on quartics
+    with pytest.raises(ValueError, match="order"):
+        fd_solve(NonlinearElliptic(), (10, 10), order=3)
+    with pytest.raises(ValueError, match="order=4"):
+        fd_solve(Burgers(nu=0.01), (10, 10), order=4)
