@@ -6,7 +6,12 @@ enumerate every basis (``n``, ``parts``, ``budget``: OPT by brute force), and *g
 coverage instances (``trap_n``, ``trap_parts``, ``trap_budget``, ``trap_instances`` of them;
 ``greedy_trap_instance``) on
 which greedy reaches about half of OPT (planted, proved optimal in its docstring), so the
-``(1 - 1/e)`` claim can fail. Every generated instance is kept (no selection on greedy's result).
+``(1 - 1/e)`` claim can fail. Also *every-order-trap* coverage instances (``every_n``,
+``every_parts``, ``every_budget``, ``every_instances``; ``every_order_trap_instance``, session 14):
+each part is its own copy of greedy's tight cardinality instance, so greedy reaches
+``1 - (1 - 1/k)^k`` of OPT (``k = every_budget``) whatever the order of the parts, random-order
+greedy included, while the planted columns are OPT (session 14: the R10 traps catch greedy only
+through the part order). Every generated instance is kept (no selection on greedy's result).
 
 Methods: Multinoulli-SCG with the path-integrated estimator (the paper's ``O(1/eps^2)`` route) on
 a ladder of iteration counts ``T`` with the best of ``roundings`` rounded sets; at the top ``T``
@@ -33,7 +38,7 @@ from rayml import evidence, runtime
 from rayml.experiments import Experiment, Outcome
 from rayml.optim import subset_baselines as sb
 from rayml.optim.multinoulli_scg import Partition, SCGConfig, multinoulli_scg
-from rayml.optim.subset_objectives import OBJECTIVES, greedy_trap_instance, make_instance
+from rayml.optim.subset_objectives import OBJECTIVES, every_order_trap_instance, greedy_trap_instance, make_instance
 from rayml.results import Claim, Control
 
 PAPER = ("Multinoulli Extension: A Lossless Yet Effective Probabilistic Framework for Subset "
@@ -44,6 +49,7 @@ MOMENTUM = "multinoulli-scg-momentum"
 SEARCH = "random-search"
 DLS = "distorted-local-search"
 TRAP = "greedy-trap"
+EVERY = "every-order-trap"  # session 14: greedy's tight cardinality instance in every part (the part order cannot matter)
 ORDERS = "random-order-greedy"  # outside review R10: greedy over a random part order, best of greedy_orders orders
 METHODS = (METHOD, SINGLE, MOMENTUM, SEARCH, DLS, "greedy", ORDERS, "random")
 E_RATIO = 1.0 - 1.0 / np.e
@@ -56,11 +62,17 @@ TIE = 1e-3  # ours: two ratios to OPT within 0.1% of OPT are a tie (the same bas
 SIGN = "paired sign test over seeds"  # rayml.results' name; here the pairs are instances
 _COMMON = dict(roundings=10, dls_epsilon=0.1, dls_sweeps=10, dls_samples=32, greedy_orders=8)
 SIZES = {
-    "tiny": dict(objectives=["coverage", TRAP], n=9, parts=3, budget=1, trap_n=20, trap_parts=2, trap_budget=2,
+    "tiny": dict(objectives=["coverage", TRAP, EVERY], n=9, parts=3, budget=1, trap_n=20, trap_parts=2,
+                 trap_budget=2,
+                 every_n=10, every_parts=2, every_budget=2, every_instances=2,
                  instances=2, trap_instances=2, seeds=2, scg_iterations=[1, 4], **{**_COMMON, "roundings": 4}),
-    "quick": dict(objectives=[*OBJECTIVES, TRAP], n=15, parts=3, budget=2, trap_n=60, trap_parts=4, trap_budget=3,
+    "quick": dict(objectives=[*OBJECTIVES, TRAP, EVERY], n=15, parts=3, budget=2, trap_n=60, trap_parts=4,
+                  trap_budget=3,
+                  every_n=36, every_parts=4, every_budget=3, every_instances=6,
                   instances=6, trap_instances=10, seeds=3, scg_iterations=[1, 2, 5, 10, 20], **_COMMON),
-    "full": dict(objectives=[*OBJECTIVES, TRAP], n=18, parts=3, budget=2, trap_n=200, trap_parts=6, trap_budget=3,
+    "full": dict(objectives=[*OBJECTIVES, TRAP, EVERY], n=18, parts=3, budget=2, trap_n=200, trap_parts=6,
+                 trap_budget=3,
+                 every_n=72, every_parts=6, every_budget=4, every_instances=8,
                  instances=8, trap_instances=10, seeds=4, scg_iterations=[1, 2, 5, 10, 20], **_COMMON),
 }
 BENCH_SIZES = {
@@ -72,6 +84,11 @@ BENCH_SIZES = {
 
 def build_instance(config: Mapping[str, Any], objective: str, instance_seed: int):
     """``(f, Partition, OPT or None)`` of one generated instance (OPT planted on the trap instances)."""
+    if objective == EVERY:
+        parts, budget = int(config["every_parts"]), int(config["every_budget"])
+        f, labels, opt = every_order_trap_instance(int(config["every_n"]), parts, budget,
+                                                   np.random.default_rng(instance_seed))
+        return f, Partition(labels, [budget] * parts), float(f(opt[None])[0])
     if objective == TRAP:
         parts, budget = int(config["trap_parts"]), int(config["trap_budget"])
         f, labels, opt = greedy_trap_instance(int(config["trap_n"]), parts, budget,
@@ -135,9 +152,9 @@ def run_one(item: tuple, config: Mapping[str, Any]) -> list[dict]:
 
 def _check(config: Mapping[str, Any]) -> None:
     for obj in config["objectives"]:
-        if obj not in (*OBJECTIVES, TRAP):
-            raise ValueError(f"objectives: {obj!r} is not one of {(*OBJECTIVES, TRAP)}")
-    for key in ("instances", "trap_instances", "seeds", "roundings", "dls_samples", "greedy_orders"):
+        if obj not in (*OBJECTIVES, TRAP, EVERY):
+            raise ValueError(f"objectives: {obj!r} is not one of {(*OBJECTIVES, TRAP, EVERY)}")
+    for key in ("instances", "trap_instances", "every_instances", "seeds", "roundings", "dls_samples", "greedy_orders"):
         if int(config.get(key, 1)) < 1:
             raise ValueError(f"{key} must be >= 1, got {config[key]}")
     if not config["scg_iterations"] or any(int(t) < 1 for t in config["scg_iterations"]):
@@ -145,6 +162,9 @@ def _check(config: Mapping[str, Any]) -> None:
     if TRAP in config["objectives"]:  # the generator's own checks, before any work
         greedy_trap_instance(int(config["trap_n"]), int(config["trap_parts"]), int(config["trap_budget"]),
                              np.random.default_rng(0))
+    if EVERY in config["objectives"]:
+        every_order_trap_instance(int(config["every_n"]), int(config["every_parts"]), int(config["every_budget"]),
+                                  np.random.default_rng(0))
 
 
 def _items(config: Mapping[str, Any], seed: int) -> list[tuple]:
@@ -152,7 +172,8 @@ def _items(config: Mapping[str, Any], seed: int) -> list[tuple]:
     top = max(int(t) for t in config["scg_iterations"])
     items = []
     for obj, obj_seed in zip(config["objectives"], runtime.seeds(seed, len(config["objectives"]))):
-        count = int(config.get("trap_instances", config["instances"]) if obj == TRAP else config["instances"])
+        count = int(config.get("trap_instances", config["instances"]) if obj == TRAP else
+                    config.get("every_instances", config["instances"]) if obj == EVERY else config["instances"])
         for i, s_inst in enumerate(runtime.seeds(obj_seed, count)):
             items += [(obj, i, s_inst, m, 0, 0, 0) for m in ("opt", "greedy", DLS)]
             for j, s in enumerate(run_seeds):
@@ -208,6 +229,12 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
             "mean_evals": float(np.mean([v[1] for v in vals.values()])),
             "trap_ratio": (float(np.mean([v[0] for (o, _), v in vals.items() if o == TRAP]))
                            if TRAP in objectives else float("nan")),
+            "every_trap_ratio": (float(np.mean([v[0] for (o, _), v in vals.items() if o == EVERY]))
+                                 if EVERY in objectives else float("nan")),
+            "every_trap_min_ratio": (float(np.min([v[0] for (o, _), v in vals.items() if o == EVERY]))
+                                     if EVERY in objectives else float("nan")),
+            "every_trap_max_ratio": (float(np.max([v[0] for (o, _), v in vals.items() if o == EVERY]))
+                                     if EVERY in objectives else float("nan")),
             "ratio_by_objective": {o: float(np.mean([v[0] for (oo, _), v in vals.items() if oo == o]))
                                    for o in objectives},
         }
@@ -225,6 +252,10 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         "top_iterations": top,
         "one_minus_1_over_e": E_RATIO,
         "greedy_trap_greedy_ratio": float(np.mean(trap_greedy)) if trap_greedy else float("nan"),
+        # session 14: greedy's ratio on the every-order traps is 1 - (1 - 1/k)^k plus bonus terms (< 0.01)
+        "every_order_bound": (1.0 - (1.0 - 1.0 / int(config["every_budget"])) ** int(config["every_budget"]) + 0.01
+                              if EVERY in objectives else float("nan")),
+        "every_trap_order_greedy_max": summary[ORDERS]["every_trap_max_ratio"],
         "greedy_evals": greedy_evals,
         "dls_evals": dls_evals,
         "level_at_greedy_evals": at_greedy if at_greedy is not None else float("nan"),
@@ -315,11 +346,16 @@ _AT_DLS = Claim(metric="metrics.ratio_at_dls_evals", compare=f"baselines.{DLS}.m
                           "evaluations do not exceed the local search's), Multinoulli-SCG's ratio is at least the local "
                           "search's: paired sign test over instances, ties within 0.001 of OPT dropped; control: greedy "
                           "(fewer evaluations still)", {"method": "at_dls_evals"}, {"method": DLS}, ABSTRACT))
+_EVERY_TRAP = Claim(text="(sanity) the every-order traps hold greedy in every part order: random-order greedy's best "
+                         "instance there is at most 1 - (1 - 1/k)^k + 0.01 of OPT (k = every_budget; the bonus terms "
+                         "add less than 0.01)",
+                    metric="metrics.every_trap_order_greedy_max", compare="metrics.every_order_bound", op="<=",
+                    kind="sanity")
 # the method must beat a random basis before any paper claim counts; the trap instances must trap
 # greedy before the claim made on them does
 _trap_gate, _TRAP = evidence.gate(_TRAP_GATE, _TRAP)
 _LEARNS, _GUARANTEE, _TRAP, _AT_DLS = evidence.gate(_LEARNS, _GUARANTEE, _TRAP, _AT_DLS)
-CLAIMS = (_trap_gate, _LEARNS, _GUARANTEE, _TRAP, _AT_DLS)
+CLAIMS = (_trap_gate, _LEARNS, _EVERY_TRAP, _GUARANTEE, _TRAP, _AT_DLS)
 
 
 def plots(record: Mapping) -> dict:

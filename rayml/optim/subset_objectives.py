@@ -34,6 +34,8 @@ __all__ = [
     "coverage_instance",
     "a_optimal_instance",
     "video_summary_instance",
+    "greedy_trap_instance",
+    "every_order_trap_instance",
     "make_instance",
     "OBJECTIVES",
 ]
@@ -144,6 +146,19 @@ def video_summary_instance(n: int, parts: int, rng: np.random.Generator, dim: in
     return LogDetSummary(L), _segments(n, parts)
 
 
+def _shuffled_coverage(elems: list, weights: np.ndarray, rng: np.random.Generator):
+    """``(WeightedCoverage, labels, opt_mask)`` from ``(part, covered items, planted)`` elements, rows shuffled."""
+    order = rng.permutation(len(elems))
+    cover = np.zeros((len(elems), len(weights)), dtype=bool)
+    labels = np.empty(len(elems), dtype=int)
+    opt = np.zeros(len(elems), dtype=bool)
+    for row, e in enumerate(order):
+        part, covered, planted = elems[e]
+        labels[row], opt[row] = part, planted
+        cover[row, covered] = True
+    return WeightedCoverage(cover, weights), labels, opt
+
+
 def greedy_trap_instance(n: int, parts: int, budget: int, rng: np.random.Generator, bonus: float = 0.1):
     """A weighted coverage instance on which partition greedy reaches about half of OPT.
 
@@ -187,15 +202,56 @@ def greedy_trap_instance(n: int, parts: int, budget: int, rng: np.random.Generat
         part = int(rng.integers(parts)) if e >= parts else e
         weights[planted_items + e] = rng.uniform(0.0, 0.01)
         elems.append((part, [planted_items + e], False))
-    order = rng.permutation(len(elems))
-    cover = np.zeros((n, items), dtype=bool)
-    labels = np.empty(n, dtype=int)
-    opt = np.zeros(n, dtype=bool)
-    for row, e in enumerate(order):
-        part, covered, planted = elems[e]
-        labels[row], opt[row] = part, planted
-        cover[row, covered] = True
-    return WeightedCoverage(cover, weights), labels, opt
+    return _shuffled_coverage(elems, weights, rng)
+
+
+def every_order_trap_instance(n: int, parts: int, budget: int, rng: np.random.Generator, bonus: float = 0.01):
+    """A weighted coverage instance on which greedy reaches ``1 - (1 - 1/k)^k`` of OPT in every part order.
+
+    Each part is its own copy of the classic tight instance of greedy under a cardinality constraint
+    (Nemhauser, Wolsey & Fisher 1978), ``k = budget``, on items no other part touches, so the order
+    in which the parts are filled cannot matter. Part ``p`` (scale ``s_p ~ U(0.5, 1.5)``) has ``k``
+    *column* elements and ``k`` *row* elements over a ``k x k`` grid: cell ``(i, j)`` weighs
+    ``s_p (1/k) (1 - 1/k)^i`` and is covered by row ``i`` and column ``j``; column ``j`` also covers a
+    private tail item of weight ``s_p (1 - 1/k)^k`` (a column is worth ``s_p``), row ``i`` a private
+    bonus item of weight ``s_p * bonus * (1 - 1/k)^i``. After rows ``0 .. i-1`` every column has
+    ``s_p (1 - 1/k)^i`` left, exactly row ``i``'s grid weight, so its bonus makes greedy take the rows
+    in turn: ``s_p (k (1 - (1 - 1/k)^k) + bonus terms)`` against the columns' ``s_p k``. The other
+    elements (fillers) each cover a private item of weight ``s_p U(0, 0.01)``. The planted columns are
+    the optimum: a basis that gives a column's slot to a row or a filler loses that column's tail
+    (``>= s_p / 4`` for ``k >= 2``) for at most ``s_p max(bonus, 0.01)``. Element indices are shuffled.
+
+    Returns:
+        ``(WeightedCoverage, labels, opt_mask)``.
+    """
+    k = int(budget)
+    if parts < 1 or k < 2:
+        raise ValueError(f"need parts >= 1 and budget >= 2, got parts={parts}, budget={budget}")
+    if not 0 < bonus < 0.2:
+        raise ValueError(f"bonus must be in (0, 0.2), got {bonus}")
+    if n < 2 * k * parts:
+        raise ValueError(f"n = {n} is too small for {parts} parts with budget {budget}: need n >= {2 * k * parts}")
+    per_part = k * k + 2 * k  # grid cells, column tails, row bonuses
+    fillers = n - 2 * k * parts
+    weights = np.empty(parts * per_part + fillers)
+    elems: list[tuple[int, list[int], bool]] = []  # (part, covered items, planted)
+    decay = (1.0 - 1.0 / k) ** np.arange(k + 1)
+    scale = rng.uniform(0.5, 1.5, parts)
+    for p in range(parts):
+        base = p * per_part
+        for i in range(k):
+            weights[base + i * k: base + (i + 1) * k] = scale[p] * decay[i] / k
+            weights[base + k * k + i] = scale[p] * decay[k]
+            weights[base + k * k + k + i] = scale[p] * bonus * decay[i]
+        for i in range(k):
+            elems.append((p, [base + i * k + j for j in range(k)] + [base + k * k + k + i], False))  # row i
+        for j in range(k):
+            elems.append((p, [base + i * k + j for i in range(k)] + [base + k * k + j], True))  # column j
+    filler_parts = rng.integers(parts, size=fillers)
+    for e in range(fillers):
+        weights[parts * per_part + e] = scale[filler_parts[e]] * rng.uniform(0.0, 0.01)
+        elems.append((int(filler_parts[e]), [parts * per_part + e], False))
+    return _shuffled_coverage(elems, weights, rng)
 
 
 def make_instance(kind: str, n: int, parts: int, seed: int, budget: int = 2):

@@ -331,6 +331,52 @@ def test_greedy_trap_plants_opt_and_traps_greedy():
         greedy_trap_instance(6, 2, 2, np.random.default_rng(0))
 
 
+def _greedy_in_part_order(f, P, order):
+    # greedy that fills the parts in `order`, each to its budget by marginal gain (written apart from
+    # subset_baselines.random_order_greedy)
+    mask = np.zeros(P.n, dtype=bool)
+    for k in order:
+        for _ in range(P.budgets[k]):
+            cand = [int(i) for i in P.parts[k] if not mask[i]]
+            gains = []
+            for i in cand:
+                trial = mask.copy()
+                trial[i] = True
+                gains.append(f(trial[None])[0])
+            mask[cand[int(np.argmax(gains))]] = True
+    return f(mask[None])[0]
+
+
+def test_every_order_trap_defeats_greedy_in_every_part_order():
+    from rayml.optim.subset_objectives import every_order_trap_instance
+
+    for seed, (n, parts, k) in enumerate([(14, 3, 2), (16, 2, 3), (20, 3, 3)]):
+        f, labels, opt = every_order_trap_instance(n, parts, k, np.random.default_rng(seed))
+        P = Partition(labels, [k] * parts)
+        planted = f(opt[None])[0]
+        # the planted columns are the optimum (brute force over every basis)
+        assert P.is_feasible(opt) and planted == pytest.approx(sb.brute_force(f, P).value)
+        bound = 1 - (1 - 1 / k) ** k
+        ratios = [_greedy_in_part_order(f, P, order) / planted for order in itertools.permutations(range(parts))]
+        # every part order ends at greedy's cardinality bound (plus the bonus terms), far below OPT
+        assert max(ratios) <= bound + 0.01 and min(ratios) >= bound - 1e-9
+        assert sb.partition_greedy(f, P).value / planted <= bound + 0.01
+        assert sb.random_order_greedy(f, P, orders=8, seed=seed).value / planted <= bound + 0.01
+    with pytest.raises(ValueError, match="budget >= 2"):
+        every_order_trap_instance(20, 2, 1, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="too small"):
+        every_order_trap_instance(7, 2, 2, np.random.default_rng(0))
+
+
+def test_scg_escapes_the_every_order_trap():
+    from rayml.optim.subset_objectives import every_order_trap_instance
+
+    f, labels, opt = every_order_trap_instance(16, 2, 3, np.random.default_rng(5))
+    P = Partition(labels, [3, 3])
+    res = multinoulli_scg(f, P, SCGConfig(iterations=10, roundings=5), seed=0)
+    assert res.value / f(opt[None])[0] > 1 - (1 - 1 / 3) ** 3 + 0.1
+
+
 def test_random_search_spends_its_budget_on_feasible_bases():
     from rayml.experiments.multinoulli_scg import random_search
 
