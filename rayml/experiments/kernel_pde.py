@@ -854,11 +854,11 @@ def plots(record: Mapping) -> dict:
     for j, m in enumerate(ACC_METHODS):
         vals = [next(r["value"] for r in acc if r["case"] == c and r["method"] == m) for c in cases]
         ax.bar(np.arange(len(cases)) + j * width, vals, width, label=m)
-    ax.set_xticks(np.arange(len(cases)) + width)
+    ax.set_xticks(np.arange(len(cases)) + width * (len(ACC_METHODS) - 1) / 2)
     ax.set_xticklabels(cases, fontsize=7)
     ax.set_yscale("log")
     ax.set_ylabel("RMSE vs reference")
-    ax.legend()
+    ax.legend(fontsize=7, ncol=len(ACC_METHODS), loc="upper center", bbox_to_anchor=(0.5, 1.15), frameon=False)
     fig.tight_layout()
     figs = {"accuracy": fig}
     sc = record["tables"]["timing"] + record["tables"]["scaling"]
