@@ -38,7 +38,12 @@ per step (``_range_test``: each changed outcome a loss or a gain with probabilit
 the defences, so the every-defence gate's false-alarm rate is at most 0.05 whatever the run's size and
 noise (the fixed 0.05 tolerance it replaces failed a flat plateau with the full run's changes with
 probability 0.86); each McNemar test's exact size at its discordant count, and its power against R7's
-slide (0.021 a step) at the run's outcomes, are in the record. ``tolerance`` is only the stopping rule
+slide (0.021 a step) at the run's outcomes, are in the record. Since session 14 (after R10) the
+claims' own-defence gate also tests the two-step window (step k-2 against k; per defence an exact
+min-p combination with the last-step test, Holm across the defences), and the three stacked gates share
+one false-alarm budget of 0.05 by Bonferroni (own defences 0.025, range 0.0125, sign 0.0125); each
+claim's record holds the stack's simulated false-alarm rate at the run's changed outcomes and its
+detection probability of R7's slide (``stack``, ``_stack_rates``). ``tolerance`` is only the stopping rule
 of a schedule run past ``min_steps`` (no size does). The stopping decision is the driver's, between rounds of Ray tasks over the chunks (``next_jobs``), so it is taken on all
 images and does not depend on the number of workers; each attack's seed is keyed by (chunk,
 radius, defence, attack, step), not drawn in order. Each input set is purified ``replicates``
@@ -82,6 +87,7 @@ its mean-reduced MSE (a 100-image CIFAR-10 batch, 307200), since the guidance he
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from typing import Any, Mapping
@@ -111,12 +117,26 @@ CEILING_W = 0.95
 CEILING_SHARE = 0.1
 TUNE_IMAGES = 64
 CONTROL_T = 90.0
-# the per-defence convergence test of the claims' own defences (session 11, R7): exact one-sided McNemar
-# over (image, draw) outcomes between the last two adaptive steps, at this level per defence
+# the per-defence last-step McNemar test (session 11, R7) at this level per test: reported (``mcnemar``,
+# ``mcnemar_min_p``) and the level of the power statement (``mcnemar_r7_power``); since session 14 it is
+# part of the claims' own-defence gate below, not the gate itself
 MCNEMAR_ALPHA = 0.05
-# the range gate (after R7): an exact range test per defence against a flat plateau with its own changed
-# outcomes, Holm across the defences at this family false-alarm rate (per defence: RANGE_ALPHA alone)
-RANGE_ALPHA = 0.05
+# Session 14 (after R10): the three stacked convergence gates of an equal-clean claim share one false-alarm
+# budget, STACK_ALPHA, split by Bonferroni (the union bound holds under any dependence between the gates, each
+# gate's own rate being at most its share under the step-independence null): half to the claim's own defences
+# (OWN_ALPHA: per defence an exact min-p combination of the last-step and two-step-window McNemar tests, Holm
+# across the defences), a quarter each to the range gate over every defence (RANGE_ALPHA, Holm across the 17)
+# and to the sign test over defences (SIGN_ALPHA). Before session 14 each gate had 0.05 of its own and the
+# stack failed a flat plateau 6.8% / 8.9% of the time (R10).
+STACK_ALPHA = 0.05
+OWN_ALPHA = STACK_ALPHA / 2
+RANGE_ALPHA = STACK_ALPHA / 4
+SIGN_ALPHA = STACK_ALPHA / 4
+# the key defences' own range claims at 0.2 (sanity, gating nothing): one test each at this level
+KEY_RANGE_ALPHA = 0.05
+# the stack's false-alarm rate and detection probability (_stack_rates): Monte Carlo draws and their seed
+STACK_SIMS = 4000
+STACK_SEED = 0
 # R7's slide (0.021 a step in one defence): the power of the per-defence McNemar gate against it
 R7_SLIDE = 0.021
 POWER_TARGET = 0.8
@@ -649,6 +669,216 @@ def _last_step_mcnemar(parts: list[dict], lab: str, name: str, steps: int) -> di
                          _cat(parts, (lab, name, f"adaptive_{steps - 1}")), alpha=MCNEMAR_ALPHA)
 
 
+def _two_step_mcnemar(parts: list[dict], lab: str, name: str, steps: int) -> dict:
+    """The exact one-sided McNemar test over (image, draw) outcomes between a defence's adaptive steps
+    ``k - 2`` and ``k`` (its last), the two-step window (session 14, after R10: a slide spread over two
+    steps, 6 then 4 changed outcomes with 9 of the 10 losses, escapes every one-step test at 4 discordant
+    outcomes). ``p = 1`` where fewer than three steps ran."""
+    from rayml.evidence import mcnemar_exact
+
+    if steps < 3:
+        return {"losses": 0, "gains": 0, "discordant": 0, "units": 0, "p": 1.0, "size": 0.0, "alpha": MCNEMAR_ALPHA}
+    return mcnemar_exact(_cat(parts, (lab, name, f"adaptive_{steps - 3}")),
+                         _cat(parts, (lab, name, f"adaptive_{steps - 1}")), alpha=MCNEMAR_ALPHA)
+
+
+def _half_pmf(n: int) -> np.ndarray:
+    """``P(X = k)`` for ``X ~ Binomial(n, 1/2)``, ``k = 0 .. n`` (log-gamma; no scipy.stats overhead)."""
+    from scipy.special import gammaln
+
+    k = np.arange(int(n) + 1)
+    return np.exp(gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1) - n * np.log(2.0))
+
+
+def _binom_half_sf(n: int) -> np.ndarray:
+    """``P(X >= k)`` for ``X ~ Binomial(n, 1/2)``, ``k = 0 .. n + 1`` (summed from the upper tail)."""
+    return np.minimum(np.r_[np.cumsum(_half_pmf(n)[::-1])[::-1], 0.0], 1.0)
+
+
+def _window_parts(first: int, last: int, window: int) -> tuple[int, int, int]:
+    """The two-step window's changed outcomes split three ways, from the discordant counts of step
+    ``k - 1`` (``first``, against ``k - 2``), step ``k`` (``last``, against ``k - 1``) and the window
+    (``window``, ``k`` against ``k - 2``): ``(a, o, c)`` = changed on the last step only, on both (they
+    flipped back: concordant over the window), on the first only."""
+    o2 = int(first) + int(last) - int(window)
+    if o2 < 0 or o2 % 2 or o2 // 2 > min(int(first), int(last)):
+        raise ValueError(f"inconsistent discordant counts: steps {first}, {last}, window {window}")
+    o = o2 // 2
+    return int(last) - o, o, int(first) - o
+
+
+@functools.lru_cache(maxsize=None)
+def _min_p_null(a: int, o: int, c: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For the window split ``(a, o, c)`` (:func:`_window_parts`): the last step's and the window's
+    McNemar p per loss count (``P(X >= k)``, ``k = 0 .. n + 1``), and ``P(min(p_last, p_window) <= t)``
+    under the null at every attainable ``t`` (sorted), summed exactly over ``A ~ Bin(a, 1/2)``."""
+    sf_last, sf_win = _binom_half_sf(a + o), _binom_half_sf(a + c)
+    ts = np.unique(np.r_[sf_last, sf_win])
+    ts = ts[ts > 0]
+    t = ts * (1 + 1e-9)
+    # the smallest loss count whose p is <= t, per t (sf is decreasing in k; sf[n + 1] = 0)
+    k_last = (sf_last[None, :] > t[:, None]).sum(1)
+    k_win = (sf_win[None, :] > t[:, None]).sum(1)
+    pa = _half_pmf(a)
+    cdf_b = np.r_[0.0, np.minimum(np.cumsum(_half_pmf(o)), 1.0)]  # cdf_b[j] = P(B < j)
+    cdf_c = np.r_[0.0, np.minimum(np.cumsum(_half_pmf(c)), 1.0)]
+    jb = np.clip(k_last[:, None] - np.arange(a + 1)[None, :], 0, o + 1)
+    jc = np.clip(k_win[:, None] - np.arange(a + 1)[None, :], 0, c + 1)
+    prob = np.clip(1.0 - (pa[None, :] * cdf_b[jb] * cdf_c[jc]).sum(1), 0.0, 1.0)
+    prob[t >= 1] = 1.0
+    return sf_last, sf_win, np.c_[ts, prob].T
+
+
+def _min_p_lookup(a: int, o: int, c: int, last_losses, window_losses) -> np.ndarray:
+    """:func:`_window_min_p` for arrays of loss counts at one window split (vectorised)."""
+    sf_last, sf_win, table = _min_p_null(int(a), int(o), int(c))
+    t = np.minimum(sf_last[np.asarray(last_losses, int)], sf_win[np.asarray(window_losses, int)])
+    idx = np.clip(np.searchsorted(table[0], t * (1 - 1e-9)), 0, table.shape[1] - 1)
+    return np.where(t >= 1, 1.0, table[1][idx])
+
+
+def _window_min_p(first: int, last_losses: int, last: int, window_losses: int, window: int) -> float:
+    """The exact per-defence p-value of the own-defence gate (session 14, after R10): the smaller of the
+    last-step McNemar p and the two-step-window McNemar p, calibrated against its own null distribution,
+    ``p = P(min(p_last, p_window) <= observed min)``.
+
+    Null (each changed outcome a loss or a gain with probability 1/2, given which outcomes changed on each
+    step; assumed, as in the range test): with ``(a, o, c)`` from :func:`_window_parts`, the last step's
+    losses are ``A + B`` and the window's ``A + C`` with ``A ~ Bin(a, 1/2)``, ``B ~ Bin(o, 1/2)``,
+    ``C ~ Bin(c, 1/2)`` independent; summed exactly over ``A``. Between ``min`` and ``2 min``."""
+    a, o, c = _window_parts(first, last, window)
+    return float(_min_p_lookup(a, o, c, [last_losses], [window_losses])[0])
+
+
+def _own_gate(acc: Mapping[str, dict], tested: list[str]) -> dict:
+    """The own-defence gate of one equal-clean claim (session 14, after R10): per tested defence (SSNI and
+    its envelope's DiffPure levels) the exact min-p combination of its last-step and two-step-window
+    McNemar tests (:func:`_window_min_p`), Holm across the defences; the gate passes when
+    ``holm_min_p >= OWN_ALPHA`` (no defence rejected), so it fails a flat plateau with probability at most
+    ``OWN_ALPHA`` under the null, whatever the dependence between the defences."""
+    per = {}
+    for n in tested:
+        d, last, win = acc[n], acc[n]["last_step_mcnemar"], acc[n]["two_step_mcnemar"]
+        changed = d["window_changed_outcomes"]
+        if d["steps"] < 3 or len(changed) < 2:
+            p = 1.0
+        else:
+            p = _window_min_p(changed[-2], last["losses"], last["discordant"], win["losses"], win["discordant"])
+        per[n] = {"last_step": {k: last[k] for k in ("losses", "gains", "p")},
+                  "two_step": {k: win[k] for k in ("losses", "gains", "p")}, "p": p}
+    holm = _holm({n: v["p"] for n, v in per.items()})
+    for n in per:
+        per[n]["holm_p"] = holm[n]
+    return {"alpha": OWN_ALPHA, "defences": per, "holm_min_p": float(min(holm.values())),
+            "rejected": [n for n in per if holm[n] < OWN_ALPHA]}
+
+
+@functools.lru_cache(maxsize=None)
+def _range_reject_table(first: int, last: int, level: float) -> np.ndarray:
+    """Per range ``r = 0 .. first + last`` (outcomes): does the exact range test of a two-step window reject
+    at ``level``? The same null as :func:`_range_distribution`, in closed form for two steps: the range of
+    ``0, x1, x1 + x2`` is ``max(|x1|, |x2|, |x1 + x2|)``."""
+    x1, x2 = 2 * np.arange(first + 1) - first, 2 * np.arange(last + 1) - last
+    r = np.maximum(np.maximum(np.abs(x1)[:, None], np.abs(x2)[None, :]), np.abs(x1[:, None] + x2[None, :]))
+    dist = np.bincount(r.ravel(), weights=np.outer(_half_pmf(first), _half_pmf(last)).ravel(),
+                       minlength=first + last + 1)
+    tail = np.cumsum(dist[::-1])[::-1]
+    out = tail < level
+    out[0] = False
+    return out
+
+
+def _stack_rates(acc: Mapping[str, dict], names: list[str], tested: list[str], slider: str, outcomes: int,
+                 sims: int = STACK_SIMS, seed: int = STACK_SEED) -> dict | None:
+    """How often an equal-clean claim's stack of convergence gates fails (Monte Carlo, seeded), with the
+    gates before session 14 (range test Holm at 0.05, sign test at 0.05, last-step McNemar per tested
+    defence at 0.05) and with today's (range Holm at ``RANGE_ALPHA``, sign at ``SIGN_ALPHA``, the own-defence
+    gate at ``OWN_ALPHA``):
+
+    - ``false_alarm``: on a flat plateau at the run's own changed outcomes -- every defence's recorded
+      changes on the window's two steps and their overlap (:func:`_window_parts`), each changed outcome a
+      loss or a gain with probability 1/2, independently (assumed: steps and outcomes independent; R10
+      found both draws of an image moving together, which this null does not hold);
+    - ``r7_detection``: with R7's slide (``R7_SLIDE`` a step) in ``slider`` alone at its own change rate
+      (assumed: its recorded changed share over the window, slide included, as churn), the other defences
+      flat as above: each step changes ``Binomial(outcomes, slide + churn)`` outcomes, the two steps' sets
+      overlapping at random (hypergeometric), each a loss with probability
+      ``(slide + churn / 2) / (slide + churn)``.
+    ``None`` where a defence ran fewer than three steps."""
+    from scipy import stats
+
+    if any(acc[n]["steps"] < 3 for n in names):
+        return None
+    rng = np.random.default_rng(seed)
+    m = len(names)
+    parts = {n: _window_parts(acc[n]["window_changed_outcomes"][-2], acc[n]["last_step_mcnemar"]["discordant"],
+                              acc[n]["two_step_mcnemar"]["discordant"]) for n in names}
+
+    def null_draws(n):
+        a, o, c = parts[n]
+        A, B, C = rng.binomial(a, 0.5, sims), rng.binomial(o, 0.5, sims), rng.binomial(c, 0.5, sims)
+        return (np.full(sims, c + o), A + B, np.full(sims, a + o), C + o - B, A + C, np.full(sims, a + c),
+                np.full(sims, a), np.full(sims, o), np.full(sims, c))
+
+    def slide_draws(n):
+        d = acc[n]["window_changed_outcomes"][-2:]
+        churn = float(np.mean(d)) / max(outcomes, 1)
+        rate = min(R7_SLIDE + churn, 1.0)
+        q = (R7_SLIDE + churn / 2) / rate
+        d1, d2 = rng.binomial(outcomes, rate, sims), rng.binomial(outcomes, rate, sims)
+        o = rng.hypergeometric(d1, outcomes - d1, d2)
+        a, c = d2 - o, d1 - o
+        A, C, B = rng.binomial(a, q), rng.binomial(c, q), rng.binomial(o, 1 - q)  # B: overlap lost on step 2
+        return d1, A + B, d2, C + o - B, A + C, a + c, a, o, c
+
+    def stack(slide: bool) -> dict:
+        draws = {n: (slide_draws(n) if slide and n == slider else null_draws(n)) for n in names}
+        fail = {"old": {"range": np.zeros(sims, bool), "sign": None, "own": np.zeros(sims, bool)},
+                "new": {"range": np.zeros(sims, bool), "sign": None, "own": np.zeros(sims, bool)}}
+        losses = np.zeros(sims, int)
+        gains = np.zeros(sims, int)
+        own_min = np.ones(sims)
+        for n in names:
+            d1, l2, d2, l1, lw, dw, a, o, c = draws[n]
+            x1, x2 = d1 - 2 * l1, d2 - 2 * l2  # net change of the correct count on each step
+            pos = np.stack([np.zeros(sims, int), x1, x1 + x2])
+            rng_ = pos.max(0) - pos.min(0)
+            keys, inverse = np.unique(np.c_[d1, d2], axis=0, return_inverse=True)
+            inverse = inverse.ravel()
+            for which, level in (("old", 0.05 / m), ("new", RANGE_ALPHA / m)):
+                rej = np.zeros(sims, bool)
+                for g, (k1, k2) in enumerate(keys):
+                    sel = inverse == g
+                    rej[sel] = _range_reject_table(int(k1), int(k2), level)[rng_[sel]]
+                fail[which]["range"] |= rej
+            losses += x2 < 0
+            gains += x2 > 0
+            if n in tested:
+                keys, inverse = np.unique(np.c_[a, o, c], axis=0, return_inverse=True)
+                inverse = inverse.ravel()
+                p_last, pw = np.empty(sims), np.empty(sims)
+                for g, (ka, ko, kc) in enumerate(keys):
+                    sel = inverse == g
+                    p_last[sel] = _binom_half_sf(int(ka + ko))[l2[sel]]
+                    pw[sel] = _min_p_lookup(ka, ko, kc, l2[sel], lw[sel])
+                fail["old"]["own"] |= p_last < 0.05
+                own_min = np.minimum(own_min, pw)
+        tot = losses + gains
+        sign_p = np.where(tot > 0, stats.binom.sf(losses - 1, np.maximum(tot, 1), 0.5), 1.0)
+        fail["old"]["sign"], fail["new"]["sign"] = sign_p < 0.05, sign_p < SIGN_ALPHA
+        fail["new"]["own"] = len(tested) * own_min < OWN_ALPHA
+        return {w: {"stack": float(np.mean(f["range"] | f["sign"] | f["own"])),
+                    **{g: float(np.mean(v)) for g, v in f.items()}} for w, f in fail.items()}
+
+    null, slid = stack(False), stack(True)
+    return {"false_alarm": null["new"]["stack"], "r7_detection": slid["new"]["stack"],
+            "false_alarm_old_gates": null["old"]["stack"], "r7_detection_old_gates": slid["old"]["stack"],
+            "per_gate": {"flat_plateau": null, "r7_slide": slid}, "sims": int(sims), "seed": int(seed),
+            "slider": slider, "slide_per_step": R7_SLIDE,
+            "alphas": {"stack": STACK_ALPHA, "own": OWN_ALPHA, "range": RANGE_ALPHA, "sign": SIGN_ALPHA},
+            "union_bound": OWN_ALPHA + RANGE_ALPHA + SIGN_ALPHA}
+
+
 def next_jobs(parts: list[dict], config: Mapping[str, Any]) -> list[tuple]:
     """The attack jobs ``(radius, defence, attack, step)`` of the next round, from the rounds so far.
 
@@ -803,6 +1033,7 @@ def _summarise(parts: list[dict], config: Mapping[str, Any]) -> tuple[dict, dict
                                else {"changed": window, "range": None, "p": 0.0, "size": None})
             d["range_p"] = d["range_test"]["p"]
             d["last_step_mcnemar"] = _last_step_mcnemar(parts, lab, name, steps)
+            d["two_step_mcnemar"] = _two_step_mcnemar(parts, lab, name, steps)
             robust[name] = np.all([_cat(parts, (lab, name, a)) for a in attacks], axis=0)
             d["robust"] = float(robust[name].mean())
             per_image = robust[name].mean(0)
@@ -866,7 +1097,14 @@ def _summarise(parts: list[dict], config: Mapping[str, Any]) -> tuple[dict, dict
                                                                                        for t in tests.values()])),
                                       "mcnemar": tests,
                                       # its power against R7's slide at this size, and the outcomes it needs
+                                      # (one last-step McNemar at MCNEMAR_ALPHA; clean_power: no churn)
                                       "mcnemar_r7_power": _r7_power(acc[name]["outcomes"], tests)})
+                    # session 14 (after R10): the claim's own-defence gate over the two-step window (last
+                    # step and k - 2 against k, min-p per defence, Holm across them), and the false-alarm
+                    # rate and R7-slide detection of the whole stack of convergence gates
+                    own = _own_gate(acc, tested)
+                    acc[name].update({"own_gate": own, "own_holm_min_p": own["holm_min_p"],
+                                      "stack": _stack_rates(acc, names, tested, name, acc[name]["outcomes"])})
                 if base == "diffpure":
                     # the power of the claim's test at this many images: the smallest mean gap a one-sided
                     # test at 0.05 detects with 80% power, (z_.95 + z_.8) sd / sqrt(ARE n), with the
@@ -1022,9 +1260,10 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                                f"convergence is judged by an exact range test per defence against a flat plateau "
                                f"with its own changed outcomes (Holm across the defences, family false-alarm "
                                f"<= {RANGE_ALPHA}), a one-sided sign test over defences on the last step for a "
-                               f"common trend, and an exact one-sided McNemar test over (image, draw) outcomes "
-                               f"between the last two steps for SSNI-N, SSNI-L and their envelopes' DiffPure "
-                               f"levels each",
+                               f"common trend (at {SIGN_ALPHA}), and exact one-sided McNemar tests over (image, "
+                               f"draw) outcomes of the last step and of the two-step window (k-2 against k) for "
+                               f"SSNI-N, SSNI-L and their envelopes' DiffPure levels (min-p per defence, Holm, at "
+                               f"{OWN_ALPHA}): the stack's false-alarm budget {STACK_ALPHA} split by Bonferroni",
               "attack_rounds": rounds,
               "bpda_and_fixed_t": "at each defence's last reached step", "replicates": int(config["replicates"]),
               "images_attacked": n_test, "images_clean": int(config["n_clean"]),
@@ -1120,13 +1359,10 @@ def _converged_every(lab: str) -> Claim:
                  metric=f"metrics.{lab}.attack.range_holm_min_p", compare=RANGE_ALPHA, op=">=", kind="sanity")
 
 
-SIGN_ALPHA = 0.05
-
-
 def _no_common_trend(lab: str) -> Claim:
     """The attack is not still strengthening across the defences at a radius: on the last step, the
     defences that lost adaptive accuracy do not outnumber those that gained beyond chance (one-sided
-    sign test, ``p >= 0.05``). Each defence's tolerance misses a slide common to all of them (session
+    sign test, ``p >= SIGN_ALPHA``, a quarter of the stack's budget since session 14). Each defence's tolerance misses a slide common to all of them (session
     10, R5: 13 of 17 defences lost accuracy on the full record's last step at 0.1 and 1 gained,
     p = 0.001, while each moved by less than 0.05); it gates that radius's robustness claims too."""
     return Claim(text=f"attack convergence (trend), every defence: on the last step the defences whose adaptive "
@@ -1136,19 +1372,21 @@ def _no_common_trend(lab: str) -> Claim:
 
 
 def _claim_defences_flat(variant: str, lab: str) -> Claim:
-    """The per-defence convergence test of one equal-clean claim's own defences (session 11, R7): the
-    sign test over defences counts a slide in SSNI alone as one loss among 17 (R7: SSNI sliding 0.021 a
-    step, the others flat, passed both gates in 100% of simulations), so SSNI-``variant`` and every
-    DiffPure level of its envelope candidate are each tested across (image, draw) outcomes: an exact
-    one-sided McNemar between the last two adaptive steps (``rayml.evidence.mcnemar_exact``), each
-    ``p >= MCNEMAR_ALPHA``. Its false-alarm rate at the run's size (each test's exact size at its own
-    discordant count) is ``mcnemar_family_false_alarm``."""
+    """The per-defence convergence test of one equal-clean claim's own defences (session 11, R7; the
+    two-step window since session 14, after R10): the sign test over defences counts a slide in SSNI alone
+    as one loss among 17, so SSNI-``variant`` and every DiffPure level of its envelope candidate are each
+    tested across (image, draw) outcomes, by exact one-sided McNemar tests between the last two adaptive
+    steps and between steps ``k - 2`` and ``k`` (R10: SSNI-N at 0.1 changed 6 then 4 outcomes, 9 of the 10
+    losses, and passed the last-step test at 3 lost / 1 gained), combined per defence by an exact min-p
+    (:func:`_window_min_p`), Holm across the defences, at ``OWN_ALPHA`` (half the stack's budget)."""
     name = f"diffpure_ssni_{variant}"
     return Claim(text=f"attack convergence (per defence), SSNI-{variant.upper()} and its envelope's DiffPure levels: "
-                      f"on the last step none lost more (image, draw) outcomes than it gained beyond chance (exact "
-                      f"one-sided McNemar between the last two adaptive steps, each p >= {MCNEMAR_ALPHA}; "
-                      f"l_inf {lab})",
-                 metric=f"metrics.{lab}.{name}.mcnemar_min_p", compare=MCNEMAR_ALPHA, op=">=", kind="sanity")
+                      f"over the last two steps none lost more (image, draw) outcomes than it gained beyond chance "
+                      f"(exact one-sided McNemar of the last step and of step k-2 against k, min-p per defence, "
+                      f"Holm across the defences, p >= {OWN_ALPHA}; with the range gate at {RANGE_ALPHA} and the "
+                      f"sign test at {SIGN_ALPHA} the stack fails a flat plateau with probability <= "
+                      f"{STACK_ALPHA}; l_inf {lab})",
+                 metric=f"metrics.{lab}.{name}.own_holm_min_p", compare=OWN_ALPHA, op=">=", kind="sanity")
 
 
 def _robustness_claims(lab: str) -> tuple[Claim, ...]:
@@ -1174,9 +1412,9 @@ CLAIMS = (
           kind="sanity"),
     *[Claim(text=f"attack convergence (two-sided): {who}'s range of its last {PATIENCE + 1} adaptive accuracies "
                  f"is not larger than a flat plateau with its own changed outcomes gives (exact range test, "
-                 f"p >= {RANGE_ALPHA}; l_inf 0.2)",
+                 f"p >= {KEY_RANGE_ALPHA}; l_inf 0.2)",
             metric=f"{where}.{SHIPPED}.{who}.range_p",
-            compare=RANGE_ALPHA, op=">=", kind="sanity")
+            compare=KEY_RANGE_ALPHA, op=">=", kind="sanity")
       for who, where in ((CONTROL, "baselines"), ("diffpure_ssni_n", "metrics"), ("diffpure_ssni_l", "metrics"))],
     *[_converged_every(lab) for lab in LABELS],
     *[_no_common_trend(lab) for lab in LABELS],

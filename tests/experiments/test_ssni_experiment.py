@@ -39,8 +39,9 @@ def _with_attack(record, lab, range_holm_p, sign_p):
     from before the range test lacks; they gate nothing)."""
     for where, name in (("baselines", ssni.CONTROL), ("metrics", "diffpure_ssni_n"), ("metrics", "diffpure_ssni_l")):
         record[where][lab][name].setdefault("range_p", 1.0)
-    for name in ssni.OURS:  # the per-defence McNemar gate (session 11, R7) passes: not what these tests are about
+    for name in ssni.OURS:  # the own-defence gate (session 11, R7; session 14) passes: not what these tests are about
         record["metrics"][lab][name]["mcnemar_min_p"] = 1.0
+        record["metrics"][lab][name]["own_holm_min_p"] = 1.0
     record["metrics"][lab]["attack"]["range_holm_min_p"] = range_holm_p
     record["metrics"][lab]["attack"]["last_step_sign_p"] = sign_p
 
@@ -332,3 +333,116 @@ def test_mcnemar_power_matches_enumeration_and_r7_needs_319_outcomes():
     assert ssni._mcnemar_outcomes_needed(2 * ssni.R7_SLIDE, 0.0) == 159
     # more churn needs more outcomes
     assert ssni._mcnemar_outcomes_needed(ssni.R7_SLIDE, 0.05) > ssni._mcnemar_outcomes_needed(ssni.R7_SLIDE, 0.01) > 319
+
+
+# --- session 14, after R10: the two-step window, the stack's false-alarm budget --------------------------
+
+
+def _r10_outcomes(config, images, draws, ssni_steps):
+    """Every defence flat (250 of 320 correct, no outcome changes); SSNI-N's adaptive steps re-decide the
+    given (losses, gains) per step (distinct outcomes: none flips back)."""
+    flat = [_nested(250, draws, images)] * 4
+    outcomes = {n: flat for n in ssni.defences(config)}
+    outcomes["diffpure_ssni_n"] = _plateau(images, draws, 250, ssni_steps)
+    return outcomes
+
+
+def test_r10_two_step_slide_in_ssni_n_fails_the_own_defence_gate_at_full_size():
+    """R10 on the full record: SSNI-N at l_inf 0.1 changed 6 then 4 outcomes of 320, 9 of the 10 losses (6 / 0,
+    then 3 / 1: range 8, own range p = 0.021), and passed every gate before session 14 -- range Holm across 17
+    0.36, last-step McNemar 3 / 1 (p = 5/16), the sign test one loss among 16 ties. The McNemar of step k-2
+    against k sees 9 / 1 (p = 11/1024); the min-p over the two windows is 11/1024 too (the last step's 4
+    discordant outcomes cannot reach it), Holm across SSNI-N's two tested defences 22/1024 < 0.025: the
+    own-defence gate fails and SSNI-N's claim is incomplete; SSNI-L's defences are flat."""
+    config = ssni.SIZES["full"]
+    images, draws = config["n_test"], config["replicates"]
+    metrics, out = _evaluated(_schedule_parts(config, images, draws,
+                                              _r10_outcomes(config, images, draws, [(0, 0), (6, 0), (3, 1)])), config)
+    for lab in ssni.LABELS:
+        d, att = metrics[lab]["diffpure_ssni_n"], metrics[lab]["attack"]
+        assert d["window_changed_outcomes"] == [6, 4] and d["recent_range_outcomes"] == 8
+        assert abs(d["range_p"] - 0.021) < 0.001
+        # the gates before session 14 all pass: range Holm at 0.05, sign test at 0.05, last-step McNemar at 0.05
+        assert att["range_holm_min_p"] > 0.3 and att["last_step_sign_p"] == 0.5
+        assert d["mcnemar_min_p"] == 5 / 16 and d["mcnemar_min_p"] >= 0.05
+        assert out[ssni._converged_every(lab).text]["holds"] and out[ssni._no_common_trend(lab).text]["holds"]
+        # the two-step window
+        win = d["own_gate"]["defences"]["diffpure_ssni_n"]
+        assert (win["two_step"]["losses"], win["two_step"]["gains"]) == (9, 1)
+        assert abs(win["two_step"]["p"] - 11 / 1024) < 1e-12 and abs(win["p"] - 11 / 1024) < 1e-9
+        assert len(d["convergence_defences"]) == 2
+        assert abs(d["own_holm_min_p"] - 22 / 1024) < 1e-9 and d["own_holm_min_p"] < ssni.OWN_ALPHA
+        assert not out[ssni._claim_defences_flat("n", lab).text]["holds"]
+        assert out[ssni._claim_defences_flat("l", lab).text]["holds"]
+        claim_n, claim_l = (out[ssni._equal_clean(v, lab).text] for v in ("n", "l"))
+        assert claim_n["status"] == "incomplete" and claim_n["gated_by"] == [ssni._claim_defences_flat("n", lab).text]
+        assert claim_l["status"] != "incomplete"
+
+
+def test_a_flat_plateau_over_the_two_step_window_passes_the_own_defence_gate():
+    """The same changed outcomes as R10's slide (6, then 4), balanced: 3 lost / 3 gained, then 2 / 2. The window
+    sees 5 / 5; every gate passes and both claims are decided."""
+    config = ssni.SIZES["full"]
+    images, draws = config["n_test"], config["replicates"]
+    metrics, out = _evaluated(_schedule_parts(config, images, draws,
+                                              _r10_outcomes(config, images, draws, [(0, 0), (3, 3), (2, 2)])), config)
+    for lab in ssni.LABELS:
+        d = metrics[lab]["diffpure_ssni_n"]
+        win = d["own_gate"]["defences"]["diffpure_ssni_n"]
+        assert (win["two_step"]["losses"], win["two_step"]["gains"]) == (5, 5) and win["p"] > 0.5
+        assert d["own_holm_min_p"] == 1.0
+        for v in ("n", "l"):
+            assert out[ssni._claim_defences_flat(v, lab).text]["holds"]
+            assert out[ssni._equal_clean(v, lab).text]["status"] != "incomplete"
+
+
+def test_window_min_p_matches_enumeration_and_flip_backs_leave_the_window():
+    """The min-p combination of the last-step and two-step McNemar tests against enumerating every sign
+    pattern of the changed outcomes (an outcome changed on both steps flips back: concordant over the window)."""
+    import itertools
+
+    from scipy import stats
+
+    for a, o, c in ((3, 0, 4), (2, 2, 3), (0, 3, 2), (4, 1, 0), (1, 0, 0)):
+        first, last, window = c + o, a + o, a + c
+        assert ssni._window_parts(first, last, window) == (a, o, c)
+        sf = lambda k, n: float(stats.binom.sf(k - 1, n, 0.5)) if n else 1.0  # noqa: E731
+        pats = []
+        for A, B, C in itertools.product(range(a + 1), range(o + 1), range(c + 1)):
+            pr = stats.binom.pmf(A, a, .5) * stats.binom.pmf(B, o, .5) * stats.binom.pmf(C, c, .5)
+            pats.append((pr, A + B, A + C, min(sf(A + B, last), sf(A + C, window))))
+        for _, l2, lw, t in pats:
+            brute = sum(pr for pr, _, _, u in pats if u <= t * (1 + 1e-9))
+            assert abs(ssni._window_min_p(first, l2, last, lw, window) - min(brute, 1.0)) < 1e-9
+    # the combination lies between the smaller p and twice it
+    p = ssni._window_min_p(10, 8, 12, 18, 20)
+    t = min(float(stats.binom.sf(7, 12, .5)), float(stats.binom.sf(17, 20, .5)))
+    assert t - 1e-12 <= p <= 2 * t + 1e-12
+
+
+def test_two_step_range_table_matches_the_dynamic_programme():
+    for first, last in ((3, 4), (6, 0), (7, 9), (0, 0), (12, 5)):
+        dist = ssni._range_distribution([first, last])
+        tail = np.cumsum(dist[::-1])[::-1]
+        for level in (0.05, 0.05 / 17):
+            expect = tail < level
+            expect[0] = False
+            assert (ssni._range_reject_table(first, last, level) == expect).all()
+
+
+def test_the_stack_splits_its_budget_and_stays_under_it_on_a_flat_plateau():
+    """The three stacked gates share STACK_ALPHA by Bonferroni; at the flat plateau of the R10 test's twin (the
+    changes of test_a_flat_plateau... at full size) the simulated false-alarm rate of the stack is within its
+    budget and each gate within its share (Monte Carlo, 4000 draws: 3 standard errors of slack)."""
+    assert ssni.OWN_ALPHA + ssni.RANGE_ALPHA + ssni.SIGN_ALPHA <= ssni.STACK_ALPHA + 1e-15
+    config = ssni.SIZES["full"]
+    images, draws = config["n_test"], config["replicates"]
+    seq = _plateau(images, draws, 250, [(5, 5), (20, 10), (7, 23)])  # 30 changed outcomes a step, every defence
+    metrics, _ = _evaluated(_schedule_parts(config, images, draws, {n: seq for n in ssni.defences(config)}), config)
+    st = metrics[ssni.LABELS[0]]["diffpure_ssni_n"]["stack"]
+    slack = 3 * np.sqrt(0.05 * 0.95 / st["sims"])
+    assert st["false_alarm"] <= ssni.STACK_ALPHA + slack
+    new = st["per_gate"]["flat_plateau"]["new"]
+    for gate_name, share in (("own", ssni.OWN_ALPHA), ("range", ssni.RANGE_ALPHA), ("sign", ssni.SIGN_ALPHA)):
+        assert new[gate_name] <= share + slack
+    assert st["r7_detection"] > st["false_alarm"]  # a slide is caught more often than a plateau is failed
