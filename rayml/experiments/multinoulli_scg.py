@@ -49,7 +49,7 @@ MOMENTUM = "multinoulli-scg-momentum"
 SEARCH = "random-search"
 DLS = "distorted-local-search"
 TRAP = "greedy-trap"
-EVERY = "every-order-trap"  # session 14: greedy's tight cardinality instance in every part (the part order cannot matter)
+EVERY = "every-order-trap"  # session 14: greedy's tight cardinality instance in each part (order cannot matter)
 ORDERS = "random-order-greedy"  # outside review R10: greedy over a random part order, best of greedy_orders orders
 METHODS = (METHOD, SINGLE, MOMENTUM, SEARCH, DLS, "greedy", ORDERS, "random")
 E_RATIO = 1.0 - 1.0 / np.e
@@ -419,7 +419,8 @@ EXPERIMENT = Experiment(
         "SCG gradient can be spread over Ray tasks (evaluator=runtime.batch_evaluator(f), rayml bench)",
     checked_against="abstracts only (ICML 2025; arXiv 2603.21492; a new full-text search found none) and secondary "
                     "summaries: the ME, the path-integrated estimator (SCG++-style) and the rounding are reconstructions; "
-                    "OPT by brute force or planted (greedy-trap); the exact DLS potential against quadrature in the tests",
+                    "OPT by brute force or planted (greedy-trap, every-order-trap); the exact DLS potential against "
+                    "quadrature in the tests",
     sizes=SIZES, run=run, check=_check, claims=CLAIMS, plots=plots,
     bench_sizes=BENCH_SIZES, bench=bench, bench_claims=BENCH_CLAIMS,
 )
