@@ -58,6 +58,11 @@ SPLITS = ("id", "ood", "inductive", "inductive_id", "ood_stale", "ood_true", "in
 # sensors in training, test_increase_ratio of that many new sensors added at test, test_decrease_ratio of the
 # training sensors gone; the other sensors are never observed
 SPLIT = dict(max_increase=0.3, add_at_test=0.1, drop_at_test=0.1)
+# the per-node linear reference rows (session 14, R12; descriptive, neither a claim baseline nor a control): one ridge
+# per training sensor on its own history (hops 0), and with its 1- and 2-hop neighbour means on the given graph
+# (hops 2); the penalty is fixed (R12's, on raw values), not tuned
+PERNODE = {"pernode_ridge": 0, "pernode_ridge_2hop": 2}
+PERNODE_PENALTY = 1.0
 
 SIZES = {
     "tiny": dict(nodes=12, steps_per_day=12, days=10, train_days=5, val_days=1, shift_day=8, seq=6, horizon=6,
@@ -67,9 +72,13 @@ SIZES = {
     # against the strongest baseline; the paper's effect (17.01% / 18.44% of the baseline's MAE) then needs 9 pairs
     # for the one-sided Wilcoxon at power 0.8 (evidence.power_from_pilot, Noether), as does the old full record's
     # spread (sd 0.0062 / 0.0080): quick 9 seeds, full 10 (each record carries its own estimate, metrics.power)
-    "quick": dict(nodes=40, steps_per_day=24, days=21, train_days=12, val_days=2, shift_day=17, seq=12, horizon=12,
+    # val_days 3 (session 14, R12: days 12-13 were both weekend days, the ID days weekdays and the OOD days two of
+    # each): validation on days 12-14, two weekend days and a weekday; the ID test on days 15-16
+    "quick": dict(nodes=40, steps_per_day=24, days=21, train_days=12, val_days=3, shift_day=17, seq=12, horizon=12,
                   epochs=8, batch=32, dim=16, lr_grid=[1e-3, 2e-3, 4e-3, 8e-3], seeds=9, envs=3,
                   tune_seeds=1, rewire=0.3, test_graph="stale", **SPLIT),
+    # full: validation on days 21-24, all weekdays (R12); its records predate session 14 and are kept: the next full
+    # run should validate on a mix of day types (e.g. train_days 19: days 19-22, two weekend days, two weekdays)
     # full: estimated from quick's per-step cost (STOP's step ~ batch x envs x nodes x width^2) to about 15 min
     # on 2 idle cores; not yet measured
     "full": dict(nodes=80, steps_per_day=24, days=35, train_days=21, val_days=4, shift_day=28, seq=12, horizon=12,
@@ -186,10 +195,45 @@ def run_task(item: tuple, c: Mapping[str, Any]) -> dict:
         e_ood = np.abs(st.predict(model, Xood, d["ood_graph"][g], scale) - Yood).mean(axis=(0, 1))
         out[f"ood_{g}"], out[f"inductive_{g}"] = e_ood[is_kept].tolist(), e_ood[is_new].tolist()
     out["ood"], out["inductive"] = out[f"ood_{c['test_graph']}"], out[f"inductive_{c['test_graph']}"]
+    if method in LEARNED:
+        out["kept_epoch"] = int(model.kept_epoch)  # the epoch early stopping kept (R12)
     if method == LEARNED[0]:  # the data's spatial signal, once per seed: ridge without / with neighbour history
         out["ridge_own"], out["ridge_nbr"] = st.neighbour_gain(x, d["edges"], spd, tr_end, va_end, sh, seq=seq,
                                                                horizon=hor)
+        out |= _pernode(c, d, tr_end, va_end, sh)
     return out
+
+
+def _pernode(c: Mapping[str, Any], d: dict, tr_end: int, va_end: int, sh: int) -> dict:
+    """The per-node linear reference rows (``PERNODE``), scored as the record's ``id`` (training sensors, the
+    ID test's graph over the observed sensors) and ``ood`` columns (kept sensors, the configured test graph)."""
+    from rayml.graphs import stop_data as sd
+
+    spd, seq, hor = int(c["steps_per_day"]), int(c["seq"]), int(c["horizon"])
+    x = d["x"]
+    out = {}
+    for name, hops in PERNODE.items():
+        e_id, e_ood = sd.pernode_ridge(
+            x, spd, (d["train_nodes"], d["sub"], tr_end),
+            [(d["train_nodes"], d["observed"], d["id_graph"], va_end, sh - hor + 1),
+             (d["kept"], d["present"], d["ood_graph"][c["test_graph"]], sh + seq, x.shape[0])],
+            seq=seq, horizon=hor, hops=hops, penalty=PERNODE_PENALTY)
+        out[f"{name}_id"], out[f"{name}_ood"] = float(e_id.mean()), float(e_ood.mean())
+    return out
+
+
+def _model_view_gain(out: list) -> dict:
+    """The spatial-signal gate's quantity on what the models see (R12): 1 - ridge-graph's / ridge's ID MAE, both
+    fitted on the training sensors with the graph restricted to them and their tuned penalties, scored on the
+    training sensors (the record's ``id`` split). Mean over seeds of each MAE, then the ratio (as the gate)."""
+    per = {m: {o["seed"]: float(np.mean(o["id"])) for o in out if o["method"] == m} for m in RIDGES}
+    seeds = sorted(per["ridge"])
+    own, nbr = np.array([per["ridge"][k] for k in seeds]), np.array([per["ridge-graph"][k] for k in seeds])
+    gains = 1.0 - nbr / own
+    return {"neighbour_gain_model_view": 1.0 - float(nbr.mean()) / float(own.mean()),
+            "neighbour_gain_model_view_min_seed": float(gains.min()),
+            "neighbour_gain_model_view_seeds_above_gate": int((gains > 0.10).sum()),
+            "neighbour_gain_seeds": len(seeds)}
 
 
 def run(config: Mapping[str, Any], seed: int) -> Outcome:
@@ -245,6 +289,13 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     metrics["ridge_mae_own_history"], metrics["ridge_mae_with_neighbours"] = float(np.mean(own)), float(np.mean(nbr))
     metrics["neighbour_gain"] = 1.0 - float(np.mean(nbr)) / float(np.mean(own))
     metrics["neighbour_gain_min_seed"] = float(min(1.0 - b / a for a, b in zip(own, nbr)))
+    metrics["neighbour_gain_seeds_above_gate"] = int(sum(1.0 - b / a > 0.10 for a, b in zip(own, nbr)))
+    metrics |= _model_view_gain(out)
+    # descriptive reference rows (R12), not claim baselines or controls: per-node ridges, ID and OOD
+    metrics["reference"] = {name: {split: float(np.mean([o[f"{name}_{split}"] for o in out if f"{name}_id" in o]))
+                                   for split in ("id", "ood")} for name in PERNODE}
+    metrics["kept_epoch_mean"] = {m: float(np.mean([o["kept_epoch"] for o in out if o["method"] == m]))
+                                  for m in LEARNED}
     baselines = {m.replace("-", "_"): block(m) for m in METHODS[1:]}
     for role, m in roles.items():
         baselines[role.replace("-", "_")] = block(m) | {"name": m}

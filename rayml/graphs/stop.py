@@ -292,7 +292,8 @@ def train_forecaster(X: np.ndarray, Y: np.ndarray, edges: np.ndarray, cfg: STCon
     dif = _diffusion_edges(edges, n)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     stopper = EarlyStopping(model, cfg.patience, keep_initial=False)
-    for _ in range(cfg.epochs):
+    kept = cfg.epochs  # the epoch whose weights are returned (1-based; the last without validation)
+    for epoch in range(cfg.epochs):
         model.train()
         order = rng.permutation(X.shape[0])
         for s in range(0, len(order), cfg.batch):
@@ -308,10 +309,14 @@ def train_forecaster(X: np.ndarray, Y: np.ndarray, edges: np.ndarray, cfg: STCon
             opt.step()
         if val is not None:
             mae = float(np.abs(predict(model, val[0], edges, scale) - val[1]).mean())
-            if stopper.step(mae, model):
+            stop = stopper.step(mae, model)
+            if stopper.bad == 0:
+                kept = epoch + 1
+            if stop:
                 break
     stopper.restore(model)
     model.eval()
+    model.kept_epoch = kept
     return model
 
 

@@ -16,7 +16,14 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["road_graph", "rewire", "simulate_traffic", "windows", "neighbour_gain"]
+__all__ = ["road_graph", "rewire", "simulate_traffic", "windows", "neighbour_gain", "is_weekend", "pernode_ridge"]
+
+WEEKEND_DEMAND = 0.6  # the demand on weekend days (day % 7 in {5, 6}), a share of a weekday's
+
+
+def is_weekend(day: int) -> bool:
+    """Whether ``day`` (0 = the first simulated day, a weekday) is a weekend day of ``simulate_traffic``."""
+    return int(day) % 7 >= 5
 
 
 def road_graph(rng: np.random.Generator, n: int, k: int = 3) -> tuple[np.ndarray, np.ndarray]:
@@ -87,7 +94,7 @@ def simulate_traffic(rng: np.random.Generator, pos: np.ndarray, edges: np.ndarra
         f = tod / steps_per_day
         shifted = day >= shift_day
         s, dp = (shift_amplitude, shift_phase) if shifted else (1.0, 0.0)
-        weekend = 0.6 if day % 7 >= 5 else 1.0
+        weekend = WEEKEND_DEMAND if is_weekend(day) else 1.0
         demand = s * weekend * (amp_m * np.exp(-((f - ph_m - dp) ** 2) / 0.004) +
                                 amp_e * np.exp(-((f - ph_e - dp) ** 2) / 0.006))
         u = persistence * u + noise * rng.normal(size=n)
@@ -145,3 +152,70 @@ def neighbour_gain(x: np.ndarray, edges: np.ndarray, steps_per_day: int, train_e
         Xb, Yb = design(te, with_nb)
         out.append(float(np.abs(Xb @ W - Yb).mean()))
     return out[0], out[1]
+
+
+def _hop_means(x: np.ndarray, edges: np.ndarray, hops: int) -> list:
+    """``x`` (T, m) and its 1 .. ``hops``-hop neighbour means over the undirected graph ``edges`` (local ids)."""
+    m = x.shape[1]
+    A = np.zeros((m, m))
+    A[edges[1], edges[0]] = 1.0
+    A[edges[0], edges[1]] = 1.0
+    P = A / np.maximum(A.sum(1, keepdims=True), 1.0)
+    out = [x]
+    for _ in range(hops):
+        out.append(out[-1] @ P.T)
+    return out
+
+
+def pernode_ridge(x: np.ndarray, steps_per_day: int, fit: tuple, tests: list, *, seq: int, horizon: int,
+                  hops: int = 0, penalty: float = 1.0) -> list:
+    """Per-node linear forecasters (one ridge per node, not inductive): a node's own ``seq`` past values,
+    with ``hops`` > 0 its 1 .. ``hops``-hop neighbour means on a given graph, and a time-of-day one-hot.
+
+    ``fit = (nodes, edges, t1)``: the nodes (global column ids of ``x``), the graph over them (local ids)
+    and the end of the training targets (windows whose targets lie before ``t1``). ``tests``: a list of
+    ``(eval_nodes, nodes, edges, t0, t1)``, the nodes scored (a subset of the fitted ones), the context
+    nodes and graph the neighbour means are taken over (a node's context may differ from training: the
+    test graph), windows whose first target step lies in ``[t0, t1)``. Returns per test an array of the
+    eval nodes' MAE."""
+    if isinstance(hops, bool) or not isinstance(hops, int) or hops < 0:
+        raise ValueError(f"hops must be an integer >= 0, got {hops!r}")
+    if not penalty > 0:
+        raise ValueError(f"penalty must be > 0, got {penalty!r}")
+    T = x.shape[0]
+    tod = np.arange(T) % steps_per_day
+    lag, ahead = np.arange(-seq, 0), np.arange(horizon)
+
+    def design(H, starts, j):
+        feats = [h[starts[:, None] + lag, j] for h in H]
+        oh = np.zeros((len(starts), steps_per_day))
+        oh[np.arange(len(starts)), tod[starts]] = 1.0
+        return np.concatenate(feats + [oh], 1)
+
+    nodes, edges, t1 = fit
+    nodes = np.asarray(nodes)
+    tr = np.arange(seq, t1 - horizon + 1)
+    if len(tr) < 2:
+        raise ValueError("pernode_ridge needs training windows before the fit's t1")
+    H = _hop_means(x[:, nodes], edges, hops)
+    W = {}
+    for j, i in enumerate(nodes):
+        F, Y = design(H, tr, j), x[tr[:, None] + ahead, i]
+        W[int(i)] = np.linalg.solve(F.T @ F + penalty * np.eye(F.shape[1]), F.T @ Y)
+    out = []
+    for eval_nodes, ctx, g, t0, t_end in tests:
+        ctx = np.asarray(ctx)
+        starts = np.arange(max(t0, seq), min(t_end, T - horizon + 1))
+        if len(starts) < 1:
+            raise ValueError("pernode_ridge: a test range holds no window")
+        Hc = _hop_means(x[:, ctx], g, hops)
+        errs = []
+        for i in np.asarray(eval_nodes):
+            if int(i) not in W:
+                raise ValueError(f"node {int(i)} was not fitted")
+            j = int(np.searchsorted(ctx, i))
+            if j >= len(ctx) or ctx[j] != i:
+                raise ValueError(f"node {int(i)} is not among the test's context nodes (sorted)")
+            errs.append(float(np.abs(design(Hc, starts, j) @ W[int(i)] - x[starts[:, None] + ahead, i]).mean()))
+        out.append(np.array(errs))
+    return out

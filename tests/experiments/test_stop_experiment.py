@@ -128,3 +128,34 @@ def test_bad_settings_are_rejected_before_any_work(overrides, match):
     with pytest.raises(ValueError, match=match):
         experiments.run("stop", size="tiny", overrides=overrides)
     assert runtime.stats()["tasks"] == 0
+
+
+def test_model_view_signal_gain_reads_the_ridges_on_the_training_sensors(tiny_record):
+    """R12: the gate's quantity on what the models see is ridge-graph vs ridge on the training sensors (the
+    record's ``id`` split), not on the new sensors (``inductive_id``) nor the oracle's all-node ridge."""
+    outs = [{"method": m, "seed": k, "id": [a, a], "inductive_id": [9.0]} for k, (r, g) in enumerate([(1.0, 0.8),
+                                                                                                     (2.0, 1.9)])
+            for m, a in (("ridge", r), ("ridge-graph", g))]
+    got = ex._model_view_gain(outs)
+    assert got["neighbour_gain_model_view"] == pytest.approx(1 - 2.7 / 3.0)
+    assert got["neighbour_gain_model_view_min_seed"] == pytest.approx(0.05)
+    assert got["neighbour_gain_model_view_seeds_above_gate"] == 1 and got["neighbour_gain_seeds"] == 2
+    rec = tiny_record("stop")
+    m, b = rec["metrics"], rec["baselines"]
+    assert m["neighbour_gain_model_view"] == pytest.approx(1 - b["ridge_graph"]["id_mae"] / b["ridge"]["id_mae"])
+    for name in ex.PERNODE:  # the per-node reference rows: ID and OOD, not baselines or controls
+        assert set(m["reference"][name]) == {"id", "ood"} and name not in b
+    assert set(m["kept_epoch_mean"]) == set(ex.LEARNED)
+    assert all(1 <= v <= rec["config"]["epochs"] for v in m["kept_epoch_mean"].values())
+
+
+@pytest.mark.parametrize("size", ["quick"])
+def test_validation_mixes_day_types_like_the_ood_days(size):
+    """R12: quick validated on two weekend days; its validation window must hold weekdays and weekend days,
+    as the OOD days do."""
+    from rayml.graphs import stop_data as sd
+
+    c = ex.SIZES[size]
+    val = {sd.is_weekend(d) for d in range(c["train_days"], c["train_days"] + c["val_days"])}
+    ood = {sd.is_weekend(d) for d in range(c["shift_day"], c["days"])}
+    assert ood == {True, False} and val == {True, False}

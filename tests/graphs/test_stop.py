@@ -228,3 +228,44 @@ def test_ridge_refuses_bad_shapes_and_edges():
         st.fit_ridge(X, Y[:, :, :5], _ring(6), **args)
     with pytest.raises(ValueError, match="edges"):
         st.fit_ridge(X, Y, _ring(7), **args)
+
+
+def test_pernode_ridge_fits_each_node_its_own_coefficients_and_reads_the_given_graph():
+    """Per-node ridges (R12's reference rows): nodes with different AR coefficients are each fitted (a shared
+    fit could not be exact for both); with hops the neighbour means of the given graph enter, and a wrong
+    context (a graph without the driving edge) loses them."""
+    from rayml.graphs import stop_data as sd
+
+    rng = np.random.default_rng(4)
+    T, spd = 400, 12
+    x = np.zeros((T, 3))
+    for t in range(2, T):  # node 0: AR(1) 0.8; node 1: AR(1) -0.5; node 2: node 0's last value
+        e = 0.05 * rng.normal(size=3)
+        x[t] = [0.8 * x[t - 1, 0] + 1 + e[0], -0.5 * x[t - 1, 1] + 1 + e[1], x[t - 1, 0] + e[2]]
+        x[t, :2] += rng.normal(size=2)
+    nodes = np.arange(3)
+    ring = np.array([[0, 2], [2, 0]])  # the graph 0 - 2 (local ids); node 1 alone
+    none = np.zeros((2, 0), dtype=np.int64)
+    test = [(nodes, nodes, ring, 300, T)]
+    own = sd.pernode_ridge(x, spd, (nodes, ring, 300), test, seq=2, horizon=1, hops=0, penalty=1e-3)[0]
+    nbr = sd.pernode_ridge(x, spd, (nodes, ring, 300), test, seq=2, horizon=1, hops=1, penalty=1e-3)[0]
+    cut = sd.pernode_ridge(x, spd, (nodes, ring, 300), [(nodes, nodes, none, 300, T)], seq=2, horizon=1, hops=1,
+                           penalty=1e-3)[0]
+    assert own[:2] == pytest.approx([0.8, 0.8], abs=0.12)  # noise sd 1: MAE ~ 0.8 for both AR nodes
+    assert nbr[2] < 0.1 < own[2]  # node 2 is node 0's last value: read through the graph
+    assert cut[2] > 0.5  # the same weights with the edge gone (a stale graph) lose it
+    with pytest.raises(ValueError, match="not fitted"):
+        sd.pernode_ridge(x, spd, (nodes[:2], none, 300), test, seq=2, horizon=1)
+    with pytest.raises(ValueError, match="hops"):
+        sd.pernode_ridge(x, spd, (nodes, ring, 300), test, seq=2, horizon=1, hops=-1)
+
+
+def test_training_reports_the_epoch_early_stopping_kept():
+    rng = np.random.default_rng(2)
+    edges, x = _flow(rng, 8, 2, 12, 1)
+    X, Y = st.windows(x, 12, 0, 18, 6, 4)
+    cfg = st.STConfig(method="stid", dim=16, epochs=3)
+    assert st.train_forecaster(X, Y, edges, cfg, 3, tod_size=12, scale=(0.0, 1.0)).kept_epoch == 3  # no validation
+    # with validation: the best validation epoch, one of 1 .. 3
+    m = st.train_forecaster(X, Y, edges, cfg, 3, tod_size=12, scale=(0.0, 1.0), val=(X, Y))
+    assert 1 <= m.kept_epoch <= 3
