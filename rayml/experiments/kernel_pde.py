@@ -372,18 +372,16 @@ def hard_cell(item: tuple, config: Mapping[str, Any]) -> dict:
         res = _solve(method, problem, grid, ls, jitter, config)
     seconds = time.process_time() - t0
     cg = _cg_steps(res)
+    solver = OURS if method == FIXED_LS else method   # the fixed-lengthscale cell is the matrix-free solver
     return {**row, "rmse": float(res.rmse), "rel_l2": float(res.rel_l2), "seconds": float(seconds),
             "gn_iterations": int(getattr(res, "iterations", 0)), "cg_steps": int(sum(cg)),
             "cg_capped": int(sum(k >= int(config["cg_iterations"]) for k in cg)),
             "mode_products": int(getattr(res, "info", {}).get("mode_products", 0)) if method not in FD_METHODS else 0,
             "fd_newton_capped": int(res.capped_steps) if method in FD_METHODS else 0,
-            "last_u_change": _u_change(OURS if method == FIXED_LS else method, res)
-            if method in (OURS, DENSE, FIXED_LS) else float("nan"),
-            # the convergence rule of the kernel solvers; FD: every Newton solve met its tolerance before its cap;
+            "last_u_change": _u_change(solver, res) if solver in (OURS, DENSE) else float("nan"),
+            # _converged's rule (kernel solvers: the last step's change of u; FD: no Newton solve capped);
             # Adam has no convergence test (NaN)
-            "converged": (float(int(res.capped_steps) == 0) if method in FD_METHODS else
-                          float(_u_change(OURS if method == FIXED_LS else method, res) < CONVERGED_CHANGE)
-                          if method in (OURS, DENSE, FIXED_LS) else float("nan"))}
+            "converged": float(_converged(solver, res)) if solver != "adam" else float("nan")}
 
 
 def ac15_cases(hard_cases) -> list[str]:
