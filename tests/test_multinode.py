@@ -21,19 +21,25 @@ from rayml import runtime
 pytestmark = pytest.mark.slow
 
 
+def _value(seed):
+    return float(np.random.default_rng(seed).standard_normal())
+
+
 def _work(seed):
-    # Deterministic per item; long enough that a node can be removed while tasks run.
-    rng = np.random.default_rng(seed)
+    # Deterministic per item (``_value``); long enough that a node can be removed while tasks run.
     deadline = time.perf_counter() + 0.25
     acc = 0.0
     while time.perf_counter() < deadline:
         acc += float(np.sum(np.sin(np.arange(2000.0))))
-    return float(rng.standard_normal()) + 0.0 * acc
+    return _value(seed) + 0.0 * acc
 
 
 @pytest.fixture
 def three_node_cluster(isolated_ray):
-    cluster, workers = start_cluster({"num_cpus": 0}, [{"num_cpus": 1}] * 3)
+    # health checks every 0.5 s (Ray's default waits ~15 s before it marks a removed node dead)
+    cluster, workers = start_cluster(
+        {"num_cpus": 0, "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3}},
+        [{"num_cpus": 1}] * 3)
     try:
         runtime.connect(address=cluster.address)
         yield cluster, workers
@@ -46,7 +52,7 @@ def test_pmap_lands_on_every_node_and_survives_a_node_removed_mid_run(three_node
     cluster, workers = three_node_cluster
     assert runtime.cluster_info() == {"ray_nodes": 4, "cpus": 3, "gpus": 0}
     items = runtime.seeds(7, 36)
-    expected = [_work(s) for s in items]  # the single-process (single-node) answer
+    expected = [_value(s) for s in items]  # the single-process (single-node) answer
 
     runtime.reset_stats()
     assert runtime.pmap(_work, items, chunk_size=1, progress=False) == expected

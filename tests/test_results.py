@@ -435,6 +435,22 @@ def test_the_wilcoxon_test_drops_ties_too():
     assert out["p_value"] == pytest.approx(stats.wilcoxon(d, alternative="greater").pvalue)
 
 
+def test_the_exact_signed_rank_p_with_ties_equals_scipys_permutation_null():
+    """scipy's ``wilcoxon`` enumerates the 2**n sign flips (seconds a call) for <= 13 pairs with ties or
+    zeros; the subset-sum count gives the same p, to the last bit."""
+    from scipy import stats
+
+    from rayml.results import _one_sided_p, _signed_rank_exact_p
+
+    cases = [np.array([0.0625] * 10 + [-0.0625] * 2), np.array([1.0, 1.0, -2.0, 0.0, 3.0, 3.0, -1.0]),
+             np.array([0.5, -0.5, 0.5, 0.25, 0.0, 0.0, 0.75, -0.25, 0.5]), np.array([-1.0, -1.0, 2.0])]
+    for d in cases:
+        want = float(stats.wilcoxon(d, alternative="greater", zero_method="wilcox").pvalue)
+        assert _signed_rank_exact_p(d) == want
+        assert _one_sided_p(d, np.zeros_like(d), True, "paired Wilcoxon") == want
+    assert _signed_rank_exact_p(np.array([1.0, 1.0])) == 0.25  # both flips positive: 1 of 4
+
+
 def test_a_bad_tie_tolerance_is_refused_naming_it():
     with pytest.raises(ValueError, match="tie"):
         _tie_claim(tie=-1.0)
