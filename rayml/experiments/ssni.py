@@ -43,7 +43,11 @@ claims' own-defence gate also tests the two-step window (step k-2 against k; per
 min-p combination with the last-step test, Holm across the defences), and the three stacked gates share
 one false-alarm budget of 0.05 by Bonferroni (own defences 0.025, range 0.0125, sign 0.0125); each
 claim's record holds the stack's simulated false-alarm rate at the run's changed outcomes and its
-detection probability of R7's slide (``stack``, ``_stack_rates``). ``tolerance`` is only the stopping rule
+detection probability of R7's slide (``stack``, ``_stack_rates``). Since session 15 (after R14) the own-defence
+gate counts images, not (image, draw) outcomes (an image's net change over its draws; null: each image's change
+vector sign-flipped, exact whatever the dependence between its draws), and every gate first computes its
+smallest attainable p at the run's counts: where that is not below its level the gate cannot fail, reports
+"no power" (``gate_power``, its metric ``None``) and the claims behind it are incomplete. ``tolerance`` is only the stopping rule
 of a schedule run past ``min_steps`` (no size does). The stopping decision is the driver's, between rounds of Ray tasks over the chunks (``next_jobs``), so it is taken on all
 images and does not depend on the number of workers; each attack's seed is keyed by (chunk,
 radius, defence, attack, step), not drawn in order. Each input set is purified ``replicates``
@@ -567,7 +571,10 @@ def _range_test(discordant, observed: int, level: float = RANGE_ALPHA) -> dict:
     p = 1.0 if observed <= 0 else (float(min(tail[observed], 1.0)) if observed < tail.size else 0.0)
     rejecting = np.nonzero(tail < level)[0]
     size = float(tail[rejecting[0]]) if rejecting.size else 0.0
-    return {"changed": [int(d) for d in discordant], "range": observed, "p": p, "size": size}
+    # the smallest p it can reach (at the largest range, every change in one direction): R14's power rule
+    smallest = float(tail[-1]) if tail.size > 1 else 1.0
+    return {"changed": [int(d) for d in discordant], "range": observed, "p": p, "size": size,
+            "smallest_attainable_p": smallest}
 
 
 def _holm(pvalues: Mapping[str, float]) -> dict:
@@ -708,33 +715,102 @@ def _window_parts(first: int, last: int, window: int) -> tuple[int, int, int]:
 
 
 @functools.lru_cache(maxsize=None)
-def _min_p_null(a: int, o: int, c: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For the window split ``(a, o, c)`` (:func:`_window_parts`): the last step's and the window's
-    McNemar p per loss count (``P(X >= k)``, ``k = 0 .. n + 1``), and ``P(min(p_last, p_window) <= t)``
-    under the null at every attainable ``t`` (sorted), summed exactly over ``A ~ Bin(a, 1/2)``."""
-    sf_last, sf_win = _binom_half_sf(a + o), _binom_half_sf(a + c)
+def _min_p_null(a: int, o: int, c: int, d: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For the window split ``(a, o, c, d)`` (:func:`_window_parts`, :func:`_image_window`): the last step's
+    and the window's sign-test p per loss count (``P(X >= k)``, ``k = 0 .. n + 1``), and
+    ``P(min(p_last, p_window) <= t)`` under the null at every attainable ``t`` (sorted), summed exactly over
+    ``A ~ Bin(a, 1/2)`` and ``D ~ Bin(d, 1/2)``: the last step's losses are ``A + D + B``, the window's
+    ``A + (d - D) + C`` (``d``: units whose last-step and window changes have opposite signs; none at
+    outcome level)."""
+    sf_last, sf_win = _binom_half_sf(a + d + o), _binom_half_sf(a + d + c)
     ts = np.unique(np.r_[sf_last, sf_win])
     ts = ts[ts > 0]
     t = ts * (1 + 1e-9)
     # the smallest loss count whose p is <= t, per t (sf is decreasing in k; sf[n + 1] = 0)
     k_last = (sf_last[None, :] > t[:, None]).sum(1)
     k_win = (sf_win[None, :] > t[:, None]).sum(1)
-    pa = _half_pmf(a)
+    pa, pd = _half_pmf(a), _half_pmf(d)
     cdf_b = np.r_[0.0, np.minimum(np.cumsum(_half_pmf(o)), 1.0)]  # cdf_b[j] = P(B < j)
     cdf_c = np.r_[0.0, np.minimum(np.cumsum(_half_pmf(c)), 1.0)]
-    jb = np.clip(k_last[:, None] - np.arange(a + 1)[None, :], 0, o + 1)
-    jc = np.clip(k_win[:, None] - np.arange(a + 1)[None, :], 0, c + 1)
-    prob = np.clip(1.0 - (pa[None, :] * cdf_b[jb] * cdf_c[jc]).sum(1), 0.0, 1.0)
+    keep = np.zeros(t.size)
+    for dd in range(d + 1):
+        jb = np.clip(k_last[:, None] - np.arange(a + 1)[None, :] - dd, 0, o + 1)
+        jc = np.clip(k_win[:, None] - np.arange(a + 1)[None, :] - (d - dd), 0, c + 1)
+        keep += pd[dd] * (pa[None, :] * cdf_b[jb] * cdf_c[jc]).sum(1)
+    prob = np.clip(1.0 - keep, 0.0, 1.0)
     prob[t >= 1] = 1.0
     return sf_last, sf_win, np.c_[ts, prob].T
 
 
-def _min_p_lookup(a: int, o: int, c: int, last_losses, window_losses) -> np.ndarray:
+def _min_p_lookup(a: int, o: int, c: int, last_losses, window_losses, d: int = 0) -> np.ndarray:
     """:func:`_window_min_p` for arrays of loss counts at one window split (vectorised)."""
-    sf_last, sf_win, table = _min_p_null(int(a), int(o), int(c))
+    sf_last, sf_win, table = _min_p_null(int(a), int(o), int(c), int(d))
     t = np.minimum(sf_last[np.asarray(last_losses, int)], sf_win[np.asarray(window_losses, int)])
     idx = np.clip(np.searchsorted(table[0], t * (1 - 1e-9)), 0, table.shape[1] - 1)
     return np.where(t >= 1, 1.0, table[1][idx])
+
+
+def _min_p_smallest(a: int, o: int, c: int, d: int = 0) -> float:
+    """The smallest p the min-p combination can reach at this split (1 with nothing changed): a gate at a
+    level not above it cannot fail (R14)."""
+    if a + o + c + d == 0:
+        return 1.0
+    return float(min(_min_p_null(int(a), int(o), int(c), int(d))[2][1].min(), 1.0))
+
+
+def _image_window(before, middle, after) -> dict:
+    """The two-step window at image level (session 15, after R14): per image its net change over the draws
+    on the window's first step (``u``: ``k-2`` to ``k-1``), its last step (``v``: ``k-1`` to ``k``) and the
+    window (``w = u + v``), each ``(draws, images)`` boolean. An image counts as a loss (gain) of a step when
+    its draws' net change there is negative (positive); a net zero (no change, or draws that changed in
+    opposite directions) drops. The split for :func:`_min_p_null`: ``a`` images changed on the last step
+    and over the window in the same direction, ``d`` in opposite directions, ``o`` on the last step only
+    (net zero over the window), ``c`` over the window only.
+
+    Null (R14: an image's draws can move together, so (image, draw) outcomes are not independent): each
+    image's vector of net changes ``(u, v)`` is as likely as ``(-u, -v)``, independently across images,
+    whatever the dependence between its draws -- a sign flip of per-image change vectors, exact."""
+    x, y, z = (np.asarray(v, int) for v in (before, middle, after))
+    u, v = (y - x).sum(0), (z - y).sum(0)
+    w = u + v
+    sv, sw = np.sign(v), np.sign(w)
+    return {"images": int(v.size), "a": int(((sv != 0) & (sv == sw)).sum()), "d": int(((sv != 0) & (sw == -sv)).sum()),
+            "o": int(((sv != 0) & (sw == 0)).sum()), "c": int(((sv == 0) & (sw != 0)).sum()),
+            "last_losses": int((v < 0).sum()), "last_gains": int((v > 0).sum()),
+            "window_losses": int((w < 0).sum()), "window_gains": int((w > 0).sum()),
+            "last_conflicts": int(((v == 0) & (np.abs(z - y).sum(0) > 0)).sum()),
+            "window_conflicts": int(((w == 0) & (np.abs(z - x).sum(0) > 0)).sum())}
+
+
+def _image_min_p(win: Mapping[str, int]) -> float:
+    """The own-defence gate's per-defence p at image level: the min-p combination of the last step's and the
+    window's image-level sign tests under :func:`_image_window`'s null, ``P(min(p_last, p_window) <= observed
+    min)``, exact."""
+    return float(_min_p_lookup(win["a"], win["o"], win["c"], [win["last_losses"]], [win["window_losses"]],
+                               win["d"])[0])
+
+
+def no_power(smallest_p: float, level: float) -> bool:
+    """R14's rule: a gate test whose smallest attainable p at the data's counts is not below its level
+    (rejection is ``p < level``) cannot fail, so it decides nothing: the gate reports "no power" and the
+    claims behind it are incomplete. (A general helper; it would belong in ``rayml.evidence``, which this
+    module does not own.)"""
+    return not float(smallest_p) < float(level)
+
+
+def _gate_power(smallest_p: float, level: float, what: str, moved: int) -> dict:
+    """The power statement of one gate test: its smallest attainable p, its level, and ``status``: ``"no power"``
+    (with the reason) where :func:`no_power` holds and something moved (``moved``: the changed units the test
+    counts), ``"no change"`` where nothing moved at all (assumed reading of R14's rule: no unit changed, so
+    there is no direction for a slide to hide in, and the gate holds), else ``"can fail"``."""
+    dead = no_power(smallest_p, level) and int(moved) > 0
+    out = {"smallest_attainable_p": float(smallest_p), "level": float(level), "moved": int(moved),
+           "status": "no power" if dead else ("no change" if int(moved) == 0 else "can fail")}
+    if dead:
+        out["reason"] = (f"{what}: its smallest attainable p at this run's counts, {float(smallest_p):.4g}, is not "
+                         f"below its level {float(level):.4g}, so it holds whatever the data; the claims behind it "
+                         f"are incomplete")
+    return out
 
 
 def _window_min_p(first: int, last_losses: int, last: int, window_losses: int, window: int) -> float:
@@ -751,26 +827,35 @@ def _window_min_p(first: int, last_losses: int, last: int, window_losses: int, w
 
 
 def _own_gate(acc: Mapping[str, dict], tested: list[str]) -> dict:
-    """The own-defence gate of one equal-clean claim (session 14, after R10): per tested defence (SSNI and
-    its envelope's DiffPure levels) the exact min-p combination of its last-step and two-step-window
-    McNemar tests (:func:`_window_min_p`), Holm across the defences; the gate passes when
-    ``holm_min_p >= OWN_ALPHA`` (no defence rejected), so it fails a flat plateau with probability at most
-    ``OWN_ALPHA`` under the null, whatever the dependence between the defences."""
-    per = {}
+    """The own-defence gate of one equal-clean claim: per tested defence (SSNI and its envelope's DiffPure
+    levels) the exact min-p combination of its last-step and two-step-window sign tests over **images**
+    (session 15, after R14: :func:`_image_window`, :func:`_image_min_p`; session 14 counted (image, draw)
+    outcomes, too liberal when an image's draws move together), Holm across the defences; the gate passes
+    when ``holm_min_p >= OWN_ALPHA``. ``gate_p`` (what the claim reads) is ``None`` where the gate has no
+    power (:func:`no_power`: ``len(tested)`` times the smallest attainable per-defence p is not below
+    ``OWN_ALPHA``)."""
+    per, smallest = {}, {}
     for n in tested:
-        d, last, win = acc[n], acc[n]["last_step_mcnemar"], acc[n]["two_step_mcnemar"]
-        changed = d["window_changed_outcomes"]
-        if d["steps"] < 3 or len(changed) < 2:
-            p = 1.0
+        d, win = acc[n], acc[n].get("image_window")
+        if d["steps"] < 3 or win is None:
+            p, smallest[n] = 1.0, 1.0
         else:
-            p = _window_min_p(changed[-2], last["losses"], last["discordant"], win["losses"], win["discordant"])
-        per[n] = {"last_step": {k: last[k] for k in ("losses", "gains", "p")},
-                  "two_step": {k: win[k] for k in ("losses", "gains", "p")}, "p": p}
+            p, smallest[n] = _image_min_p(win), _min_p_smallest(win["a"], win["o"], win["c"], win["d"])
+        per[n] = {"image_window": win, "p": p, "smallest_attainable_p": smallest[n],
+                  "outcome_level": {k: d[k]["p"] for k in ("last_step_mcnemar", "two_step_mcnemar")}}
     holm = _holm({n: v["p"] for n, v in per.items()})
     for n in per:
         per[n]["holm_p"] = holm[n]
-    return {"alpha": OWN_ALPHA, "defences": per, "holm_min_p": float(min(holm.values())),
-            "rejected": [n for n in per if holm[n] < OWN_ALPHA]}
+    holm_min = float(min(holm.values()))
+    moved = sum(int(w["last_losses"] + w["last_gains"] + w["window_losses"] + w["window_gains"])
+                for w in (acc[n].get("image_window") for n in tested if acc[n]["steps"] >= 3) if w)
+    power = _gate_power(min(1.0, len(tested) * min(smallest.values())), OWN_ALPHA,
+                        "the own-defence gate (Holm over its defences)", moved)
+    return {"alpha": OWN_ALPHA, "unit": "image", "defences": per, "holm_min_p": holm_min,
+            "rejected": [n for n in per if holm[n] < OWN_ALPHA], "power": power,
+            "gate_p": None if power["status"] == "no power" else holm_min,
+            # R14: the Bonferroni split's weight decides this line only; the verdict at other splits
+            "holds_at": {"equal_thirds_0.0167": holm_min >= STACK_ALPHA / 3, "own_at_0.05": holm_min >= STACK_ALPHA}}
 
 
 @functools.lru_cache(maxsize=None)
@@ -788,22 +873,35 @@ def _range_reject_table(first: int, last: int, level: float) -> np.ndarray:
     return out
 
 
+def _image_min_p_many(a, o, c, d, last_losses, window_losses) -> np.ndarray:
+    """:func:`_min_p_lookup` over arrays of image-level splits and loss counts (grouped by split)."""
+    a, o, c, d = (np.asarray(v, int) for v in (a, o, c, d))
+    out = np.ones(a.shape)
+    keys, inverse = np.unique(np.c_[a, o, c, d], axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    for g, (ka, ko, kc, kd) in enumerate(keys):
+        sel = inverse == g
+        out[sel] = _min_p_lookup(ka, ko, kc, np.asarray(last_losses)[sel], np.asarray(window_losses)[sel], kd)
+    return out
+
+
 def _stack_rates(acc: Mapping[str, dict], names: list[str], tested: list[str], slider: str, outcomes: int,
-                 sims: int = STACK_SIMS, seed: int = STACK_SEED) -> dict | None:
+                 draws: int = 1, sims: int = STACK_SIMS, seed: int = STACK_SEED) -> dict | None:
     """How often an equal-clean claim's stack of convergence gates fails (Monte Carlo, seeded), with the
     gates before session 14 (range test Holm at 0.05, sign test at 0.05, last-step McNemar per tested
-    defence at 0.05) and with today's (range Holm at ``RANGE_ALPHA``, sign at ``SIGN_ALPHA``, the own-defence
-    gate at ``OWN_ALPHA``):
+    defence at 0.05, over (image, draw) outcomes) and with today's (range Holm at ``RANGE_ALPHA``, sign at
+    ``SIGN_ALPHA``, the own-defence gate at ``OWN_ALPHA`` over images since session 15):
 
     - ``false_alarm``: on a flat plateau at the run's own changed outcomes -- every defence's recorded
       changes on the window's two steps and their overlap (:func:`_window_parts`), each changed outcome a
-      loss or a gain with probability 1/2, independently (assumed: steps and outcomes independent; R10
-      found both draws of an image moving together, which this null does not hold);
+      loss or a gain with probability 1/2, independently (assumed: steps and outcomes independent) for the
+      range and sign gates; the own-defence gate's image-level counts (:func:`_image_window`) under its own
+      sign-flip null, drawn independently of the outcome-level ones (assumed; the union bound holds anyway);
     - ``r7_detection``: with R7's slide (``R7_SLIDE`` a step) in ``slider`` alone at its own change rate
-      (assumed: its recorded changed share over the window, slide included, as churn), the other defences
-      flat as above: each step changes ``Binomial(outcomes, slide + churn)`` outcomes, the two steps' sets
-      overlapping at random (hypergeometric), each a loss with probability
-      ``(slide + churn / 2) / (slide + churn)``.
+      (assumed: its recorded changed share over the window, slide included, as churn), simulated per
+      (image, draw) outcome with independent draws (``draws`` per image): each step changes an outcome with
+      probability ``slide + churn``, a loss with probability ``(slide + churn / 2) / (slide + churn)``, an
+      outcome changed on both steps flipping back; the other defences flat as above.
     ``None`` where a defence ran fewer than three steps."""
     from scipy import stats
 
@@ -811,35 +909,52 @@ def _stack_rates(acc: Mapping[str, dict], names: list[str], tested: list[str], s
         return None
     rng = np.random.default_rng(seed)
     m = len(names)
+    draws = max(int(draws), 1)
+    images = max(int(outcomes) // draws, 1)
     parts = {n: _window_parts(acc[n]["window_changed_outcomes"][-2], acc[n]["last_step_mcnemar"]["discordant"],
                               acc[n]["two_step_mcnemar"]["discordant"]) for n in names}
 
     def null_draws(n):
         a, o, c = parts[n]
         A, B, C = rng.binomial(a, 0.5, sims), rng.binomial(o, 0.5, sims), rng.binomial(c, 0.5, sims)
-        return (np.full(sims, c + o), A + B, np.full(sims, a + o), C + o - B, A + C, np.full(sims, a + c),
-                np.full(sims, a), np.full(sims, o), np.full(sims, c))
+        out = (np.full(sims, c + o), A + B, np.full(sims, a + o), C + o - B, A + C, np.full(sims, a + c),
+               np.full(sims, a), np.full(sims, o), np.full(sims, c))
+        win = acc[n].get("image_window") or {"a": 0, "o": 0, "c": 0, "d": 0}
+        ia, io, ic, idd = (int(win[k]) for k in ("a", "o", "c", "d"))
+        IA, IB, IC, ID = (rng.binomial(k, 0.5, sims) for k in (ia, io, ic, idd))
+        own = _image_min_p_many(np.full(sims, ia), np.full(sims, io), np.full(sims, ic), np.full(sims, idd),
+                                IA + ID + IB, IA + (idd - ID) + IC)
+        return out, own
 
     def slide_draws(n):
         d = acc[n]["window_changed_outcomes"][-2:]
         churn = float(np.mean(d)) / max(outcomes, 1)
         rate = min(R7_SLIDE + churn, 1.0)
         q = (R7_SLIDE + churn / 2) / rate
-        d1, d2 = rng.binomial(outcomes, rate, sims), rng.binomial(outcomes, rate, sims)
-        o = rng.hypergeometric(d1, outcomes - d1, d2)
-        a, c = d2 - o, d1 - o
-        A, C, B = rng.binomial(a, q), rng.binomial(c, q), rng.binomial(o, 1 - q)  # B: overlap lost on step 2
-        return d1, A + B, d2, C + o - B, A + C, a + c, a, o, c
+        shape = (sims, draws, images)
+        c1, c2 = rng.random(shape) < rate, rng.random(shape) < rate
+        u = np.where(c1, np.where(rng.random(shape) < q, -1, 1), 0)
+        v = np.where(c2, np.where(c1, -u, np.where(rng.random(shape) < q, -1, 1)), 0)
+        w = u + v
+        flat = lambda x: x.reshape(sims, -1)  # noqa: E731
+        d1, d2, dw = (flat(x != 0).sum(1) for x in (u, v, w))
+        l1, l2, lw = (flat(x < 0).sum(1) for x in (u, v, w))
+        a, o, c = flat((u == 0) & (v != 0)).sum(1), flat((u != 0) & (v != 0)).sum(1), flat((u != 0) & (v == 0)).sum(1)
+        iv, iw = np.sign(v.sum(1)), np.sign(w.sum(1))
+        own = _image_min_p_many(((iv != 0) & (iv == iw)).sum(1), ((iv != 0) & (iw == 0)).sum(1),
+                                ((iv == 0) & (iw != 0)).sum(1), ((iv != 0) & (iw == -iv)).sum(1),
+                                (iv < 0).sum(1), (iw < 0).sum(1))
+        return (d1, l2, d2, l1, lw, dw, a, o, c), own
 
     def stack(slide: bool) -> dict:
-        draws = {n: (slide_draws(n) if slide and n == slider else null_draws(n)) for n in names}
+        draws_ = {n: (slide_draws(n) if slide and n == slider else null_draws(n)) for n in names}
         fail = {"old": {"range": np.zeros(sims, bool), "sign": None, "own": np.zeros(sims, bool)},
                 "new": {"range": np.zeros(sims, bool), "sign": None, "own": np.zeros(sims, bool)}}
         losses = np.zeros(sims, int)
         gains = np.zeros(sims, int)
         own_min = np.ones(sims)
         for n in names:
-            d1, l2, d2, l1, lw, dw, a, o, c = draws[n]
+            (d1, l2, d2, l1, lw, dw, a, o, c), own_p = draws_[n]
             x1, x2 = d1 - 2 * l1, d2 - 2 * l2  # net change of the correct count on each step
             pos = np.stack([np.zeros(sims, int), x1, x1 + x2])
             rng_ = pos.max(0) - pos.min(0)
@@ -854,15 +969,14 @@ def _stack_rates(acc: Mapping[str, dict], names: list[str], tested: list[str], s
             losses += x2 < 0
             gains += x2 > 0
             if n in tested:
-                keys, inverse = np.unique(np.c_[a, o, c], axis=0, return_inverse=True)
+                keys, inverse = np.unique(np.c_[a, o], axis=0, return_inverse=True)
                 inverse = inverse.ravel()
-                p_last, pw = np.empty(sims), np.empty(sims)
-                for g, (ka, ko, kc) in enumerate(keys):
+                p_last = np.empty(sims)
+                for g, (ka, ko) in enumerate(keys):
                     sel = inverse == g
                     p_last[sel] = _binom_half_sf(int(ka + ko))[l2[sel]]
-                    pw[sel] = _min_p_lookup(ka, ko, kc, l2[sel], lw[sel])
                 fail["old"]["own"] |= p_last < 0.05
-                own_min = np.minimum(own_min, pw)
+                own_min = np.minimum(own_min, own_p)
         tot = losses + gains
         sign_p = np.where(tot > 0, stats.binom.sf(losses - 1, np.maximum(tot, 1), 0.5), 1.0)
         fail["old"]["sign"], fail["new"]["sign"] = sign_p < 0.05, sign_p < SIGN_ALPHA
@@ -874,7 +988,7 @@ def _stack_rates(acc: Mapping[str, dict], names: list[str], tested: list[str], s
     return {"false_alarm": null["new"]["stack"], "r7_detection": slid["new"]["stack"],
             "false_alarm_old_gates": null["old"]["stack"], "r7_detection_old_gates": slid["old"]["stack"],
             "per_gate": {"flat_plateau": null, "r7_slide": slid}, "sims": int(sims), "seed": int(seed),
-            "slider": slider, "slide_per_step": R7_SLIDE,
+            "slider": slider, "slide_per_step": R7_SLIDE, "draws_per_image": draws,
             "alphas": {"stack": STACK_ALPHA, "own": OWN_ALPHA, "range": RANGE_ALPHA, "sign": SIGN_ALPHA},
             "union_bound": OWN_ALPHA + RANGE_ALPHA + SIGN_ALPHA}
 
@@ -1034,6 +1148,9 @@ def _summarise(parts: list[dict], config: Mapping[str, Any]) -> tuple[dict, dict
             d["range_p"] = d["range_test"]["p"]
             d["last_step_mcnemar"] = _last_step_mcnemar(parts, lab, name, steps)
             d["two_step_mcnemar"] = _two_step_mcnemar(parts, lab, name, steps)
+            # the own-defence gate's window at image level (session 15, after R14)
+            d["image_window"] = (_image_window(*(_cat(parts, (lab, name, f"adaptive_{k}"))
+                                                 for k in range(steps - 3, steps))) if steps >= 3 else None)
             robust[name] = np.all([_cat(parts, (lab, name, a)) for a in attacks], axis=0)
             d["robust"] = float(robust[name].mean())
             per_image = robust[name].mean(0)
@@ -1104,7 +1221,9 @@ def _summarise(parts: list[dict], config: Mapping[str, Any]) -> tuple[dict, dict
                     # rate and R7-slide detection of the whole stack of convergence gates
                     own = _own_gate(acc, tested)
                     acc[name].update({"own_gate": own, "own_holm_min_p": own["holm_min_p"],
-                                      "stack": _stack_rates(acc, names, tested, name, acc[name]["outcomes"])})
+                                      "own_gate_p": own["gate_p"],
+                                      "stack": _stack_rates(acc, names, tested, name, acc[name]["outcomes"],
+                                                            int(config["replicates"]))})
                 if base == "diffpure":
                     # the power of the claim's test at this many images: the smallest mean gap a one-sided
                     # test at 0.05 detects with 80% power, (z_.95 + z_.8) sd / sqrt(ARE n), with the
@@ -1148,6 +1267,15 @@ def _summarise(parts: list[dict], config: Mapping[str, Any]) -> tuple[dict, dict
         sizes = [_range_test(acc[n]["range_test"]["changed"], 0, RANGE_ALPHA / len(names))["size"]
                  if acc[n]["range_test"]["size"] is not None else None for n in names]
         range_family = float(1 - np.prod([1 - z for z in sizes])) if all(z is not None for z in sizes) else None
+        # R14's rule: a gate whose smallest attainable p at this run's counts is not below its level has no power
+        n_sign = sign["losses"] + sign["gains"]
+        sign_power = _gate_power(0.5 ** n_sign if n_sign else 1.0, SIGN_ALPHA,
+                                 f"the sign test over defences ({n_sign} defences moved on the last step)", n_sign)
+        range_smallest = min(1.0, len(names) * min(acc[n]["range_test"].get("smallest_attainable_p", 0.0)
+                                                   for n in names))
+        range_power = _gate_power(range_smallest, RANGE_ALPHA, "the range gate (Holm over every defence)",
+                                  sum(int(sum(acc[n]["range_test"]["changed"])) for n in names))
+        holm_min = float(min(holm.values()))
         metrics[lab] = {name: acc[name] for name in OURS}
         metrics[lab]["curve"] = {base: {g.split("_t")[-1]: {"clean": acc[g]["clean"], "robust": acc[g]["robust"]}
                                         for g in grid} for base, grid in grids.items()}
@@ -1160,13 +1288,23 @@ def _summarise(parts: list[dict], config: Mapping[str, Any]) -> tuple[dict, dict
                                   "max_recent_range": float(np.max(converged)),
                                   "last_step_losses": sign["losses"], "last_step_gains": sign["gains"],
                                   "last_step_ties": sign["ties"], "last_step_sign_p": sign["p"],
+                                  # what the gates read: None where the gate has no power (R14), with the reason
+                                  "last_step_sign_gate_p": None if sign_power["status"] == "no power" else sign["p"],
+                                  "range_gate_p": None if range_power["status"] == "no power" else holm_min,
+                                  "gate_power": {"sign": sign_power, "range": range_power},
+                                  # R14: the Bonferroni split's weights decide no paper verdict by themselves;
+                                  # these say whether each gate would hold at an equal split and at 0.05
+                                  "holds_at": {"sign": {"equal_thirds_0.0167": sign["p"] >= STACK_ALPHA / 3,
+                                                        "at_0.05": sign["p"] >= STACK_ALPHA},
+                                               "range": {"equal_thirds_0.0167": holm_min >= STACK_ALPHA / 3,
+                                                         "at_0.05": holm_min >= STACK_ALPHA}},
                                   "converged_defences": int(sum(c < tol for c in converged)),
                                   # the range gate (after R7): each defence's exact range test against a flat
                                   # plateau with its own changed outcomes, Holm across the defences
                                   "outcomes": int(acc[names[0]]["outcomes"]),
                                   "range_p": {n: acc[n]["range_p"] for n in names},
                                   "range_holm_p": holm,
-                                  "range_holm_min_p": float(min(holm.values())),
+                                  "range_holm_min_p": holm_min,
                                   "range_alpha": RANGE_ALPHA,
                                   "range_rejected": [n for n in names if holm[n] < RANGE_ALPHA],
                                   # its exact false-alarm rate at this run's changed outcomes: at most
@@ -1262,8 +1400,13 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                                f"<= {RANGE_ALPHA}), a one-sided sign test over defences on the last step for a "
                                f"common trend (at {SIGN_ALPHA}), and exact one-sided McNemar tests over (image, "
                                f"draw) outcomes of the last step and of the two-step window (k-2 against k) for "
-                               f"SSNI-N, SSNI-L and their envelopes' DiffPure levels (min-p per defence, Holm, at "
-                               f"{OWN_ALPHA}): the stack's false-alarm budget {STACK_ALPHA} split by Bonferroni",
+                               f"SSNI-N, SSNI-L and their envelopes' DiffPure levels, at image level since "
+                               f"session 15 (min-p per defence, Holm, at {OWN_ALPHA}): the stack's false-alarm "
+                               f"budget {STACK_ALPHA} split by Bonferroni; a gate whose smallest attainable p is "
+                               f"not below its level reports no power and its claims are incomplete (R14); the "
+                               f"split's weights decide no paper verdict by themselves (R14, on the session-14 full record: only the l_inf "
+                               f"0.1 SSNI-N own-defence line moved between splits; metrics.<radius>.attack.holds_at "
+                               f"and own_gate.holds_at give each gate at an equal split and at 0.05)",
               "attack_rounds": rounds,
               "bpda_and_fixed_t": "at each defence's last reached step", "replicates": int(config["replicates"]),
               "images_attacked": n_test, "images_clean": int(config["n_clean"]),
@@ -1355,8 +1498,9 @@ def _converged_every(lab: str) -> Claim:
     return Claim(text=f"attack convergence (two-sided), every defence: the range of its last {PATIENCE + 1} adaptive "
                       f"accuracies is not larger than a flat plateau with its own changed (image, draw) outcomes "
                       f"gives (exact range test per defence, Holm across the defences: family false-alarm rate "
-                      f"<= {RANGE_ALPHA}; l_inf {lab})",
-                 metric=f"metrics.{lab}.attack.range_holm_min_p", compare=RANGE_ALPHA, op=">=", kind="sanity")
+                      f"<= {RANGE_ALPHA}; no power, so incomplete, where Holm's smallest attainable p is not below "
+                      f"it; l_inf {lab})",
+                 metric=f"metrics.{lab}.attack.range_gate_p", compare=RANGE_ALPHA, op=">=", kind="sanity")
 
 
 def _no_common_trend(lab: str) -> Claim:
@@ -1367,8 +1511,9 @@ def _no_common_trend(lab: str) -> Claim:
     p = 0.001, while each moved by less than 0.05); it gates that radius's robustness claims too."""
     return Claim(text=f"attack convergence (trend), every defence: on the last step the defences whose adaptive "
                       f"accuracy fell do not outnumber those whose accuracy rose beyond chance (one-sided sign "
-                      f"test over defences, p >= {SIGN_ALPHA}; l_inf {lab})",
-                 metric=f"metrics.{lab}.attack.last_step_sign_p", compare=SIGN_ALPHA, op=">=", kind="sanity")
+                      f"test over defences, p >= {SIGN_ALPHA}; no power, so incomplete, where the defences that "
+                      f"moved cannot reach p < {SIGN_ALPHA}; l_inf {lab})",
+                 metric=f"metrics.{lab}.attack.last_step_sign_gate_p", compare=SIGN_ALPHA, op=">=", kind="sanity")
 
 
 def _claim_defences_flat(variant: str, lab: str) -> Claim:
@@ -1377,16 +1522,19 @@ def _claim_defences_flat(variant: str, lab: str) -> Claim:
     as one loss among 17, so SSNI-``variant`` and every DiffPure level of its envelope candidate are each
     tested across (image, draw) outcomes, by exact one-sided McNemar tests between the last two adaptive
     steps and between steps ``k - 2`` and ``k`` (R10: SSNI-N at 0.1 changed 6 then 4 outcomes, 9 of the 10
-    losses, and passed the last-step test at 3 lost / 1 gained), combined per defence by an exact min-p
-    (:func:`_window_min_p`), Holm across the defences, at ``OWN_ALPHA`` (half the stack's budget)."""
+    losses, and passed the last-step test at 3 lost / 1 gained), combined per defence by an exact min-p,
+    Holm across the defences, at ``OWN_ALPHA`` (half the stack's budget). Since session 15 (R14) the unit is
+    the image (:func:`_image_window`: an image's draws may move together) and a gate that cannot reach its
+    level reports no power (``own_gate_p`` is ``None``: the claims behind it are incomplete)."""
     name = f"diffpure_ssni_{variant}"
     return Claim(text=f"attack convergence (per defence), SSNI-{variant.upper()} and its envelope's DiffPure levels: "
-                      f"over the last two steps none lost more (image, draw) outcomes than it gained beyond chance "
-                      f"(exact one-sided McNemar of the last step and of step k-2 against k, min-p per defence, "
-                      f"Holm across the defences, p >= {OWN_ALPHA}; with the range gate at {RANGE_ALPHA} and the "
-                      f"sign test at {SIGN_ALPHA} the stack fails a flat plateau with probability <= "
-                      f"{STACK_ALPHA}; l_inf {lab})",
-                 metric=f"metrics.{lab}.{name}.own_holm_min_p", compare=OWN_ALPHA, op=">=", kind="sanity")
+                      f"over the last two steps none lost more images (net change over an image's draws) than it "
+                      f"gained beyond chance (exact one-sided sign tests over images of the last step and of step "
+                      f"k-2 against k, null: each image's change vector sign-flipped, min-p per defence, Holm across "
+                      f"the defences, p >= {OWN_ALPHA}; no power, so incomplete, where Holm's smallest attainable p "
+                      f"is not below it; with the range gate at {RANGE_ALPHA} and the sign test at {SIGN_ALPHA} the "
+                      f"stack's budget is {STACK_ALPHA}; l_inf {lab})",
+                 metric=f"metrics.{lab}.{name}.own_gate_p", compare=OWN_ALPHA, op=">=", kind="sanity")
 
 
 def _robustness_claims(lab: str) -> tuple[Claim, ...]:

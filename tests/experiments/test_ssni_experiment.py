@@ -24,8 +24,33 @@ R5_EPS100 = {name: [v / 96 for v in counts] for name, counts in {
     "diffpure_t90": [81, 81, 81], "diffpure_ssni_n": [84, 82, 80], "diffpure_ssni_l": [86, 85, 82]}.items()}
 
 
-def test_every_claim_is_measured_at_tiny_size(unmeasured_claims):
-    assert unmeasured_claims("ssni") == []
+def _gate_paths(lab):
+    """The gates' claim paths at a radius, each with its raw p and its power statement (R14)."""
+    att = f"metrics.{lab}.attack"
+    out = {f"{att}.range_gate_p": (f"{att}.range_holm_min_p", f"{att}.gate_power.range"),
+           f"{att}.last_step_sign_gate_p": (f"{att}.last_step_sign_p", f"{att}.gate_power.sign")}
+    for name in ssni.OURS:
+        out[f"metrics.{lab}.{name}.own_gate_p"] = (f"metrics.{lab}.{name}.own_holm_min_p",
+                                                   f"metrics.{lab}.{name}.own_gate.power")
+    return out
+
+
+def test_every_claim_is_measured_at_tiny_size(unmeasured_claims, tiny_record):
+    """Every claim path holds a number at tiny size, except a convergence gate that has no power there (4
+    images: R14's rule leaves its metric empty, so its claims are incomplete): its raw p is measured and its
+    power statement says why."""
+    from rayml.results import lookup
+
+    record = tiny_record("ssni")
+    gates = {k: v for lab in ssni.LABELS for k, v in _gate_paths(lab).items()}
+    missing = unmeasured_claims("ssni")
+    for path in missing:
+        assert path in gates, path
+        raw, power = gates[path]
+        assert isinstance(lookup(record, raw), float)
+        stated = lookup(record, power)
+        assert stated["status"] == "no power" and stated["smallest_attainable_p"] >= stated["level"]
+        assert "holds whatever the data" in stated["reason"]
 
 
 def _robust_claims(out, lab):
@@ -42,8 +67,11 @@ def _with_attack(record, lab, range_holm_p, sign_p):
     for name in ssni.OURS:  # the own-defence gate (session 11, R7; session 14) passes: not what these tests are about
         record["metrics"][lab][name]["mcnemar_min_p"] = 1.0
         record["metrics"][lab][name]["own_holm_min_p"] = 1.0
+        record["metrics"][lab][name]["own_gate_p"] = 1.0
     record["metrics"][lab]["attack"]["range_holm_min_p"] = range_holm_p
     record["metrics"][lab]["attack"]["last_step_sign_p"] = sign_p
+    record["metrics"][lab]["attack"]["range_gate_p"] = range_holm_p
+    record["metrics"][lab]["attack"]["last_step_sign_gate_p"] = sign_p
 
 
 def test_robustness_claims_are_incomplete_where_an_attack_did_not_converge():
@@ -197,7 +225,9 @@ def test_r7_slide_in_ssni_alone_fails_the_range_and_per_defence_gates_at_480_out
         att = metrics[lab]["attack"]
         assert abs(att["max_recent_range"] - 20 / 480) < 1e-12 and 20 / 480 < 0.05  # the old tolerance passed
         assert (att["last_step_losses"], att["last_step_gains"], att["last_step_sign_p"]) == (1, 0, 0.5)
-        assert out[ssni._no_common_trend(lab).text]["holds"]
+        # one defence moved: the sign test cannot reach 0.0125 (R14), so it has no power and gates both claims
+        assert att["gate_power"]["sign"]["status"] == "no power"
+        assert out[ssni._no_common_trend(lab).text]["status"] == "incomplete"
         assert abs(att["range_p"]["diffpure_ssni_n"] - 2.0 ** -19) < 1e-15
         assert abs(att["range_holm_min_p"] - 17 * 2.0 ** -19) < 1e-15 and att["range_rejected"] == ["diffpure_ssni_n"]
         assert not out[ssni._converged_every(lab).text]["holds"]
@@ -207,8 +237,9 @@ def test_r7_slide_in_ssni_alone_fails_the_range_and_per_defence_gates_at_480_out
         assert out[ssni._claim_defences_flat("l", lab).text]["holds"]
         claim_n, claim_l = (out[ssni._equal_clean(v, lab).text] for v in ("n", "l"))
         assert claim_n["status"] == claim_l["status"] == "incomplete"
-        assert set(claim_n["gated_by"]) == {ssni._claim_defences_flat("n", lab).text, ssni._converged_every(lab).text}
-        assert claim_l["gated_by"] == [ssni._converged_every(lab).text]
+        assert set(claim_n["gated_by"]) == {ssni._claim_defences_flat("n", lab).text, ssni._converged_every(lab).text,
+                                            ssni._no_common_trend(lab).text}
+        assert set(claim_l["gated_by"]) == {ssni._converged_every(lab).text, ssni._no_common_trend(lab).text}
         # the envelope's DiffPure levels are tested too (here every grid level ties, the lowest t* is kept)
         assert metrics[lab]["diffpure_ssni_n"]["convergence_defences"][0] == "diffpure_ssni_n"
         assert len(metrics[lab]["diffpure_ssni_n"]["convergence_defences"]) >= 2
@@ -229,7 +260,8 @@ def test_r7_slide_in_one_claim_defence_fails_the_range_gate_at_full_size():
         att = metrics[lab]["attack"]
         assert abs(att["max_recent_range"] - 14 / 320) < 1e-12 and 14 / 320 < 0.05
         assert abs(att["range_holm_min_p"] - 17 * 2.0 ** -13) < 1e-15
-        assert not out[ssni._converged_every(lab).text]["holds"] and out[ssni._no_common_trend(lab).text]["holds"]
+        assert not out[ssni._converged_every(lab).text]["holds"]
+        assert att["gate_power"]["sign"]["status"] == "no power"  # one defence moved (R14)
         assert not out[ssni._claim_defences_flat("n", lab).text]["holds"]
 
 
@@ -244,7 +276,8 @@ def test_a_slide_in_an_envelope_level_gates_the_claim_too():
     assert "diffpure_t25" in metrics[lab]["diffpure_ssni_n"]["convergence_defences"]
     for v in ("n", "l"):
         assert set(out[ssni._equal_clean(v, lab).text]["gated_by"]) == {ssni._claim_defences_flat(v, lab).text,
-                                                                          ssni._converged_every(lab).text}
+                                                                          ssni._converged_every(lab).text,
+                                                                          ssni._no_common_trend(lab).text}
 
 
 def _plateau(images, draws, base, steps):
@@ -353,7 +386,9 @@ def test_r10_two_step_slide_in_ssni_n_fails_the_own_defence_gate_at_full_size():
     0.36, last-step McNemar 3 / 1 (p = 5/16), the sign test one loss among 16 ties. The McNemar of step k-2
     against k sees 9 / 1 (p = 11/1024); the min-p over the two windows is 11/1024 too (the last step's 4
     discordant outcomes cannot reach it), Holm across SSNI-N's two tested defences 22/1024 < 0.025: the
-    own-defence gate fails and SSNI-N's claim is incomplete; SSNI-L's defences are flat."""
+    own-defence gate fails and SSNI-N's claim is incomplete; SSNI-L's defences are flat. Since session 15 the
+    changed outcomes sit in distinct images, so the image-level counts are the same; the sign test (one
+    defence moved) has no power and reads incomplete, which gates both claims (R14)."""
     config = ssni.SIZES["full"]
     images, draws = config["n_test"], config["replicates"]
     metrics, out = _evaluated(_schedule_parts(config, images, draws,
@@ -365,23 +400,33 @@ def test_r10_two_step_slide_in_ssni_n_fails_the_own_defence_gate_at_full_size():
         # the gates before session 14 all pass: range Holm at 0.05, sign test at 0.05, last-step McNemar at 0.05
         assert att["range_holm_min_p"] > 0.3 and att["last_step_sign_p"] == 0.5
         assert d["mcnemar_min_p"] == 5 / 16 and d["mcnemar_min_p"] >= 0.05
-        assert out[ssni._converged_every(lab).text]["holds"] and out[ssni._no_common_trend(lab).text]["holds"]
-        # the two-step window
+        # the range gate: Holm over 17 with 10 changed outcomes in one defence cannot reach 0.0125 (17 x 2 / 2**10
+        # = 0.033), and the sign test over one moving defence cannot either: both have no power (R14)
+        assert att["gate_power"]["range"]["status"] == att["gate_power"]["sign"]["status"] == "no power"
+        assert out[ssni._converged_every(lab).text]["status"] == "incomplete"
+        assert out[ssni._no_common_trend(lab).text]["status"] == "incomplete"
+        # the two-step window, over images
         win = d["own_gate"]["defences"]["diffpure_ssni_n"]
-        assert (win["two_step"]["losses"], win["two_step"]["gains"]) == (9, 1)
-        assert abs(win["two_step"]["p"] - 11 / 1024) < 1e-12 and abs(win["p"] - 11 / 1024) < 1e-9
+        assert (win["image_window"]["window_losses"], win["image_window"]["window_gains"]) == (9, 1)
+        assert abs(win["outcome_level"]["two_step_mcnemar"] - 11 / 1024) < 1e-12 and abs(win["p"] - 11 / 1024) < 1e-9
         assert len(d["convergence_defences"]) == 2
         assert abs(d["own_holm_min_p"] - 22 / 1024) < 1e-9 and d["own_holm_min_p"] < ssni.OWN_ALPHA
         assert not out[ssni._claim_defences_flat("n", lab).text]["holds"]
         assert out[ssni._claim_defences_flat("l", lab).text]["holds"]
         claim_n, claim_l = (out[ssni._equal_clean(v, lab).text] for v in ("n", "l"))
-        assert claim_n["status"] == "incomplete" and claim_n["gated_by"] == [ssni._claim_defences_flat("n", lab).text]
-        assert claim_l["status"] != "incomplete"
+        assert claim_n["status"] == "incomplete"
+        powerless = {ssni._no_common_trend(lab).text, ssni._converged_every(lab).text}
+        assert set(claim_n["gated_by"]) == {ssni._claim_defences_flat("n", lab).text, *powerless}
+        assert set(claim_l["gated_by"]) == powerless
+        # SSNI-L's own defences did not move at all: its own gate holds ("no change"), not "no power"
+        assert metrics[lab]["diffpure_ssni_l"]["own_gate"]["power"]["status"] == "no change"
 
 
 def test_a_flat_plateau_over_the_two_step_window_passes_the_own_defence_gate():
     """The same changed outcomes as R10's slide (6, then 4), balanced: 3 lost / 3 gained, then 2 / 2. The window
-    sees 5 / 5; every gate passes and both claims are decided."""
+    sees 5 / 5 (over outcomes and over images); the own-defence gates pass. Only SSNI-N moved, with no net change
+    on its last step, so the sign test has no defence to count ("no change"); the range gate (Holm over 17, 10
+    changed outcomes in one defence) has no power, so both claims read incomplete through it alone (R14)."""
     config = ssni.SIZES["full"]
     images, draws = config["n_test"], config["replicates"]
     metrics, out = _evaluated(_schedule_parts(config, images, draws,
@@ -389,11 +434,13 @@ def test_a_flat_plateau_over_the_two_step_window_passes_the_own_defence_gate():
     for lab in ssni.LABELS:
         d = metrics[lab]["diffpure_ssni_n"]
         win = d["own_gate"]["defences"]["diffpure_ssni_n"]
-        assert (win["two_step"]["losses"], win["two_step"]["gains"]) == (5, 5) and win["p"] > 0.5
-        assert d["own_holm_min_p"] == 1.0
+        assert (win["image_window"]["window_losses"], win["image_window"]["window_gains"]) == (5, 5) and win["p"] > 0.5
+        assert metrics[lab]["attack"]["gate_power"]["sign"]["status"] == "no change"
+        assert metrics[lab]["attack"]["gate_power"]["range"]["status"] == "no power"
+        assert d["own_holm_min_p"] == 1.0 and d["own_gate"]["power"]["status"] == "can fail"
         for v in ("n", "l"):
             assert out[ssni._claim_defences_flat(v, lab).text]["holds"]
-            assert out[ssni._equal_clean(v, lab).text]["status"] != "incomplete"
+            assert out[ssni._equal_clean(v, lab).text]["gated_by"] == [ssni._converged_every(lab).text]
 
 
 def test_window_min_p_matches_enumeration_and_flip_backs_leave_the_window():
@@ -446,3 +493,105 @@ def test_the_stack_splits_its_budget_and_stays_under_it_on_a_flat_plateau():
     for gate_name, share in (("own", ssni.OWN_ALPHA), ("range", ssni.RANGE_ALPHA), ("sign", ssni.SIGN_ALPHA)):
         assert new[gate_name] <= share + slack
     assert st["r7_detection"] > st["false_alarm"]  # a slide is caught more often than a plateau is failed
+
+
+# --- session 15, after R14: gates without power, the own-defence gate over images ----------------------
+
+
+def test_a_gate_that_cannot_reach_its_level_reports_no_power_and_leaves_its_claims_incomplete():
+    """R14: quick's sign test saw 5 defences move, all losses; its smallest attainable p, 1/32 = 0.031, is above
+    SIGN_ALPHA = 0.0125, so it held whatever the data and the two claims behind it were decided. Now the gate
+    has no power: its metric is empty, the gate line and both claims are incomplete. With 7 defences moving
+    (smallest p 1/128 < 0.0125) the same gate can fail, and does at 7 losses / 0 gains."""
+    assert ssni.no_power(1 / 32, ssni.SIGN_ALPHA) and not ssni.no_power(1 / 128, ssni.SIGN_ALPHA)
+    assert ssni.no_power(ssni.SIGN_ALPHA, ssni.SIGN_ALPHA)  # rejection is p < level: p = level cannot fail
+    config = ssni.SIZES["full"]
+    images, draws = config["n_test"], config["replicates"]
+    names = ssni.defences(config)
+    for moving, dead in ((5, True), (7, False)):
+        outcomes = {n: [_nested(250, draws, images)] * 4 for n in names}
+        for n in [n for n in names if n not in ssni.OURS][:moving]:  # one outcome lost on the last step
+            outcomes[n] = [_nested(250, draws, images)] * 3 + [_nested(249, draws, images)]
+        metrics, out = _evaluated(_schedule_parts(config, images, draws, outcomes), config)
+        for lab in ssni.LABELS:
+            att = metrics[lab]["attack"]
+            assert (att["last_step_losses"], att["last_step_gains"]) == (moving, 0)
+            assert abs(att["last_step_sign_p"] - 2.0 ** -moving) < 1e-15
+            gate_line = out[ssni._no_common_trend(lab).text]
+            claims = [out[ssni._equal_clean(v, lab).text] for v in ("n", "l")]
+            if dead:
+                assert att["gate_power"]["sign"]["status"] == "no power" and att["last_step_sign_gate_p"] is None
+                assert gate_line["status"] == "incomplete" and not gate_line["holds"]
+            else:
+                assert att["gate_power"]["sign"]["status"] == "can fail" and att["last_step_sign_gate_p"] == 2.0 ** -7
+                assert gate_line["status"] == "fails"
+            for c in claims:
+                assert c["status"] == "incomplete" and ssni._no_common_trend(lab).text in c["gated_by"]
+    # the range gate (Holm over 17): one outcome changed on each step of one defence, nothing else
+    assert ssni._range_test([1, 1], 2)["smallest_attainable_p"] == 0.5
+
+
+def test_the_own_defence_gate_has_no_power_with_few_changed_images_and_can_fail_with_many():
+    win = {"a": 0, "o": 0, "c": 3, "d": 0, "last_losses": 0, "window_losses": 3}
+    small = ssni._min_p_smallest(0, 0, 3)
+    assert abs(small - 1 / 8) < 1e-12 and abs(ssni._image_min_p(win) - 1 / 8) < 1e-12
+    assert ssni.no_power(2 * small, ssni.OWN_ALPHA)
+    assert not ssni.no_power(2 * ssni._min_p_smallest(0, 0, 8), ssni.OWN_ALPHA)
+    assert ssni._min_p_smallest(0, 0, 0) == 1.0
+
+
+def _brute_image_min_p(a, o, c, d, last_losses, window_losses):
+    """Enumerate every sign flip of the changed images' (last step, window) change directions."""
+    import itertools
+
+    from scipy import stats
+
+    n_last, n_win = a + d + o, a + d + c
+    sf = lambda k, n: float(stats.binom.sf(k - 1, n, 0.5)) if n else 1.0  # noqa: E731
+    kinds = ["a"] * a + ["d"] * d + ["o"] * o + ["c"] * c
+    pats = []
+    for flips in itertools.product((0, 1), repeat=len(kinds)):  # 1: the image lost on its last step (or window)
+        ll = sum(f for f, k in zip(flips, kinds) if k in "ado")
+        wl = sum(f if k in "ac" else 1 - f for f, k in zip(flips, kinds) if k in "adc")
+        pats.append(min(sf(ll, n_last), sf(wl, n_win)))
+    t = min(sf(last_losses, n_last), sf(window_losses, n_win))
+    return sum(u <= t * (1 + 1e-9) for u in pats) / len(pats)
+
+
+def test_image_level_min_p_matches_enumeration_over_image_sign_flips():
+    for a, o, c, d in ((2, 1, 2, 1), (0, 2, 3, 2), (3, 0, 1, 0), (1, 1, 0, 3)):
+        for ll in range(a + d + o + 1):
+            for wl in range(a + d + c + 1):
+                got = float(ssni._min_p_lookup(a, o, c, [ll], [wl], d)[0])
+                assert abs(got - _brute_image_min_p(a, o, c, d, ll, wl)) < 1e-9, (a, o, c, d, ll, wl)
+
+
+def test_image_window_counts_net_changes_over_draws():
+    """An image whose two draws move together counts once; draws that change in opposite directions cancel."""
+    before = np.array([[1, 1, 1, 0, 1, 1], [1, 1, 0, 0, 1, 1]], bool)
+    middle = np.array([[1, 0, 1, 1, 1, 1], [1, 0, 0, 0, 1, 1]], bool)
+    after = np.array([[0, 0, 0, 1, 1, 1], [0, 0, 1, 1, 1, 0]], bool)
+    win = ssni._image_window(before, middle, after)
+    # image 0: last -2, window -2 (a, a loss); 1: changed on the first step only (c, window -2);
+    # 2: last step -1 +1 = 0, a conflict (window 0: dropped); 3: window +2, last +1 (a, a gain);
+    # 4: unchanged; 5: last -1, window -1 (a)
+    assert (win["a"], win["o"], win["c"], win["d"]) == (3, 0, 1, 0)
+    assert (win["last_losses"], win["last_gains"], win["window_losses"], win["window_gains"]) == (2, 1, 3, 1)
+    assert win["last_conflicts"] == 1 and win["window_conflicts"] == 1
+    # outcome level these draws give 5 losses / 2 gains on the window; the image counts 3 / 1
+    # a 'd' image: +2 on the first step, -1 on the last (window +1)
+    d_img = ssni._image_window(np.array([[0], [0]]), np.array([[1], [1]]), np.array([[0], [1]]))
+    assert (d_img["a"], d_img["d"], d_img["last_losses"], d_img["window_gains"]) == (0, 1, 1, 1)
+
+
+def test_draws_moving_together_do_not_double_the_evidence():
+    """R14's failure in its simplest form: 6 images each lose both draws over the window. Counted per (image,
+    draw) outcome that is 12 / 0 (p = 2^-12); over images 6 / 0, p = 1/64 per test, and the min-p over the
+    last step and the window (the same 6 images) stays 1/64."""
+    images = 40
+    base = np.ones((2, images), bool)
+    mid = base.copy()
+    mid[:, :6] = False
+    win = ssni._image_window(base, mid, mid)
+    assert (win["c"], win["window_losses"]) == (6, 6)
+    assert abs(ssni._image_min_p(win) - 1 / 64) < 1e-12
