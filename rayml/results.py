@@ -504,30 +504,97 @@ def git_commit() -> str | None:
     return res.stdout.strip() or None if res.returncode == 0 else None
 
 
+# Distributions whose versions a record names (``env.packages``): read from their installed metadata
+# (``importlib.metadata``), so no package is imported to be named. The core ones always (where installed),
+# the optional ones only where this process has imported them. Why: the same code and seeds gave other
+# numbers on a rebuilt machine (session 15: float32 kernels differ with the CPU's instruction set), and
+# the records then named only python, torch and ray.
+ENV_PACKAGES = ("numpy", "scipy", "torch", "scikit-learn", "ray", "transformers", "pyarrow", "threadpoolctl")
+ENV_OPTIONAL = {"osqp": "osqp", "highspy": "highspy", "cvxpy": "cvxpy", "clarabel": "clarabel",
+                "networkx": "networkx", "cma": "cma", "tokenizers": "tokenizers", "safetensors": "safetensors",
+                "DracoPy": "DracoPy", "constriction": "constriction", "diffusers": "diffusers",
+                "sentence-transformers": "sentence_transformers", "xgrammar": "xgrammar", "vllm": "vllm"}
+
+
+def package_versions(core: Sequence[str] = ENV_PACKAGES, optional: Mapping[str, str] | None = None) -> dict:
+    """``{distribution: version}`` of the ``core`` distributions that are installed and of the
+    ``optional`` ones (distribution -> top-level module) whose module this process has imported."""
+    import importlib.metadata as md
+    import sys
+
+    optional = ENV_OPTIONAL if optional is None else optional
+    names = list(core) + [d for d, mod in optional.items() if mod in sys.modules and d not in core]
+    out = {}
+    for name in names:
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            continue
+    return out
+
+
+def cpu_info() -> dict:
+    """What decides a float kernel's path on this machine, in a few fields: the CPU's model name,
+    ``machine`` (``x86_64``, ``arm64``), ``flags`` (a 12-hex hash of the CPU's feature flags, where
+    ``/proc/cpuinfo`` has them: equal hashes, equal instruction sets), ``torch_isa`` (the vector
+    capability torch's kernels dispatch to: ``AVX512``, ``AVX2``, ...; only where torch is already
+    imported) and ``blas`` (each BLAS/OpenMP library loaded in this process, with the core type
+    OpenBLAS chose; from threadpoolctl). The driver's view: a cluster's worker nodes may differ."""
+    import hashlib
+    import sys
+
+    out: dict = {"model": platform.processor() or None, "machine": platform.machine()}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key in ("model name", "Model Name") and out.get("model") in (None, "", platform.machine()):
+            out["model"] = value.strip()
+        elif key in ("flags", "Features") and "flags" not in out:
+            flags = " ".join(sorted(value.split()))
+            out["flags"] = hashlib.sha256(flags.encode()).hexdigest()[:12]
+    if "torch" in sys.modules:
+        try:
+            out["torch_isa"] = sys.modules["torch"].backends.cpu.get_cpu_capability()
+        except Exception:  # pragma: no cover - an old torch without the query
+            pass
+    try:
+        from threadpoolctl import threadpool_info
+
+        out["blas"] = sorted({" ".join(str(x) for x in (i.get("internal_api"), i.get("version"),
+                                                         i.get("architecture")) if x)
+                              for i in threadpool_info()})
+    except Exception:  # pragma: no cover - threadpoolctl is a core dependency
+        pass
+    return out
+
+
 def environment(seconds: float, run_stats: Mapping[str, int], *, git: str | None = None) -> dict:
     """Provenance: cluster size, versions, git commit, wall time, and the Ray work that ran.
 
     ``git``: the commit the run started from (``git_commit()`` read before the work); by default
-    the commit checked out now, which a long run's neighbours may have moved on."""
+    the commit checked out now, which a long run's neighbours may have moved on. ``packages``:
+    ``package_versions()``; ``cpu``: ``cpu_info()`` (the same code and seeds can give other float
+    numbers on another CPU). Imports nothing the run did not (versions come from metadata)."""
     import ray
 
     from rayml import __version__, runtime
 
     info = runtime.cluster_info() if runtime.is_connected() else {"ray_nodes": 0, "cpus": 0, "gpus": 0}
-    try:
-        import torch
-
-        torch_version = torch.__version__
-    except ImportError:  # pragma: no cover - torch is a dependency
-        torch_version = None
+    packages = package_versions()
     return {
         **info,
         "seconds": round(float(seconds), 3),
         "rayml": __version__,
         "git": git if git is not None else git_commit(),
         "python": platform.python_version(),
-        "torch": torch_version,
+        "torch": packages.get("torch"),
         "ray": ray.__version__,
+        "packages": packages,
+        "cpu": cpu_info(),
         "tasks": int(run_stats.get("tasks", 0)),
         "worker_pids": int(run_stats.get("worker_pids", 0)),
         **({"resumed_items": int(run_stats["resumed_items"])} if run_stats.get("resumed_items") else {}),

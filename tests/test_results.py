@@ -535,3 +535,41 @@ def test_a_filter_that_pairs_several_values_under_one_key_is_refused():
                 table="runs", a={"method": "ours"}, b={"method": "base", "metric": "acc"})
     with pytest.raises(ValueError, match="several values for {'seed': 0}.*add the column"):
         results.evaluate_claims(rec, [bad])
+
+
+def test_environment_names_versions_and_the_cpu_without_importing_what_the_run_did_not():
+    # A rebuilt machine gave other float numbers from the same code and seeds (session 15): a record
+    # must name the package versions and the CPU's instruction set; naming them imports nothing.
+    import importlib.metadata as md
+    import subprocess
+    import sys
+
+    code = ("import json, sys; from rayml import results; e = results.environment(1.0, {}); "
+            "print(json.dumps({'env': e, 'loaded': [m for m in ('torch', 'transformers', 'sklearn') "
+            "if m in sys.modules]}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    env, loaded = got["env"], got["loaded"]
+    assert loaded == []
+    for dist in ("numpy", "scipy", "torch", "scikit-learn", "ray"):
+        assert env["packages"][dist] == md.version(dist)
+    assert env["torch"] == md.version("torch") and env["ray"] == md.version("ray")
+    assert env["cpu"]["machine"] and "torch_isa" not in env["cpu"]  # torch was not imported
+    if os.path.exists("/proc/cpuinfo"):
+        assert len(env["cpu"]["flags"]) == 12
+
+
+def test_package_versions_skip_what_is_not_installed_or_not_imported():
+    import importlib.metadata as md
+
+    got = results.package_versions(core=("numpy", "no-such-distribution-rayml"),
+                                   optional={"scipy": "no_such_module_rayml", "pytest": "pytest"})
+    assert got == {"numpy": md.version("numpy"), "pytest": md.version("pytest")}
+
+
+def test_cpu_info_names_torchs_instruction_set_once_torch_is_imported():
+    import torch
+
+    info = results.cpu_info()
+    assert info["torch_isa"] == torch.backends.cpu.get_cpu_capability()
+    assert any(b.startswith(("openblas", "mkl", "blis")) for b in info.get("blas", []))
