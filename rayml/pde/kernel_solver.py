@@ -358,8 +358,11 @@ class KroneckerPreconditioner:
         return self.Q1 @ ((self.Q1.T @ S @ self.Q2) / self.scale) @ self.Q2.T
 
 
-def _pcg(matvec, b: np.ndarray, precond, iterations: int, tol: float) -> tuple[np.ndarray, int]:
-    """Preconditioned conjugate gradients on grid-shaped arrays; returns the solution and the steps."""
+def _pcg(matvec, b: np.ndarray, precond, iterations: int, tol: float,
+         residuals: list | None = None) -> tuple[np.ndarray, int]:
+    """Preconditioned conjugate gradients on grid-shaped arrays; returns the solution and the steps. With
+    ``residuals`` (a list), the final relative residual ``|r| / |b|`` is appended to it (issue 36, R13: a solve
+    that stops at its cap says how far from ``tol`` it stopped)."""
     x = np.zeros_like(b)
     r = b.copy()
     z = precond(r)
@@ -378,6 +381,8 @@ def _pcg(matvec, b: np.ndarray, precond, iterations: int, tol: float) -> tuple[n
         rz_new = float(np.sum(r * z))
         p = z + (rz_new / rz) * p
         rz = rz_new
+    if residuals is not None:
+        residuals.append(float(np.linalg.norm(r)) / bnorm)
     return x, k
 
 
@@ -386,12 +391,12 @@ def _gauss_newton_cg(obj: _Objective, Xi: np.ndarray, config: KernelPDEConfig):
     ``H``'s products by Kronecker mode products (``gauss_newton_matvec``) and the Kronecker-
     eigenbasis preconditioner; memory ``O(N + n_1^2 + n_2^2)``, never ``N x N``."""
     history = [obj.value(Xi)]
-    it, cg_steps = 0, []
+    it, cg_steps, cg_res = 0, [], []
     for it in range(1, config.iterations + 1):
         val, grad = obj.value_and_grad(Xi)
         C = obj.problem.dresidual(obj.fields(Xi), obj.X1, obj.X2)
         step, k = _pcg(lambda S: gauss_newton_matvec(obj, C, S), -grad, KroneckerPreconditioner(obj, C),
-                       config.cg_iterations, config.cg_tol)
+                       config.cg_iterations, config.cg_tol, cg_res)
         cg_steps.append(k)
         t = 1.0
         for _ in range(30):
@@ -406,7 +411,7 @@ def _gauss_newton_cg(obj: _Objective, Xi: np.ndarray, config: KernelPDEConfig):
         history.append(new)
         if (val - new) <= config.tol * max(abs(val), 1e-300):
             break
-    obj.cg_steps = cg_steps
+    obj.cg_steps, obj.cg_residuals = cg_steps, cg_res
     return Xi, history, it
 
 
@@ -467,6 +472,7 @@ def solve(problem: Problem, config: KernelPDEConfig = KernelPDEConfig(), *, Xi0:
         rel_l2=float(np.linalg.norm(err) / max(np.linalg.norm(ref), 1e-300)),
         loss_history=np.asarray(history), seconds=seconds, iterations=int(iters),
         info={"Xi": Xi, "interpolant": obj.interp, "cg_steps": list(getattr(obj, "cg_steps", [])),
+              "cg_residuals": list(getattr(obj, "cg_residuals", [])),
               "last_change": last_change, "mode_products": int(products)},
     )
 

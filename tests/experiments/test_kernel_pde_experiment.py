@@ -196,7 +196,7 @@ def test_hard_summary_by_hand():
 
     def row(case, rmse, rel):
         return {"case": case, "method": kp.OURS, "rmse": rmse, "rel_l2": rel, "mode_products": 10, "gn_iterations": 3,
-                "last_u_change": 0.0, "cg_steps": 5, "cg_capped": 0, "points": kp.HARD_CASES[case][2][0] ** 2,
+                "last_u_change": 0.0, "cg_steps": 5, "cg_capped": 0, "cg_max_residual": 1e-9, "points": kp.HARD_CASES[case][2][0] ** 2,
                 "ran": True, "converged": 1.0}
 
     rows = [row("allen-cahn-15-70x70", 0.01, 0.1), row("allen-cahn-15-49x49", 0.1, 0.5),
@@ -266,3 +266,67 @@ def test_fixed_lengthscale_cell_solves_the_largest_grid_at_the_smallest_grids_le
     row = kp.hard_cell(("allen-cahn-15-90x90", kp.FIXED_LS, 0), cfg)
     assert seen == {"method": kp.OURS, "grid": (90, 90), "ls": (0.04, 0.04)}   # 90^2 at 49^2's lengthscale
     assert row["lengthscale"] == [0.04, 0.04] and row["converged"] == 1.0
+
+
+def test_per_equation_easy_claims_pair_over_cases_with_ties_behind_two_gates():
+    # session 15 (after R13): one claim per equation, a one-sided sign test over its cases (ties within 10% dropped),
+    # gated on >= 5 cases and on every pooled solve having converged; the old all-cases geometric mean is no claim
+    from rayml.experiments import kernel_pde as kp
+
+    declared = {c.text: c for c in kp.CLAIMS}
+    easy = [c for c in kp.EASY_CLAIMS if c.kind == "paper"]
+    assert [c.a["equation"] for c in easy] == list(kp.EQUATIONS)
+    for c in easy:
+        assert c.test == "paired sign test over seeds" and c.pair_on == ("case",) and c.tie == kp.EASY_TIE
+        assert c.table == "accuracy" and c.a["method"] == kp.OURS and c.b == {**c.a, "method": "fd"}
+        assert len(c.gates) == 2 and all(declared[g].kind == "sanity" for g in c.gates)
+        assert c.source.startswith(kp.ABSTRACT_RESULTS)
+    assert [ctl.name for ctl in easy[0].controls] == ["fd2"] and easy[2].controls == ()   # Burgers: FD2 is FD
+    assert not any(c.metric == "metrics.geo_mean_rmse" for c in kp.CLAIMS)
+    # every size with the claim's gate satisfiable has >= 5 cases per equation (full: all three; quick: not Burgers)
+    for size, eqs in (("full", kp.EQUATIONS), ("quick", ("elliptic", "allen-cahn"))):
+        for eq in eqs:
+            assert sum(kp.CASES[c][0] == eq for c in kp.SIZES[size]["cases"]) >= kp.EASY_MIN_CASES, (size, eq)
+
+
+def test_per_equation_claim_fails_when_most_cases_lose_and_holds_when_all_win():
+    from rayml import results
+    from rayml.experiments import kernel_pde as kp
+
+    cases = [f"elliptic-{n}x{n}" for n in (12, 14, 16, 18, 20, 24)]
+    claim = next(c for c in kp.EASY_CLAIMS if c.kind == "paper" and c.a["equation"] == "elliptic")
+
+    def record(ours):
+        rmse = {}
+        for c, o in zip(cases, ours):
+            rmse.update({(c, kp.OURS): o, (c, "fd"): 1.0, (c, "fd2"): 2.0})
+        conv = {k: True for k in rmse}
+        rows = [{"case": c, "equation": "elliptic", "method": m, "metric": "rmse", "value": rmse[(c, m)]}
+                for c in cases for m in (kp.OURS, "fd", "fd2")]
+        return {"metrics": {"easy": kp.easy_summary(rmse, conv, cases, kp.OURS)},
+                "baselines": {m: {"easy": kp.easy_summary(rmse, conv, cases, m)} for m in ("fd", "fd2")},
+                "tables": {"accuracy": rows}}
+
+    gates = [c for c in kp.EASY_CLAIMS if c.text in claim.gates]
+    # one case 1000x better, five 2x worse: the geometric mean wins, the per-case claim fails
+    rec = record([1e-3, 2.0, 2.0, 2.0, 2.0, 2.0])
+    assert rec["metrics"]["easy"]["elliptic"]["geo_mean_rmse"] < 1.0
+    out = {e["text"]: e for e in results.evaluate_claims(rec, [*gates, claim])}
+    assert out[claim.text]["status"] == "fails" and out[claim.text]["pairs"] == {"wins": 1, "losses": 5, "ties": 0}
+    assert rec["metrics"]["easy"]["elliptic"]["vs_fd"] == {"wins": 1, "losses": 5, "ties": 0}
+    out = {e["text"]: e for e in results.evaluate_claims(record([0.5] * 6), [*gates, claim])}
+    assert out[claim.text]["status"] == "holds"
+    # a tie (within 10%) is dropped: five wins and a tie cannot reach p < 0.05 with five pairs? 2^-5 = 0.031: holds
+    out = {e["text"]: e for e in results.evaluate_claims(record([0.5] * 5 + [0.95]), [*gates, claim])}
+    assert out[claim.text]["pairs"]["ties"] == 1 and out[claim.text]["status"] == "holds"
+    out = {e["text"]: e for e in results.evaluate_claims(record([0.5] * 4 + [0.95, 0.95]), [*gates, claim])}
+    assert out[claim.text]["status"] == "fails"   # four non-tied wins: p = 1/16
+
+
+def test_scaled_lengthscale_keeps_points_per_lengthscale_and_cases_use_it():
+    from rayml.experiments import kernel_pde as kp
+
+    assert kp.scaled_lengthscale((18, 18), (18, 18), (0.2, 0.2)) == (0.2, 0.2)
+    assert kp.scaled_lengthscale((35, 12), (69, 23), (0.05, 0.3)) == (0.1, 0.6)
+    assert kp.CASES["elliptic-24x24"][3] == kp.scaled_lengthscale((24, 24), (18, 18), (0.2, 0.2))
+    assert kp.CASES["burgers-0.01-42x14"][3] == kp.scaled_lengthscale((42, 14), (60, 20), (0.04, 0.25))

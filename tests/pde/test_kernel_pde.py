@@ -316,3 +316,20 @@ def test_fourth_order_fd_converges_at_order_four_and_second_order_at_two():
         fd_solve(NonlinearElliptic(), (10, 10), order=3)
     with pytest.raises(ValueError, match="order=4"):
         fd_solve(Burgers(nu=0.01), (10, 10), order=4)
+
+
+def test_pcg_reports_its_final_relative_residual_and_the_solver_records_one_per_gauss_newton_step():
+    # session 15 (R13): a CG solve stopped at its cap says how far from the tolerance it stopped
+    from rayml.pde.kernel_solver import _pcg
+
+    A = np.diag(np.arange(1.0, 51.0))
+    b = np.ones((50, 1))
+    res: list = []
+    x, k = _pcg(lambda S: A @ S, b, lambda r: r, 3, 1e-12, res)
+    assert k == 3 and len(res) == 1
+    assert np.isclose(res[0], np.linalg.norm(b - A @ x) / np.linalg.norm(b)) and res[0] > 1e-12
+    x, k = _pcg(lambda S: A @ S, b, lambda r: r, 200, 1e-10, res)
+    assert res[1] <= 1e-10 and k < 200
+    out = solve(NonlinearElliptic(), KernelPDEConfig(grid=(12, 12), lengthscale=(0.25, 0.25), iterations=4,
+                                                     optimizer="gauss-newton-cg", cg_iterations=5))
+    assert len(out.info["cg_residuals"]) == len(out.info["cg_steps"]) and max(out.info["cg_residuals"]) > 1e-8
