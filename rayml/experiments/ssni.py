@@ -45,7 +45,7 @@ one false-alarm budget of 0.05 by Bonferroni (own defences 0.025, range 0.0125, 
 claim's record holds the stack's simulated false-alarm rate at the run's changed outcomes and its
 detection probability of R7's slide (``stack``, ``_stack_rates``). Since session 15 (after R14) the own-defence
 gate counts images, not (image, draw) outcomes (an image's net change over its draws; null: each image's change
-vector sign-flipped, exact whatever the dependence between its draws), and every gate first computes its
+vector sign-flipped, the statistic the net change summed over images), and every gate first computes its
 smallest attainable p at the run's counts: where that is not below its level the gate cannot fail, reports
 "no power" (``gate_power``, its metric ``None``) and the claims behind it are incomplete. ``tolerance`` is only the stopping rule
 of a schedule run past ``min_steps`` (no size does). The stopping decision is the driver's, between rounds of Ray tasks over the chunks (``next_jobs``), so it is taken on all
@@ -715,79 +715,124 @@ def _window_parts(first: int, last: int, window: int) -> tuple[int, int, int]:
 
 
 @functools.lru_cache(maxsize=None)
-def _min_p_null(a: int, o: int, c: int, d: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For the window split ``(a, o, c, d)`` (:func:`_window_parts`, :func:`_image_window`): the last step's
-    and the window's sign-test p per loss count (``P(X >= k)``, ``k = 0 .. n + 1``), and
-    ``P(min(p_last, p_window) <= t)`` under the null at every attainable ``t`` (sorted), summed exactly over
-    ``A ~ Bin(a, 1/2)`` and ``D ~ Bin(d, 1/2)``: the last step's losses are ``A + D + B``, the window's
-    ``A + (d - D) + C`` (``d``: units whose last-step and window changes have opposite signs; none at
-    outcome level)."""
-    sf_last, sf_win = _binom_half_sf(a + d + o), _binom_half_sf(a + d + c)
+def _min_p_null(a: int, o: int, c: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For the window split ``(a, o, c)`` (:func:`_window_parts`): the last step's and the window's
+    McNemar p per loss count (``P(X >= k)``, ``k = 0 .. n + 1``), and ``P(min(p_last, p_window) <= t)``
+    under the null at every attainable ``t`` (sorted), summed exactly over ``A ~ Bin(a, 1/2)``."""
+    sf_last, sf_win = _binom_half_sf(a + o), _binom_half_sf(a + c)
     ts = np.unique(np.r_[sf_last, sf_win])
     ts = ts[ts > 0]
     t = ts * (1 + 1e-9)
     # the smallest loss count whose p is <= t, per t (sf is decreasing in k; sf[n + 1] = 0)
     k_last = (sf_last[None, :] > t[:, None]).sum(1)
     k_win = (sf_win[None, :] > t[:, None]).sum(1)
-    pa, pd = _half_pmf(a), _half_pmf(d)
+    pa = _half_pmf(a)
     cdf_b = np.r_[0.0, np.minimum(np.cumsum(_half_pmf(o)), 1.0)]  # cdf_b[j] = P(B < j)
     cdf_c = np.r_[0.0, np.minimum(np.cumsum(_half_pmf(c)), 1.0)]
-    keep = np.zeros(t.size)
-    for dd in range(d + 1):
-        jb = np.clip(k_last[:, None] - np.arange(a + 1)[None, :] - dd, 0, o + 1)
-        jc = np.clip(k_win[:, None] - np.arange(a + 1)[None, :] - (d - dd), 0, c + 1)
-        keep += pd[dd] * (pa[None, :] * cdf_b[jb] * cdf_c[jc]).sum(1)
-    prob = np.clip(1.0 - keep, 0.0, 1.0)
+    jb = np.clip(k_last[:, None] - np.arange(a + 1)[None, :], 0, o + 1)
+    jc = np.clip(k_win[:, None] - np.arange(a + 1)[None, :], 0, c + 1)
+    prob = np.clip(1.0 - (pa[None, :] * cdf_b[jb] * cdf_c[jc]).sum(1), 0.0, 1.0)
     prob[t >= 1] = 1.0
     return sf_last, sf_win, np.c_[ts, prob].T
 
 
-def _min_p_lookup(a: int, o: int, c: int, last_losses, window_losses, d: int = 0) -> np.ndarray:
+def _min_p_lookup(a: int, o: int, c: int, last_losses, window_losses) -> np.ndarray:
     """:func:`_window_min_p` for arrays of loss counts at one window split (vectorised)."""
-    sf_last, sf_win, table = _min_p_null(int(a), int(o), int(c), int(d))
+    sf_last, sf_win, table = _min_p_null(int(a), int(o), int(c))
     t = np.minimum(sf_last[np.asarray(last_losses, int)], sf_win[np.asarray(window_losses, int)])
     idx = np.clip(np.searchsorted(table[0], t * (1 - 1e-9)), 0, table.shape[1] - 1)
     return np.where(t >= 1, 1.0, table[1][idx])
 
 
-def _min_p_smallest(a: int, o: int, c: int, d: int = 0) -> float:
-    """The smallest p the min-p combination can reach at this split (1 with nothing changed): a gate at a
-    level not above it cannot fail (R14)."""
-    if a + o + c + d == 0:
-        return 1.0
-    return float(min(_min_p_null(int(a), int(o), int(c), int(d))[2][1].min(), 1.0))
+def _change_types(v, w) -> tuple:
+    """Per-image net changes ``(v, w)`` (last step, window) as a multiset of sign-flip orbits: ``((v, w), count)``
+    for the images that changed, each pair written with its first non-zero entry positive (sorted)."""
+    out: dict = {}
+    for a, b in zip(np.asarray(v, int).ravel(), np.asarray(w, int).ravel()):
+        if a or b:
+            key = (int(a), int(b)) if (a > 0 or (a == 0 and b > 0)) else (-int(a), -int(b))
+            out[key] = out.get(key, 0) + 1
+    return tuple(sorted(out.items()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _sum_null(types: tuple) -> tuple:
+    """The exact sign-flip null of the image-level window test (session 15, after R14): each changed image's
+    net-change pair ``(v, w)`` (``types``, :func:`_change_types`) flipped to ``(-v, -w)`` with probability 1/2,
+    independently across images. Returns ``(V, W, cdf_v, cdf_w, minp, cum)``: the offsets of the sums'
+    support, ``P(sum v <= s)`` and ``P(sum w <= s)`` (one-sided: a fall in correct outcomes), and the null's
+    sorted attainable ``min(p_last, p_window)`` with ``P(min <= minp)`` beside each."""
+    V = sum(abs(v) * k for (v, _), k in types)
+    W = sum(abs(w) * k for (_, w), k in types)
+    pmf = np.zeros((2 * V + 1, 2 * W + 1))
+    pmf[V, W] = 1.0
+    for (v, w), k in types:  # k images of one orbit: their sum is (2j - k)(v, w) with j ~ Bin(k, 1/2)
+        new = np.zeros_like(pmf)
+        for j, pj in enumerate(_half_pmf(k)):
+            dv, dw = (2 * j - k) * v, (2 * j - k) * w
+            src = pmf[max(0, -dv):pmf.shape[0] - max(0, dv), max(0, -dw):pmf.shape[1] - max(0, dw)]
+            new[max(0, dv):max(0, dv) + src.shape[0], max(0, dw):max(0, dw) + src.shape[1]] += pj * src
+        pmf = new
+    cdf_v, cdf_w = np.minimum(np.cumsum(pmf.sum(1)), 1.0), np.minimum(np.cumsum(pmf.sum(0)), 1.0)
+    live = pmf > 0
+    minp = np.minimum(cdf_v[:, None], cdf_w[None, :])[live]
+    order = np.argsort(minp, kind="stable")
+    return V, W, cdf_v, cdf_w, minp[order], np.minimum(np.cumsum(pmf[live][order]), 1.0)
+
+
+def _sum_lookup(types: tuple, net_last, net_window) -> np.ndarray:
+    """The image-level window test's p for arrays of net changes ``sum v``, ``sum w`` at one ``types``:
+    ``P(min(p_last, p_window) <= observed min)`` under :func:`_sum_null` (1 where nothing changed)."""
+    if not types:
+        return np.ones(np.shape(net_last))
+    V, W, cdf_v, cdf_w, minp, cum = _sum_null(types)
+    t = np.minimum(cdf_v[np.asarray(net_last, int) + V], cdf_w[np.asarray(net_window, int) + W])
+    idx = np.searchsorted(minp, t * (1 + 1e-9), side="right") - 1
+    return cum[np.clip(idx, 0, cum.size - 1)]
 
 
 def _image_window(before, middle, after) -> dict:
-    """The two-step window at image level (session 15, after R14): per image its net change over the draws
-    on the window's first step (``u``: ``k-2`` to ``k-1``), its last step (``v``: ``k-1`` to ``k``) and the
-    window (``w = u + v``), each ``(draws, images)`` boolean. An image counts as a loss (gain) of a step when
-    its draws' net change there is negative (positive); a net zero (no change, or draws that changed in
-    opposite directions) drops. The split for :func:`_min_p_null`: ``a`` images changed on the last step
-    and over the window in the same direction, ``d`` in opposite directions, ``o`` on the last step only
-    (net zero over the window), ``c`` over the window only.
+    """The two-step window at image level (session 15, after R14): per image its net change in correct draws
+    on the last step (``v``: ``k-1`` to ``k``) and over the window (``w``: ``k-2`` to ``k``), from
+    ``(draws, images)`` boolean outcomes. The test statistics are the sums ``net_last = sum v`` and
+    ``net_window = sum w`` (negative: the attack still strengthened); ``types`` (:func:`_change_types`) is what
+    the null conditions on. Loss / gain / conflict counts per image are reported beside (an image whose draws
+    changed in opposite directions nets zero).
 
     Null (R14: an image's draws can move together, so (image, draw) outcomes are not independent): each
-    image's vector of net changes ``(u, v)`` is as likely as ``(-u, -v)``, independently across images,
-    whatever the dependence between its draws -- a sign flip of per-image change vectors, exact."""
-    x, y, z = (np.asarray(v, int) for v in (before, middle, after))
-    u, v = (y - x).sum(0), (z - y).sum(0)
-    w = u + v
-    sv, sw = np.sign(v), np.sign(w)
-    return {"images": int(v.size), "a": int(((sv != 0) & (sv == sw)).sum()), "d": int(((sv != 0) & (sw == -sv)).sum()),
-            "o": int(((sv != 0) & (sw == 0)).sum()), "c": int(((sv == 0) & (sw != 0)).sum()),
+    image's pair ``(v, w)`` is as likely as ``(-v, -w)``, independently across images, whatever the dependence
+    between its draws -- the sign-flip permutation of per-image change vectors, exact under that symmetry.
+    Sums rather than counts of signs: where an image's draws share a start state the signs are not symmetric
+    (two draws at a wrong start gain together more often than two at a right start lose together) while the
+    sums stay centred (scripts/ssni_gate_size.py measures both)."""
+    x, y, z = (np.asarray(q, int) for q in (before, middle, after))
+    v, w = (z - y).sum(0), (z - x).sum(0)
+    return {"images": int(v.size), "types": [[a, b, k] for (a, b), k in _change_types(v, w)],
+            "net_last": int(v.sum()), "net_window": int(w.sum()),
             "last_losses": int((v < 0).sum()), "last_gains": int((v > 0).sum()),
             "window_losses": int((w < 0).sum()), "window_gains": int((w > 0).sum()),
             "last_conflicts": int(((v == 0) & (np.abs(z - y).sum(0) > 0)).sum()),
             "window_conflicts": int(((w == 0) & (np.abs(z - x).sum(0) > 0)).sum())}
 
 
-def _image_min_p(win: Mapping[str, int]) -> float:
+def _types_of(win: Mapping[str, Any]) -> tuple:
+    return tuple(((int(a), int(b)), int(k)) for a, b, k in win["types"])
+
+
+def _image_min_p(win: Mapping[str, Any]) -> float:
     """The own-defence gate's per-defence p at image level: the min-p combination of the last step's and the
-    window's image-level sign tests under :func:`_image_window`'s null, ``P(min(p_last, p_window) <= observed
-    min)``, exact."""
-    return float(_min_p_lookup(win["a"], win["o"], win["c"], [win["last_losses"]], [win["window_losses"]],
-                               win["d"])[0])
+    window's sign-flip tests of the net change (:func:`_image_window`, :func:`_sum_null`), exact."""
+    return float(_sum_lookup(_types_of(win), [win["net_last"]], [win["net_window"]])[0])
+
+
+def _image_min_p_smallest(win: Mapping[str, Any]) -> float:
+    """The smallest p the image-level min-p can reach at these changed images (1 with none): a gate at a level
+    not above it cannot fail (R14)."""
+    types = _types_of(win)
+    if not types:
+        return 1.0
+    *_, minp, cum = _sum_null(types)
+    return float(cum[np.searchsorted(minp, minp[0] * (1 + 1e-9), side="right") - 1])
 
 
 def no_power(smallest_p: float, level: float) -> bool:
@@ -828,7 +873,7 @@ def _window_min_p(first: int, last_losses: int, last: int, window_losses: int, w
 
 def _own_gate(acc: Mapping[str, dict], tested: list[str]) -> dict:
     """The own-defence gate of one equal-clean claim: per tested defence (SSNI and its envelope's DiffPure
-    levels) the exact min-p combination of its last-step and two-step-window sign tests over **images**
+    levels) the exact min-p combination of its last-step and two-step-window sign-flip tests over **images**
     (session 15, after R14: :func:`_image_window`, :func:`_image_min_p`; session 14 counted (image, draw)
     outcomes, too liberal when an image's draws move together), Holm across the defences; the gate passes
     when ``holm_min_p >= OWN_ALPHA``. ``gate_p`` (what the claim reads) is ``None`` where the gate has no
@@ -840,15 +885,15 @@ def _own_gate(acc: Mapping[str, dict], tested: list[str]) -> dict:
         if d["steps"] < 3 or win is None:
             p, smallest[n] = 1.0, 1.0
         else:
-            p, smallest[n] = _image_min_p(win), _min_p_smallest(win["a"], win["o"], win["c"], win["d"])
+            p, smallest[n] = _image_min_p(win), _image_min_p_smallest(win)
         per[n] = {"image_window": win, "p": p, "smallest_attainable_p": smallest[n],
                   "outcome_level": {k: d[k]["p"] for k in ("last_step_mcnemar", "two_step_mcnemar")}}
     holm = _holm({n: v["p"] for n, v in per.items()})
     for n in per:
         per[n]["holm_p"] = holm[n]
     holm_min = float(min(holm.values()))
-    moved = sum(int(w["last_losses"] + w["last_gains"] + w["window_losses"] + w["window_gains"])
-                for w in (acc[n].get("image_window") for n in tested if acc[n]["steps"] >= 3) if w)
+    moved = sum(int(k) for w in (acc[n].get("image_window") for n in tested if acc[n]["steps"] >= 3) if w
+                for *_, k in w["types"])
     power = _gate_power(min(1.0, len(tested) * min(smallest.values())), OWN_ALPHA,
                         "the own-defence gate (Holm over its defences)", moved)
     return {"alpha": OWN_ALPHA, "unit": "image", "defences": per, "holm_min_p": holm_min,
@@ -873,18 +918,6 @@ def _range_reject_table(first: int, last: int, level: float) -> np.ndarray:
     return out
 
 
-def _image_min_p_many(a, o, c, d, last_losses, window_losses) -> np.ndarray:
-    """:func:`_min_p_lookup` over arrays of image-level splits and loss counts (grouped by split)."""
-    a, o, c, d = (np.asarray(v, int) for v in (a, o, c, d))
-    out = np.ones(a.shape)
-    keys, inverse = np.unique(np.c_[a, o, c, d], axis=0, return_inverse=True)
-    inverse = inverse.ravel()
-    for g, (ka, ko, kc, kd) in enumerate(keys):
-        sel = inverse == g
-        out[sel] = _min_p_lookup(ka, ko, kc, np.asarray(last_losses)[sel], np.asarray(window_losses)[sel], kd)
-    return out
-
-
 def _stack_rates(acc: Mapping[str, dict], names: list[str], tested: list[str], slider: str, outcomes: int,
                  draws: int = 1, sims: int = STACK_SIMS, seed: int = STACK_SEED) -> dict | None:
     """How often an equal-clean claim's stack of convergence gates fails (Monte Carlo, seeded), with the
@@ -895,8 +928,9 @@ def _stack_rates(acc: Mapping[str, dict], names: list[str], tested: list[str], s
     - ``false_alarm``: on a flat plateau at the run's own changed outcomes -- every defence's recorded
       changes on the window's two steps and their overlap (:func:`_window_parts`), each changed outcome a
       loss or a gain with probability 1/2, independently (assumed: steps and outcomes independent) for the
-      range and sign gates; the own-defence gate's image-level counts (:func:`_image_window`) under its own
-      sign-flip null, drawn independently of the outcome-level ones (assumed; the union bound holds anyway);
+      range and sign gates; the own-defence gate's image-level net changes under its own sign-flip null
+      (:func:`_sum_null` at each defence's recorded ``types``), drawn independently of the outcome-level ones
+      (assumed; the union bound holds anyway);
     - ``r7_detection``: with R7's slide (``R7_SLIDE`` a step) in ``slider`` alone at its own change rate
       (assumed: its recorded changed share over the window, slide included, as churn), simulated per
       (image, draw) outcome with independent draws (``draws`` per image): each step changes an outcome with
@@ -919,12 +953,12 @@ def _stack_rates(acc: Mapping[str, dict], names: list[str], tested: list[str], s
         A, B, C = rng.binomial(a, 0.5, sims), rng.binomial(o, 0.5, sims), rng.binomial(c, 0.5, sims)
         out = (np.full(sims, c + o), A + B, np.full(sims, a + o), C + o - B, A + C, np.full(sims, a + c),
                np.full(sims, a), np.full(sims, o), np.full(sims, c))
-        win = acc[n].get("image_window") or {"a": 0, "o": 0, "c": 0, "d": 0}
-        ia, io, ic, idd = (int(win[k]) for k in ("a", "o", "c", "d"))
-        IA, IB, IC, ID = (rng.binomial(k, 0.5, sims) for k in (ia, io, ic, idd))
-        own = _image_min_p_many(np.full(sims, ia), np.full(sims, io), np.full(sims, ic), np.full(sims, idd),
-                                IA + ID + IB, IA + (idd - ID) + IC)
-        return out, own
+        types = _types_of(acc[n]["image_window"]) if acc[n].get("image_window") else ()
+        sv, sw = np.zeros(sims, int), np.zeros(sims, int)
+        for (v, w), k in types:  # each orbit's k images flipped: (2j - k)(v, w), j ~ Bin(k, 1/2)
+            m_ = 2 * rng.binomial(k, 0.5, sims) - k
+            sv, sw = sv + m_ * v, sw + m_ * w
+        return out, _sum_lookup(types, sv, sw)
 
     def slide_draws(n):
         d = acc[n]["window_changed_outcomes"][-2:]
@@ -940,10 +974,9 @@ def _stack_rates(acc: Mapping[str, dict], names: list[str], tested: list[str], s
         d1, d2, dw = (flat(x != 0).sum(1) for x in (u, v, w))
         l1, l2, lw = (flat(x < 0).sum(1) for x in (u, v, w))
         a, o, c = flat((u == 0) & (v != 0)).sum(1), flat((u != 0) & (v != 0)).sum(1), flat((u != 0) & (v == 0)).sum(1)
-        iv, iw = np.sign(v.sum(1)), np.sign(w.sum(1))
-        own = _image_min_p_many(((iv != 0) & (iv == iw)).sum(1), ((iv != 0) & (iw == 0)).sum(1),
-                                ((iv == 0) & (iw != 0)).sum(1), ((iv != 0) & (iw == -iv)).sum(1),
-                                (iv < 0).sum(1), (iw < 0).sum(1))
+        iv, iw = v.sum(1), w.sum(1)  # (sims, images) net changes per image
+        own = np.array([_sum_lookup(_change_types(iv[i], iw[i]), [iv[i].sum()], [iw[i].sum()])[0]
+                        for i in range(sims)])
         return (d1, l2, d2, l1, lw, dw, a, o, c), own
 
     def stack(slide: bool) -> dict:
@@ -1528,9 +1561,9 @@ def _claim_defences_flat(variant: str, lab: str) -> Claim:
     level reports no power (``own_gate_p`` is ``None``: the claims behind it are incomplete)."""
     name = f"diffpure_ssni_{variant}"
     return Claim(text=f"attack convergence (per defence), SSNI-{variant.upper()} and its envelope's DiffPure levels: "
-                      f"over the last two steps none lost more images (net change over an image's draws) than it "
-                      f"gained beyond chance (exact one-sided sign tests over images of the last step and of step "
-                      f"k-2 against k, null: each image's change vector sign-flipped, min-p per defence, Holm across "
+                      f"over the last two steps none fell in correct (image, draw) outcomes beyond chance (the net "
+                      f"change summed over images, exact one-sided sign-flip tests of the last step and of step k-2 "
+                      f"against k with each image's change vector flipped as a unit, min-p per defence, Holm across "
                       f"the defences, p >= {OWN_ALPHA}; no power, so incomplete, where Holm's smallest attainable p "
                       f"is not below it; with the range gate at {RANGE_ALPHA} and the sign test at {SIGN_ALPHA} the "
                       f"stack's budget is {STACK_ALPHA}; l_inf {lab})",

@@ -532,66 +532,57 @@ def test_a_gate_that_cannot_reach_its_level_reports_no_power_and_leaves_its_clai
 
 
 def test_the_own_defence_gate_has_no_power_with_few_changed_images_and_can_fail_with_many():
-    win = {"a": 0, "o": 0, "c": 3, "d": 0, "last_losses": 0, "window_losses": 3}
-    small = ssni._min_p_smallest(0, 0, 3)
-    assert abs(small - 1 / 8) < 1e-12 and abs(ssni._image_min_p(win) - 1 / 8) < 1e-12
-    assert ssni.no_power(2 * small, ssni.OWN_ALPHA)
-    assert not ssni.no_power(2 * ssni._min_p_smallest(0, 0, 8), ssni.OWN_ALPHA)
-    assert ssni._min_p_smallest(0, 0, 0) == 1.0
+    few = {"types": [[0, 1, 3]], "net_last": 0, "net_window": -3}  # 3 images each lost one draw on step k-1
+    assert abs(ssni._image_min_p_smallest(few) - 1 / 8) < 1e-12 and abs(ssni._image_min_p(few) - 1 / 8) < 1e-12
+    assert ssni.no_power(2 * ssni._image_min_p_smallest(few), ssni.OWN_ALPHA)
+    many = {"types": [[0, 1, 8]], "net_last": 0, "net_window": -8}
+    assert not ssni.no_power(2 * ssni._image_min_p_smallest(many), ssni.OWN_ALPHA)
+    assert ssni._image_min_p_smallest({"types": [], "net_last": 0, "net_window": 0}) == 1.0
 
 
-def _brute_image_min_p(a, o, c, d, last_losses, window_losses):
-    """Enumerate every sign flip of the changed images' (last step, window) change directions."""
+def _brute_image_min_p(v, w):
+    """Enumerate every sign flip of the images' change vectors ``(v_i, w_i)``."""
     import itertools
 
-    from scipy import stats
-
-    n_last, n_win = a + d + o, a + d + c
-    sf = lambda k, n: float(stats.binom.sf(k - 1, n, 0.5)) if n else 1.0  # noqa: E731
-    kinds = ["a"] * a + ["d"] * d + ["o"] * o + ["c"] * c
-    pats = []
-    for flips in itertools.product((0, 1), repeat=len(kinds)):  # 1: the image lost on its last step (or window)
-        ll = sum(f for f, k in zip(flips, kinds) if k in "ado")
-        wl = sum(f if k in "ac" else 1 - f for f, k in zip(flips, kinds) if k in "adc")
-        pats.append(min(sf(ll, n_last), sf(wl, n_win)))
-    t = min(sf(last_losses, n_last), sf(window_losses, n_win))
-    return sum(u <= t * (1 + 1e-9) for u in pats) / len(pats)
+    v, w = np.asarray(v), np.asarray(w)
+    pats = np.array([((e * v).sum(), (e * w).sum()) for e in map(np.array, itertools.product((-1, 1), repeat=v.size))])
+    minp = lambda a, b: min(np.mean(pats[:, 0] <= a), np.mean(pats[:, 1] <= b))  # noqa: E731
+    allm = np.array([minp(a, b) for a, b in pats])
+    return float(np.mean(allm <= minp(v.sum(), w.sum()) * (1 + 1e-9)))
 
 
 def test_image_level_min_p_matches_enumeration_over_image_sign_flips():
-    for a, o, c, d in ((2, 1, 2, 1), (0, 2, 3, 2), (3, 0, 1, 0), (1, 1, 0, 3)):
-        for ll in range(a + d + o + 1):
-            for wl in range(a + d + c + 1):
-                got = float(ssni._min_p_lookup(a, o, c, [ll], [wl], d)[0])
-                assert abs(got - _brute_image_min_p(a, o, c, d, ll, wl)) < 1e-9, (a, o, c, d, ll, wl)
+    rng = np.random.default_rng(3)
+    for _ in range(25):
+        n = int(rng.integers(1, 8))
+        v, w = rng.integers(-2, 3, n), rng.integers(-2, 3, n)
+        win = {"types": [[a, b, k] for (a, b), k in ssni._change_types(v, w)], "net_last": int(v.sum()),
+               "net_window": int(w.sum())}
+        assert abs(ssni._image_min_p(win) - _brute_image_min_p(v, w)) < 1e-9, (v, w)
 
 
-def test_image_window_counts_net_changes_over_draws():
-    """An image whose two draws move together counts once; draws that change in opposite directions cancel."""
+def test_image_window_sums_net_changes_over_draws():
+    """An image whose two draws move together counts as one unit of two; draws that change in opposite
+    directions cancel."""
     before = np.array([[1, 1, 1, 0, 1, 1], [1, 1, 0, 0, 1, 1]], bool)
     middle = np.array([[1, 0, 1, 1, 1, 1], [1, 0, 0, 0, 1, 1]], bool)
     after = np.array([[0, 0, 0, 1, 1, 1], [0, 0, 1, 1, 1, 0]], bool)
     win = ssni._image_window(before, middle, after)
-    # image 0: last -2, window -2 (a, a loss); 1: changed on the first step only (c, window -2);
-    # 2: last step -1 +1 = 0, a conflict (window 0: dropped); 3: window +2, last +1 (a, a gain);
-    # 4: unchanged; 5: last -1, window -1 (a)
-    assert (win["a"], win["o"], win["c"], win["d"]) == (3, 0, 1, 0)
+    # per image (v, w): (-2, -2), (0, -2), (0, 0) with both draws changing, (+1, +2), (0, 0), (-1, -1)
+    assert win["net_last"] == -2 and win["net_window"] == -3
+    assert sorted(map(tuple, win["types"])) == [(0, 2, 1), (1, 1, 1), (1, 2, 1), (2, 2, 1)]
     assert (win["last_losses"], win["last_gains"], win["window_losses"], win["window_gains"]) == (2, 1, 3, 1)
     assert win["last_conflicts"] == 1 and win["window_conflicts"] == 1
-    # outcome level these draws give 5 losses / 2 gains on the window; the image counts 3 / 1
-    # a 'd' image: +2 on the first step, -1 on the last (window +1)
-    d_img = ssni._image_window(np.array([[0], [0]]), np.array([[1], [1]]), np.array([[0], [1]]))
-    assert (d_img["a"], d_img["d"], d_img["last_losses"], d_img["window_gains"]) == (0, 1, 1, 1)
 
 
 def test_draws_moving_together_do_not_double_the_evidence():
     """R14's failure in its simplest form: 6 images each lose both draws over the window. Counted per (image,
-    draw) outcome that is 12 / 0 (p = 2^-12); over images 6 / 0, p = 1/64 per test, and the min-p over the
-    last step and the window (the same 6 images) stays 1/64."""
+    draw) outcome that is 12 / 0 (p = 2^-12); with each image's change vector flipped as a unit p = 1/64 for
+    the window, and the min-p over the last step (no change) and the window stays 1/64."""
     images = 40
     base = np.ones((2, images), bool)
     mid = base.copy()
     mid[:, :6] = False
     win = ssni._image_window(base, mid, mid)
-    assert (win["c"], win["window_losses"]) == (6, 6)
+    assert win["net_window"] == -12 and win["types"] == [[0, 2, 6]]
     assert abs(ssni._image_min_p(win) - 1 / 64) < 1e-12
