@@ -572,19 +572,53 @@ def cpu_info() -> dict:
     return out
 
 
+_CACHE_NOTES: dict[str, str] = {}
+
+
+def note_cache(path: str | os.PathLike, *, built: bool = False) -> None:
+    """Name a cached artifact this process read (``built=False``) or built and cached (``built=True``)
+    for the next record's ``env.cache``: its path under the cache root -> the first 12 hex digits of its
+    bytes' sha256 (`` built here`` appended when this run trained it). Cached artifacts are keyed by
+    their recipe, not by the machine that trained them; their contents follow that machine's float
+    kernels, so two records that read different bytes under one key are told apart here."""
+    import hashlib
+
+    from rayml.runtime import cache_root
+
+    path = Path(path)
+    try:
+        name = str(path.resolve().relative_to(Path(cache_root()).resolve()))
+    except ValueError:
+        name = str(path)
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    _CACHE_NOTES[name] = h.hexdigest()[:12] + (" built here" if built else "")
+
+
+def take_cache_notes() -> dict:
+    """The artifacts ``note_cache`` named since the last call (and forget them)."""
+    notes = dict(sorted(_CACHE_NOTES.items()))
+    _CACHE_NOTES.clear()
+    return notes
+
+
 def environment(seconds: float, run_stats: Mapping[str, int], *, git: str | None = None) -> dict:
     """Provenance: cluster size, versions, git commit, wall time, and the Ray work that ran.
 
     ``git``: the commit the run started from (``git_commit()`` read before the work); by default
     the commit checked out now, which a long run's neighbours may have moved on. ``packages``:
     ``package_versions()``; ``cpu``: ``cpu_info()`` (the same code and seeds can give other float
-    numbers on another CPU). Imports nothing the run did not (versions come from metadata)."""
+    numbers on another CPU); ``cache`` (only where any): the cached artifacts the run read or built
+    (``note_cache``). Imports nothing the run did not (versions come from metadata)."""
     import ray
 
     from rayml import __version__, runtime
 
     info = runtime.cluster_info() if runtime.is_connected() else {"ray_nodes": 0, "cpus": 0, "gpus": 0}
     packages = package_versions()
+    cache = take_cache_notes()
     return {
         **info,
         "seconds": round(float(seconds), 3),
@@ -595,6 +629,7 @@ def environment(seconds: float, run_stats: Mapping[str, int], *, git: str | None
         "ray": ray.__version__,
         "packages": packages,
         "cpu": cpu_info(),
+        **({"cache": cache} if cache else {}),
         "tasks": int(run_stats.get("tasks", 0)),
         "worker_pids": int(run_stats.get("worker_pids", 0)),
         **({"resumed_items": int(run_stats["resumed_items"])} if run_stats.get("resumed_items") else {}),

@@ -573,3 +573,41 @@ def test_cpu_info_names_torchs_instruction_set_once_torch_is_imported():
     info = results.cpu_info()
     assert info["torch_isa"] == torch.backends.cpu.get_cpu_capability()
     assert any(b.startswith(("openblas", "mkl", "blis")) for b in info.get("blas", []))
+
+
+def test_a_record_names_the_cached_bytes_it_read_and_forgets_them_after(tmp_path, monkeypatch):
+    # fedag's encoder and selective-dpo's warm-up are cached by recipe, not by machine: their bytes
+    # follow the CPU that trained them, so the record names a hash of what it read
+    import hashlib
+
+    monkeypatch.setenv("RAYML_CACHE", str(tmp_path))
+    results.take_cache_notes()
+    art = tmp_path / "image_text" / "clip-digits-k.pt"
+    art.parent.mkdir()
+    art.write_bytes(b"weights")
+    results.note_cache(art)
+    other = tmp_path / "alignment" / "warm.npz"
+    other.parent.mkdir()
+    other.write_bytes(b"state")
+    results.note_cache(other, built=True)
+    env = results.environment(1.0, {})
+    assert env["cache"] == {"alignment/warm.npz": hashlib.sha256(b"state").hexdigest()[:12] + " built here",
+                            "image_text/clip-digits-k.pt": hashlib.sha256(b"weights").hexdigest()[:12]}
+    assert "cache" not in results.environment(1.0, {})  # named once, for the record of the run that read it
+
+
+def test_the_image_text_encoder_names_its_cache_file_when_loaded(tmp_path, monkeypatch):
+    import torch
+
+    from rayml.data import image_text as it
+
+    monkeypatch.setenv("RAYML_CACHE", str(tmp_path))
+    results.take_cache_notes()
+    config = it.EncoderConfig()
+    path = tmp_path / "image_text" / f"clip-digits-{it._cache_key(0, config)}.pt"
+    path.parent.mkdir()
+    torch.save(it.ImageTextEncoder(config).state_dict(), path)
+    it.load_or_train(0, config)
+    notes = results.take_cache_notes()
+    name = f"image_text/{path.name}"
+    assert list(notes) == [name] and not notes[name].endswith("built here")

@@ -374,6 +374,7 @@ def load_or_train(seed: int = 0, config: EncoderConfig = EncoderConfig()) -> Ima
     seed, the config, the vocabulary and a version number. Weights are loaded with
     ``weights_only=True``; a file that does not load is retrained over.
     """
+    from rayml.results import note_cache
     from rayml.runtime import cache_root
 
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
@@ -391,10 +392,12 @@ def load_or_train(seed: int = 0, config: EncoderConfig = EncoderConfig()) -> Ima
             model.eval()
             for p in model.parameters():
                 p.requires_grad_(False)
+            note_cache(path)  # the record names the bytes it read: they follow the CPU that trained them
             return model
     model = train_encoder(seed, config)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp{np.random.default_rng().integers(1 << 30)}")
     torch.save(model.state_dict(), tmp)
     tmp.replace(path)
+    note_cache(path, built=True)
     return model

@@ -57,7 +57,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from rayml import runtime
+from rayml import results, runtime
 from rayml.evidence import gate
 from rayml.experiments import Experiment, Outcome, with_real_settings
 from rayml.results import Claim, Control
@@ -235,9 +235,12 @@ def demo_warmup_state(config: Mapping[str, Any], seed: int = 0) -> dict:
     path = _recipe_path(dict(keys, kind="selective-dpo-demos"), seed)
     if path.exists():
         with np.load(path) as z:
-            return {k: z[k] for k in z.files}
+            state = {k: z[k] for k in z.files}
+        results.note_cache(path)  # the record names the bytes it read: they follow the CPU that trained them
+        return state
     state = runtime.pmap(demo_warmup_task, [("sft", seed)], shared={"config": keys}, desc="SFT warm-up")[0]["state"]
     _save(path, state)
+    results.note_cache(path, built=True)
     return state
 
 
