@@ -178,10 +178,11 @@ SIZES = {
 PAPER_SCALE = dict(n_test=540, n_clean=540, chunk=30, t_grid=[25.0, 50.0, 75.0, 100.0, 125.0, 150.0, 200.0, 300.0],
                    schedule=[[10, 2], [20, 4], [40, 8], [80, 16], [160, 32]], min_steps=5, replicates=8, stride=1.0,
                    attack_stride=10.0)
+# tiny (the test suite's): fewer images and a 64-image, 4-noise-draw reference (each actor computes it on start)
 BENCH_SIZES = {
-    "tiny": dict(images=16, chunk=8, stride=50.0, repeats=1, requests=1),
-    "quick": dict(images=256, chunk=32, stride=5.0, repeats=5, requests=10),
-    "full": dict(images=2048, chunk=128, stride=1.0, repeats=5, requests=50),
+    "tiny": dict(images=8, chunk=4, stride=50.0, repeats=1, requests=1, reference_size=64, eps_steps=4),
+    "quick": dict(images=256, chunk=32, stride=5.0, repeats=5, requests=10, reference_size=500, eps_steps=20),
+    "full": dict(images=2048, chunk=128, stride=1.0, repeats=5, requests=50, reference_size=500, eps_steps=20),
 }
 
 _MODELS: dict = {}
@@ -1706,6 +1707,7 @@ def bench(config: Mapping[str, Any], seed: int) -> Outcome:
     from rayml.purify.pool import make_pool, purify_on_pool
 
     n, chunk, stride, repeats = int(config["images"]), int(config["chunk"]), float(config["stride"]), int(config["repeats"])
+    ref_size, k_eps = int(config.get("reference_size", 500)), int(config.get("eps_steps", 20))
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     xtr, _, xte, _ = D.digits_split()
@@ -1713,14 +1715,15 @@ def bench(config: Mapping[str, Any], seed: int) -> Outcome:
     images = images[np.arange(n) % images.shape[0]]
     runs, outputs = {}, {}
     for actors in (1, 2):
-        pool = make_pool(actors=actors)
+        pool = make_pool(actors=actors, eps_steps=k_eps, reference_size=ref_size)
+        kw = dict(stride=stride, ssni="N", ssni_kwargs={"eps_steps": k_eps}, chunk=chunk, seed=seed)
         try:
             pool.call_all("ping")
-            purify_on_pool(pool, images[:chunk * actors], stride=stride, ssni="N", chunk=chunk, seed=seed)  # warm-up
+            purify_on_pool(pool, images[:chunk * actors], **kw)  # warm-up
             runs[actors] = []
             for _ in range(repeats):
                 t0 = time.perf_counter()
-                outputs[actors] = purify_on_pool(pool, images, stride=stride, ssni="N", chunk=chunk, seed=seed)
+                outputs[actors] = purify_on_pool(pool, images, **kw)
                 runs[actors].append(time.perf_counter() - t0)
         finally:
             pool.shutdown()
@@ -1738,6 +1741,7 @@ def bench(config: Mapping[str, Any], seed: int) -> Outcome:
     rows += [{"actors": 0, "repeat": 0, "metric": "endpoint_p50_s", "value": latency["p50_s"]}]
     return Outcome(metrics=metrics, tables={"timing_throughput": rows},
                    budget={"images": n, "chunk": chunk, "stride": stride, "repeats": repeats,
+                           "reference_size": ref_size, "eps_steps": k_eps,
                            "method": "diffpure + SSNI-N, t*=100"})
 
 
