@@ -506,7 +506,7 @@ def git_commit() -> str | None:
 
 # Distributions whose versions a record names (``env.packages``): read from their installed metadata
 # (``importlib.metadata``), so no package is imported to be named. The core ones always (where installed),
-# the optional ones only where this process has imported them. Why: the same code and seeds gave other
+# the optional ones wherever installed (their imports happen in Ray workers). Why: the same code and seeds gave other
 # numbers on a rebuilt machine (session 15: float32 kernels differ with the CPU's instruction set), and
 # the records then named only python, torch and ray.
 ENV_PACKAGES = ("numpy", "scipy", "torch", "scikit-learn", "ray", "transformers", "pyarrow", "threadpoolctl")
@@ -517,13 +517,13 @@ ENV_OPTIONAL = {"osqp": "osqp", "highspy": "highspy", "cvxpy": "cvxpy", "clarabe
 
 
 def package_versions(core: Sequence[str] = ENV_PACKAGES, optional: Mapping[str, str] | None = None) -> dict:
-    """``{distribution: version}`` of the ``core`` distributions that are installed and of the
-    ``optional`` ones (distribution -> top-level module) whose module this process has imported."""
+    """``{distribution: version}`` of the ``core`` and ``optional`` distributions (``optional``: distribution ->
+    top-level module) that are installed. Installed, not imported: methods import their optional solvers
+    inside Ray workers, which the driver that writes the record never sees (R15)."""
     import importlib.metadata as md
-    import sys
 
     optional = ENV_OPTIONAL if optional is None else optional
-    names = list(core) + [d for d, mod in optional.items() if mod in sys.modules and d not in core]
+    names = list(core) + [d for d in optional if d not in core]
     out = {}
     for name in names:
         try:

@@ -559,12 +559,15 @@ def test_environment_names_versions_and_the_cpu_without_importing_what_the_run_d
         assert len(env["cpu"]["flags"]) == 12
 
 
-def test_package_versions_skip_what_is_not_installed_or_not_imported():
+def test_package_versions_skip_what_is_not_installed_and_list_optional_ones_not_imported_here():
     import importlib.metadata as md
+    import sys
 
+    assert "no_such_module_rayml" not in sys.modules  # scipy's entry names a module never imported
     got = results.package_versions(core=("numpy", "no-such-distribution-rayml"),
-                                   optional={"scipy": "no_such_module_rayml", "pytest": "pytest"})
-    assert got == {"numpy": md.version("numpy"), "pytest": md.version("pytest")}
+                                   optional={"scipy": "no_such_module_rayml", "pytest": "pytest",
+                                             "no-such-optional-rayml": "x"})
+    assert got == {"numpy": md.version("numpy"), "scipy": md.version("scipy"), "pytest": md.version("pytest")}
 
 
 def test_cpu_info_names_torchs_instruction_set_once_torch_is_imported():
