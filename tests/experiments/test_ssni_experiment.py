@@ -32,6 +32,16 @@ def _gate_paths(lab):
     for name in ssni.OURS:
         out[f"metrics.{lab}.{name}.own_gate_p"] = (f"metrics.{lab}.{name}.own_holm_min_p",
                                                    f"metrics.{lab}.{name}.own_gate.power")
+    # R15: the per-defence range claims at KEY_RANGE_ALPHA (l_inf 0.2) and the controls' paired tests
+    for where, name in (("baselines", ssni.CONTROL), ("metrics", "diffpure_ssni_n"), ("metrics", "diffpure_ssni_l")):
+        out[f"{where}.{lab}.{name}.range_key_p"] = (f"{where}.{lab}.{name}.range_p",
+                                                    f"{where}.{lab}.{name}.range_key_power")
+    out[f"baselines.{lab}.{ssni.CONTROL}.control_gap"] = (f"baselines.{lab}.{ssni.CONTROL}.gap_at_equal_clean",
+                                                          f"baselines.{lab}.{ssni.CONTROL}.control_power")
+    for who, what in (("random_noise", "score_norm"), ("clean_redraw", "score_norm"), ("random_noise", "level_shift"),
+                      ("diffpure_constant", "level_shift")):
+        out[f"baselines.{lab}.{who}.control_{what}"] = (f"baselines.{lab}.{who}.{what}",
+                                                        f"baselines.{lab}.{who}.control_power.{what}")
     return out
 
 
@@ -50,7 +60,7 @@ def test_every_claim_is_measured_at_tiny_size(unmeasured_claims, tiny_record):
         assert isinstance(lookup(record, raw), float)
         stated = lookup(record, power)
         assert stated["status"] == "no power" and stated["smallest_attainable_p"] >= stated["level"]
-        assert "holds whatever the data" in stated["reason"]
+        assert "holds whatever the data" in stated["reason"] or "cannot pass" in stated["reason"]
 
 
 def _robust_claims(out, lab):
@@ -64,6 +74,13 @@ def _with_attack(record, lab, range_holm_p, sign_p):
     from before the range test lacks; they gate nothing)."""
     for where, name in (("baselines", ssni.CONTROL), ("metrics", "diffpure_ssni_n"), ("metrics", "diffpure_ssni_l")):
         record[where][lab][name].setdefault("range_p", 1.0)
+        record[where][lab][name].setdefault("range_key_p", 1.0)
+    # a record from before R15 lacks the controls' power-checked metrics: there they read the raw numbers
+    ctl = record["baselines"][lab][ssni.CONTROL]
+    ctl.setdefault("control_gap", ctl["gap_at_equal_clean"])
+    for who, what in (("random_noise", "score_norm"), ("clean_redraw", "score_norm"), ("random_noise", "level_shift"),
+                      ("diffpure_constant", "level_shift")):
+        record["baselines"][lab][who].setdefault(f"control_{what}", record["baselines"][lab][who][what])
     for name in ssni.OURS:  # the own-defence gate (session 11, R7; session 14) passes: not what these tests are about
         record["metrics"][lab][name]["mcnemar_min_p"] = 1.0
         record["metrics"][lab][name]["own_holm_min_p"] = 1.0
@@ -586,3 +603,70 @@ def test_draws_moving_together_do_not_double_the_evidence():
     win = ssni._image_window(base, mid, mid)
     assert win["net_window"] == -12 and win["types"] == [[0, 2, 6]]
     assert abs(ssni._image_min_p(win) - 1 / 64) < 1e-12
+
+
+def test_r15_per_defence_range_claims_report_no_power_where_the_range_test_cannot_reach_its_level():
+    """R15: the quick record's DiffPure t*=90 changed 3 then 2 outcomes at l_inf 0.2; its range test's smallest
+    attainable p is 1/16 = 0.0625, not below KEY_RANGE_ALPHA = 0.05, yet its claim read "holds" (p = 0.625).
+    Now that claim reads ``range_key_p``, None there (incomplete); with 3 then 3 changes (1/32) it can fail."""
+    dead, alive = ssni._range_test([3, 2], 1), ssni._range_test([3, 3], 6)
+    assert abs(dead["smallest_attainable_p"] - 1 / 16) < 1e-12 and ssni.no_power(dead["smallest_attainable_p"],
+                                                                                    ssni.KEY_RANGE_ALPHA)
+    assert not ssni.no_power(alive["smallest_attainable_p"], ssni.KEY_RANGE_ALPHA) and alive["p"] < ssni.KEY_RANGE_ALPHA
+    claims = [c for c in ssni.CLAIMS if c.metric.endswith(".range_p") or c.metric.endswith(".range_key_p")]
+    assert len(claims) == 3 and all(c.metric.endswith(".range_key_p") for c in claims)
+    config = ssni.SIZES["full"]
+    images, draws = config["n_test"], config["replicates"]
+    names = ssni.defences(config)
+    outcomes = {n: [_nested(250, draws, images)] * 4 for n in names}
+    # the control: one outcome lost on the last two steps (1 + 1 changes: smallest p 0.5), SSNI-N 3 + 3 lost
+    outcomes[ssni.CONTROL] = [_nested(250, draws, images)] * 2 + [_nested(249, draws, images),
+                                                                   _nested(248, draws, images)]
+    outcomes["diffpure_ssni_n"] = [_nested(250, draws, images)] * 2 + [_nested(247, draws, images),
+                                                                       _nested(244, draws, images)]
+    metrics, out = _evaluated(_schedule_parts(config, images, draws, outcomes), config)
+    lab = ssni.SHIPPED
+    by_metric = {c.metric: out[c.text] for c in claims}
+    ctl = by_metric[f"baselines.{lab}.{ssni.CONTROL}.range_key_p"]
+    assert ctl["status"] == "incomplete" and not ctl["holds"]
+    assert by_metric[f"metrics.{lab}.diffpure_ssni_n.range_key_p"]["status"] == "fails"
+    assert by_metric[f"metrics.{lab}.diffpure_ssni_l.range_key_p"]["status"] == "holds"  # nothing moved
+    assert metrics[lab]["diffpure_ssni_l"]["range_key_power"]["status"] == "no change"
+
+
+def test_r15_a_control_that_cannot_pass_is_unmeasured():
+    """R15: a control whose paired test has 4 nonzero pairs of 16 (smallest p 1/16 >= 0.05) cannot pass, so it
+    must not count as a failing control (which makes the claim look discriminating): its metric is None and
+    rayml.results marks it unmeasured. With 5 nonzero pairs (1/32) it is measured and its number is kept."""
+    d4, d5 = np.r_[np.full(4, 0.5), np.zeros(12)], np.r_[np.full(5, -0.5), np.zeros(11)]
+    dead, alive = ssni._control_power(d4, 0.125, "x"), ssni._control_power(d5, -0.15625, "x")
+    assert dead["value"] is None and dead["status"] == "no power" and dead["measured_value"] == 0.125
+    assert alive["value"] == -0.15625 and alive["status"] == "can pass" and alive["nonzero_pairs"] == 5
+    claim = ssni._equal_clean("n", ssni.SHIPPED)
+    assert claim.controls[0].metric.endswith(".control_gap")
+    record = {"metrics": {ssni.SHIPPED: {"diffpure_ssni_n": {"gap_at_equal_clean": 0.2}}},
+              "baselines": {ssni.SHIPPED: {ssni.CONTROL: {"control_gap": None}}},
+              "tables": {"equal_clean": [{"radius": ssni.SHIPPED, "defence": d, "image": i, "value": v}
+                                         for i in range(16)
+                                         for d, v in (("diffpure_ssni_n", 0.2), ("zero", 0.0),
+                                                      (ssni.CONTROL, float(d4[i])))]}}
+    (res,) = evaluate_claims(record, [claim])
+    # a threshold paper claim without a measured control is incomplete (rayml.results): no evidence it discriminates
+    assert res["controls"][0].get("unmeasured") and res["discriminating"] is None and res["status"] == "incomplete"
+    record["baselines"][ssni.SHIPPED][ssni.CONTROL]["control_gap"] = 0.125  # counted: the control now "fails"
+    (res,) = evaluate_claims(record, [claim])
+    assert not res["controls"][0].get("unmeasured") and res["status"] in ("holds", "not discriminating")
+
+
+def test_more_draws_than_the_gate_is_calibrated_for_warn():
+    """R15: the image-level own gate is valid at 2 draws per image; at 8 (PAPER_SCALE) it is liberal."""
+    import warnings
+
+    import pytest
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ssni._check(ssni.SIZES["quick"])
+    assert ssni.SIZES["quick"]["replicates"] == ssni.CALIBRATED_DRAWS
+    with pytest.warns(UserWarning, match="calibrated at 2 draws"):
+        ssni._check({**ssni.SIZES["quick"], "replicates": 8})
