@@ -451,6 +451,17 @@ def test_the_exact_signed_rank_p_with_ties_equals_scipys_permutation_null():
     assert _signed_rank_exact_p(np.array([1.0, 1.0])) == 0.25  # both flips positive: 1 of 4
 
 
+def test_few_differing_pairs_among_many_get_the_exact_p_not_the_normal_approximation():
+    """4 of 16 pairs differ, all in the claim's direction: the exact sign-flip p is 1/16; scipy's normal
+    approximation (above 13 pairs with zeros) said 0.023 / 0.034 (contract 2.3)."""
+    from rayml.results import _one_sided_p
+
+    for d in (np.array([1.0] * 4 + [0.0] * 12), np.array([1.0, 2.0, 3.0, 4.0] + [0.0] * 12)):
+        assert _one_sided_p(d, np.zeros_like(d), True, "paired Wilcoxon") == 0.0625
+    d = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0] * 9)  # 54 tied nonzero pairs: past the exact range, all positive
+    assert _one_sided_p(d, np.zeros_like(d), True, "paired Wilcoxon") < 1e-9
+
+
 def test_a_bad_tie_tolerance_is_refused_naming_it():
     with pytest.raises(ValueError, match="tie"):
         _tie_claim(tie=-1.0)
