@@ -41,7 +41,7 @@ import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -300,7 +300,7 @@ def _signed_rank_exact_p(d: np.ndarray) -> float:
     counts = np.zeros(int(ranks2.sum()) + 1, dtype=np.int64)
     counts[0] = 1
     for w in ranks2:
-        counts[w:] = counts[w:] + counts[:-w].copy()
+        counts[w:] = counts[w:] + counts[:-w]  # the right side is built before the assignment
     return float(counts[observed:].sum() / 2.0 ** nz.size)
 
 
@@ -520,19 +520,16 @@ def git_commit() -> str | None:
 # numbers on a rebuilt machine (session 15: float32 kernels differ with the CPU's instruction set), and
 # the records then named only python, torch and ray.
 ENV_PACKAGES = ("numpy", "scipy", "torch", "scikit-learn", "ray", "transformers", "pyarrow", "threadpoolctl")
-ENV_OPTIONAL = {"osqp": "osqp", "highspy": "highspy", "cvxpy": "cvxpy", "clarabel": "clarabel",
-                "networkx": "networkx", "cma": "cma", "tokenizers": "tokenizers", "safetensors": "safetensors",
-                "DracoPy": "DracoPy", "constriction": "constriction", "diffusers": "diffusers",
-                "sentence-transformers": "sentence_transformers", "xgrammar": "xgrammar", "vllm": "vllm"}
+ENV_OPTIONAL = ("osqp", "highspy", "cvxpy", "clarabel", "networkx", "cma", "tokenizers", "safetensors", "DracoPy",
+                "constriction", "diffusers", "sentence-transformers", "xgrammar", "vllm")
 
 
-def package_versions(core: Sequence[str] = ENV_PACKAGES, optional: Mapping[str, str] | None = None) -> dict:
-    """``{distribution: version}`` of the ``core`` and ``optional`` distributions (``optional``: distribution ->
-    top-level module) that are installed. Installed, not imported: methods import their optional solvers
-    inside Ray workers, which the driver that writes the record never sees (R15)."""
+def package_versions(core: Sequence[str] = ENV_PACKAGES, optional: Iterable[str] = ENV_OPTIONAL) -> dict:
+    """``{distribution: version}`` of the ``core`` and ``optional`` distributions that are installed. Installed,
+    not imported: methods import their optional solvers inside Ray workers, which the driver that writes the
+    record never sees (R15)."""
     import importlib.metadata as md
 
-    optional = ENV_OPTIONAL if optional is None else optional
     names = list(core) + [d for d in optional if d not in core]
     out = {}
     for name in names:

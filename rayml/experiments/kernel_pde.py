@@ -254,11 +254,14 @@ def _cg_steps(res) -> list[int]:
     return list(getattr(res, "info", {}).get("cg_steps", []) or [])
 
 
-def _cg_max_residual(res) -> float:
-    """The largest final relative CG residual over the solve's Gauss-Newton steps (session 15, R13: a capped CG
-    solve says how far from ``cg_tol`` it stopped); NaN for solvers without CG."""
+def _cg_stats(res, config: Mapping[str, Any]) -> dict:
+    """A solve's CG figures: ``cg_steps`` (total), ``cg_capped`` (Gauss-Newton steps whose CG reached
+    ``config["cg_iterations"]``) and ``cg_max_residual``, the largest final relative CG residual over its steps
+    (session 15, R13: a capped CG solve says how far from ``cg_tol`` it stopped; NaN for solvers without CG)."""
+    cg = _cg_steps(res)
     r = list(getattr(res, "info", {}).get("cg_residuals", []) or [])
-    return float(max(r)) if r else float("nan")
+    return {"cg_steps": int(sum(cg)), "cg_capped": int(sum(k >= int(config["cg_iterations"]) for k in cg)),
+            "cg_max_residual": float(max(r)) if r else float("nan")}
 
 
 # session 8 (outside review): one convergence rule for every Gauss-Newton solver. Each solver keeps its own
@@ -353,13 +356,10 @@ def accuracy_one(item: tuple, config: Mapping[str, Any]) -> dict:
     res, seconds, peak, _ = _measured(method, make_problem(name, **params), grid, ls, reg,
                                       {**config, "timing_repeats": int(config.get("accuracy_repeats",
                                                                                   config["timing_repeats"]))})
-    cg = _cg_steps(res)
     return {"case": case, "method": method, "rmse": res.rmse, "rel_l2": res.rel_l2, "seconds": seconds,
             "peak_mib": peak, "points": grid[0] * grid[1], "gn_iterations": int(res.iterations),
             "converged": _converged(method, res), "last_u_change": _u_change(method, res),
-            "last_change": float(getattr(res, "last_change", float("nan"))),
-            "cg_steps": int(sum(cg)), "cg_capped": int(sum(k >= int(config["cg_iterations"]) for k in cg)),
-            "cg_max_residual": _cg_max_residual(res)}
+            "last_change": float(getattr(res, "last_change", float("nan"))), **_cg_stats(res, config)}
 
 
 def accuracy_cell(item: tuple, config: Mapping[str, Any]) -> dict:
@@ -422,11 +422,9 @@ def hard_cell(item: tuple, config: Mapping[str, Any]) -> dict:
     else:
         res = _solve(method, problem, grid, ls, jitter, config)
     seconds = time.process_time() - t0
-    cg = _cg_steps(res)
     solver = OURS if method == FIXED_LS else method   # the fixed-lengthscale cell is the matrix-free solver
     return {**row, "rmse": float(res.rmse), "rel_l2": float(res.rel_l2), "seconds": float(seconds),
-            "gn_iterations": int(getattr(res, "iterations", 0)), "cg_steps": int(sum(cg)),
-            "cg_capped": int(sum(k >= int(config["cg_iterations"]) for k in cg)), "cg_max_residual": _cg_max_residual(res),
+            "gn_iterations": int(getattr(res, "iterations", 0)), **_cg_stats(res, config),
             "mode_products": int(getattr(res, "info", {}).get("mode_products", 0)) if method not in FD_METHODS else 0,
             "fd_newton_capped": int(res.capped_steps) if method in FD_METHODS else 0,
             "last_u_change": _u_change(solver, res) if solver in (OURS, DENSE) else float("nan"),
@@ -564,9 +562,7 @@ def scaling_one(item: tuple[int, str], config: Mapping[str, Any]) -> dict:
                                       {**config, "timing_repeats": 1})
     return {**row, "ran": True, "reached": bool(res.rel_l2 <= float(config["target_rel_l2"])),
             "rel_l2": float(res.rel_l2), "seconds": seconds, "peak_mib": peak, "passes": [],
-            "gn_iterations": int(res.iterations), "cg_steps": int(sum(_cg_steps(res))),
-            "cg_capped": int(sum(k >= int(config["cg_iterations"]) for k in _cg_steps(res))),
-            "cg_max_residual": _cg_max_residual(res)}
+            "gn_iterations": int(res.iterations), **_cg_stats(res, config)}
 
 
 def time_pass(item: tuple[int, str, int], config: Mapping[str, Any]) -> float:

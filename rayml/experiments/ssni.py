@@ -98,7 +98,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from rayml import evidence, runtime
+from rayml import evidence, results, runtime
 from rayml.evidence import gate
 from rayml.experiments import Experiment, Outcome
 from rayml.results import Claim, Control
@@ -861,11 +861,11 @@ def _gate_power(smallest_p: float, level: float, what: str, moved: int) -> dict:
     return out
 
 
-CONTROL_ALPHA = 0.05  # rayml.results' level for a claim's (and its controls') paired test
+CONTROL_ALPHA = results.ALPHA  # the level of a claim's (and its controls') paired test
 
 
 def _control_power(diff, value: float, what: str) -> dict:
-    """Whether a control's paired test over images can pass at all (session 16, R15): its smallest attainable
+    """Whether a control's paired test over images can pass at all (session 15, R15): its smallest attainable
     p at this run's pairs is the exact signed-rank (sign-flip) null's ``2 ** -k``, ``k`` the nonzero
     differences (every one in the claim's direction); where that is not below ``CONTROL_ALPHA`` the control
     cannot pass whatever the data, so its failing says nothing about the claim discriminating. Then
