@@ -18,6 +18,9 @@ Version 2 of the claim contract:
   paired test, or in value without one) counts neither way (``equals_baseline``, contract 2.2): a strongest baseline chosen at run
   time and run as its own control, or a control that ties it everywhere, shows only that the test
   refuses a zero difference.
+- a paired test needs the power to decide (contract 2.4): when the design's finite pairs (ties counted)
+  cannot reach ``p < 0.05`` even if every pair were a win (``smallest_p(n) = 2^-n``, at most 4 pairs),
+  the claim is ``incomplete`` and a control counts neither way; both carry ``no_power: true``.
 - each evaluated claim gets a ``status``: ``holds``, ``fails``, ``not discriminating`` or
   ``incomplete`` (a paper claim without a source, or a threshold paper claim without a
   control: it is not evidence until declared properly).
@@ -52,6 +55,7 @@ __all__ = [
     "KINDS",
     "is_threshold",
     "tie_mask",
+    "smallest_p",
     "STATUSES",
     "summarize_claims",
     "claims_fingerprint",
@@ -255,6 +259,13 @@ def tie_mask(a: np.ndarray, b: np.ndarray, tie: float | tuple[float, float] | No
     return np.abs(a - b) <= np.maximum(tol_abs, tol_rel * np.maximum(np.abs(a), np.abs(b)))
 
 
+def smallest_p(n: int) -> float:
+    """The smallest one-sided p that ``n`` finite pairs allow in either paired test (``TESTS``): every
+    pair a win, ``2^-n``. Ties count in ``n``: a tied pair is evidence of no difference, so a design
+    of 16 pairs of which 12 tie can fail its claim, while a design of 4 pairs cannot decide it."""
+    return 2.0 ** -int(n) if n > 0 else 1.0
+
+
 def _one_sided_p(a: np.ndarray, b: np.ndarray, greater: bool, test: str,
                  tie: float | tuple[float, float] | None = None) -> float:
     """One-sided p of ``a > b`` (``greater``) or ``a < b`` over finite pairs; the pairs that are ties
@@ -349,6 +360,10 @@ def _measure(record: Mapping, c: Claim, metric: str, a: Mapping[str, Any],
         out["holds"] = holds and p < ALPHA
         unit = "paired seeds" if tuple(c.pair_on) == ("seed",) else f"pairs of ({', '.join(c.pair_on)})"
         out["measured"] += f" over {xa.size} {unit}, p={p:.3g}"
+        floor = smallest_p(int((np.isfinite(xa) & np.isfinite(xb)).sum()))
+        if xa.size and floor >= ALPHA:  # (v2.4) the design cannot decide: not a failure of the claim
+            out["no_power"] = True
+            out["measured"] += f"; no power: the smallest p these pairs allow is {floor:.3g}"
         if c.tie is not None:
             fin = np.isfinite(xa) & np.isfinite(xb)
             ties = tie_mask(xa, xb, c.tie) & fin
@@ -370,14 +385,16 @@ def _fmt_tie(tie: float | tuple[float, float]) -> str:
 
 def _status(c: Claim, own: dict, controls: list[dict]) -> tuple[str, bool | None]:
     """The claim's status. Only measured controls count: a control whose number could not be
-    measured (``unmeasured``) neither passes nor fails the claim, so a claim whose controls are all
-    unmeasured has no evidence of discrimination (``None``); a claim whose own number could not be
-    measured, or a threshold paper claim that holds without any measured control, is ``incomplete``."""
-    measured = [ctl for ctl in controls if not ctl.get("unmeasured") and not ctl.get("equals_baseline")]
+    measured (``unmeasured``) or whose paired test has no power (``no_power``) neither passes nor fails
+    the claim, so a claim whose controls are all unmeasured has no evidence of discrimination (``None``);
+    a claim whose own number could not be measured, whose own paired test has no power, or a threshold
+    paper claim that holds without any measured control, is ``incomplete``."""
+    measured = [ctl for ctl in controls if not ctl.get("unmeasured") and not ctl.get("equals_baseline")
+                and not ctl.get("no_power")]
     discriminating = None if not measured else not any(ctl["holds"] for ctl in measured)
     if c.kind == "paper" and (not c.source.strip() or (is_threshold(c) and not controls)):
         return "incomplete", discriminating
-    if own["unmeasured"]:  # nothing to judge: neither holds nor fails
+    if own["unmeasured"] or own.get("no_power"):  # nothing to judge: neither holds nor fails
         return "incomplete", discriminating
     if not own["holds"]:
         return "fails", discriminating
@@ -395,7 +412,9 @@ def evaluate_claims(record: Mapping, claims: Sequence[Claim]) -> list[dict]:
     controls' outcomes (a control that could not be measured, a non-finite number or a paired
     test without pairs, carries ``unmeasured: true`` and does not count), ``discriminating``
     (``None`` without measured controls) and the ``status``. A paired test with a ``tie`` tolerance
-    adds ``pairs`` (wins, losses, ties). A claim whose ``gates`` (sanity claims of ``claims``) did
+    adds ``pairs`` (wins, losses, ties). A paired test whose pairs cannot reach ``p < ALPHA`` at all
+    (``smallest_p``) adds ``no_power: true``: the claim is ``incomplete``, the control does not count.
+    A claim whose ``gates`` (sanity claims of ``claims``) did
     not all hold is ``incomplete`` and names them under ``gated_by``.
     """
     texts = {c.text: c for c in claims}
@@ -448,8 +467,10 @@ def evaluate_claims(record: Mapping, claims: Sequence[Claim]) -> list[dict]:
 # The claim contract: "2.1" puts a claim's margin inside its paired test (session 11); "2.2": a
 # control equal to the claim's baseline (every pair, or its value) is no evidence of discrimination;
 # "2.3" (session 15): the signed-rank p is the exact sign-flip one up to 50 nonzero differences with ties or
-# zeros (``EXACT_SIGNED_RANK_MAX``), where scipy's normal approximation was liberal when few pairs differ.
-CONTRACT = "2.3"
+# zeros (``EXACT_SIGNED_RANK_MAX``), where scipy's normal approximation was liberal when few pairs differ;
+# "2.4" (session 16): a paired test whose finite pairs (ties counted) cannot reach p < ALPHA (``smallest_p``)
+# has no power: its claim is incomplete, its control counts neither way (it used to read "fails").
+CONTRACT = "2.4"
 
 
 def rejudge(record: Mapping, claims: Sequence[Claim], *, git: str | None = None) -> dict:

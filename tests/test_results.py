@@ -462,6 +462,37 @@ def test_few_differing_pairs_among_many_get_the_exact_p_not_the_normal_approxima
     assert _one_sided_p(d, np.zeros_like(d), True, "paired Wilcoxon") < 1e-9
 
 
+def test_a_paired_test_without_power_is_incomplete_not_failing():
+    """Contract 2.4: 4 pairs cannot reach p < 0.05 even when every pair is a win (smallest p 1/16): the
+    claim is incomplete, not failed, and says so; a fifth pair gives it the power to fail or hold."""
+    four = results.evaluate_claims(_tie_record([-0.3, -0.2, 0.1, -0.1]), [_tie_claim()])[0]
+    assert four["status"] == "incomplete" and four["no_power"] is True and four["holds"] is False
+    assert "no power: the smallest p these pairs allow is 0.0625" in four["measured"]
+    five = results.evaluate_claims(_tie_record([-0.3, -0.2, 0.1, -0.1, -0.2]), [_tie_claim()])[0]
+    assert five["status"] == "fails" and "no_power" not in five
+    won = results.evaluate_claims(_tie_record([-0.3, -0.2, -0.1, -0.1, -0.2]), [_tie_claim()])[0]
+    assert won["status"] == "holds" and won["p_value"] == results.smallest_p(5) == 1 / 32
+
+
+def test_ties_count_in_the_design_so_a_claim_with_many_tied_pairs_can_fail():
+    """16 pairs of which 12 tie: the design could decide (smallest p 2^-16), the ties say "no difference",
+    so the claim fails (4 wins alone give p = 1/16); ties are evidence, not missing pairs."""
+    out = results.evaluate_claims(_tie_record([-0.3] * 4 + [1e-7] * 12), [_tie_claim(tie=1e-5)])[0]
+    assert out["pairs"] == {"wins": 4, "losses": 0, "ties": 12}
+    assert out["p_value"] == 0.0625 and out["status"] == "fails" and "no_power" not in out
+
+
+def test_a_control_without_power_counts_neither_way():
+    rows = _method_rows(ctl=[0.6, 0.5, 0.7, 0.6, 0.9, 0.5, 0.6, 0.7])
+    rows = [r for r in rows if r["method"] != "ctl" or r["seed"] < 3]  # the control ran on 3 seeds only
+    rec = _record(tables={"runs": rows}, baselines={"base": {"gap": 0.59}, "ctl": {"gap": 0.6}})
+    (out,) = results.evaluate_claims(rec, [_lower_than_base("ctl")])
+    ctl = out["controls"][0]
+    assert ctl["no_power"] is True and ctl["holds"] is False and "over 3 paired seeds" in ctl["measured"]
+    assert out["discriminating"] is None and out["status"] == "holds"
+    assert [results.smallest_p(n) for n in (0, 1, 4)] == [1.0, 0.5, 0.0625]
+
+
 def test_a_bad_tie_tolerance_is_refused_naming_it():
     with pytest.raises(ValueError, match="tie"):
         _tie_claim(tie=-1.0)
@@ -541,7 +572,7 @@ def test_a_filter_that_pairs_several_values_under_one_key_is_refused():
     rec = _record(tables={"runs": rows + rows[:2]})  # a repeated identical row is one value
     ok = Claim("acc higher", "metrics.rate", "baselines.base.rate", ">", test="paired sign test over seeds", table="runs",
                a={"method": "ours", "metric": "acc"}, b={"method": "base", "metric": "acc"})
-    assert results.evaluate_claims(rec, [ok])[0]["measured"].endswith("over 4 paired seeds, p=0.0625")
+    assert "over 4 paired seeds, p=0.0625; no power" in results.evaluate_claims(rec, [ok])[0]["measured"]
     bad = Claim("acc higher", "metrics.rate", "baselines.base.rate", ">", test="paired sign test over seeds",
                 table="runs", a={"method": "ours"}, b={"method": "base", "metric": "acc"})
     with pytest.raises(ValueError, match="several values for {'seed': 0}.*add the column"):
