@@ -160,10 +160,37 @@ def test_experiment_tiny_is_identical_with_1_and_2_workers(ray_session):
     assert all("0.05" not in c.text for c in EXPERIMENT.claims)          # no invented margin
     assert one.metrics["minus_hedge_bound"]["majority-3"] == pytest.approx(-2 * math.sqrt(math.log(2) / 120))
     assert set(one.metrics["saol-hedge"]["slow_by_horizon"]) == {"60", "240"}
+    saol = one.metrics["saol-hedge"]
+    assert saol["slow_exponent_ci95"][0] <= saol["slow_exponent"] <= saol["slow_exponent_ci95"][1]
+    assert set(saol["slow_local_exponents"]) == {"60-240"}
+    assert set(one.metrics["behaviour-cloning"]["slow_by_horizon"]) == {"60", "240"}
     with pytest.raises(ValueError, match="game"):
         parse_game("coordination-3")
     with pytest.raises(ValueError, match="chunk_runs"):
         EXPERIMENT.run({**cfg, "runs": 3}, 0)
+
+
+def test_exponent_interval_resamples_runs_jointly_across_horizons():
+    from rayml.experiments.equal_share import exponent_interval, shortfall_exponent
+
+    hs = [1000, 4000, 16000]
+    exact = np.array([[-(h ** -0.3)] * 40 for h in hs])         # every run on the power law: no spread
+    ci = exponent_interval(hs, exact, resamples=50)
+    assert ci["low"] == pytest.approx(-0.3) and ci["high"] == pytest.approx(-0.3)
+    rng = np.random.default_rng(0)
+    noisy = exact * np.exp(0.2 * rng.standard_normal((3, 40)))
+    ci = exponent_interval(hs, noisy, resamples=400, seed=1)
+    assert ci["low"] < shortfall_exponent(hs, noisy.mean(axis=1)) < ci["high"]
+    assert ci["exponents"].shape == (400,)
+    # a run shared by every horizon moves together: perfectly correlated noise leaves the slope fixed
+    shared = exact * np.exp(0.2 * rng.standard_normal(40))[None]
+    ci = exponent_interval(hs, shared, resamples=100)
+    assert ci["high"] - ci["low"] < 1e-9
+    for kwargs, match in [(dict(resamples=0), "resamples"), (dict(level=1.0), "level")]:
+        with pytest.raises(ValueError, match=match):
+            exponent_interval(hs, exact, **kwargs)
+    with pytest.raises(ValueError, match="runs_by_horizon"):
+        exponent_interval(hs, exact[:2])
 
 
 def _saol_reference(game, T, pure):
