@@ -12,6 +12,9 @@ Data sets (``dataset``):
 - ``docstrings``: the same embeddings, two majority families of 500 texts and ten of 25 (1:20),
   a uniform flip; ``digits``: ``load_digits`` with 1-pixel nudges, two majority classes and eight
   kept at 5%, a uniform flip (the earlier settings; ``tiny`` runs digits, which needs no encoder).
+  ``majority_size`` (default 500) sets the docstrings majority families' pool size (minority families keep
+  ``minority_fraction`` of it); ``stdlib`` (default: the running Python's standard library) is any directory of
+  Python sources laid out like it, whose docstrings make the set (your own code base, or the tests' slice).
 
 Model: a logistic head on the frozen features, retrained every round; quick and full train it unweighted
 (``class_weight=none``: the loss of the authors' LabelBench probe configurations, which set no ``weighted`` flag;
@@ -40,6 +43,7 @@ noise level) is chosen on the tuning seeds, not on the test seeds it is compared
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Mapping
 
@@ -61,7 +65,8 @@ _TEXT = ("docstrings", "docstrings-rare")
 SIZES = {
     "tiny": dict(noise=[0.0, 0.2], seeds=2, tuning_seeds=1, C_grid=[1.0], initial=20, batch=20, rounds=2,
                  n_annotators=1, min_budget_per_class=60, n_majority=2, minority_fraction=0.05,
-                 n_rare=3, rare_size=100, strategies=list(al.STRATEGIES), dataset="digits", class_weight="balanced"),
+                 n_rare=3, rare_size=100, strategies=list(al.STRATEGIES), dataset="digits", class_weight="balanced",
+                 majority_size=text_sets.MAJORITY_SIZE, stdlib=None),
     # quick and full: the unweighted head of the authors' LabelBench probe configs (no ``weighted`` flag), on a C grid
     # 0.1 ... 1e6 in decades (sklearn's default 1 inside; on a 3-tuning-seed quick pilot the unweighted head's choices
     # lay at 10 to 1e5, and 1e6 scored below 1e5 wherever the tuning extended there);
@@ -72,12 +77,12 @@ SIZES = {
     "quick": dict(noise=[0.0, 0.1], seeds=8, tuning_seeds=2, C_grid=[0.1, 1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6],
                   initial=20, batch=40, rounds=8, n_annotators=1, min_budget_per_class=60, n_majority=2, minority_fraction=0.05,
                   n_rare=3, rare_size=100, strategies=list(al.STRATEGIES), dataset="docstrings-rare",
-                  class_weight="none"),
+                  class_weight="none", majority_size=text_sets.MAJORITY_SIZE, stdlib=None),
     "full": dict(noise=[0.0, 0.1], seeds=16, tuning_seeds=3,
                  C_grid=[0.1, 1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6],
                  initial=20, batch=480, rounds=4, n_annotators=20, min_budget_per_class=60, n_majority=2,
                  minority_fraction=0.05, n_rare=3, rare_size=100, strategies=list(al.STRATEGIES),
-                 dataset="docstrings-rare", class_weight="none"),
+                 dataset="docstrings-rare", class_weight="none", majority_size=text_sets.MAJORITY_SIZE, stdlib=None),
 }
 PAPER_B1 = 20  # LabelBench configs/strategy/direct_sampling.json
 CLASS_WEIGHTS = {"balanced": "balanced", "none": None}  # "none": the unweighted loss of the authors' probe configs
@@ -116,12 +121,16 @@ def _validate(config: Mapping[str, Any]) -> None:
             or any(s not in al.STRATEGIES for s in strategies) or len(set(strategies)) != len(strategies)):
         raise ValueError(f"strategies must list distinct names of {al.STRATEGIES}, including 'direct', 'random' "
                          f"and {al.ORACLE!r}, got {strategies!r}")
-    for key in ("n_rare", "rare_size"):
+    for key in ("n_rare", "rare_size", "majority_size"):
         v = config.get(key, 1)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{key} must be a positive integer, got {v!r}")
     if config.get("class_weight", "balanced") not in CLASS_WEIGHTS:
         raise ValueError(f"class_weight must be one of {sorted(CLASS_WEIGHTS)}, got {config.get('class_weight')!r}")
+    stdlib = config.get("stdlib")
+    if stdlib is not None and not (isinstance(stdlib, str) and os.path.isdir(stdlib)):
+        raise ValueError(f"stdlib must be None (the running Python's standard library) or a directory of Python "
+                         f"sources laid out like it, got {stdlib!r}")
     if dataset in _TEXT:
         text_sets.available()  # one line naming what to install, before any work
 
@@ -129,7 +138,7 @@ def _validate(config: Mapping[str, Any]) -> None:
 def _data(case: tuple, shared: Mapping[str, Any]) -> al.ActiveData:
     data_seed, noise = case
     key = (shared["dataset"], data_seed, noise, shared["n_majority"], shared["minority_fraction"],
-           shared.get("n_rare"), shared.get("rare_size"))
+           shared.get("n_rare"), shared.get("rare_size"), shared.get("majority_size"))
     cache = _data.__dict__.setdefault("cache", {})
     if key not in cache:
         cache.clear()
@@ -142,8 +151,9 @@ def _data(case: tuple, shared: Mapping[str, Any]) -> al.ActiveData:
                                                        rare_size=int(shared["rare_size"]), noise=noise)
         else:
             E, y = shared["text"]
-            cache[key] = text_sets.imbalanced_text(E, y, data_seed, n_majority=shared["n_majority"],
-                                                   minority_fraction=shared["minority_fraction"], noise=noise)
+            cache[key] = text_sets.imbalanced_text(
+                E, y, data_seed, n_majority=shared["n_majority"], minority_fraction=shared["minority_fraction"],
+                noise=noise, majority_size=int(shared.get("majority_size") or text_sets.MAJORITY_SIZE))
     return cache[key]
 
 
@@ -164,7 +174,7 @@ def _lockstep(runs: list[tuple], config: Mapping[str, Any], desc: str, text=None
     ``(E, y)`` of the docstrings set, sent to the tasks through the object store."""
     shared = {k: config[k] for k in ("initial", "batch", "rounds", "n_annotators", "min_budget_per_class",
                                      "n_majority", "minority_fraction", "dataset")}
-    shared.update({k: config.get(k) for k in ("n_rare", "rare_size", "class_weight")})
+    shared.update({k: config.get(k) for k in ("n_rare", "rare_size", "class_weight", "majority_size")})
     shared["text"] = text
     shared["start"] = [(s, seed, C) for s, seed, C, _ in runs]
     states = [None] * len(runs)
@@ -226,7 +236,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     if config["dataset"] in _TEXT:
         from rayml.data import minilm
 
-        E, y, ts = text_sets.docstring_embeddings()
+        E, y, ts = text_sets.docstring_embeddings(config.get("stdlib"))
         text = (E, y)
         data_info.update(texts=len(ts.texts), families=list(ts.families), corpus_sha256=ts.fingerprint,
                          encoder=f"{minilm.PACKAGE}=={minilm.VERSION}", encoder_sha256=minilm.SAFETENSORS_SHA256,

@@ -88,27 +88,6 @@ def test_imbalanced_text_bad_input(kw, match):
 # A slice of the standard library with about a hundred texts in every family: the whole library
 # (6366 texts on CPython 3.11, about 95 CPU-s to embed) is what ``rayml.experiments.direct`` uses;
 # the behaviour tested here (caching, unit rows, Ray batches, family signal) is the same on a slice.
-_SLICE = ("turtle", "pkgutil", "venv", "site", "sysconfig", "zipimport", "runpy", "threading", "queue",
-          "concurrent", "urllib", "smtplib", "imaplib", "inspect", "tarfile", "doctest", "bdb", "statistics",
-          "numbers", "random", "codecs", "difflib", "logging", "xml")
-
-
-@pytest.fixture(scope="module")
-def stdlib_slice(tmp_path_factory):
-    import shutil
-    import sysconfig
-    from pathlib import Path
-
-    src, dst = Path(sysconfig.get_paths()["stdlib"]), tmp_path_factory.mktemp("stdlib-slice")
-    for name in _SLICE:
-        for p in (src / name, src / f"{name}.py"):
-            if p.is_dir():
-                shutil.copytree(p, dst / name, ignore=shutil.ignore_patterns("test", "tests", "__pycache__"))
-            elif p.is_file():
-                shutil.copy(p, dst / p.name)
-    return str(dst)
-
-
 @pytest.fixture
 def embedded(ray_session, stdlib_slice):
     import torch

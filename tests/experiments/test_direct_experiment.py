@@ -16,6 +16,8 @@ def test_every_claim_is_measured_at_tiny_size(unmeasured_claims):
     ({"dataset": "mnist"}, "dataset"),
     ({"dataset": "docstrings", "n_majority": 4}, "n_majority"),
     ({"n_majority": 10}, "n_majority"),
+    ({"dataset": "docstrings", "stdlib": "/no/such/dir"}, "stdlib"),
+    ({"dataset": "docstrings", "majority_size": 0}, "majority_size"),
 ])
 def test_bad_dataset_settings_are_rejected_before_work(overrides, match):
     config = experiments.resolve_config(exp.SIZES, "tiny", overrides)
@@ -23,7 +25,7 @@ def test_bad_dataset_settings_are_rejected_before_work(overrides, match):
         exp.run(config, 0)
 
 
-def test_tiny_run_on_minilm_docstrings_measures_every_claim(ray_session):
+def test_tiny_run_on_minilm_docstrings_measures_every_claim(ray_session, stdlib_slice):
     from rayml import registry, results
 
     try:
@@ -32,10 +34,14 @@ def test_tiny_run_on_minilm_docstrings_measures_every_claim(ray_session):
         text_sets.available()
     except minilm.EncoderUnavailable as e:
         pytest.skip(str(e))
-    record = experiments.run("direct", size="tiny", seed=1, overrides={"dataset": "docstrings"})
+    # the tests' slice of the standard library (its embeddings are cached once, shared with
+    # tests/data/test_minilm_text_set.py), so majority families of 100 texts (minorities 5)
+    record = experiments.run("direct", size="tiny", seed=1,
+                             overrides={"dataset": "docstrings", "stdlib": stdlib_slice, "majority_size": 100})
     data = record["metrics"]["data"]
     assert data["name"] == "docstrings" and data["classes"] == 12 and data["test"] == 12 * 30
-    assert data["pool"] == 2 * 500 + 10 * 25 and data["minority_pool"] == 10 * 25
+    assert data["pool"] == 2 * 100 + 10 * 5 and data["minority_pool"] == 10 * 5
+    assert data["corpus_sha256"] == text_sets.stdlib_docstrings(stdlib_slice).fingerprint
     assert data["encoder_sha256"] == minilm.SAFETENSORS_SHA256 and len(data["corpus_sha256"]) == 64
     assert record["metrics"]["budget_violations"] == 0
     for claim in registry.get("direct").load_experiment().claims:
