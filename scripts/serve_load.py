@@ -47,10 +47,12 @@ GEN_LIMITS = {"compile_timeout_s": 3.0, "max_source_chars": 2000}
 
 
 def deploy_all(root: str = "", *, skip: tuple = ()) -> dict:
-    """Deploy the five apps (``serve.run``, each under its route prefix) on the running Serve;
+    """Deploy the five apps (each under its route prefix) on the running Serve in one ``serve.run_many``,
+    so their replicas start side by side rather than one app after another, and wait until every one runs;
     returns ``{app: base url}`` given ``root`` (``http://127.0.0.1:port``). ``skip`` names apps
     already running. The epic app's KV store is its own deployment (deleted with the app)."""
     from ray import serve
+    from ray.serve.api import RunTarget
 
     from rayml.actors.serve import constrained, epic, generate, optimize, purify
 
@@ -62,9 +64,9 @@ def deploy_all(root: str = "", *, skip: tuple = ()) -> dict:
         "constrained": lambda: constrained.ConstrainedGenerator.options(**opts).bind("base", GEN_LIMITS, 16, 30.0),
         "epic": lambda: epic.EpicServer.options(**opts).bind("base", 2, epic.EpicKVStore.bind(8 << 20), 256),
     }
-    for name, make in apps.items():
-        if name not in skip:
-            serve.run(make(), name=name, route_prefix=f"/{name}")
+    targets = [RunTarget(make(), name=name, route_prefix=f"/{name}") for name, make in apps.items() if name not in skip]
+    if targets:
+        serve.run_many(targets, wait_for_applications_running=True)
     return {name: f"{root}/{name}" for name in apps}
 
 
