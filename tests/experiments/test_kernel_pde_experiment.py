@@ -289,6 +289,22 @@ def test_per_equation_easy_claims_pair_over_cases_with_ties_behind_two_gates():
             assert sum(kp.CASES[c][0] == eq for c in kp.SIZES[size]["cases"]) >= kp.EASY_MIN_CASES, (size, eq)
 
 
+def _easy_record(eq, cases, ours, fd2):
+    """A synthetic record of the per-equation claims of ``eq``: the matrix-free RMSEs ``ours`` per case, FD 1.0,
+    FD2 ``fd2``, every solve converged."""
+    from rayml.experiments import kernel_pde as kp
+
+    rmse = {}
+    for c, o in zip(cases, ours):
+        rmse.update({(c, kp.OURS): o, (c, "fd"): 1.0, (c, "fd2"): fd2})
+    conv = {k: True for k in rmse}
+    rows = [{"case": c, "equation": eq, "method": m, "metric": "rmse", "value": rmse[(c, m)]}
+            for c in cases for m in (kp.OURS, "fd", "fd2")]
+    return {"metrics": {"easy": kp.easy_summary(rmse, conv, cases, kp.OURS)},
+            "baselines": {m: {"easy": kp.easy_summary(rmse, conv, cases, m)} for m in ("fd", "fd2")},
+            "tables": {"accuracy": rows}}
+
+
 def test_per_equation_claim_fails_when_most_cases_lose_and_holds_when_all_win():
     from rayml import results
     from rayml.experiments import kernel_pde as kp
@@ -297,15 +313,7 @@ def test_per_equation_claim_fails_when_most_cases_lose_and_holds_when_all_win():
     claim = next(c for c in kp.EASY_CLAIMS if c.kind == "paper" and c.a["equation"] == "elliptic")
 
     def record(ours):
-        rmse = {}
-        for c, o in zip(cases, ours):
-            rmse.update({(c, kp.OURS): o, (c, "fd"): 1.0, (c, "fd2"): 2.0})
-        conv = {k: True for k in rmse}
-        rows = [{"case": c, "equation": "elliptic", "method": m, "metric": "rmse", "value": rmse[(c, m)]}
-                for c in cases for m in (kp.OURS, "fd", "fd2")]
-        return {"metrics": {"easy": kp.easy_summary(rmse, conv, cases, kp.OURS)},
-                "baselines": {m: {"easy": kp.easy_summary(rmse, conv, cases, m)} for m in ("fd", "fd2")},
-                "tables": {"accuracy": rows}}
+        return _easy_record("elliptic", cases, ours, fd2=2.0)
 
     gates = [c for c in kp.EASY_CLAIMS if c.text in claim.gates]
     # one case 1000x better, five 2x worse: the geometric mean wins, the per-case claim fails
@@ -319,8 +327,103 @@ def test_per_equation_claim_fails_when_most_cases_lose_and_holds_when_all_win():
     # a tie (within 10%) is dropped: five wins and a tie cannot reach p < 0.05 with five pairs? 2^-5 = 0.031: holds
     out = {e["text"]: e for e in results.evaluate_claims(record([0.5] * 5 + [0.95]), [*gates, claim])}
     assert out[claim.text]["pairs"]["ties"] == 1 and out[claim.text]["status"] == "holds"
+    # session 16 (R15): four untied wins and two ties cannot reach p < 0.05 (1/16): the pairs gate (untied pairs >= 5)
+    # makes the claim incomplete; before, it counted cases and the claim read "fails"
     out = {e["text"]: e for e in results.evaluate_claims(record([0.5] * 4 + [0.95, 0.95]), [*gates, claim])}
-    assert out[claim.text]["status"] == "fails"   # four non-tied wins: p = 1/16
+    assert out[claim.text]["status"] == "incomplete"
+
+
+def test_per_equation_pairs_gate_counts_untied_pairs_not_cases():
+    """R15: a synthetic Burgers record with 4 wins, 0 losses and 1 tie (5 cases) passed the case-count gate and read
+    "fails" at p = 0.0625; the gate counts wins + losses, so it reads incomplete (the gate fails), and 5 untied wins
+    hold."""
+    from rayml import results
+    from rayml.experiments import kernel_pde as kp
+
+    cases = kp.EASY_BURGERS
+    claim = next(c for c in kp.EASY_CLAIMS if c.kind == "paper" and c.a["equation"] == "burgers")
+    gates = [c for c in kp.EASY_CLAIMS if c.text in claim.gates]
+    pairs_gate = next(g for g in gates if g.metric.endswith("untied_pairs"))
+
+    def record(ours):
+        return _easy_record("burgers", cases, ours, fd2=1.0)
+
+    rec = record([0.5, 0.5, 0.5, 0.5, 0.95])
+    easy = rec["metrics"]["easy"]["burgers"]
+    assert easy["cases"] == 5 and easy["vs_fd"] == {"wins": 4, "losses": 0, "ties": 1} and easy["untied_pairs"] == 4
+    out = {e["text"]: e for e in results.evaluate_claims(rec, [*gates, claim])}
+    assert out[pairs_gate.text]["status"] == "fails" and out[claim.text]["status"] == "incomplete"
+    out = {e["text"]: e for e in results.evaluate_claims(record([0.5] * 5), [*gates, claim])}
+    assert out[pairs_gate.text]["status"] == "holds" and out[claim.text]["status"] == "holds"
+    # a loss counts as a pair: 4 wins and a loss pass the gate, and the test decides (p = 3/16: fails)
+    out = {e["text"]: e for e in results.evaluate_claims(record([0.5] * 4 + [2.0]), [*gates, claim])}
+    assert out[pairs_gate.text]["status"] == "holds" and out[claim.text]["status"] == "fails"
+
+
+def test_a_scaling_solve_with_a_capped_cg_step_does_not_reach_the_target(monkeypatch):
+    """R15: the "reaches target" sanity check requires no Gauss-Newton step whose CG stopped at its cap."""
+    import types
+
+    from rayml.experiments import kernel_pde as kp
+
+    cfg = {**kp.SIZES["tiny"], "timing": False}
+
+    def fake(cg_steps):
+        res = types.SimpleNamespace(rel_l2=1e-4, iterations=len(cg_steps),
+                                    info={"cg_steps": cg_steps, "cg_residuals": [1e-9] * len(cg_steps)})
+        return lambda *a, **k: res
+
+    cap = int(cfg["cg_iterations"])
+    monkeypatch.setattr(kp, "_solve", fake([10, cap - 1]))
+    row = kp.scaling_one((8, kp.OURS), cfg)
+    assert row["reached"] is True and row["cg_capped"] == 0
+    monkeypatch.setattr(kp, "_solve", fake([10, cap]))
+    row = kp.scaling_one((8, kp.OURS), cfg)
+    assert row["reached"] is False and row["cg_capped"] == 1 and row["rel_l2"] <= cfg["target_rel_l2"]
+
+
+def test_lengthscale_factor_is_tuned_for_both_kernel_solvers_on_the_tuning_instance(tiny_record):
+    """Session 16 (R15): the lengthscale factor is a tuning axis crossed with the regulariser, for the matrix-free
+    solver and DAKS alike, evaluated on the tuning instance only; the accuracy solves use the case's lengthscales times
+    the chosen factor; quick and full hold factor 1 strictly inside their grid."""
+    from rayml import evidence
+    from rayml.experiments import kernel_pde as kp
+
+    for size in ("quick", "full"):
+        assert evidence.paper_not_inside("ls_factors", kp.SIZES[size].get("ls_factors", kp.LS_FACTORS), 1.0) is None
+    rec = tiny_record("kernel-pde")
+    cfg = kp.SIZES["tiny"]
+    rows = [r for r in rec["tables"]["tuning"] if r["metric"] == "tuning_rmse"]
+    for c in cfg["cases"]:
+        for m in (kp.OURS, "daks"):
+            mine = [r for r in rows if r["case"] == c and r["method"] == m]
+            assert {(r["ls_factor"], r["regulariser"]) for r in mine} == \
+                {(f, g) for f in cfg["ls_factors"] for g in cfg["regularisers"]}, (c, m)
+            f = rec["metrics"]["tuned_lengthscale_factor"][f"{c}/{m}"]
+            assert [r["ls_factor"] for r in mine if r["chosen"] == 1.0] == [f]
+            assert rec["metrics"]["lengthscale"][f"{c}/{m}"] == [f * l for l in kp.CASES[c][3]]
+    with __import__("pytest").raises(ValueError, match="ls_factors"):
+        kp._check_config({**cfg, "ls_factors": (0.0, 1.0)})
+
+
+def test_accuracy_and_tuning_cells_solve_at_the_lengthscale_times_the_factor(monkeypatch):
+    from rayml.experiments import kernel_pde as kp
+
+    seen = []
+
+    def fake(method, problem, grid, ls, reg, config):
+        seen.append((method, grid, ls, reg))
+        import types
+        return types.SimpleNamespace(rmse=1.0, rel_l2=1.0, iterations=1, info={"last_change": 0.0}, last_change=0.0)
+
+    monkeypatch.setattr(kp, "_solve", fake)
+    cfg = {**kp.SIZES["tiny"], "timing": False}
+    kp.accuracy_one(("elliptic-12x12", kp.OURS, 1e-8, 2.0), cfg)
+    kp.tune_one(("elliptic-12x12", "daks", 1e-6, 1.5), cfg)
+    small, tls = kp.tuning_instance("elliptic-12x12", cfg)
+    assert seen[0] == (kp.OURS, (12, 12), (0.5, 0.5), 1e-8)
+    assert seen[1][:2] == ("daks", small) and seen[1][3] == 1e-6
+    assert all(abs(a - 1.5 * b) < 1e-15 for a, b in zip(seen[1][2], tls)) and small != (12, 12)
 
 
 def test_scaled_lengthscale_keeps_points_per_lengthscale_and_cases_use_it():

@@ -235,12 +235,12 @@ def test_daks_reports_its_last_step_and_a_tuning_cell_whether_it_converged_befor
     assert d.iterations == 2 and np.isfinite(d.last_change) and d.last_change > 0
     assert np.isnan(fd_solve(NonlinearElliptic(), (10, 10)).last_change)
     cfg = dict(exp.SIZES["tiny"])
-    capped = exp.tune_one(("elliptic-12x12", "daks", 1e-6), {**cfg, "gn_iterations": 1})
+    capped = exp.tune_one(("elliptic-12x12", "daks", 1e-6, 1.0), {**cfg, "gn_iterations": 1})
     assert capped["converged"] is False and capped["rmse"] > 0
     # session 8: converged = the last step moved u by < CONVERGED_CHANGE (one rule for both solvers); on the
     # Allen-Cahn tuning grid the Kronecker solve ends far below it (the elliptic 9 x 9 one stops on its loss rule
     # with a last change of 2e-6, which the common rule counts as not converged)
-    assert exp.tune_one(("allen-cahn-12x12", "kronecker", 1e-8), {**cfg, "gn_iterations": 30})["converged"] is True
+    assert exp.tune_one(("allen-cahn-12x12", "kronecker", 1e-8, 1.0), {**cfg, "gn_iterations": 30})["converged"] is True
 
 
 def test_daks_reports_the_change_of_u_in_every_gauss_newton_step():
