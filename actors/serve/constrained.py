@@ -43,7 +43,7 @@ from ray import serve
 
 from rayml.actors.serve.generate import (MAX_BODY, SMOLLM2, BadRequest, CompletionRequest, chat_prompts, load_lm,
                                          scalar_values, tokenize)
-from rayml.actors.serve.http import completion_answer, generate_grouped, make_api
+from rayml.actors.serve.http import SHUTDOWN_POLL_S, completion_answer, generate_grouped, make_api
 
 __all__ = ["ConstrainedGenerator", "ConstrainedRequest", "app", "smollm2_app", "api", "build", "parse_constraint",
            "CONSTRAINT_FIELDS"]
@@ -92,7 +92,8 @@ class ConstrainedRequest(CompletionRequest):
 api = make_api("rayml constrained: ZapFormat-constrained completions", max_body_bytes=MAX_BODY)
 
 
-@serve.deployment(max_ongoing_requests=32, ray_actor_options={"num_cpus": 0.5})
+@serve.deployment(max_ongoing_requests=32, ray_actor_options={"num_cpus": 0.5},
+                  graceful_shutdown_wait_loop_s=SHUTDOWN_POLL_S)
 @serve.ingress(api)
 class ConstrainedGenerator:
     """The deployment: validates and compiles constraints (cached), batches, generates.

@@ -42,7 +42,7 @@ from ray import serve
 
 from rayml.actors.kvstore import KVStore
 from rayml.actors.serve.generate import scalar_values
-from rayml.actors.serve.http import make_api
+from rayml.actors.serve.http import SHUTDOWN_POLL_S, make_api
 
 __all__ = ["EmlocServer", "EmlocKVStore", "app", "api", "build", "Demonstration", "MemoryRequest", "AskRequest",
            "HTTPError", "MAX_TOKENS", "MAX_DEMOS", "MAX_QUERIES"]
@@ -120,14 +120,16 @@ api = make_api("rayml emloc: compressed many-shot memories (EMLoC) cached in a R
                max_body_bytes=MAX_BODY)
 
 
-@serve.deployment(num_replicas=1, max_ongoing_requests=256, ray_actor_options={"num_cpus": 0})
+@serve.deployment(num_replicas=1, max_ongoing_requests=256, ray_actor_options={"num_cpus": 0},
+                  graceful_shutdown_wait_loop_s=SHUTDOWN_POLL_S)
 class EmlocKVStore(KVStore):
     """The app's memory store: ``rayml.actors.kvstore.KVStore`` as a Serve deployment with no route
     (reached through the handle the app binds into ``EmlocServer``). Serve restarts a crashed
     replica, empty."""
 
 
-@serve.deployment(max_ongoing_requests=16, ray_actor_options={"num_cpus": 0.5})
+@serve.deployment(max_ongoing_requests=16, ray_actor_options={"num_cpus": 0.5},
+                  graceful_shutdown_wait_loop_s=SHUTDOWN_POLL_S)
 @serve.ingress(api)
 class EmlocServer:
     """The deployment: tokenization, EMLoC compression and answering, and the store client.

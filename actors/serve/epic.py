@@ -41,7 +41,7 @@ from ray import serve
 
 from rayml.actors.kvstore import KVStore
 from rayml.actors.serve.generate import longest_token_bytes, scalar_values
-from rayml.actors.serve.http import make_api
+from rayml.actors.serve.http import SHUTDOWN_POLL_S, make_api
 
 __all__ = ["EpicServer", "EpicKVStore", "app", "api", "build", "parse_ask", "parse_document", "HTTPError", "DocumentRequest",
            "AskRequest", "MAX_TOKENS", "MAX_DOCUMENTS"]
@@ -145,14 +145,16 @@ def parse_ask(body: Any, default_k: int) -> dict:
 api = make_api("rayml epic: position-independent context caching (LegoLink)", max_body_bytes=MAX_BODY)
 
 
-@serve.deployment(num_replicas=1, max_ongoing_requests=256, ray_actor_options={"num_cpus": 0})
+@serve.deployment(num_replicas=1, max_ongoing_requests=256, ray_actor_options={"num_cpus": 0},
+                  graceful_shutdown_wait_loop_s=SHUTDOWN_POLL_S)
 class EpicKVStore(KVStore):
     """The app's chunk-KV store: ``rayml.actors.kvstore.KVStore`` as a Serve deployment with no
     route (reached only through the handle the app binds into ``EpicServer``). Serve restarts a
     crashed replica, empty."""
 
 
-@serve.deployment(max_ongoing_requests=16, ray_actor_options={"num_cpus": 0.5})
+@serve.deployment(max_ongoing_requests=16, ray_actor_options={"num_cpus": 0.5},
+                  graceful_shutdown_wait_loop_s=SHUTDOWN_POLL_S)
 @serve.ingress(api)
 class EpicServer:
     """The deployment: a document registry, the KV store client and the LegoLink engine.

@@ -33,7 +33,7 @@ from fastapi import HTTPException
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
 from ray import serve
 
-from rayml.actors.serve.http import completion_answer, generate_grouped, make_api
+from rayml.actors.serve.http import SHUTDOWN_POLL_S, completion_answer, generate_grouped, make_api
 
 __all__ = ["Generator", "app", "smollm2_app", "api", "build", "chat_prompts", "SMOLLM2", "parse_request", "BadRequest", "CompletionRequest", "MAX_TOKENS",
            "MAX_PROMPTS", "MAX_BODY"]
@@ -176,7 +176,8 @@ def parse_request(body: Any, tokenizer, max_seq_len: int) -> dict:
 api = make_api("rayml generate: completions on the embedded LM", max_body_bytes=MAX_BODY)
 
 
-@serve.deployment(max_ongoing_requests=32, ray_actor_options={"num_cpus": 0.5})
+@serve.deployment(max_ongoing_requests=32, ray_actor_options={"num_cpus": 0.5},
+                  graceful_shutdown_wait_loop_s=SHUTDOWN_POLL_S)
 @serve.ingress(api)
 class Generator:
     """The deployment: validates requests, batches them, generates with the KV cache."""

@@ -25,7 +25,7 @@ from fastapi import HTTPException
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 from ray import serve
 
-from rayml.actors.serve.http import make_api
+from rayml.actors.serve.http import SHUTDOWN_POLL_S, make_api
 from rayml.optim import smoothing_baselines as sb
 from rayml.optim._zeroth_order import Negated
 from rayml.optim.gs_poweropt import GSPowerOptConfig, maximize
@@ -137,7 +137,8 @@ def solve(req: dict) -> dict:
 api = make_api("rayml optimize: GS-PowerOpt and baselines on test functions", max_body_bytes=64 * 1024)
 
 
-@serve.deployment(max_ongoing_requests=4, ray_actor_options={"num_cpus": 0.5})
+@serve.deployment(max_ongoing_requests=4, ray_actor_options={"num_cpus": 0.5},
+                  graceful_shutdown_wait_loop_s=SHUTDOWN_POLL_S)
 @serve.ingress(api)
 class Optimizer:
     """The deployment: validated requests, the bounded optimisation in a thread, JSON answers."""

@@ -38,7 +38,7 @@ from fastapi import HTTPException, Request
 from pydantic import BaseModel
 from ray import serve
 
-from rayml.actors.serve.http import make_api
+from rayml.actors.serve.http import SHUTDOWN_POLL_S, make_api
 
 __all__ = ["Purifier", "app", "api", "BadRequest", "parse_json", "parse_png", "parse_body", "model_accepts",
            "MAX_BATCH", "MAX_BODY", "MAX_PIXELS", "SIDE", "MIN_SIDE", "MAX_SIDE", "REF_IMAGES"]
@@ -196,7 +196,8 @@ _BODY_DOC = {"requestBody": {"required": True, "content": {
 api = make_api("rayml purify: SSNI diffusion purification of grayscale images", max_body_bytes=MAX_BODY)
 
 
-@serve.deployment(max_ongoing_requests=4, ray_actor_options={"num_cpus": 0.5})
+@serve.deployment(max_ongoing_requests=4, ray_actor_options={"num_cpus": 0.5},
+                  graceful_shutdown_wait_loop_s=SHUTDOWN_POLL_S)
 @serve.ingress(api)
 class Purifier:
     """The deployment: loads the score model, classifier and reference statistics once; purifies requests."""

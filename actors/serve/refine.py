@@ -45,7 +45,7 @@ from fastapi import HTTPException
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 from ray import serve
 
-from rayml.actors.serve.http import make_api
+from rayml.actors.serve.http import SHUTDOWN_POLL_S, make_api
 
 __all__ = ["RefineServer", "RefineRequest", "app", "api", "build", "app_builder", "check_question", "MAX_QUESTIONS",
            "MAX_TURNS", "MAX_QUESTION_CHARS", "MAX_QUESTION_TOKENS", "MAX_BODY"]
@@ -123,7 +123,8 @@ def _load(policy: str, size: str, seed: int, train_if_missing: bool):
     return P.load_policy(policy), policy
 
 
-@serve.deployment(max_ongoing_requests=8, ray_actor_options={"num_cpus": 0.5})
+@serve.deployment(max_ongoing_requests=8, ray_actor_options={"num_cpus": 0.5},
+                  graceful_shutdown_wait_loop_s=SHUTDOWN_POLL_S)
 @serve.ingress(api)
 class RefineServer:
     """The deployment: the policy's actor and critic loaded once; refinement of request batches.

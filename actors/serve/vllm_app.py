@@ -37,7 +37,7 @@ from ray import serve
 
 from rayml.actors.serve.constrained import CONSTRAINT_FIELDS, ConstrainedRequest, parse_constraint
 from rayml.actors.serve.generate import MAX_BODY, SMOLLM2, BadRequest
-from rayml.actors.serve.http import make_api
+from rayml.actors.serve.http import SHUTDOWN_POLL_S, make_api
 
 __all__ = ["VLLMGenerator", "app", "api", "build", "engine_env"]
 
@@ -52,7 +52,8 @@ def engine_env(kv_cache_gib: int) -> dict:
     return {"VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
-@serve.deployment(max_ongoing_requests=32, ray_actor_options={"num_cpus": 1})
+@serve.deployment(max_ongoing_requests=32, ray_actor_options={"num_cpus": 1},
+                  graceful_shutdown_wait_loop_s=SHUTDOWN_POLL_S)
 @serve.ingress(api)
 class VLLMGenerator:
     """The deployment: one vLLM ``LLM`` (float32, eager) per replica, ZapFormat-constrained requests.
