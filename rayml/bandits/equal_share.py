@@ -88,6 +88,8 @@ __all__ = [
     "symmetric_game",
     "slow_sigma",
     "total_variation",
+    "expected_payoffs",
+    "slow_best_response",
     "payoff_vectors",
     "opponent_counts",
     "hedge_rate",
@@ -261,6 +263,29 @@ def total_variation(n_actions: int, horizon: int, period: float) -> float:
     budget of adaptivity)."""
     sig = np.array([slow_sigma(n_actions, t, period) for t in range(1, _check_int("horizon", horizon, 1) + 1)])
     return float(np.abs(np.diff(sig, axis=0)).sum())
+
+
+def expected_payoffs(game: SymmetricGame, sigma) -> np.ndarray:
+    """``E[U(a)]`` for each own action ``a`` when the ``n - 1`` opponents each draw an action from
+    ``sigma`` independently (counts multinomial), centred on C/n; ``sigma (..., m)`` -> ``(..., m)``."""
+    sig = np.asarray(sigma, dtype=float)
+    m, n1 = game.n_actions, game.n_players - 1
+    if sig.shape[-1] != m or np.any(sig < 0) or not np.allclose(sig.sum(axis=-1), 1):
+        raise ValueError(f"sigma must be probability vectors of length n_actions = {m}, got shape {sig.shape}")
+    counts = np.array(list(_compositions(n1, m)), dtype=float)                        # (K, m)
+    coef = np.array([math.factorial(n1) / math.prod(math.factorial(int(c)) for c in k) for k in counts])
+    prob = coef * np.prod(sig[..., None, :] ** counts, axis=-1)                         # (..., K); 0^0 = 1
+    return prob @ payoff_vectors(game, counts)
+
+
+def slow_best_response(game: SymmetricGame, horizon: int, period: float | None = None) -> float:
+    """The dynamic comparator of SAOL_H's bound against the ``slow`` opponents:
+    ``(1 / (T B)) sum_t max_a E[U(a) | sigma_t]`` (the per-round best response to their current
+    common strategy), in units of ``B`` like ``play``'s payoffs (default period ``T / 2``)."""
+    T = _check_int("horizon", horizon, 1)
+    per = T / 2 if period is None else float(period)
+    sig = np.array([slow_sigma(game.n_actions, t, per) for t in range(1, T + 1)])
+    return float(expected_payoffs(game, sig).max(axis=-1).sum() / (T * game.payoff_bound))
 
 
 def hedge_rate(horizon: int, n_actions: int, bound: float) -> float:

@@ -155,7 +155,7 @@ def test_experiment_tiny_is_identical_with_1_and_2_workers(ray_session):
         two = EXPERIMENT.run(cfg, 3)
     assert one.metrics == two.metrics and one.tables["runs"] == two.tables["runs"]
     paper = [c for c in EXPERIMENT.claims if c.kind == "paper"]
-    assert len(paper) == 4 and all(c.controls and c.gates for c in paper)
+    assert len(paper) == 5 and all(c.controls and c.gates for c in paper)
     assert not any("minority-3" in c.metric for c in paper)              # it cannot discriminate (issue 37)
     assert all("0.05" not in c.text for c in EXPERIMENT.claims)          # no invented margin
     assert one.metrics["minus_hedge_bound"]["majority-3"] == pytest.approx(-2 * math.sqrt(math.log(2) / 120))
@@ -164,10 +164,34 @@ def test_experiment_tiny_is_identical_with_1_and_2_workers(ray_session):
     assert saol["slow_exponent_ci95"][0] <= saol["slow_exponent"] <= saol["slow_exponent_ci95"][1]
     assert set(saol["slow_local_exponents"]) == {"60-240"}
     assert set(one.metrics["behaviour-cloning"]["slow_by_horizon"]) == {"60", "240"}
+    br = one.metrics["slow_best_response_by_horizon"]
+    for h in ("60", "240"):   # dynamic regret = best response's payoff - SAOL_H's
+        assert saol["slow_dynamic_regret_by_horizon"][h] == pytest.approx(br[h] - saol["slow_by_horizon"][h])
     with pytest.raises(ValueError, match="game"):
         parse_game("coordination-3")
     with pytest.raises(ValueError, match="chunk_runs"):
         EXPERIMENT.run({**cfg, "runs": 3}, 0)
+
+
+def test_expected_payoffs_against_enumeration_and_the_best_response_comparator():
+    g = es.majority_game(4, 3)
+    sigma = np.array([0.5, 0.2, 0.3])
+    brute = np.zeros(3)
+    for others in itertools.product(range(3), repeat=3):
+        brute += np.prod(sigma[list(others)]) * es.payoff_vectors(g, np.bincount(others, minlength=3).astype(float))
+    assert np.allclose(es.expected_payoffs(g, sigma), brute)
+    assert abs(sigma @ brute) < 1e-12                       # copying identical opponents gets exactly C/n
+    # majority vote against lam e_0 + (1 - lam) e_1: E U / B = ((1 - lam)(2 lam - 1), lam (1 - 2 lam))
+    mv = es.majority_game(3, 2)
+    lam = np.array([0.0, 0.3, 0.5, 0.9])
+    ev = es.expected_payoffs(mv, np.stack([lam, 1 - lam], 1)) / mv.payoff_bound
+    assert np.allclose(ev, np.stack([(1 - lam) * (2 * lam - 1), lam * (1 - 2 * lam)], 1))
+    T = 400
+    lam_t = 0.5 * (1 + np.sin(2 * np.pi * np.arange(1, T + 1) / (T / 2)))
+    expect = np.mean(np.maximum((1 - lam_t) * (2 * lam_t - 1), lam_t * (1 - 2 * lam_t)))
+    assert es.slow_best_response(mv, T) == pytest.approx(expect)
+    with pytest.raises(ValueError, match="sigma"):
+        es.expected_payoffs(mv, [0.5, 0.6])
 
 
 def test_exponent_interval_resamples_runs_jointly_across_horizons():
