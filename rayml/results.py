@@ -18,9 +18,10 @@ Version 2 of the claim contract:
   paired test, or in value without one) counts neither way (``equals_baseline``, contract 2.2): a strongest baseline chosen at run
   time and run as its own control, or a control that ties it everywhere, shows only that the test
   refuses a zero difference.
-- a paired test needs the power to decide (contract 2.4): when the design's finite pairs (ties counted)
-  cannot reach ``p < 0.05`` even if every pair were a win (``smallest_p(n) = 2^-n``, at most 4 pairs),
-  the claim is ``incomplete`` and a control counts neither way; both carry ``no_power: true``.
+- a paired test needs the power to decide (contract 2.4): when the design's pairs (ties and failed runs
+  counted) cannot reach ``p < 0.05`` even if every pair were a win (``smallest_p(n) = 2^-n``, at most 4
+  pairs) while the number is on the claim's side, the claim is ``incomplete`` and a control counts
+  neither way; both carry ``no_power: true``. A number on the wrong side fails, test or not.
 - each evaluated claim gets a ``status``: ``holds``, ``fails``, ``not discriminating`` or
   ``incomplete`` (a paper claim without a source, or a threshold paper claim without a
   control: it is not evidence until declared properly).
@@ -260,9 +261,10 @@ def tie_mask(a: np.ndarray, b: np.ndarray, tie: float | tuple[float, float] | No
 
 
 def smallest_p(n: int) -> float:
-    """The smallest one-sided p that ``n`` finite pairs allow in either paired test (``TESTS``): every
-    pair a win, ``2^-n``. Ties count in ``n``: a tied pair is evidence of no difference, so a design
-    of 16 pairs of which 12 tie can fail its claim, while a design of 4 pairs cannot decide it."""
+    """The smallest one-sided p that ``n`` pairs allow in either paired test (``TESTS``): every pair a
+    win, ``2^-n``. Ties and non-finite pairs count in ``n``: a tied pair is evidence of no difference and a
+    failed run is an outcome, so a design of 16 pairs of which 12 tie can fail its claim, while a design
+    of 4 pairs cannot decide it."""
     return 2.0 ** -int(n) if n > 0 else 1.0
 
 
@@ -360,10 +362,13 @@ def _measure(record: Mapping, c: Claim, metric: str, a: Mapping[str, Any],
         out["holds"] = holds and p < ALPHA
         unit = "paired seeds" if tuple(c.pair_on) == ("seed",) else f"pairs of ({', '.join(c.pair_on)})"
         out["measured"] += f" over {xa.size} {unit}, p={p:.3g}"
-        floor = smallest_p(int((np.isfinite(xa) & np.isfinite(xb)).sum()))
-        if xa.size and floor >= ALPHA:  # (v2.4) the design cannot decide: not a failure of the claim
+        # (v2.4) the design cannot decide: every pair counts (a tie is evidence of no difference, a failed
+        # run's non-finite pair an outcome), and only a number on the claim's side is left undecided (R17:
+        # a number on the wrong side fails the claim as it would without a test)
+        floor = smallest_p(int(xa.size))
+        if xa.size and floor >= ALPHA and holds:
             out["no_power"] = True
-            out["measured"] += f"; no power: the smallest p these pairs allow is {floor:.3g}"
+            out["measured"] += f"; no power: {xa.size} pairs allow no p below {floor:.3g}"
         if c.tie is not None:
             fin = np.isfinite(xa) & np.isfinite(xb)
             ties = tie_mask(xa, xb, c.tie) & fin
@@ -413,7 +418,8 @@ def evaluate_claims(record: Mapping, claims: Sequence[Claim]) -> list[dict]:
     test without pairs, carries ``unmeasured: true`` and does not count), ``discriminating``
     (``None`` without measured controls) and the ``status``. A paired test with a ``tie`` tolerance
     adds ``pairs`` (wins, losses, ties). A paired test whose pairs cannot reach ``p < ALPHA`` at all
-    (``smallest_p``) adds ``no_power: true``: the claim is ``incomplete``, the control does not count.
+    (``smallest_p``), with the number on the claim's side, adds ``no_power: true``: the claim is
+    ``incomplete``, the control does not count.
     A claim whose ``gates`` (sanity claims of ``claims``) did
     not all hold is ``incomplete`` and names them under ``gated_by``.
     """
@@ -468,8 +474,9 @@ def evaluate_claims(record: Mapping, claims: Sequence[Claim]) -> list[dict]:
 # control equal to the claim's baseline (every pair, or its value) is no evidence of discrimination;
 # "2.3" (session 15): the signed-rank p is the exact sign-flip one up to 50 nonzero differences with ties or
 # zeros (``EXACT_SIGNED_RANK_MAX``), where scipy's normal approximation was liberal when few pairs differ;
-# "2.4" (session 16): a paired test whose finite pairs (ties counted) cannot reach p < ALPHA (``smallest_p``)
-# has no power: its claim is incomplete, its control counts neither way (it used to read "fails").
+# "2.4" (session 16): a paired test whose pairs (ties and failed runs counted) cannot reach p < ALPHA
+# (``smallest_p``) has no power: its claim, when its number is on the claim's side, is incomplete, and such
+# a control counts neither way (both used to read "fails"); a number on the wrong side still fails.
 CONTRACT = "2.4"
 
 

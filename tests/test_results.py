@@ -467,11 +467,19 @@ def test_a_paired_test_without_power_is_incomplete_not_failing():
     claim is incomplete, not failed, and says so; a fifth pair gives it the power to fail or hold."""
     four = results.evaluate_claims(_tie_record([-0.3, -0.2, 0.1, -0.1]), [_tie_claim()])[0]
     assert four["status"] == "incomplete" and four["no_power"] is True and four["holds"] is False
-    assert "no power: the smallest p these pairs allow is 0.0625" in four["measured"]
+    assert "no power: 4 pairs allow no p below 0.0625" in four["measured"]
+    # R17: a number on the wrong side fails, as it would without a test (a test never makes escape easier)
+    wrong = results.evaluate_claims(_tie_record([0.3, 0.2, -0.1, 0.1]), [_tie_claim()])[0]
+    assert wrong["status"] == "fails" and "no_power" not in wrong
     five = results.evaluate_claims(_tie_record([-0.3, -0.2, 0.1, -0.1, -0.2]), [_tie_claim()])[0]
     assert five["status"] == "fails" and "no_power" not in five
     won = results.evaluate_claims(_tie_record([-0.3, -0.2, -0.1, -0.1, -0.2]), [_tie_claim()])[0]
     assert won["status"] == "holds" and won["p_value"] == results.smallest_p(5) == 1 / 32
+    # R17: a failed run (a non-finite pair) is an outcome, not a smaller design
+    failed_run = _tie_record([-0.3, -0.2, -0.1, -0.1, 0.0])
+    failed_run["tables"]["runs"][-2]["value"] = float("nan")  # ours on the fifth seed
+    out = results.evaluate_claims(failed_run, [_tie_claim()])[0]
+    assert out["status"] == "fails" and "no_power" not in out and "over 5 paired seeds" in out["measured"]
 
 
 def test_ties_count_in_the_design_so_a_claim_with_many_tied_pairs_can_fail():
@@ -485,7 +493,7 @@ def test_ties_count_in_the_design_so_a_claim_with_many_tied_pairs_can_fail():
 def test_a_control_without_power_counts_neither_way():
     rows = _method_rows(ctl=[0.6, 0.5, 0.7, 0.6, 0.9, 0.5, 0.6, 0.7])
     rows = [r for r in rows if r["method"] != "ctl" or r["seed"] < 3]  # the control ran on 3 seeds only
-    rec = _record(tables={"runs": rows}, baselines={"base": {"gap": 0.59}, "ctl": {"gap": 0.6}})
+    rec = _record(tables={"runs": rows}, baselines={"base": {"gap": 0.59}, "ctl": {"gap": 0.58}})
     (out,) = results.evaluate_claims(rec, [_lower_than_base("ctl")])
     ctl = out["controls"][0]
     assert ctl["no_power"] is True and ctl["holds"] is False and "over 3 paired seeds" in ctl["measured"]
