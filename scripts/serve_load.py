@@ -52,7 +52,13 @@ def deploy_all(root: str = "", *, skip: tuple = ()) -> dict:
     returns ``{app: base url}`` given ``root`` (``http://127.0.0.1:port``). ``skip`` names apps
     already running. The epic app's KV store is its own deployment (deleted with the app)."""
     from ray import serve
-    from ray.serve.api import RunTarget
+
+    try:
+        from ray.serve.api import RunTarget
+    except ImportError:  # Ray without run_many: a stand-in with the same fields
+        from collections import namedtuple
+
+        RunTarget = namedtuple("RunTarget", "target name route_prefix")
 
     from rayml.actors.serve import constrained, epic, generate, optimize, purify
 
@@ -65,8 +71,13 @@ def deploy_all(root: str = "", *, skip: tuple = ()) -> dict:
         "epic": lambda: epic.EpicServer.options(**opts).bind("base", 2, epic.EpicKVStore.bind(8 << 20), 256),
     }
     targets = [RunTarget(make(), name=name, route_prefix=f"/{name}") for name, make in apps.items() if name not in skip]
-    if targets:
+    if not targets:
+        pass
+    elif hasattr(serve, "run_many"):  # a developer API of newer Rays than the oldest rayml takes (2.40)
         serve.run_many(targets, wait_for_applications_running=True)
+    else:
+        for t in targets:
+            serve.run(t.target, name=t.name, route_prefix=t.route_prefix)
     return {name: f"{root}/{name}" for name in apps}
 
 

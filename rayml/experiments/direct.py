@@ -138,7 +138,7 @@ def _validate(config: Mapping[str, Any]) -> None:
 def _data(case: tuple, shared: Mapping[str, Any]) -> al.ActiveData:
     data_seed, noise = case
     key = (shared["dataset"], data_seed, noise, shared["n_majority"], shared["minority_fraction"],
-           shared.get("n_rare"), shared.get("rare_size"), shared.get("majority_size"))
+           shared.get("n_rare"), shared.get("rare_size"), shared.get("majority_size"), shared.get("stdlib"))
     cache = _data.__dict__.setdefault("cache", {})
     if key not in cache:
         cache.clear()
@@ -174,7 +174,7 @@ def _lockstep(runs: list[tuple], config: Mapping[str, Any], desc: str, text=None
     ``(E, y)`` of the docstrings set, sent to the tasks through the object store."""
     shared = {k: config[k] for k in ("initial", "batch", "rounds", "n_annotators", "min_budget_per_class",
                                      "n_majority", "minority_fraction", "dataset")}
-    shared.update({k: config.get(k) for k in ("n_rare", "rare_size", "class_weight", "majority_size")})
+    shared.update({k: config.get(k) for k in ("n_rare", "rare_size", "class_weight", "majority_size", "stdlib")})
     shared["text"] = text
     shared["start"] = [(s, seed, C) for s, seed, C, _ in runs]
     states = [None] * len(runs)

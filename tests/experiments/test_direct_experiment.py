@@ -111,3 +111,17 @@ def test_paper_claims_are_gated_on_the_class_balanced_oracle_beating_random():
     config = experiments.resolve_config(exp.SIZES, "tiny", {"strategies": ["direct", "random"]})
     with pytest.raises(ValueError, match="strategies"):
         exp.run(config, 0)
+
+
+def test_the_data_cache_tells_corpora_apart(stdlib_slice, tmp_path):
+    """R17: a worker (or the driver's probe) that built one corpus's pool must not hand it out for another
+    ``stdlib`` with the same sizes."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(12), 60)
+    E1, E2 = rng.normal(size=(720, 8)), rng.normal(size=(720, 8))
+    base = {"dataset": "docstrings", "n_majority": 2, "minority_fraction": 0.05, "majority_size": 20}
+    a = exp._data((0, 0.0), {**base, "text": (E1, y), "stdlib": stdlib_slice})
+    b = exp._data((0, 0.0), {**base, "text": (E2, y), "stdlib": str(tmp_path)})
+    assert a is not b and not np.array_equal(a.X_pool, b.X_pool)
