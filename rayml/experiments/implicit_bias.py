@@ -12,7 +12,10 @@ Thresholds: the paper's, which depends on the network's non-homogeneity (``L < e
 with ``Q`` from the Euler-defect polynomial of ``rayml.theory.implicit_bias``, where the induced
 margin turns positive), and the homogeneous ``L < 1/n`` as the contrast. Measured: the induced
 margin's largest drop below its running maximum after the paper's threshold, relative to its value,
-against the smoothed margin's from ``1/n`` on the same runs; from the paper's threshold (``1/n`` for
+paired with the homogeneous ReLU reference's on the same seed (same data, same step schedule; for
+ReLU ``Q = 0``, so its induced margin is Lyu & Li's smoothed margin, monotone under gradient flow:
+whatever it drops is GD's discretisation), and the smoothed margin's from ``1/n`` on the same runs
+as the contrast; from the paper's threshold (``1/n`` for
 the tanh control, which never reaches it): the norm's growth, the direction's change between the
 middle and the last checkpoint (``1 - cos``) against the first half's, and the KKT residual of the
 homogenised max-margin problem at the threshold and at the end (their ratio: decay toward 0).
@@ -54,7 +57,7 @@ def _validate(config: Mapping[str, Any]) -> None:
     nets = config["networks"]
     if not isinstance(nets, list) or any(n not in NETWORKS for n in nets) or len(set(nets)) != len(nets):
         raise ValueError(f"networks must list distinct names of {NETWORKS}, got {nets!r}")
-    for need in (*NEAR_HOMOGENEOUS, CONTROL):
+    for need in (*NEAR_HOMOGENEOUS, REFERENCE, CONTROL):
         if need not in nets:
             raise ValueError(f"networks must include {need!r} (the claims compare it)")
     for key in ("seeds", "n", "d", "width", "steps", "checkpoints", "kkt_every"):
@@ -148,11 +151,12 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     items = [(name, i, s) for name in nets for i, s in enumerate(seeds)]
     out = runtime.pmap(run_task, items, shared=dict(config), chunk_size=1, desc="implicit-bias runs")
     n = int(config["n"])
-    run_rows, curve_rows, per = [], [], {}
+    run_rows, curve_rows, per, by_seed = [], [], {}, {}
     for o in out:
         rows = o["rows"]
         s = summarize(_with_cos_final(rows, n), n)
         per.setdefault(o["network"], []).append(s)
+        by_seed[(o["network"], o["seed"])] = s
         group = ("near-homogeneous" if o["network"] in NEAR_HOMOGENEOUS
                  else "control" if o["network"] == CONTROL else "reference")
         for k, v in s.items():
@@ -165,6 +169,14 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
                 if k in r and r[k] is not None and not (isinstance(r[k], float) and math.isnan(r[k])):
                     curve_rows.append({"network": o["network"], "seed": o["seed"], "step": r["step"], "metric": k,
                                        "value": float(r[k])})
+    # the monotonicity claim's pairs: each near-homogeneous run's drop beside the homogeneous ReLU reference's on
+    # the same seed (same data, same step schedule), where monotonicity is a theorem for gradient flow; a
+    # reference run that never reached 1/n leaves a non-finite pair (an outcome, counted by the test)
+    for name in NEAR_HOMOGENEOUS:
+        for i in range(int(config["seeds"])):
+            ref = by_seed[(REFERENCE, i)]["induced_drop"]
+            run_rows.append({"network": name, "group": "near-homogeneous", "seed": i,
+                             "metric": "reference_induced_drop", "value": float(ref)})
 
     def worst(xs, fn=max):
         xs = [x for x in xs if np.isfinite(x)]
@@ -193,6 +205,13 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         "worst_induced_drop": worst([x["induced_drop"] for x in near]),
         # the contrast: the smoothed margin from the homogeneous threshold 1/n on the same runs
         "worst_smoothed_drop_1n": worst([x["smoothed_drop_1n"] for x in near]),
+        # the paired monotonicity claim: medians over the near-homogeneous runs and over their same-seed ReLU
+        # reference runs (each reference run counted once per near-homogeneous net it is paired with)
+        "median_induced_drop": worst([x["induced_drop"] for x in near], np.median),
+        "median_smoothed_drop_1n": worst([x["smoothed_drop_1n"] for x in near], np.median),
+        "median_reference_induced_drop": worst([by_seed[(REFERENCE, i)]["induced_drop"] for _ in NEAR_HOMOGENEOUS
+                                                for i in range(int(config["seeds"]))], np.median),
+        "reference_worst_drop": blocks[REFERENCE]["worst_induced_drop"],
         "worst_direction_gap": worst([x["direction_gap"] for x in near]),
         "worst_direction_ratio": worst([x["direction_ratio"] for x in near]),
         "min_norm_growth": worst([x["norm_growth"] for x in near], min),
@@ -207,14 +226,15 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         "threshold_steps": {"paper": worst([x["threshold_step"] for x in near], np.median),
                             "1/n": worst([x["threshold_1n_step"] for x in near], np.median)},
     }
-    if REFERENCE in blocks:
-        metrics["relu_margin_equals_homogenized"] = blocks[REFERENCE]["worst_homogenized_gap"]
+    metrics["relu_margin_equals_homogenized"] = blocks[REFERENCE]["worst_homogenized_gap"]
     baselines = {name.replace("-", "_"): blocks[name] for name in nets if name not in NEAR_HOMOGENEOUS}
     budget = {"gd_steps": int(config["steps"]), "runs_per_network": int(config["seeds"]),
               "lr": float(config["lr"]), "schedule": "loss-scaled eta/L, step capped at max_step_norm*||theta||",
               "tuning": "none: one step size for every network"}
-    return Outcome(metrics=metrics, baselines=baselines, tables={"runs": run_rows, "curves": curve_rows},
-                   budget=budget)
+    tables = {"runs": run_rows, "curves": curve_rows}
+    # this run as the pilot of each paired paper claim: the pairs its own test needs for power 0.8
+    metrics["power"] = evidence.claim_power(tables, CLAIMS)
+    return Outcome(metrics=metrics, baselines=baselines, tables=tables, budget=budget)
 
 
 def _with_cos_final(rows: list[dict], n: int) -> list[dict]:
@@ -237,6 +257,42 @@ THRESHOLD = Claim(
     text="every near-homogeneous run reaches the paper's threshold L < exp(-Q(||theta||)) / n (the induced margin "
          "turns positive) within the steps", metric="metrics.reached_threshold", compare=1.0, op=">=", kind="sanity")
 
+# The precondition of comparing GD with a gradient-flow statement (ours, a sanity check): the homogeneous
+# ReLU reference, whose induced margin is Lyu & Li's smoothed margin (Q = 0) and is monotone under gradient
+# flow, drops at most 1% of its value; a larger step cap (0.01) makes it zig-zag by about 5% (see the page).
+DISCRETISATION = Claim(
+    text="GD stays close to gradient flow: the homogeneous ReLU reference's smoothed margin (monotone under "
+         "gradient flow, Lyu & Li 2020) falls at most 1% below its running maximum after 1/n (worst run; our bar)",
+    metric="metrics.reference_worst_drop", compare=1e-2, op="<=", kind="sanity")
+
+# The paper's monotonicity in a form GD can be held to: whatever the homogeneous reference drops on the same
+# seed (same data, same step schedule) is discretisation, since its flow is monotone; a near-homogeneous net
+# whose induced margin is as monotone as the paper says drops no more. (Replaces session 16's threshold claim,
+# a drop of at most 0.1% of the value: that bar was ours, and the ReLU reference itself fails it at both sizes.)
+MONOTONE = Claim(
+    text="after the paper's threshold the induced margin (log(1/(nL)) - Q(||theta||)) / ||theta||^M of the "
+         "near-homogeneous nets (SiLU, SiLU residual) falls below its running maximum (relative to its value) no "
+         "more than the homogeneous ReLU reference's margin (Q = 0: Lyu & Li's smoothed margin, monotone under "
+         "gradient flow) on the same seed, data and step schedule (median; paired over (network, seed); ties "
+         "within 1e-4 of the value)",
+    metric="metrics.median_induced_drop", compare="metrics.median_reference_induced_drop", op="<=",
+    test="paired sign test over seeds", table="runs", a={"group": "near-homogeneous", "metric": "induced_drop"},
+    b={"group": "near-homogeneous", "metric": "reference_induced_drop"}, pair_on=("network", "seed"), tie=1e-4,
+    source=SOURCE_MONO,
+    # the contrast: the same runs' smoothed margin from the homogeneous threshold 1/n (the paper's threshold
+    # and its Q dropped); if it drops no more than the reference either, the paper's threshold adds nothing here
+    controls=(Control("smoothed margin from 1/n", "metrics.median_smoothed_drop_1n",
+                      a={"group": "near-homogeneous", "metric": "smoothed_drop_1n"}),))
+
+KKT = Claim(
+    text="the KKT residual of the homogenised max-margin problem decays toward 0: from the paper's threshold "
+         "to the end it falls by more than an order of magnitude (log10, median over near-homogeneous runs; "
+         "paired over runs)",
+    metric="metrics.log10_kkt_final", compare="metrics.log10_kkt_threshold", op="<", margin=1.0,
+    test="paired sign test over seeds", table="runs", a={"group": "near-homogeneous", "metric": "log10_kkt_final"},
+    b={"group": "near-homogeneous", "metric": "log10_kkt_threshold"}, pair_on=("network", "seed"),
+    source=SOURCE_KKT)
+
 CLAIMS = (
     Claim(text="every near-homogeneous run reaches the homogeneous threshold 1/n", metric="metrics.reached_1n",
           compare=1.0, op=">=", kind="sanity"),
@@ -245,23 +301,9 @@ CLAIMS = (
     # a sanity check, not a paper claim: norm growth after separation is generic (tanh grows too)
     Claim(text="the norm diverges: it grows at least 10x after the threshold (worst near-homogeneous run)",
           metric="metrics.min_norm_growth", compare=10.0, op=">=", kind="sanity"),
-    *evidence.gate(
-        THRESHOLD,
-        # the contrast: the same runs' smoothed margin from the homogeneous threshold 1/n; if it is as
-        # monotone, the non-homogeneity-dependent threshold makes no difference here (not discriminating)
-        Claim(text="after the paper's threshold the induced margin (log(1/(nL)) - Q(||theta||)) / ||theta||^M of the "
-                   "near-homogeneous nets (SiLU, SiLU residual) never falls more than 0.1% below its running maximum "
-                   "(relative to its value; worst run; 0.1%: GD's discretisation of the gradient-flow argument)",
-              metric="metrics.worst_induced_drop", compare=1e-3, op="<=", source=SOURCE_MONO,
-              controls=(Control("smoothed margin from 1/n", "metrics.worst_smoothed_drop_1n"),)),
-        Claim(text="the KKT residual of the homogenised max-margin problem decays toward 0: from the paper's threshold "
-                   "to the end it falls by more than an order of magnitude (log10, median over near-homogeneous runs; "
-                   "paired over runs)",
-              metric="metrics.log10_kkt_final", compare="metrics.log10_kkt_threshold", op="<", margin=1.0,
-              test="paired sign test over seeds", table="runs", a={"group": "near-homogeneous", "metric": "log10_kkt_final"},
-              b={"group": "near-homogeneous", "metric": "log10_kkt_threshold"}, pair_on=("network", "seed"),
-              source=SOURCE_KKT),
-    ),
+    # the monotonicity claim behind both gates (the paper's threshold is reached; GD is close to flow), KKT behind the first
+    DISCRETISATION,
+    *evidence.gate(THRESHOLD, evidence.gate(DISCRETISATION, MONOTONE)[1], KKT),
     Claim(text="the direction converges: its change over the second half of the log-spaced checkpoints after the "
                "threshold (1 - cos(u_mid, u_end)) is at most half its change over the first half "
                "(1 - cos(u_threshold, u_mid)) (worst near-homogeneous run)",
