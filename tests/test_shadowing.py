@@ -67,18 +67,24 @@ def _has(dist: str) -> bool:
 
 @pytest.mark.skipif(not (_has("kernels") and _has("transformers")),
                     reason="needs PyPI's kernels and transformers installed")
-def test_transformers_model_in_a_ray_worker_started_from_the_root():
+def test_transformers_model_in_a_ray_worker_started_from_the_root(ray_session):
     # transformers' hub-kernel integration imports ``from kernels import CUDAProperties``: it
     # failed from the root, in the driver and in every Ray worker, while kernels/ shadowed it.
-    proc = _run("""
+    # The script's driver joins the session's shared Ray (a Ray of its own costs seconds to start):
+    # Ray puts a driver's directory on the sys.path of the workers that run its job's tasks either way.
+    import ray
+
+    proc = _run(f"""
 import ray
 def build():
+    import os, sys
     from transformers import LlamaConfig, LlamaForCausalLM
     cfg = LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                       num_attention_heads=2, num_key_value_heads=2, vocab_size=50)
     import kernels
-    return type(LlamaForCausalLM(cfg)).__name__, kernels.__file__
-ray.init(num_cpus=1, include_dashboard=False, object_store_memory=80 * 2**20)
+    root = any(os.path.realpath(p or os.getcwd()) == {str(ROOT)!r} for p in sys.path if isinstance(p, str))
+    return type(LlamaForCausalLM(cfg)).__name__, kernels.__file__, "root on sys.path" if root else "no root"
+ray.init(address={ray.get_runtime_context().gcs_address!r})
 print(build())
 print(ray.get(ray.remote(build).remote()))
 ray.shutdown()
@@ -87,3 +93,4 @@ ray.shutdown()
     lines = proc.stdout.strip().splitlines()[-2:]
     for line in lines:
         assert "LlamaForCausalLM" in line and str(ROOT / "kernels") not in line, line
+        assert "root on sys.path" in line, line  # else the worker could not have met the folder
