@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rayml.pde.baselines import daks_memory_bytes, daks_solve, fd_solve
+from rayml.pde.baselines import daks_functionals, daks_gram, daks_memory_bytes, daks_solve, daks_step, fd_solve
 from rayml.pde.kernel_solver import (
     KernelPDEConfig,
     KroneckerInterpolant,
@@ -123,6 +123,40 @@ def test_daks_and_fd_converge_on_the_elliptic_equation():
     with pytest.raises(MemoryError, match="max_gram_bytes"):
         daks_solve(p, (64, 64), (0.05, 0.05), max_gram_bytes=1e6)
     assert daks_memory_bytes(p, (64, 64)) > 1e9
+
+
+def test_daks_gram_gathered_from_axis_kernels_equals_the_kernel_at_every_pair_of_points():
+    # session 17: the Gram is gathered from one n_d x n_d kernel per axis and derivative pair; the values must be
+    # those of the kernel evaluated at every pair of points (Burgers: mixed first derivatives, a non-square grid)
+    from rayml.pde.kernel_solver import _grid
+
+    p, grid, ls, nug = Burgers(nu=0.02), (7, 5), (0.3, 0.5), 1e-6
+    _, X1, X2 = _grid(p, grid)
+    x1, x2 = X1.ravel(), X2.ravel()
+    funcs = daks_functionals(p, grid)
+    ref = np.vstack([np.hstack([se_kernel_derivative(x1[pi], x1[pj], ls[0], a, c)
+                                * se_kernel_derivative(x2[pi], x2[pj], ls[1], b, d) for (c, d), pj in funcs])
+                     for (a, b), pi in funcs])
+    got = daks_gram(p, grid, ls, nug)
+    assert got.shape == ref.shape == (sum(len(i) for _, i in funcs),) * 2
+    off = ~np.eye(len(ref), dtype=bool)
+    assert np.array_equal(got[off], ref[off])
+    assert np.all(np.diag(got) > np.diag(ref)) and np.allclose(np.diag(got), np.diag(ref), rtol=1e-5, atol=0)
+
+
+def test_daks_step_with_sparse_constraints_matches_the_dense_formula():
+    # session 17: Theta A^T (A Theta A^T)^{-1} b with A sparse, against the dense products
+    import scipy.sparse as sps
+
+    rng = np.random.default_rng(0)
+    m, n = 40, 15
+    G = rng.standard_normal((m, m))
+    theta = G @ G.T + m * np.eye(m)
+    A = sps.random(n, m, density=0.1, random_state=1, format="csr") + sps.eye(n, m, format="csr")
+    b = rng.standard_normal(n)
+    Ad = A.toarray()
+    ref = theta @ Ad.T @ np.linalg.solve(Ad @ theta @ Ad.T, b)
+    assert np.allclose(daks_step(theta, A.tocsr(), b), ref, rtol=1e-10, atol=1e-12)
 
 
 def test_solver_is_deterministic():
