@@ -155,7 +155,7 @@ def _start_serve_optimize():
                     return proc, answer
             except requests.ConnectionError:
                 pass
-            time.sleep(1)
+            time.sleep(0.25)
         if proc.poll() is None:
             proc.kill()
         out = proc.communicate()[0]

@@ -33,7 +33,7 @@ def _submit(client, **kwargs):
         except RuntimeError as exc:
             if "No available agent" not in str(exc) or time.monotonic() > deadline:
                 raise
-            time.sleep(1)
+            time.sleep(0.25)
 
 
 def _wait(client, job_id, timeout_s=240):
@@ -45,7 +45,7 @@ def _wait(client, job_id, timeout_s=240):
         status = client.get_job_status(job_id)
         if status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
             return status
-        time.sleep(1)
+        time.sleep(0.25)
     raise TimeoutError(f"job {job_id} did not finish in {timeout_s:.0f} s")
 
 
