@@ -32,7 +32,7 @@ def test_real_model_takes_its_own_settings_and_bad_input_is_rejected():
 
     quick = E.SIZES["quick"]
     real = E._effective({**quick, "model": "smollm2-135m"})
-    assert real["blocks"] == [14, 15] and real["heldout_texts"] == 24 and real["iterations"] == 10
+    assert real["blocks"] == [14, 15] and real["heldout_texts"] == 144 and real["iterations"] == 10
     assert E._effective(quick)["blocks"] == [2, 3]
     assert E._effective(E.SIZES["full"] | {"model": "smollm2-135m"})["blocks"] == list(range(30))
     for bad, match in (({"model": "gpt2"}, "model"), ({"blocks": []}, "blocks"), ({"bits": [3, 9]}, "bits"),
@@ -131,3 +131,24 @@ def test_the_pre_run_check_takes_a_real_models_own_settings():
     with pytest.raises(ValueError, match="heldout_texts"):
         E.EXPERIMENT.check({**E.SIZES["quick"], "model": "smollm2-135m",
                             "real": {**E.SIZES["quick"]["real"], "heldout_texts": 0}})
+
+
+def test_set_real_replaces_the_whole_entry_and_a_partial_one_is_refused():
+    """`--set` replaces a top-level entry whole: `--set 'real={"heldout_texts": 144}'` used to run SmolLM2
+    with the substrate's blocks [2, 3] and 4 calibration rows (only a missing text_len stopped it). A
+    `real` entry must now give every real setting; a complete one reaches the run's config."""
+    from rayml import experiments as X
+    from rayml.experiments import ganq as E
+
+    with pytest.raises(ValueError, match="unknown setting"):  # no dotted keys: the whole entry or nothing
+        X.resolve_config(E.SIZES, "quick", {"model": "smollm2-135m", "real.heldout_texts": 144})
+    for real, match in (({"heldout_texts": 144, "text_len": 128}, "real: missing blocks, calib_rows, row_len"),
+                        ({**E.REAL_QUICK, "heldout_text": 144}, "real: unknown heldout_text"),
+                        (None, "real must be a dict")):
+        config = X.resolve_config(E.SIZES, "quick", {"model": "smollm2-135m", "real": real})
+        with pytest.raises(ValueError, match=match):
+            E.EXPERIMENT.check(config)
+    config = X.resolve_config(E.SIZES, "quick", {"model": "smollm2-135m", "real": {**E.REAL_QUICK, "heldout_texts": 7}})
+    E.EXPERIMENT.check(config)
+    assert E._effective(config)["heldout_texts"] == 7 and E._effective(config)["blocks"] == E.REAL_QUICK["blocks"]
+    E.EXPERIMENT.check({**E.SIZES["quick"], "real": None})  # the substrate ignores the entry
