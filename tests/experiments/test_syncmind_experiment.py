@@ -10,10 +10,10 @@ NEVER_ASKS = ("baselines.no_collaboration.lm_subset.price.ask_adaptation",
               "baselines.no_collaboration.lm_subset.price.sr_spread")
 
 
-def test_every_claim_is_measured_at_tiny_size(ray_session):
-    from rayml import experiments, registry, results
+def test_every_claim_is_measured_at_tiny_size(tiny_record):
+    from rayml import registry, results
 
-    record = experiments.run("syncmind", size="tiny", seed=1)
+    record = tiny_record("syncmind")  # the session's shared tiny run (seed 1), not a run of its own
     missing = []
     for claim in registry.get("syncmind").load_experiment().claims:
         paths = [claim.metric] + ([claim.compare] if isinstance(claim.compare, str) else [])
