@@ -7,16 +7,16 @@ import pytest
 
 from rayml import experiments, runtime
 
-SMALL = {"lr_grid": [1e-4]}  # tiny's one held-out domain and 2 rounds, no tuning
-
 
 def test_every_claim_is_measured_at_tiny_size(unmeasured_claims):
     assert unmeasured_claims("fedag") == []
 
 
-def test_communication_is_counted(ray_session):
-    # worker-count invariance is the cluster test's (tests/test_scaleout_cache.py)
-    one = experiments.run("fedag", size="tiny", seed=3, overrides=SMALL, workers=2)
+def test_communication_is_counted(tiny_record):
+    # the session's shared tiny run (one held-out domain, 2 rounds, the lr tuned on a 2-point grid: its
+    # tuning-phase messages must not enter the counts); worker-count invariance is the cluster test's
+    # (tests/test_scaleout_cache.py)
+    one = tiny_record("fedag")
     assert one["env"]["tasks"] >= 2
     m, b = one["metrics"], one["baselines"]
     silos, rounds = 2, 2  # tiny: 3 domains, one held out
@@ -35,7 +35,13 @@ def test_communication_is_counted(ray_session):
     assert b["strongest"]["in_domain_acc"] == b[b["strongest"]["name"]]["in_domain_acc"]
     assert b["fedag_noq"]["floats_per_round"] == b["fedag_noreg"]["floats_per_round"] == m["floats_per_round"]
     assert all(0.0 <= r["value"] <= 1.0 for r in rows)
-    assert one["config"]["budget"]["tuning"]["chosen"] == {k: 1e-4 for k in ("fedag", "fedavg", "fedprox")}
+    chosen = one["config"]["budget"]["tuning"]["chosen"]
+    assert set(chosen) == {"fedag", "fedavg", "fedprox"} and set(chosen.values()) <= set(one["config"]["lr_grid"])
+    assert m["lr"] == chosen["fedag"] and all(b[k]["lr"] == chosen[k] for k in ("fedavg", "fedprox"))
+    # only the test phase is counted, and the ablations ran at FedAG's chosen learning rate
+    comm = one["tables"]["communication"]
+    assert comm and {c["phase"] for c in comm} == {"test"}
+    assert {c["lr"] for c in comm if c["method"] in ("fedag-noq", "fedag-noreg")} == {chosen["fedag"]}
 
 
 @pytest.mark.parametrize("overrides, match", [
