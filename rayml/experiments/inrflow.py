@@ -30,9 +30,9 @@ clouds and proteins, and samples images at resolutions above the training one. W
   clouds). The per-modality claims pair the methods over (shape class, seed, draw) (images: (seed,
   draw)) with a sign test, and ``metrics.case_wins`` counts the cases each method wins, so no shape
   class, seed or reference set decides a claim alone;
-- ``curve`` (empty at every size; e.g. ``--set curve=[100,200]``): EMA snapshots along each test run
-  scored like draw 0, the training curve of every method (the ``curve`` table); the loss per tenth of
-  training is always in the ``loss`` table;
+- ``curve`` (empty at quick and full, ``[6, 12]`` at tiny, the test suite's size; e.g.
+  ``--set curve=[100,200]``): EMA snapshots along each test run scored like draw 0, the training curve
+  of every method (the ``curve`` table); the loss per tenth of training is always in the ``loss`` table;
 - the INR property, tested in pixel space (issue 41: an FID-like judge pools to 4x4 and cannot see
   resolution): ``n_cond`` held-out digits at 16x16 are the true noisy context at every ODE step
   (``conditional_resample``), the model decodes every ``cond_res`` grid, and the pixel RMSE against
@@ -67,7 +67,7 @@ _BASE = dict(res=16, cond_res=[28], show_res=[28, 64], curve=[], grid=4, heads=2
 SIZES = {
     "tiny": dict(_BASE, seeds=2, draws=2, steps=12, batch=8, hidden=16, depth=1, latents=8, point_depth=1, n_points=32,
                  n_clouds=24, n_eval=24, n_eval_points=12, sample_steps=4, lr_grid=[1e-3], n_show=2, show_res=[28],
-                 n_cond=4),
+                 n_cond=4, curve=[6, 12]),
     # a preview: far too short to beat the trivial baselines (the gates fail and decide nothing; see the page)
     # lr_extend=1 (session 10): every method chose the grid's upper edge 3e-3 at quick; one step past it
     "quick": dict(_BASE, seeds=2, draws=2, steps=100, batch=32, hidden=32, depth=2, latents=16, point_depth=1, n_points=64,
