@@ -81,7 +81,7 @@ NX_SEEDS_FULL = 40
 SIZES = {
     "tiny": dict(n=120, degree=6.0, feat_dim=8, y_signal=0.5, s_signal=1.0, label_bias=0.2,
                  sbm_homophily=[0.8], nx_graphs=["karate"], epochs=100, latent=8, hidden=16, samples=1,
-                 gnn_epochs=40, lambda_grid=[1.0], post_grid=[1.0], seeds=2, nx_seeds=8, tune_seeds=1),
+                 gnn_epochs=20, lambda_grid=[1.0], post_grid=[1.0], seeds=2, nx_seeds=6, tune_seeds=1),
     # quick: a preview within the 90 s budget; sbm-h0.5 is the case of unbiased structure and biased features.
     # 6 seeds: a leave-one-seed-out Wilcoxon keeps 5 pairs (smallest p 1/32); karate is cheap, so its structure
     # cells get 16 seeds (still a preview: the pilot's karate cells need ~200, see the page)
