@@ -55,7 +55,7 @@ _COMMON = dict(domains=list(dom.DOMAINS), kinds=list(dom.KINDS_OF_INSTRUCTION), 
                corpus_variants=24, corpus_edits=400, model="uniform", shots_grid=[2, 4], lm_max_statements=12,
                max_new_tokens=128)
 SIZES = {
-    "tiny": dict(per_cell=1, seeds=2, tune_per_cell=1, models=["retrieval"], chunk=4, lm_per_cell=1, lm_seeds=1,
+    "tiny": dict(per_cell=1, seeds=1, tune_per_cell=1, models=["retrieval"], chunk=4, lm_per_cell=1, lm_seeds=1,
                  lm_tune_per_cell=1, **_COMMON),
     # quick: one number of worked examples (4: one per instruction kind) for every pipeline, untuned
     # (SmolLM2 takes about a minute per episode on the loaded 2-core machine); full tunes {2, 4}
