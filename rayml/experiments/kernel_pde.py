@@ -24,8 +24,10 @@ grids (60 x 20 to 120 x 40). Each is solved by the matrix-free Gauss-Newton, by 
 learning rate, Burgers with the authors' 800 boundary-only steps first) at the same number of mode products (one
 grid-by-factor matrix product each; the solver counts them), by the dense Gauss-Newton where its ``N x N`` arrays fit
 ``max_gram_mib``, and by finite differences on the same grid. DAKS is not run there: its Gram needs 355 MiB at 49^2
-(Allen-Cahn) and 3 GiB at 100^2, and a Cholesky per Gauss-Newton step of a 6,800-row matrix would take most of the
-full size's time budget.
+(Allen-Cahn) and 3 GiB at 100^2. (Until session 17 its time ruled it out as well: each Gauss-Newton step formed the
+dense ``(m x m)(m x N)`` product, m = 6,819 at 49^2; with the sparse step of ``daks_step`` a step costs about one
+``N x N`` Cholesky, so DAKS on the hard cases whose Gram fits the cap, Allen-Cahn 49^2 and Burgers up to 84 x 28 at
+full, is open, not added.)
 
 Finite differences (session 14, outside review R11): ``fd``, the claims' baseline, is the strongest fair scheme per
 equation (the fourth-order Laplacian with Newton for the elliptic and Allen-Cahn equations, ``fd_solve(order=4)``; the
