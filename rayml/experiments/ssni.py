@@ -161,7 +161,7 @@ _COMMON = dict(radii=list(RADII), t_star=100.0, bias=5.0, tau="tuned", eps_steps
                reference_size=500, control_t=CONTROL_T, gdmp_scale=GDMP_SCALE, tolerance=0.05, patience=2)
 SIZES = {
     "tiny": dict(n_test=4, n_clean=4, chunk=2, t_grid=[50.0, 150.0], schedule=[[1, 1], [2, 1], [3, 1]], min_steps=3,
-                 replicates=2, stride=50.0, attack_stride=50.0,
+                 replicates=1, stride=50.0, attack_stride=50.0,
                  **{**_COMMON, "classifier_pgd_iterations": 2, "reference_size": 64, "eps_steps": 4}),
     "quick": dict(n_test=16, n_clean=96, chunk=8, t_grid=[25.0, 50.0, 100.0, 150.0, 250.0],
                   schedule=[[1, 1], [2, 1], [4, 2]], min_steps=3, replicates=2, stride=50.0,
