@@ -156,8 +156,9 @@ def _train_task(item: tuple, shared: Mapping[str, Any]) -> dict:
 def reference_policy(config: Mapping[str, Any] | None = None, *, size: str = "quick",
                      train_if_missing: bool = True) -> RefinementPolicy:
     """The reference system of DPSDP (its ``pi_ref``): the substrate's SFT warm-up for ``size``'s
-    recipe, one model as actor and critic. Read from the experiment's cache
-    (``~/.cache/rayml/alignment/dpsdp-sft-*.npz``, ``RAYML_CACHE``); when it is absent it is trained
+    recipe, one model as actor and critic. Read from the warm-up shipped inside rayml (the quick and full
+    recipes') or the experiment's cache (``~/.cache/rayml/alignment/dpsdp-sft-*.npz``, ``RAYML_CACHE``);
+    when neither has it, it is trained
     as one Ray task (``sft_state``) if ``train_if_missing``, else ``FileNotFoundError`` says how to
     make it."""
     from rayml.alignment import dpsdp_pipeline as E
@@ -165,7 +166,7 @@ def reference_policy(config: Mapping[str, Any] | None = None, *, size: str = "qu
     config = _recipe(config, size)
     if not isinstance(train_if_missing, bool):
         raise TypeError(f"train_if_missing must be a bool, got {type(train_if_missing).__name__}")
-    path = E._cache_path(config, E.WARMUP_SEED)
+    path = E._warmup_file(config, E.WARMUP_SEED)  # the warm-up shipped inside rayml, else the cache's
     if not train_if_missing and not path.exists():
         raise FileNotFoundError(f"the SFT warm-up of size {size!r} is not cached ({path}); make it with "
                                 f"`python -m rayml.alignment.dpsdp_policy --size {size} --reference`")

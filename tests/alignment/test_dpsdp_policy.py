@@ -154,6 +154,9 @@ def test_the_cache_is_keyed_by_recipe_and_seed_and_says_how_to_fill_it(trained, 
         P.cached_policy(TINY, size="tiny", seed=0, train_if_missing=False)
     with pytest.raises(FileNotFoundError, match="--reference"):  # an empty cache has no warm-up either
         P.reference_policy(size="tiny", train_if_missing=False)
+    # ... but the quick recipe's warm-up ships inside rayml: an empty cache loads it, training nothing
+    ref = P.reference_policy(size="quick", train_if_missing=False)
+    assert ref.meta["system"] == "reference" and not list(tmp_path.rglob("dpsdp-sft-*"))
     P.save_policy(trained, path)  # what cached_policy would write after training
     got = P.cached_policy(TINY, size="tiny", seed=0, train_if_missing=False)
     assert _same(got.actor, trained.actor) and got.meta == trained.meta
