@@ -144,7 +144,7 @@ SIZES = {
     "tiny": dict(base="tiny", **_TASKS, **_IRT, finetune_steps=2, finetune_rows=2, finetune_row_len=64,
                  finetune_lr=3e-3, finetune_seed=0, finetune_rehearsal=0.3,
                  gate_items=16, search_items=32, test_items=24, anchors=4,
-                 population=6, holdout_models=4, estimation_seeds=2, irt_dims=1, pop_size=4, generations=2, repeats=2,
+                 population=6, holdout_models=4, estimation_seeds=2, irt_dims=1, pop_size=4, generations=2, repeats=1,
                  random_merges=2, ta_grid=[0.5, 1.0, 1.5], ta_pt_grid=[0.5, 1.0, 1.5], actors=2, num_gpus=0, **_HF,
                  real=dict(_REAL, finetune_steps=2, finetune_items=8, gate_items=4, search_items=8, test_items=4,
                            anchors=2, population=2, holdout_models=2, pop_size=2, generations=1, random_merges=1)),
@@ -169,7 +169,7 @@ SIZES = {
                            finetune_steps=120, actors=8)),
 }
 BENCH_SIZES = {
-    "tiny": dict(SIZES["tiny"], bench_population=4, bench_repeats=2),
+    "tiny": dict(SIZES["tiny"], bench_population=4, bench_repeats=1),
     "quick": dict(SIZES["quick"], bench_population=16, bench_repeats=5),
     "full": dict(SIZES["full"], bench_population=64, bench_repeats=5),
 }
