@@ -169,7 +169,7 @@ SIZES = {
                            finetune_steps=120, actors=8)),
 }
 BENCH_SIZES = {
-    "tiny": dict(SIZES["tiny"], bench_population=4, bench_repeats=1),
+    "tiny": dict(SIZES["tiny"], bench_population=4, bench_repeats=2),
     "quick": dict(SIZES["quick"], bench_population=16, bench_repeats=5),
     "full": dict(SIZES["full"], bench_population=64, bench_repeats=5),
 }
