@@ -153,9 +153,9 @@ def _effective(config: Mapping[str, Any]) -> dict:
         missing = [k for k in REAL_KEYS if k not in real]
         unknown = sorted(k for k in real if k not in cfg and k not in REAL_KEYS)
         if missing or unknown:
+            problems = [f"{word} {', '.join(keys)}" for word, keys in (("missing", missing), ("unknown", unknown)) if keys]
             raise ValueError(
-                f"real: {'missing ' + ', '.join(missing) if missing else ''}"
-                f"{'; ' if missing and unknown else ''}{'unknown ' + ', '.join(unknown) if unknown else ''}; "
+                f"real: {'; '.join(problems)}; "
                 f"--set real=... replaces the whole entry, so give all of {', '.join(REAL_KEYS)}, e.g. "
                 f"--set 'real={json.dumps(REAL_QUICK, separators=(',', ':'))}'")
         cfg.update(real)

@@ -174,11 +174,10 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
     # the monotonicity claim's pairs: each near-homogeneous run's drop beside the homogeneous ReLU reference's on
     # the same seed (same data, same step schedule), where monotonicity is a theorem for gradient flow; a
     # reference run that never reached 1/n leaves a non-finite pair (an outcome, counted by the test)
-    for name in NEAR_HOMOGENEOUS:
-        for i in range(int(config["seeds"])):
-            ref = by_seed[(REFERENCE, i)]["induced_drop"]
-            run_rows.append({"network": name, "group": "near-homogeneous", "seed": i,
-                             "metric": "reference_induced_drop", "value": float(ref)})
+    paired_refs = [(name, i, float(by_seed[(REFERENCE, i)]["induced_drop"]))
+                   for name in NEAR_HOMOGENEOUS for i in range(int(config["seeds"]))]
+    run_rows += [{"network": name, "group": "near-homogeneous", "seed": i, "metric": "reference_induced_drop",
+                  "value": ref} for name, i, ref in paired_refs]
 
     def worst(xs, fn=max):
         xs = [x for x in xs if np.isfinite(x)]
@@ -211,8 +210,7 @@ def run(config: Mapping[str, Any], seed: int) -> Outcome:
         # reference runs (each reference run counted once per near-homogeneous net it is paired with)
         "median_induced_drop": worst([x["induced_drop"] for x in near], np.median),
         "median_smoothed_drop_1n": worst([x["smoothed_drop_1n"] for x in near], np.median),
-        "median_reference_induced_drop": worst([by_seed[(REFERENCE, i)]["induced_drop"] for _ in NEAR_HOMOGENEOUS
-                                                for i in range(int(config["seeds"]))], np.median),
+        "median_reference_induced_drop": worst([ref for _, _, ref in paired_refs], np.median),
         "reference_worst_drop": blocks[REFERENCE]["worst_induced_drop"],
         "worst_direction_gap": worst([x["direction_gap"] for x in near]),
         "worst_direction_ratio": worst([x["direction_ratio"] for x in near]),
